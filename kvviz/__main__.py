@@ -1,0 +1,5 @@
+import sys
+
+from kvviz.cli import main
+
+sys.exit(main())

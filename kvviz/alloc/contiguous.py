@@ -1,0 +1,170 @@
+"""Contiguous allocator: one range of slots per sequence, placed first-fit, best-fit or buddy.
+
+Ranges are whole cells of `cell_tokens` slots (1 = slot-exact). A sequence that writes past
+its reservation grows in place when the next cells are free, else the append fails.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
+from kvviz.alloc.placement import Buddy, HoleList
+from kvviz.alloc.rows import RowTable, grow_to
+from kvviz.blockmap import FREE, BlockMap
+
+
+class ContiguousAllocator(Allocator):
+    contiguous = True
+
+    def __init__(
+        self, capacity_tokens: int, placement: str = "first-fit", *, cell_tokens: int = 1,
+        bytes_per_token: int = 0, label: str | None = None,
+    ) -> None:
+        if cell_tokens < 1:
+            raise ValueError(f"cell_tokens must be >= 1, got {cell_tokens}")
+        cells = capacity_tokens // cell_tokens
+        if cells < 1:
+            raise ValueError(f"capacity_tokens {capacity_tokens} is below one cell")
+        if placement == "first-fit":
+            self._place: HoleList | Buddy = HoleList(cells)
+        elif placement == "best-fit":
+            self._place = HoleList(cells, best_fit=True)
+        elif placement == "buddy":
+            self._place = Buddy(cells)
+        else:
+            raise ValueError(f"placement: unknown {placement!r}; use first-fit, best-fit, buddy")
+        self.placement = placement
+        self.block_size = cell_tokens
+        self.cells = cells
+        self.bytes_per_token = bytes_per_token
+        self.label = label or f"contiguous:{placement}"
+        self._owner = np.full(cells, FREE, np.int32)
+        self._rows = RowTable()
+        self._start = np.zeros(self._rows.capacity, np.int64)  # cells
+        self._size = np.zeros(self._rows.capacity, np.int64)  # cells
+        self._len = np.zeros(self._rows.capacity, np.int64)  # tokens written
+        self._used = 0
+        self._held_cells = 0
+
+    # ---- queries ---------------------------------------------------------------------------
+    def usage(self) -> Usage:
+        g = self.block_size
+        return Usage(self.cells * g, self._used, self._held_cells * g, 0, 0)
+
+    def _answer(self, ok: bool, need: int, fail_reason: bool = True) -> Admission:
+        g = self.block_size
+        free = self._place.free_cells * g
+        largest = self._place.largest() * g
+        reason = None
+        if not ok and fail_reason:
+            reason = Reason.CAPACITY if free < need else Reason.FRAGMENTATION
+        return Admission(ok, reason, need, free, largest)
+
+    def seq_allocated_tokens(self, seq_ids: np.ndarray) -> np.ndarray:
+        return self._size[self._rows.rows(seq_ids)] * self.block_size
+
+    def seq_len(self, seq_id: int) -> int:
+        return int(self._len[self._rows.row(seq_id)])
+
+    def ranges(self, seq_ids: np.ndarray) -> np.ndarray:
+        """int64 [B, 2]: (first slot, reserved slots) of each sequence's range."""
+        rows = self._rows.rows(seq_ids)
+        return np.stack([self._start[rows] * self.block_size, self._size[rows] * self.block_size],
+                        axis=1)
+
+    def _cells_for(self, num_tokens: int, reserve_tokens: int | None) -> tuple[int, int]:
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if reserve_tokens is not None and reserve_tokens < num_tokens:
+            raise ValueError(
+                f"reserve_tokens {reserve_tokens} is smaller than num_tokens {num_tokens}")
+        need = num_tokens if reserve_tokens is None else reserve_tokens
+        cells = self._place.rounded(-(-need // self.block_size))
+        return need, cells
+
+    def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
+        need, cells = self._cells_for(num_tokens, reserve_tokens)
+        return self._answer(self._place.largest() >= cells, need)
+
+    # ---- verbs -----------------------------------------------------------------------------
+    def admit(
+        self, seq_id: int, num_tokens: int, reserve_tokens: int | None = None,
+        prefix: PrefixKey | None = None,
+    ) -> Admission:
+        need, cells = self._cells_for(num_tokens, reserve_tokens)
+        if 0 <= seq_id < self._rows.row_of_seq.shape[0] and self._rows.row_of_seq[seq_id] >= 0:
+            raise ValueError(f"seq_id {seq_id} is already live")
+        start = self._place.place(cells)
+        if start is None:
+            return self._answer(False, need)
+        row, grew = self._rows.add(seq_id)
+        if grew:
+            n = self._rows.capacity
+            self._start, self._size, self._len = (
+                grow_to(a, n) for a in (self._start, self._size, self._len))
+        self._start[row], self._size[row], self._len[row] = start, cells, num_tokens
+        self._owner[start : start + cells] = seq_id
+        self._used += num_tokens
+        self._held_cells += cells
+        return self._answer(True, need)
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> Admission:
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        row = self._rows.row(seq_id)
+        end = int(self._len[row]) + num_tokens
+        size = int(self._size[row])
+        extra = -(-end // self.block_size) - size
+        if extra > 0:
+            start = int(self._start[row])
+            if not self._place.grow(start, size, extra):
+                return self._answer(False, extra * self.block_size)
+            self._owner[start + size : start + size + extra] = seq_id
+            self._size[row] = size + extra
+            self._held_cells += extra
+        self._len[row] = end
+        self._used += num_tokens
+        return self._answer(True, num_tokens)
+
+    def append_batch(self, seq_ids: np.ndarray) -> np.ndarray:
+        seq_ids = np.asarray(seq_ids, np.int64)
+        rows = self._rows.rows(seq_ids)
+        room = self._len[rows] < self._size[rows] * self.block_size
+        fast = rows[room]
+        self._len[fast] += 1
+        self._used += int(fast.size)
+        if room.all():
+            return room
+        ok = room.copy()
+        for i in np.flatnonzero(~room):
+            ok[i] = self.append(int(seq_ids[i])).ok
+        return ok
+
+    def release(self, seq_id: int) -> None:
+        row = self._rows.row(seq_id)
+        start, size = int(self._start[row]), int(self._size[row])
+        self._rows.remove(seq_id)
+        self._owner[start : start + size] = FREE
+        self._place.free(start, size)
+        self._used -= int(self._len[row])
+        self._held_cells -= size
+        self._size[row] = 0
+        self._len[row] = 0
+
+    def snapshot(self) -> BlockMap:
+        g = self.block_size
+        owner = self._owner.copy()
+        owned = np.flatnonzero(owner != FREE)
+        rows = self._rows.row_of_seq[owner[owned]]
+        rel = owned - self._start[rows]
+        filled = np.zeros(self.cells, np.int32)
+        filled[owned] = np.clip(self._len[rows] - rel * g, 0, g)
+        allocated = np.zeros(self.cells, np.int32)
+        allocated[owned] = g
+        refcount = np.zeros(self.cells, np.int16)
+        refcount[owned] = 1
+        return BlockMap(
+            owner=owner, filled=filled, allocated=allocated, refcount=refcount,
+            cached=np.zeros(self.cells, np.bool_), block_size=g,
+            bytes_per_token=self.bytes_per_token, label=self.label, contiguous=True,
+        )

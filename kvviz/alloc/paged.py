@@ -1,0 +1,395 @@
+"""Paged allocator: fixed blocks, a free list, a block table per sequence.
+
+Optional prefix caching (hash-chained full prompt blocks, refcounts, freed cached blocks kept
+and evicted LRU on demand) and fork with copy-on-write.
+
+Invariants (checked by tests/alloc):
+  free blocks = stack[:nfree] + cached LRU; every other block has refcount >= 1 and an owner;
+  a sequence holds ceil(len / block_size) blocks or more (reservation), never fewer;
+  only the last written block of a sequence is partly filled.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
+from kvviz.alloc.rows import RowTable, grow_to
+from kvviz.blockmap import FREE, BlockMap
+
+
+class PagedAllocator(Allocator):
+    contiguous = False
+
+    def __init__(
+        self, num_blocks: int, block_size: int, *, prefix_caching: bool = False,
+        bytes_per_token: int = 0, label: str | None = None,
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.prefix_caching = prefix_caching
+        self.bytes_per_token = bytes_per_token
+        self.label = label or f"paged:{block_size}" + (":prefix" if prefix_caching else "")
+        self._owner = np.full(num_blocks, FREE, np.int32)
+        self._filled = np.zeros(num_blocks, np.int32)
+        self._ref = np.zeros(num_blocks, np.int16)
+        self._cached = np.zeros(num_blocks, np.bool_)
+        # stack[:nfree] are free; pop from the top gives the lowest id first on a fresh pool
+        self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)
+        self._nfree = num_blocks
+        self._lru: OrderedDict[int, None] = OrderedDict()  # cached-free blocks, oldest first
+        self._hash_of: dict[int, tuple[int, int]] = {}
+        self._block_of: dict[tuple[int, int], int] = {}
+        self._holders: dict[int, set[int]] = {}  # shared blocks only: block -> live seqs
+        self._rows = RowTable()
+        self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
+        self._nb = np.zeros(self._rows.capacity, np.int64)  # per row: blocks held
+        self._table = np.zeros((self._rows.capacity, 8), np.int32)
+        self._used = 0
+        self._held = 0  # blocks with refcount >= 1
+        self._evictions = 0
+        self._sharing = False  # any fork or prefix hit so far: take the slow, careful path
+
+    # ---- queries ---------------------------------------------------------------------------
+    def _free_blocks(self) -> int:
+        return self._nfree + len(self._lru)
+
+    def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
+        free = self._free_blocks() * self.block_size
+        return Admission(ok, reason, need_tokens, free, free)
+
+    def usage(self) -> Usage:
+        bs = self.block_size
+        return Usage(self.num_blocks * bs, self._used, self._held * bs, len(self._lru) * bs,
+                     self._evictions)
+
+    def seq_allocated_tokens(self, seq_ids: np.ndarray) -> np.ndarray:
+        return self._nb[self._rows.rows(seq_ids)] * self.block_size
+
+    def seq_len(self, seq_id: int) -> int:
+        return int(self._len[self._rows.row(seq_id)])
+
+    def block_table(self, seq_id: int) -> np.ndarray:
+        row = self._rows.row(seq_id)
+        return self._table[row, : self._nb[row]].copy()
+
+    def block_tables(self, seq_ids: np.ndarray) -> np.ndarray:
+        """int32 [B, max blocks held]; entries past a sequence's blocks are 0 (unused)."""
+        rows = self._rows.rows(seq_ids)
+        width = int(self._nb[rows].max()) if rows.size else 0
+        out = self._table[rows, :width].copy()
+        out[np.arange(width)[None, :] >= self._nb[rows][:, None]] = 0
+        return out
+
+    def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
+        need = self._need(num_tokens, reserve_tokens)
+        nblocks = -(-need // self.block_size)
+        if nblocks > self._free_blocks():
+            return self._answer(False, need, Reason.CAPACITY)
+        return self._answer(True, need)
+
+    @staticmethod
+    def _need(num_tokens: int, reserve_tokens: int | None) -> int:
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        if reserve_tokens is not None and reserve_tokens < num_tokens:
+            raise ValueError(
+                f"reserve_tokens {reserve_tokens} is smaller than num_tokens {num_tokens}")
+        return num_tokens if reserve_tokens is None else reserve_tokens
+
+    # ---- block supply ----------------------------------------------------------------------
+    def _take(self, n: int) -> np.ndarray:
+        """Pop n free blocks (caller checked there are enough), evicting cached LRU last."""
+        k = min(n, self._nfree)
+        out = self._stack[self._nfree - k : self._nfree][::-1].copy()
+        self._nfree -= k
+        if k < n:
+            evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
+            for b in evicted:
+                del self._block_of[self._hash_of.pop(b)]
+            ev = np.asarray(evicted, np.int32)
+            self._cached[ev] = False
+            self._filled[ev] = 0
+            self._evictions += len(evicted)
+            out = np.concatenate([out, ev])
+        return out
+
+    def _give_back(self, blocks: np.ndarray) -> None:
+        """Blocks whose refcount reached 0: cache prefix content, else push on the stack."""
+        self._owner[blocks] = FREE
+        self._ref[blocks] = 0
+        self._held -= int(blocks.size)
+        self._used -= int(self._filled[blocks].sum())
+        plain = blocks
+        if self._hash_of:
+            keep = np.fromiter((int(b) in self._hash_of for b in blocks), bool, blocks.size)
+            for b in blocks[keep]:
+                self._lru[int(b)] = None
+                self._cached[b] = True
+            plain = blocks[~keep]
+        self._filled[plain] = 0
+        self._stack[self._nfree : self._nfree + plain.size] = plain[::-1]
+        self._nfree += int(plain.size)
+
+    def _ensure_width(self, width: int) -> None:
+        if width > self._table.shape[1]:
+            new = max(width, 2 * self._table.shape[1])
+            table = np.zeros((self._table.shape[0], new), np.int32)
+            table[:, : self._table.shape[1]] = self._table
+            self._table = table
+
+    def _new_row(self, seq_id: int) -> int:
+        row, grew = self._rows.add(seq_id)
+        if grew:
+            n = self._rows.capacity
+            self._len = grow_to(self._len, n)
+            self._nb = grow_to(self._nb, n)
+            self._table = grow_to(self._table, n)
+        self._len[row] = 0
+        self._nb[row] = 0
+        return row
+
+    def _attach(self, row: int, seq_id: int, blocks: np.ndarray) -> None:
+        nb = int(self._nb[row])
+        self._ensure_width(nb + blocks.size)
+        self._table[row, nb : nb + blocks.size] = blocks
+        self._nb[row] = nb + blocks.size
+
+    def _fill(self, row: int, start: int, end: int) -> None:
+        """Mark positions [start, end) of the row's sequence as written."""
+        bs = self.block_size
+        first, last = start // bs, (end - 1) // bs
+        idx = np.arange(first, last + 1)
+        lo = np.maximum(idx * bs, start)
+        hi = np.minimum((idx + 1) * bs, end)
+        self._filled[self._table[row, first : last + 1]] += (hi - lo).astype(np.int32)
+        self._len[row] = end
+        self._used += end - start
+
+    # ---- verbs -----------------------------------------------------------------------------
+    def admit(
+        self, seq_id: int, num_tokens: int, reserve_tokens: int | None = None,
+        prefix: PrefixKey | None = None,
+    ) -> Admission:
+        need = self._need(num_tokens, reserve_tokens)
+        bs = self.block_size
+        nblocks = -(-need // bs)
+        hits: list[int] = []
+        if self.prefix_caching and prefix is not None:
+            full = min(prefix.length, num_tokens) // bs
+            for i in range(full):
+                b = self._block_of.get((prefix.group, i))
+                if b is None:
+                    break
+                hits.append(b)
+        # cached-free hits come out of the free pool too
+        free_after_hits = self._free_blocks() - sum(1 for b in hits if b in self._lru)
+        if nblocks - len(hits) > free_after_hits:
+            return self._answer(False, need, Reason.CAPACITY)
+        if seq_id >= 0 and seq_id < self._rows.row_of_seq.shape[0] \
+                and self._rows.row_of_seq[seq_id] >= 0:
+            raise ValueError(f"seq_id {seq_id} is already live")
+        row = self._new_row(seq_id)
+        for b in hits:
+            if b in self._lru:
+                del self._lru[b]
+                self._cached[b] = False
+                self._owner[b] = seq_id
+                self._ref[b] = 1
+                self._held += 1
+                self._used += int(self._filled[b])
+            else:
+                self._ref[b] += 1
+                self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
+            self._sharing = True
+        hit_arr = np.asarray(hits, np.int32)
+        fresh = self._take(nblocks - len(hits))
+        self._owner[fresh] = seq_id
+        self._ref[fresh] = 1
+        self._held += int(fresh.size)
+        self._attach(row, seq_id, np.concatenate([hit_arr, fresh]))
+        written = len(hits) * bs
+        self._len[row] = written
+        if num_tokens > written:
+            self._fill(row, written, num_tokens)
+        if self.prefix_caching and prefix is not None:
+            for i in range(len(hits), min(prefix.length, num_tokens) // bs):
+                b = int(self._table[row, i])
+                self._hash_of[b] = (prefix.group, i)
+                self._block_of[(prefix.group, i)] = b
+        return self._answer(True, need)
+
+    def admit_many(
+        self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
+        prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,
+    ) -> int:
+        if self.prefix_caching and prefixes and any(p is not None for p in prefixes):
+            return super().admit_many(seq_ids, num_tokens, reserve_tokens, prefixes,
+                                      keep_free_tokens)
+        seq_ids = np.asarray(seq_ids, np.int64)
+        n = np.asarray(num_tokens, np.int64)
+        if n.size and n.min() < 1:
+            raise ValueError("num_tokens must be >= 1 for every sequence")
+        want = n if reserve_tokens is None else np.maximum(n, reserve_tokens)
+        bs = self.block_size
+        nb = -(-want // bs)
+        cum = np.cumsum(nb)
+        budget = self._free_blocks() - (-(-keep_free_tokens // bs) if keep_free_tokens else 0)
+        k = int(np.searchsorted(cum, budget, side="right"))
+        if k == 0:
+            return 0
+        ids, n, nb = seq_ids[:k], n[:k], nb[:k]
+        if self._rows.is_live(ids).any():
+            raise ValueError(f"seq_id {int(ids[self._rows.is_live(ids)][0])} is already live")
+        total = int(cum[k - 1])
+        blocks = self._take(total)
+        rows, grew = self._rows.add_many(ids)
+        if grew:
+            m = self._rows.capacity
+            self._len, self._nb, self._table = (
+                grow_to(a, m) for a in (self._len, self._nb, self._table))
+        self._ensure_width(int(nb.max()))
+        starts = cum[:k] - nb
+        col = np.arange(total) - np.repeat(starts, nb)
+        self._table[np.repeat(rows, nb), col] = blocks
+        self._owner[blocks] = np.repeat(ids, nb)
+        self._ref[blocks] = 1
+        # blocks are written fully up to each prompt's end, partly in its last written block
+        self._filled[blocks] = np.clip(np.repeat(n, nb) - col * bs, 0, bs)
+        self._len[rows] = n
+        self._nb[rows] = nb
+        self._used += int(n.sum())
+        self._held += total
+        return k
+
+    def release_many(self, seq_ids: np.ndarray) -> None:
+        if self._sharing:
+            return super().release_many(seq_ids)
+        rows = self._rows.remove_many(np.asarray(seq_ids, np.int64))
+        nb = self._nb[rows]
+        width = int(nb.max()) if nb.size else 0
+        mask = np.arange(width)[None, :] < nb[:, None]
+        self._give_back(self._table[rows, :width][mask])
+        self._nb[rows] = 0
+        self._len[rows] = 0
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> Admission:
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        row = self._rows.row(seq_id)
+        length = int(self._len[row])
+        end = length + num_tokens
+        bs = self.block_size
+        need_blocks = max(0, -(-end // bs) - int(self._nb[row]))
+        cow = self._sharing and length % bs != 0 and self._ref[self._table[row, length // bs]] > 1
+        if need_blocks + int(cow) > self._free_blocks():
+            return self._answer(False, num_tokens, Reason.CAPACITY)
+        if cow:
+            self._copy_on_write(row, seq_id, length // bs)
+        if need_blocks:
+            fresh = self._take(need_blocks)
+            self._owner[fresh] = seq_id
+            self._ref[fresh] = 1
+            self._held += need_blocks
+            self._attach(row, seq_id, fresh)
+        self._fill(row, length, end)
+        return self._answer(True, num_tokens)
+
+    def append_batch(self, seq_ids: np.ndarray) -> np.ndarray:
+        seq_ids = np.asarray(seq_ids, np.int64)
+        if self._sharing:
+            return super().append_batch(seq_ids)
+        rows = self._rows.rows(seq_ids)
+        lens = self._len[rows]
+        ok = np.ones(seq_ids.size, np.bool_)
+        need = np.flatnonzero(lens >= self._nb[rows] * self.block_size)
+        if need.size:
+            avail = self._free_blocks()
+            if need.size > avail:  # later sequences lose: the engine preempts them
+                ok[need[avail:]] = False
+                need = need[:avail]
+        if need.size:
+            fresh = self._take(need.size)
+            r = rows[need]
+            nb = self._nb[r]
+            self._ensure_width(int(nb.max()) + 1)
+            self._table[r, nb] = fresh
+            self._nb[r] = nb + 1
+            self._owner[fresh] = seq_ids[need]
+            self._ref[fresh] = 1
+            self._held += int(need.size)
+        if not ok.all():
+            rows, lens = rows[ok], lens[ok]
+        self._filled[self._table[rows, lens // self.block_size]] += 1
+        self._len[rows] = lens + 1
+        self._used += int(rows.size)
+        return ok
+
+    def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
+        old = int(self._table[row, idx])
+        new = int(self._take(1)[0])
+        self._filled[new] = self._filled[old]
+        self._used += int(self._filled[old])
+        self._owner[new] = seq_id
+        self._ref[new] = 1
+        self._held += 1
+        self._table[row, idx] = new
+        self._drop_ref(np.asarray([old], np.int32), seq_id)
+
+    def _drop_ref(self, blocks: np.ndarray, seq_id: int) -> None:
+        self._ref[blocks] -= 1
+        zero = blocks[self._ref[blocks] == 0]
+        for b in blocks[self._ref[blocks] > 0]:
+            holders = self._holders.get(int(b))
+            if holders is not None:
+                holders.discard(seq_id)
+                if self._owner[b] == seq_id:
+                    self._owner[b] = min(holders)
+                if self._ref[b] == 1:
+                    del self._holders[int(b)]
+        for b in zero:
+            self._holders.pop(int(b), None)
+        if zero.size:
+            self._give_back(zero)
+
+    def release(self, seq_id: int) -> None:
+        row = self._rows.row(seq_id)
+        blocks = self._table[row, : self._nb[row]].copy()
+        self._rows.remove(seq_id)
+        self._nb[row] = 0
+        self._len[row] = 0
+        if self._sharing:
+            self._drop_ref(blocks, seq_id)
+        else:
+            self._give_back(blocks)
+
+    def fork(self, parent_id: int, child_id: int) -> Admission:
+        prow = self._rows.row(parent_id)
+        blocks = self._table[prow, : self._nb[prow]].copy()
+        row = self._new_row(child_id)
+        self._attach(row, child_id, blocks)
+        self._len[row] = self._len[prow]
+        self._ref[blocks] += 1
+        for b in blocks:
+            self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
+        self._sharing = True
+        return self._answer(True, 0)
+
+    def snapshot(self) -> BlockMap:
+        owned = self._owner != FREE
+        return BlockMap(
+            owner=self._owner.copy(),
+            filled=self._filled.copy(),
+            allocated=np.where(owned, self.block_size, 0).astype(np.int32),
+            refcount=self._ref.copy(),
+            cached=self._cached.copy(),
+            block_size=self.block_size,
+            bytes_per_token=self.bytes_per_token,
+            label=self.label,
+            contiguous=False,
+        )

@@ -1,0 +1,268 @@
+"""One lane: an allocator with its own continuous-batching scheduler state.
+
+Each step: decode_step (one token per running sequence; a failed append preempts by
+recompute) -> finish -> schedule (admit FCFS) -> prefill. A sequence admitted in a step starts
+decoding in the next one. Requests are indices into the Workload.
+"""
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+
+from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason
+from kvviz.blockmap import BlockMap
+from kvviz.config import EngineConfig, LaneSpec
+from kvviz.engine.events import Event, EventLog
+from kvviz.workload import Workload
+
+
+class KVExecutor(Protocol):
+    """Real mode: writes K/V and runs attention for what the scheduler decided."""
+
+    def on_admit(self, seq_ids: list[int], num_tokens: list[int]) -> None: ...
+    def on_decode(self, seq_ids: np.ndarray, lens: np.ndarray) -> None: ...
+
+
+def next_pow2(n: np.ndarray) -> np.ndarray:
+    """Smallest power of two >= n, elementwise (n >= 1)."""
+    n = np.maximum(np.asarray(n, np.int64), 1)
+    return np.left_shift(1, np.ceil(np.log2(n)).astype(np.int64))
+
+
+class Lane:
+    def __init__(self, name: str, spec: LaneSpec, allocator: Allocator, workload: Workload,
+                 engine: EngineConfig, events: EventLog, kv: KVExecutor | None = None) -> None:
+        self.name, self.spec, self.alloc, self.w, self.cfg = name, spec, allocator, workload, engine
+        self.events, self.kv = events, kv
+        n = len(workload)
+        self.generated = np.zeros(n, np.int64)
+        self.final_len = workload.final_len
+        if spec.allocator == "contiguous":
+            self.reserve = {"max": np.full(n, engine.max_seq_len, np.int64),
+                            "pow2": np.minimum(next_pow2(self.final_len), engine.max_seq_len),
+                            "exact": self.final_len.copy()}[spec.reserve]
+        else:
+            self.reserve = None
+        self.front: deque[int] = deque()  # preempted requests, readmitted first
+        self.next_new = 0  # next arrived request never admitted yet
+        self.arrived = 0
+        self.run_ids = np.zeros(0, np.int64)
+        self.step_no = 0
+        self.time_s = 0.0
+        self.done = 0
+        self.rejected = 0
+        self.preemptions = 0
+        self.tokens_generated = 0
+        self.failures = {r.value: 0 for r in Reason}
+        self._last_fail: tuple[int, str] | None = None
+        self._evictions_seen = 0
+        cap = allocator.usage().capacity_tokens
+        self.capacity = cap
+        # running sums over steps under pressure (someone waiting): shares of capacity
+        self.acc = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
+        self.acc_all = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
+
+    @property
+    def finished(self) -> bool:
+        return self.done + self.rejected == len(self.w)
+
+    def _event(self, kind: str, seq: int, adm: Admission | None = None, count: int = 1) -> None:
+        if adm is None:
+            self.events.add(Event(self.time_s, self.step_no, self.name, kind, seq, count=count))
+        else:
+            self.events.add(Event(self.time_s, self.step_no, self.name, kind, seq,
+                                  adm.reason.value if adm.reason else None, adm.need_tokens,
+                                  adm.free_tokens, adm.largest_hole_tokens))
+
+    def _fail(self, rid: int, adm: Admission) -> None:
+        key = (rid, adm.reason.value)
+        if key != self._last_fail:  # one event per (request, reason) while it stays blocked
+            self._last_fail = key
+            self.failures[adm.reason.value] += 1
+            self._event("admit_failed", rid, adm)
+
+    # ---- phases ------------------------------------------------------------------------------
+    @property
+    def waiting_count(self) -> int:
+        return len(self.front) + self.arrived - self.next_new
+
+    def arrive(self, upto: int) -> None:
+        self.arrived = max(self.arrived, upto)
+
+    def _head(self, k: int) -> np.ndarray:
+        """The first k waiting request ids: preempted ones first, then new arrivals."""
+        nf = min(k, len(self.front))
+        head = np.fromiter(islice(self.front, nf), np.int64, nf)
+        if k > nf:
+            head = np.concatenate([head, np.arange(self.next_new, self.next_new + k - nf)])
+        return head
+
+    def _pop(self, k: int) -> None:
+        nf = min(k, len(self.front))
+        for _ in range(nf):
+            self.front.popleft()
+        self.next_new += k - nf
+
+    def _refuse_head(self, rid: int, n: int, reserve: int | None, policy: bool) -> Admission:
+        adm = self.alloc.check(n, reserve)
+        if adm.ok and policy:
+            adm = adm._replace(ok=False, reason=Reason.POLICY)
+        if not adm.ok:
+            self._fail(rid, adm)
+        return adm
+
+    def schedule(self) -> tuple[np.ndarray, np.ndarray]:
+        """Admit a FCFS prefix of the waiting requests while memory and limits allow."""
+        none = np.zeros(0, np.int64)
+        waiting = self.waiting_count
+        if not waiting:
+            return none, none
+        running = int(self.run_ids.size)
+        slots = self.cfg.max_num_seqs - running
+        cands = self._head(min(waiting, max(slots, 1), 4096))
+        n = self.w.prompt[cands] + self.generated[cands]
+        reserve = None if self.reserve is None else np.maximum(n, self.reserve[cands])
+        if slots <= 0:  # batch full: POLICY if memory would have served the head
+            self._refuse_head(int(cands[0]), int(n[0]), None if reserve is None
+                              else int(reserve[0]), policy=True)
+            return none, none
+        kb = max(1, int(np.searchsorted(np.cumsum(n), self.cfg.max_batched_tokens, "right")))
+        cands, n = cands[:kb], n[:kb]
+        reserve = None if reserve is None else reserve[:kb]
+        prefixes = None
+        if self.w.prefix_tokens:
+            pt = self.w.prefix_tokens
+            prefixes = [None if g < 0 else PrefixKey(int(g), min(pt, int(m)))
+                        for g, m in zip(self.w.prefix_group[cands].tolist(), n.tolist())]
+        keep = 0
+        if self.cfg.watermark > 0 and self.reserve is None and running:
+            keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
+        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep)
+        admitted, lens = cands[:k], n[:k]
+        self._pop(k)
+        if k:
+            self._last_fail = None
+            free = self.alloc.usage().free_tokens
+            ev = self.events.add
+            for rid, m in zip(admitted.tolist(), lens.tolist()):
+                ev(Event(self.time_s, self.step_no, self.name, "admitted", rid, None, m, free, 0))
+        if k < cands.size:
+            rid, m = int(cands[k]), int(n[k])
+            r = None if reserve is None else int(reserve[k])
+            adm = self._refuse_head(rid, m, r, policy=True)
+            if not adm.ok and adm.reason is not Reason.POLICY and running == 0 and k == 0:
+                self._pop(1)  # nothing runs, nothing will free memory: it can never fit
+                self.rejected += 1
+                self._event("rejected", rid, adm)
+        elif self.waiting_count and running + k >= self.cfg.max_num_seqs:
+            head = self._head(1)
+            m = int(self.w.prompt[head[0]] + self.generated[head[0]])
+            r = None if self.reserve is None else max(m, int(self.reserve[head[0]]))
+            self._refuse_head(int(head[0]), m, r, policy=True)
+        return admitted, lens
+
+    def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
+        if new.size:
+            self.run_ids = np.concatenate([self.run_ids, new])
+            if self.kv is not None:
+                self.kv.on_admit(new.tolist(), lens.tolist())
+
+    def decode_step(self) -> None:
+        ids = self.run_ids
+        if not ids.size:
+            return
+        ok = self.alloc.append_batch(ids)
+        if not ok.all():
+            lost = ids[~ok]
+            self.alloc.release_many(lost)
+            for rid in lost.tolist():
+                self._event("preempted", rid)
+            self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
+            self.preemptions += int(lost.size)
+            ids = ids[ok]
+            self.run_ids = ids
+        self.generated[ids] += 1
+        self.tokens_generated += int(ids.size)
+        if self.kv is not None and ids.size:
+            self.kv.on_decode(ids, self.w.prompt[ids] + self.generated[ids])
+
+    def finish(self) -> None:
+        ids = self.run_ids
+        done = self.generated[ids] >= self.w.output[ids]
+        if done.any():
+            gone = ids[done]
+            self.alloc.release_many(gone)
+            for rid in gone.tolist():
+                self._event("finished", rid)
+            self.done += int(done.sum())
+            self.run_ids = ids[~done]
+
+    def account(self) -> None:
+        u = self.alloc.usage()
+        if u.evictions != self._evictions_seen:
+            self._event("evicted", -1, count=u.evictions - self._evictions_seen)
+            self._evictions_seen = u.evictions
+        ids = self.run_ids
+        internal = 0
+        tail = 0
+        if ids.size:
+            held = self.alloc.seq_allocated_tokens(ids)
+            lens = self.w.prompt[ids] + self.generated[ids]
+            internal = int(np.maximum(0, held - np.maximum(self.final_len[ids], lens)).sum())
+            tail = int(((-lens) % self.alloc.block_size).sum())
+        slack = u.allocated_tokens - u.used_tokens
+        free = u.free_tokens
+        efi = 0.0
+        if self.alloc.contiguous and free > 0:
+            efi = 1.0 - self.alloc.check(1).largest_hole_tokens / free
+        for acc in ((self.acc, self.acc_all) if self.waiting_count else (self.acc_all,)):
+            acc["steps"] += 1
+            acc["used"] += u.used_tokens
+            acc["reserved"] += slack - internal
+            acc["internal"] += internal
+            acc["free"] += free
+            acc["tail"] += tail
+            acc["efi"] += efi
+
+    def step(self, time_s: float) -> None:
+        self.step_no += 1
+        self.time_s = time_s
+        # Running sequences take their next slot before anyone new is admitted (as vLLM's
+        # scheduler does): admitting first would hand the growth slots of running sequences to
+        # newcomers and preempt them in a loop.
+        self.decode_step()
+        self.finish()
+        self.prefill(*self.schedule())
+        self.account()
+
+    # ---- views -------------------------------------------------------------------------------
+    def snapshot(self) -> BlockMap:
+        ids = self.run_ids
+        return replace(self.alloc.snapshot(), final_seq=ids.astype(np.int32),
+                       final_len=self.final_len[ids].astype(np.int32))
+
+    def summary(self) -> dict:
+        acc = self.acc if self.acc["steps"] else self.acc_all
+        denom = max(1, acc["steps"]) * self.capacity
+        return {
+            "lane": self.name,
+            "allocator": self.spec.allocator,
+            "block_size": self.spec.block_size,
+            "steps": self.step_no,
+            "finished": self.done,
+            "rejected": self.rejected,
+            "preemptions": self.preemptions,
+            "admit_failures": {k.lower(): v for k, v in self.failures.items()},
+            "used_share": acc["used"] / denom,
+            "reserved_share": acc["reserved"] / denom,
+            "internal_share": acc["internal"] / denom,
+            "free_share": acc["free"] / denom,
+            "tail_waste_share": acc["tail"] / denom,
+            "external_frag_index_mean": acc["efi"] / max(1, acc["steps"]),
+            "pressure_steps": self.acc["steps"],
+            "tokens_generated": self.tokens_generated,
+        }

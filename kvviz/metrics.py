@@ -1,0 +1,115 @@
+"""Fragmentation metrics: pure functions of a BlockMap (no allocator internals).
+
+For capacity C slots:  used + slack + free = C  (slack = allocated but not written).
+When final lengths are known, slack = reserved (will be written) + internal (never written).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from kvviz.blockmap import FREE, BlockMap
+
+
+class Metrics(NamedTuple):
+    capacity_tokens: int
+    used_tokens: int  # KV written by live sequences, shared blocks counted once
+    slack_tokens: int  # allocated, not yet written
+    free_tokens: int  # in free blocks (cached-free included: evictable on demand)
+    cached_tokens: int  # free blocks still holding reusable prefix content
+    reserved_tokens: int | None  # part of slack that will be written (final lengths known)
+    internal_tokens: int | None  # part of slack that never will be
+    hole_count: int  # runs of adjacent free blocks in address order
+    largest_hole_tokens: int
+    external_frag_index: float  # 1 - largest placeable / free; 0 when any block serves
+    tail_waste_tokens: int  # unwritten slots in partly written blocks (last blocks)
+    shared_savings_tokens: int  # slots that sharing saved: sum (refcount - 1) * filled
+    live_sequences: int
+
+    def share(self, tokens: int | None) -> float:
+        return 0.0 if tokens is None or self.capacity_tokens == 0 else tokens / self.capacity_tokens
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return self._asdict()
+
+
+def hole_sizes(bm: BlockMap) -> np.ndarray:
+    """Sizes in slots of every maximal run of free blocks, in address order (int64)."""
+    free = bm.owner == FREE
+    if not free.any():
+        return np.zeros(0, np.int64)
+    edges = np.diff(np.concatenate(([0], free.view(np.int8), [0])))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    return (ends - starts).astype(np.int64) * bm.block_size
+
+
+def hole_starts(bm: BlockMap) -> np.ndarray:
+    free = bm.owner == FREE
+    edges = np.diff(np.concatenate(([0], free.view(np.int8), [0])))
+    return np.flatnonzero(edges == 1)
+
+
+def hole_histogram(bm: BlockMap, max_pow2: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of holes by size bucket [2^k, 2^(k+1)) slots; returns (bucket_lo, counts)."""
+    sizes = hole_sizes(bm)
+    lo = 2 ** np.arange(max_pow2 + 1, dtype=np.int64)
+    idx = np.clip(np.floor(np.log2(np.maximum(sizes, 1))).astype(np.int64), 0, max_pow2)
+    return lo, np.bincount(idx, minlength=max_pow2 + 1)
+
+
+def tail_waste_tokens(bm: BlockMap) -> int:
+    partial = (bm.owner != FREE) & (bm.filled > 0) & (bm.filled < bm.allocated)
+    return int((bm.allocated[partial] - bm.filled[partial]).sum())
+
+
+def slack_split(bm: BlockMap) -> tuple[int, int] | None:
+    """(reserved, internal) when the map carries final lengths, else None."""
+    if bm.final_seq is None or bm.final_len is None:
+        return None
+    owned = bm.owner != FREE
+    owners = bm.owner[owned].astype(np.int64)
+    slack = int((bm.allocated[owned] - bm.filled[owned]).sum())
+    if owners.size == 0:
+        return 0, 0
+    n = int(max(owners.max(), bm.final_seq.max(initial=-1))) + 1
+    alloc = np.bincount(owners, weights=bm.allocated[owned], minlength=n)
+    written = np.bincount(owners, weights=bm.filled[owned], minlength=n)
+    final = np.zeros(n, np.float64)
+    final[bm.final_seq.astype(np.int64)] = bm.final_len
+    live = np.unique(owners)
+    # A sequence never writes past its final length: what it holds beyond that is internal.
+    internal = np.maximum(0.0, alloc[live] - np.maximum(final[live], written[live])).sum()
+    return slack - int(internal), int(internal)
+
+
+def compute(bm: BlockMap) -> Metrics:
+    owned = bm.owner != FREE
+    free_blocks = int((~owned).sum())
+    used = int(bm.filled[owned].sum())
+    allocated = int(bm.allocated[owned].sum())
+    free = free_blocks * bm.block_size
+    holes = hole_sizes(bm)
+    largest = int(holes.max()) if holes.size else 0
+    if bm.contiguous:
+        efi = 0.0 if free == 0 else 1.0 - largest / free
+    else:
+        efi = 0.0  # any free block serves a paged request: no external fragmentation
+    split = slack_split(bm)
+    shared = owned & (bm.refcount > 1)
+    return Metrics(
+        capacity_tokens=bm.capacity_tokens,
+        used_tokens=used,
+        slack_tokens=allocated - used,
+        free_tokens=free,
+        cached_tokens=int(bm.cached.sum()) * bm.block_size,
+        reserved_tokens=None if split is None else split[0],
+        internal_tokens=None if split is None else split[1],
+        hole_count=int(holes.size),
+        largest_hole_tokens=largest,
+        external_frag_index=float(efi),
+        tail_waste_tokens=tail_waste_tokens(bm),
+        shared_savings_tokens=int(((bm.refcount[shared] - 1) * bm.filled[shared]).sum()),
+        live_sequences=int(np.unique(bm.owner[owned]).size),
+    )
