@@ -185,7 +185,8 @@ class LaneSpec:
             try:
                 bs = int(parts[1])
             except ValueError:
-                raise ValueError(f"lane: {text!r}: block size {parts[1]!r} is not an integer")
+                raise ValueError(
+                    f"lane: {text!r}: block size {parts[1]!r} is not an integer") from None
             if len(parts) == 3:
                 _need(parts[2] == "prefix", "lane", f"{text!r}: unknown option {parts[2]!r}")
             return cls("paged", bs, prefix_caching=len(parts) == 3)

@@ -98,7 +98,8 @@ def _parse_row(row: dict, where: str) -> tuple[float, int, int, int]:
         except (TypeError, ValueError):
             raise TraceError(f"{where}: field '{f}' is not a number: {raw!r}") from None
         if f == "arrival_s" and not (math.isfinite(v) and v >= 0):
-            raise TraceError(f"{where}: field 'arrival_s' must be a finite number >= 0, got {raw!r}")
+            raise TraceError(
+                f"{where}: field 'arrival_s' must be a finite number >= 0, got {raw!r}")
         if f in ("prompt_tokens", "output_tokens") and v < 1:
             raise TraceError(f"{where}: field '{f}' must be >= 1, got {raw!r}")
         if f == "prefix_group" and v < -1:

@@ -248,6 +248,9 @@ class PagedAllocator(Allocator):
             raise ValueError(f"seq_id {int(ids[self._rows.is_live(ids)][0])} is already live")
         total = int(cum[k - 1])
         blocks = self._take(total)
+        if k <= 8:  # a few sequences: scalar slices beat a dozen vectorized passes
+            self._admit_few(ids.tolist(), n.tolist(), nb.tolist(), blocks)
+            return k
         rows, grew = self._rows.add_many(ids)
         if grew:
             m = self._rows.capacity
@@ -267,9 +270,36 @@ class PagedAllocator(Allocator):
         self._held += total
         return k
 
+    def _admit_few(self, ids: list[int], lens: list[int], nbs: list[int],
+                   blocks: np.ndarray) -> None:
+        bs, at = self.block_size, 0
+        for sid, n, nb in zip(ids, lens, nbs):
+            row = self._new_row(sid)
+            blk = blocks[at : at + nb]
+            at += nb
+            self._ensure_width(nb)
+            self._table[row, :nb] = blk
+            self._owner[blk] = sid
+            self._ref[blk] = 1
+            self._filled[blk] = bs
+            self._filled[blk[-1]] = n - (nb - 1) * bs
+            self._len[row] = n
+            self._nb[row] = nb
+            self._used += n
+            self._held += nb
+
     def release_many(self, seq_ids: np.ndarray) -> None:
         if self._sharing:
             return super().release_many(seq_ids)
+        if len(seq_ids) <= 8:
+            parts = []
+            for sid in np.asarray(seq_ids).tolist():
+                row = self._rows.remove(sid)
+                parts.append(self._table[row, : self._nb[row]])
+                self._nb[row] = 0
+                self._len[row] = 0
+            self._give_back(np.concatenate(parts) if len(parts) > 1 else parts[0].copy())
+            return
         rows = self._rows.remove_many(np.asarray(seq_ids, np.int64))
         nb = self._nb[rows]
         width = int(nb.max()) if nb.size else 0
@@ -302,33 +332,36 @@ class PagedAllocator(Allocator):
 
     def append_batch(self, seq_ids: np.ndarray) -> np.ndarray:
         seq_ids = np.asarray(seq_ids, np.int64)
-        if self._sharing:
-            return super().append_batch(seq_ids)
         rows = self._rows.rows(seq_ids)
         lens = self._len[rows]
-        ok = np.ones(seq_ids.size, np.bool_)
+        if self._sharing:  # a shared, partly written last block needs copy-on-write: slow path
+            part = lens % self.block_size != 0
+            if (self._ref[self._table[rows[part], lens[part] // self.block_size]] > 1).any():
+                return super().append_batch(seq_ids)
+        ok = None
         need = np.flatnonzero(lens >= self._nb[rows] * self.block_size)
         if need.size:
             avail = self._free_blocks()
             if need.size > avail:  # later sequences lose: the engine preempts them
+                ok = np.ones(seq_ids.size, np.bool_)
                 ok[need[avail:]] = False
                 need = need[:avail]
-        if need.size:
-            fresh = self._take(need.size)
-            r = rows[need]
-            nb = self._nb[r]
-            self._ensure_width(int(nb.max()) + 1)
-            self._table[r, nb] = fresh
-            self._nb[r] = nb + 1
-            self._owner[fresh] = seq_ids[need]
-            self._ref[fresh] = 1
-            self._held += int(need.size)
-        if not ok.all():
+            if need.size:
+                fresh = self._take(need.size)
+                r = rows[need]
+                nb = self._nb[r]
+                self._ensure_width(int(nb.max()) + 1)
+                self._table[r, nb] = fresh
+                self._nb[r] = nb + 1
+                self._owner[fresh] = seq_ids[need]
+                self._ref[fresh] = 1
+                self._held += int(need.size)
+        if ok is not None:
             rows, lens = rows[ok], lens[ok]
         self._filled[self._table[rows, lens // self.block_size]] += 1
         self._len[rows] = lens + 1
         self._used += int(rows.size)
-        return ok
+        return np.ones(seq_ids.size, np.bool_) if ok is None else ok
 
     def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
         old = int(self._table[row, idx])

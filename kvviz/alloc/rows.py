@@ -81,12 +81,13 @@ class RowTable:
         return int(self.row_of_seq[seq_id])
 
     def rows(self, seq_ids: np.ndarray) -> np.ndarray:
-        seq_ids = np.asarray(seq_ids, np.int64)
-        if seq_ids.size and (seq_ids.min() < 0 or seq_ids.max() >= self.row_of_seq.shape[0]):
-            raise KeyError("a sequence in the batch is not live")
-        rows = self.row_of_seq[seq_ids]
+        """Rows of live sequences (hot path: one gather and one reduction)."""
+        try:
+            rows = self.row_of_seq[seq_ids]
+        except IndexError:
+            raise KeyError("a sequence in the batch is not live") from None
         if rows.size and rows.min() < 0:
-            bad = seq_ids[rows < 0][0]
+            bad = np.asarray(seq_ids)[rows < 0][0]
             raise KeyError(f"sequence {int(bad)} is not live")
         return rows
 

@@ -7,8 +7,8 @@ decoding in the next one. Requests are indices into the Workload.
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice
 from dataclasses import replace
+from itertools import islice
 from typing import Protocol
 
 import numpy as np
@@ -39,7 +39,7 @@ class Lane:
         self.name, self.spec, self.alloc, self.w, self.cfg = name, spec, allocator, workload, engine
         self.events, self.kv = events, kv
         n = len(workload)
-        self.generated = np.zeros(n, np.int64)
+        self.generated = np.zeros(n, np.int64)  # kept for waiting requests (recompute)
         self.final_len = workload.final_len
         if spec.allocator == "contiguous":
             self.reserve = {"max": np.full(n, engine.max_seq_len, np.int64),
@@ -50,13 +50,17 @@ class Lane:
         self.front: deque[int] = deque()  # preempted requests, readmitted first
         self.next_new = 0  # next arrived request never admitted yet
         self.arrived = 0
+        # running sequences, in admission order; run_len / run_rem are aligned with run_ids
         self.run_ids = np.zeros(0, np.int64)
+        self.run_len = np.zeros(0, np.int64)  # KV slots written (prompt + generated)
+        self.run_rem = np.zeros(0, np.int64)  # tokens still to generate
         self.step_no = 0
         self.time_s = 0.0
         self.done = 0
         self.rejected = 0
         self.preemptions = 0
         self.tokens_generated = 0
+        self.wall_seconds = 0.0  # time spent stepping this lane
         self.failures = {r.value: 0 for r in Reason}
         self._last_fail: tuple[int, str] | None = None
         self._evictions_seen = 0
@@ -123,6 +127,14 @@ class Lane:
             return none, none
         running = int(self.run_ids.size)
         slots = self.cfg.max_num_seqs - running
+        if slots > 0:  # fast refusal: most steps under pressure cannot admit even the head
+            rid = self.front[0] if self.front else self.next_new
+            m = int(self.w.prompt[rid] + self.generated[rid])
+            r = None if self.reserve is None else max(m, int(self.reserve[rid]))
+            adm = self.alloc.check(m, r)
+            if not adm.ok and (running or adm.reason is Reason.POLICY):
+                self._fail(rid, adm)
+                return none, none
         cands = self._head(min(waiting, max(slots, 1), 4096))
         n = self.w.prompt[cands] + self.generated[cands]
         reserve = None if self.reserve is None else np.maximum(n, self.reserve[cands])
@@ -168,8 +180,15 @@ class Lane:
     def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
         if new.size:
             self.run_ids = np.concatenate([self.run_ids, new])
+            self.run_len = np.concatenate([self.run_len, lens])
+            self.run_rem = np.concatenate([self.run_rem, self.w.output[new] - self.generated[new]])
             if self.kv is not None:
                 self.kv.on_admit(new.tolist(), lens.tolist())
+
+    def _keep(self, mask: np.ndarray) -> None:
+        self.run_ids = self.run_ids[mask]
+        self.run_len = self.run_len[mask]
+        self.run_rem = self.run_rem[mask]
 
     def decode_step(self) -> None:
         ids = self.run_ids
@@ -179,47 +198,52 @@ class Lane:
         if not ok.all():
             lost = ids[~ok]
             self.alloc.release_many(lost)
+            self.generated[lost] = self.w.output[lost] - self.run_rem[~ok]
             for rid in lost.tolist():
                 self._event("preempted", rid)
             self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
             self.preemptions += int(lost.size)
-            ids = ids[ok]
-            self.run_ids = ids
-        self.generated[ids] += 1
+            self._keep(ok)
+            ids = self.run_ids
+        self.run_len += 1
+        self.run_rem -= 1
         self.tokens_generated += int(ids.size)
         if self.kv is not None and ids.size:
-            self.kv.on_decode(ids, self.w.prompt[ids] + self.generated[ids])
+            self.kv.on_decode(ids, self.run_len)
 
     def finish(self) -> None:
-        ids = self.run_ids
-        done = self.generated[ids] >= self.w.output[ids]
+        done = self.run_rem <= 0
         if done.any():
-            gone = ids[done]
+            gone = self.run_ids[done]
             self.alloc.release_many(gone)
+            self.generated[gone] = self.w.output[gone]
             for rid in gone.tolist():
                 self._event("finished", rid)
-            self.done += int(done.sum())
-            self.run_ids = ids[~done]
+            self.done += int(gone.size)
+            self._keep(~done)
 
     def account(self) -> None:
         u = self.alloc.usage()
         if u.evictions != self._evictions_seen:
             self._event("evicted", -1, count=u.evictions - self._evictions_seen)
             self._evictions_seen = u.evictions
+        pressure = self.waiting_count > 0
+        if not pressure and self.acc["steps"]:
+            return  # shares are reported over pressure steps once there are any
         ids = self.run_ids
         internal = 0
         tail = 0
         if ids.size:
             held = self.alloc.seq_allocated_tokens(ids)
-            lens = self.w.prompt[ids] + self.generated[ids]
-            internal = int(np.maximum(0, held - np.maximum(self.final_len[ids], lens)).sum())
+            lens = self.run_len
+            internal = int(np.maximum(0, held - (lens + self.run_rem)).sum())
             tail = int(((-lens) % self.alloc.block_size).sum())
         slack = u.allocated_tokens - u.used_tokens
         free = u.free_tokens
         efi = 0.0
         if self.alloc.contiguous and free > 0:
             efi = 1.0 - self.alloc.check(1).largest_hole_tokens / free
-        for acc in ((self.acc, self.acc_all) if self.waiting_count else (self.acc_all,)):
+        for acc in ((self.acc, self.acc_all) if pressure else (self.acc_all,)):
             acc["steps"] += 1
             acc["used"] += u.used_tokens
             acc["reserved"] += slack - internal

@@ -57,8 +57,10 @@ class Simulation:
         upto = int(np.searchsorted(self._arrival, now, side="right"))
         for lane in self.lanes:
             if not lane.finished:
+                t0 = time.perf_counter()
                 lane.arrive(upto)
                 lane.step(now)
+                lane.wall_seconds += time.perf_counter() - t0
 
     def run(self, max_steps: int | None = None,
             progress: Callable[[int, int], None] | None = None) -> list[dict]:
@@ -76,7 +78,7 @@ class Simulation:
         out = []
         for lane in self.lanes:
             s = lane.summary()
-            s["wall_seconds"] = self.wall_seconds
+            s["wall_seconds"] = lane.wall_seconds
             out.append(s)
         return out
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, then run it. Used by README and .ci/run.
+#   bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# Chromium + driver for the browser test, Prometheus for the export test (Debian packages).
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "installing Debian packages: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# torch is pinned to the CPU build (requirements.txt); never `playwright install`.
+$PY -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+$PY -m pip install -q --disable-pip-version-check --no-deps -e .
+
+$PY -m ruff check .
+set +e
+$PY -m pytest -q -p no:cacheprovider --timeout 600 "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
+exit $rc
