@@ -1,0 +1,29 @@
+"""Import a torch CUDA memory snapshot (`torch.cuda.memory._dump_snapshot`) safely and measure
+the caching allocator's fragmentation. Loading never calls pickle.load: see safe_pickle.py.
+Needs numpy only; torch is not imported.
+"""
+from __future__ import annotations
+
+from kvviz.torchsnap.safe_pickle import (
+    DEFAULT_MAX_BYTES,
+    Snapshot,
+    SnapshotFormatError,
+    UnsafePickleError,
+    load_snapshot,
+    loads_snapshot,
+    parse_snapshot,
+    safe_loads,
+)
+from kvviz.torchsnap.summary import (
+    SnapshotCells,
+    SnapshotSummary,
+    segment_blockmap,
+    snapshot_cells,
+    summarize,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BYTES", "Snapshot", "SnapshotCells", "SnapshotFormatError", "SnapshotSummary",
+    "UnsafePickleError", "load_snapshot", "loads_snapshot", "parse_snapshot", "safe_loads",
+    "segment_blockmap", "snapshot_cells", "summarize",
+]

@@ -1,0 +1,44 @@
+"""`kvviz scrape`: prints and records samples; refuses what it cannot do with exit 2."""
+from __future__ import annotations
+
+import json
+
+from kvviz.cli import main
+from kvviz.node.scrape import read_jsonl
+
+
+def test_records_jsonl_and_prints_a_line_per_sample(fake_node, tmp_path, capsys):
+    out = tmp_path / "node.jsonl"
+    args = ["scrape", fake_node.url("/counter"), "--interval", "0.05", "--count", "3",
+            "--out", str(out)]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and " ok vllm kv " in lines[0] and "/s)" in lines[2]
+    samples = read_jsonl(out)
+    assert [s.preemptions_total for s in samples] == [10, 13, 16]
+
+
+def test_json_lines_on_stdout(fake_node, capsys):
+    assert main(["scrape", fake_node.url("/sglang/metrics"), "--count", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["engine"] == "sglang" and d["kv_capacity_tokens"] == 400000
+
+
+def test_no_successful_scrape_exits_1(closed_port_url, capsys):
+    assert main(["scrape", closed_port_url, "--count", "2", "--interval", "0.05"]) == 1
+    captured = capsys.readouterr()
+    assert "unreachable" in captured.out and "no successful scrape" in captured.err
+
+
+def test_store_output_is_not_available_yet(fake_node, tmp_path, capsys):
+    assert main(["scrape", fake_node.url("/metrics"), "--out", str(tmp_path / "r.db")]) == 2
+    assert "store is not available yet" in capsys.readouterr().err
+
+
+def test_bad_arguments_exit_2(tmp_path, capsys):
+    assert main(["scrape", "file:///etc/passwd", "--count", "1"]) == 2
+    assert main(["scrape", "localhost:1", "--out", str(tmp_path / "x.csv")]) == 2
+    assert main(["scrape", "localhost:1", "--interval", "0"]) == 2
+    assert main(["scrape", "localhost:1", "--count", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "only http" in err and ".jsonl or .db" in err and "interval must be > 0" in err
