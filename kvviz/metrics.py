@@ -34,21 +34,23 @@ class Metrics(NamedTuple):
         return self._asdict()
 
 
+def _hole_edges(bm: BlockMap) -> tuple[np.ndarray, np.ndarray]:
+    """(first block, one past the last block) of every maximal run of free blocks."""
+    free = np.empty(bm.num_blocks + 2, np.int8)
+    free[0] = free[-1] = 0
+    np.equal(bm.owner, FREE, out=free[1:-1].view(np.bool_))
+    edges = np.diff(free)
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
 def hole_sizes(bm: BlockMap) -> np.ndarray:
     """Sizes in slots of every maximal run of free blocks, in address order (int64)."""
-    free = bm.owner == FREE
-    if not free.any():
-        return np.zeros(0, np.int64)
-    edges = np.diff(np.concatenate(([0], free.view(np.int8), [0])))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
+    starts, ends = _hole_edges(bm)
     return (ends - starts).astype(np.int64) * bm.block_size
 
 
 def hole_starts(bm: BlockMap) -> np.ndarray:
-    free = bm.owner == FREE
-    edges = np.diff(np.concatenate(([0], free.view(np.int8), [0])))
-    return np.flatnonzero(edges == 1)
+    return _hole_edges(bm)[0]
 
 
 def hole_histogram(bm: BlockMap, max_pow2: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -60,8 +62,9 @@ def hole_histogram(bm: BlockMap, max_pow2: int = 20) -> tuple[np.ndarray, np.nda
 
 
 def tail_waste_tokens(bm: BlockMap) -> int:
-    partial = (bm.owner != FREE) & (bm.filled > 0) & (bm.filled < bm.allocated)
-    return int((bm.allocated[partial] - bm.filled[partial]).sum())
+    gap = bm.allocated - bm.filled  # > 0 only on owned blocks not fully written
+    partial = (bm.filled > 0) & (gap > 0)
+    return int(gap[partial].sum(dtype=np.int64))
 
 
 def slack_split(bm: BlockMap) -> tuple[int, int] | None:
@@ -84,11 +87,22 @@ def slack_split(bm: BlockMap) -> tuple[int, int] | None:
     return slack - int(internal), int(internal)
 
 
+def live_sequences(bm: BlockMap) -> int:
+    """Distinct owners (a scatter into a scratch mask: much cheaper than np.unique)."""
+    owners = bm.owner[bm.owner != FREE]
+    if owners.size == 0:
+        return 0
+    seen = np.zeros(int(owners.max()) + 1, np.bool_)
+    seen[owners] = True
+    return int(np.count_nonzero(seen))
+
+
 def compute(bm: BlockMap) -> Metrics:
     owned = bm.owner != FREE
-    free_blocks = int((~owned).sum())
-    used = int(bm.filled[owned].sum())
-    allocated = int(bm.allocated[owned].sum())
+    free_blocks = bm.num_blocks - int(np.count_nonzero(owned))
+    # free blocks have filled == allocated == 0 except cached ones (filled = content)
+    used = int(bm.filled.sum(dtype=np.int64)) - int(bm.filled[bm.cached].sum(dtype=np.int64))
+    allocated = int(bm.allocated.sum(dtype=np.int64))
     free = free_blocks * bm.block_size
     holes = hole_sizes(bm)
     largest = int(holes.max()) if holes.size else 0
@@ -111,5 +125,5 @@ def compute(bm: BlockMap) -> Metrics:
         external_frag_index=float(efi),
         tail_waste_tokens=tail_waste_tokens(bm),
         shared_savings_tokens=int(((bm.refcount[shared] - 1) * bm.filled[shared]).sum()),
-        live_sequences=int(np.unique(bm.owner[owned]).size),
+        live_sequences=live_sequences(bm),
     )

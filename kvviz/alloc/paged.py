@@ -291,6 +291,8 @@ class PagedAllocator(Allocator):
     def release_many(self, seq_ids: np.ndarray) -> None:
         if self._sharing:
             return super().release_many(seq_ids)
+        if len(seq_ids) == 0:
+            return
         if len(seq_ids) <= 8:
             parts = []
             for sid in np.asarray(seq_ids).tolist():

@@ -1,0 +1,88 @@
+"""Block map encode + write time and bytes per stored map.
+
+Maps: an engine map (sim run of a paged lane, block 16) and a churned stress map (random
+admit/release rounds leave ~74k runs in 1M blocks), plus the all-free map. "write" is one
+RunWriter.add_sample with the map plus commit (WAL, synchronous=NORMAL).
+
+    python benchmarks/bench_store.py [--blocks 1048576] [--repeats 20]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kvviz.alloc import PagedAllocator  # noqa: E402
+from kvviz.blockmap import BlockMap, empty_blockmap  # noqa: E402
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig  # noqa: E402
+from kvviz.engine import Simulation  # noqa: E402
+from kvviz.store import RunWriter  # noqa: E402
+from kvviz.store_codec import encode  # noqa: E402
+from kvviz.workload import generate  # noqa: E402
+
+
+def engine_map(blocks: int) -> BlockMap:
+    w = generate(WorkloadConfig(num_requests=40000, seed=0))
+    sim = Simulation(w, [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=blocks * 16),
+                     EngineConfig(max_num_seqs=4096, max_batched_tokens=1 << 20))
+    for _ in range(600):
+        sim.step()
+    return sim.lanes[0].snapshot()
+
+
+def churned_map(blocks: int) -> BlockMap:
+    rng = np.random.default_rng(0)
+    a = PagedAllocator(blocks, 16)
+    sid, live = 0, []
+    for _ in range(6):
+        while a.admit(sid, int(rng.lognormal(6, 1)) + 1).ok:
+            live.append(sid)
+            sid += 1
+        rng.shuffle(live)
+        a.release_many(np.array(live[: len(live) // 2]))
+        live = live[len(live) // 2:]
+    return a.snapshot()
+
+
+def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
+    enc_t = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        e = encode(bm)
+        enc_t.append(time.perf_counter() - t)
+    w = RunWriter(tmp / f"{name}.db", {}, blockmap_budget_bytes=2**40)
+    wr_t = []
+    for i in range(repeats):
+        t = time.perf_counter()
+        w.add_sample(float(i), i, "lane", {}, bm)
+        w.commit()
+        wr_t.append(time.perf_counter() - t)
+    w.close()
+    raw = sum(getattr(bm, k).nbytes for k in ("owner", "filled", "allocated", "refcount",
+                                               "cached"))
+    print(f"{name:>8}: {bm.num_blocks} blocks, {e.runs} runs, used {(bm.owner >= 0).mean():.0%}"
+          f" | encode {1e3 * statistics.median(enc_t):.2f} ms, encode+write+commit "
+          f"{1e3 * statistics.median(wr_t):.2f} ms (median of {repeats}) | {e.nbytes} bytes "
+          f"stored ({e.nbytes / bm.num_blocks:.3f} B/block, raw {raw / e.nbytes:.0f}x larger)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--blocks", type=int, default=1 << 20)
+    p.add_argument("--repeats", type=int, default=20)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        for name, bm in (("free", empty_blockmap(a.blocks, 16)), ("engine", engine_map(a.blocks)),
+                         ("churned", churned_map(a.blocks))):
+            bench(name, bm, a.repeats, Path(d))
+
+
+if __name__ == "__main__":
+    main()

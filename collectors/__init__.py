@@ -1,0 +1,5 @@
+"""Processes that run things and sample them into the store (kvviz/store.py).
+
+`python -m collectors` is `kvviz collect`: the engine collector (engine_collector.py) with its
+writer thread (sampler.py), NVML (nvml.py) and torch/process memory (torch_memory.py).
+"""

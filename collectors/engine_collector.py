@@ -1,0 +1,251 @@
+"""Run the engine live and record it: lanes, block maps, metrics, events, device memory.
+
+Arrivals follow wall time since the start (Simulation.step(time_s=...)). Every 1/hz seconds
+the engine thread copies each lane's BlockMap and counters plus the new events and hands
+them to the store's writer thread (collectors/sampler.py). With `loop`, an exhausted
+workload restarts as a fresh seeded stream; sequence ids then continue where the previous
+stream ended (offset by its size) so ids stay unique within a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from collectors import torch_memory
+from collectors.nvml import NvmlProbe
+from collectors.sampler import Batch, Hook, LaneSample, SampleWriter
+from kvviz.blockmap import FREE
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
+from kvviz.engine import Simulation
+from kvviz.engine.lane import Lane
+from kvviz.store import RunWriter
+from kvviz.workload import Workload, generate
+
+COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
+                "admit_failures_policy", "tokens_generated")
+EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectorConfig:
+    out: Path
+    mode: str  # "sim" | "real"
+    device: str  # "cpu" | "cuda" (resolved, never "auto")
+    model: ModelShape
+    cache: CacheConfig
+    engine: EngineConfig
+    lanes: tuple[LaneSpec, ...]
+    workload: WorkloadConfig | None  # a synthetic stream, or
+    trace: Workload | None = None  # a loaded trace (then `workload` is None)
+    trace_path: str = ""
+    duration_s: float | None = None  # None: until stopped or the workload is exhausted
+    hz: float = 4.0
+    steps_per_s: float = 20.0  # 0 = no pacing
+    loop: bool = False
+    blockmap_budget_bytes: int = 200 * 2**20
+    quiet: bool = False
+    overwrite: bool = False
+
+
+def _counters(lane: Lane) -> dict:
+    f = lane.failures
+    return {"preemptions": lane.preemptions, "admit_failures_capacity": f["CAPACITY"],
+            "admit_failures_fragmentation": f["FRAGMENTATION"],
+            "admit_failures_policy": f["POLICY"], "tokens_generated": lane.tokens_generated}
+
+
+class EngineCollector:
+    def __init__(self, cfg: CollectorConfig, kv_factory: Callable | None = None) -> None:
+        self.cfg = cfg
+        self.kv_factory = kv_factory  # real mode: allocator -> RealKV
+        self.hooks: list[Hook] = []  # each called with every sample record (writer thread)
+        self.stop_reason: str | None = None
+        self.loop_no = 0
+        self.sim = self._new_sim()  # validates lanes/capacity before any file exists
+        self.nvml = NvmlProbe() if cfg.device.startswith("cuda") or cfg.mode == "real" else None
+        self._base = {ln.name: dict.fromkeys(COUNTER_KEYS, 0) for ln in self.sim.lanes}
+        self._seq_offset = 0
+        self._loop_t0 = 0.0
+        self._cursor = 0
+        self._last_tok: dict[str, tuple[float, int]] = {}
+
+    def _workload(self) -> Workload:
+        if self.cfg.trace is not None:
+            return self.cfg.trace
+        assert self.cfg.workload is not None
+        return generate(dataclasses.replace(self.cfg.workload,
+                                            seed=self.cfg.workload.seed + self.loop_no))
+
+    def _new_sim(self) -> Simulation:
+        return Simulation(self._workload(), list(self.cfg.lanes), self.cfg.cache,
+                          self.cfg.engine, kv_factory=self.kv_factory)
+
+    def meta(self) -> dict:
+        c = self.cfg
+        lanes = [{"name": ln.name, "label": ln.spec.label, "allocator": ln.spec.allocator,
+                  "block_size": ln.alloc.block_size, "capacity_tokens": ln.capacity,
+                  "num_blocks": ln.capacity // ln.alloc.block_size,
+                  "bytes_per_token": c.model.kv_bytes_per_token} for ln in self.sim.lanes]
+        wl = (dataclasses.asdict(c.workload) if c.workload else
+              {"trace": c.trace_path, "num_requests": len(self.sim.workload)})
+        wl = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+              for k, v in wl.items()}  # JSON has no inf: rate=None means all at once
+        return {"mode": c.mode, "device": c.device,
+                "model": {**dataclasses.asdict(c.model),
+                          "kv_bytes_per_token": c.model.kv_bytes_per_token},
+                "cache": {"capacity_tokens": c.cache.tokens}, "workload": wl,
+                "engine": dataclasses.asdict(c.engine), "lanes": lanes,
+                "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
+                              "duration_s": c.duration_s},
+                "nvml": None if self.nvml is None else {"status": self.nvml.status,
+                                                        "reason": self.nvml.reason},
+                "versions": versions(c.mode), "started_unix": time.time()}
+
+    # ---- sampling ---------------------------------------------------------------------------
+    def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
+        bm = lane.snapshot()
+        off = self._seq_offset
+        if off:
+            owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
+            bm = dataclasses.replace(bm, owner=owner, final_seq=bm.final_seq + off)
+        base = self._base[lane.name]
+        cnt = {k: v + base[k] for k, v in _counters(lane).items()}
+        t_prev, tok_prev = self._last_tok.get(lane.name, (0.0, 0))
+        tok = cnt["tokens_generated"]
+        cnt["tokens_per_s"] = (tok - tok_prev) / (t - t_prev) if t > t_prev else 0.0
+        self._last_tok[lane.name] = (t, tok)
+        cnt["running"] = int(lane.run_ids.size)
+        cnt["waiting"] = int(lane.waiting_count)
+        return LaneSample(lane.name, lane.step_no, cnt, bm)
+
+    def _new_events(self) -> list:
+        log = self.sim.events
+        evs, self._cursor = log.since(self._cursor)
+        if self._cursor > EVENT_TRIM:  # a day-long run must not keep every event in memory
+            del log.events[: self._cursor]
+            self._cursor = 0
+        if self._seq_offset or self._loop_t0:
+            off, t0 = self._seq_offset, self._loop_t0
+            evs = [e._replace(time_s=e.time_s + t0, seq_id=e.seq_id + off if e.seq_id >= 0
+                              else e.seq_id) for e in evs]
+        return evs
+
+    def _device(self) -> Callable[[], list[dict]]:
+        kvs = [ln.kv for ln in self.sim.lanes]
+        nvml, device = self.nvml, self.cfg.device
+
+        def read() -> list[dict]:
+            mine = torch_memory.sample(device, kvs)
+            rows = nvml.sample() if nvml is not None else [{"device_index": -1,
+                                                            "nvml_status": "not used (sim mode)",
+                                                            "nvml_reason": ""}]
+            return [{**r, **mine} for r in rows]
+        return read
+
+    def _batch(self, t: float) -> Batch:
+        return Batch(t, [self._lane_sample(ln, t) for ln in self.sim.lanes], self._new_events(),
+                     self._device())
+
+    def _restart(self, t: float, sink: SampleWriter) -> None:
+        """--loop: a fresh seeded stream; counters and ids continue."""
+        sink.put(self._batch(t))  # the old stream's last events and state
+        for ln in self.sim.lanes:
+            for k, v in _counters(ln).items():
+                self._base[ln.name][k] += v
+        self._seq_offset += len(self.sim.workload)
+        self.loop_no += 1
+        self.sim = self._new_sim()
+        self._loop_t0, self._cursor = t, 0
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+
+    def run(self, writer: RunWriter | None = None) -> str:
+        """Record until the duration ends, the workload is exhausted or a signal arrives."""
+        c = self.cfg
+        writer = writer or RunWriter(c.out, self.meta(), overwrite=c.overwrite,
+                                     blockmap_budget_bytes=c.blockmap_budget_bytes)
+        sink = SampleWriter(writer, self.hooks)
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        status, message = "finished", ""
+        try:
+            status, message = self._loop(sink)
+        except BaseException as exc:
+            status, message = "error", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            sink.close(status, message)
+            if self.nvml is not None:
+                self.nvml.close()
+        return status
+
+    def _loop(self, sink: SampleWriter) -> tuple[str, str]:
+        c = self.cfg
+        t0 = time.perf_counter()
+        period = 1.0 / c.hz
+        pace = 1.0 / c.steps_per_s if c.steps_per_s > 0 else 0.0
+        next_sample, line_t, steps, line_steps = 0.0, 0.0, 0, 0
+        status, message = "finished", "duration reached"
+        while True:
+            now = time.perf_counter() - t0
+            if now >= next_sample:
+                sink.put(self._batch(now))
+                next_sample = max(next_sample + period, now + period / 2)
+            if self.stop_reason is not None:
+                status, message = "stopped", self.stop_reason
+                break
+            if c.duration_s is not None and now >= c.duration_s:
+                break
+            if self.sim.finished:
+                if not c.loop:
+                    message = "workload exhausted"
+                    break
+                self._restart(now, sink)
+            self.sim.step(time_s=now - self._loop_t0)
+            steps += 1
+            if now >= line_t + 1.0:
+                if not c.quiet:
+                    print(self.status_line(now, (steps - line_steps) / (now - line_t)), flush=True)
+                line_t, line_steps = now, steps
+            if pace:
+                wait = t0 + steps * pace - time.perf_counter()
+                if wait > 0:
+                    time.sleep(min(wait, period))
+        sink.put(self._batch(time.perf_counter() - t0))  # the final state, always recorded
+        return status, message
+
+    def status_line(self, t: float, rate: float) -> str:
+        parts = [f"[{t:7.1f}s] {rate:7.1f} steps/s"]
+        for ln in self.sim.lanes:
+            u = ln.alloc.usage()
+            cap = max(1, u.capacity_tokens)
+            f = {k: v + self._base[ln.name][f"admit_failures_{k.lower()}"]
+                 for k, v in ln.failures.items()}
+            parts.append(f"{ln.name}: used {u.used_tokens / cap:4.0%} free "
+                         f"{u.free_tokens / cap:4.0%} run {ln.run_ids.size} wait "
+                         f"{ln.waiting_count} fail C{f['CAPACITY']} F{f['FRAGMENTATION']} "
+                         f"P{f['POLICY']}")
+        return " | ".join(parts)
+
+
+def versions(mode: str) -> dict:
+    import platform
+    import sqlite3
+
+    from kvviz import FORMAT_VERSION, __version__
+
+    out = {"kvviz": __version__, "format_version": FORMAT_VERSION,
+           "python": platform.python_version(), "numpy": np.__version__,
+           "sqlite": sqlite3.sqlite_version}
+    if mode == "real" and "torch" in sys.modules:
+        out["torch"] = sys.modules["torch"].__version__
+    return out

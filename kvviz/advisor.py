@@ -1,0 +1,221 @@
+"""Block-size advisor: memory side (simulated tail waste, failures) against kernel time.
+
+Pure Python (no numpy, no pandas, no torch): the kernel side comes from running
+`python -m kvviz bench attention --sweep-block-sizes --json` in a subprocess, once per machine
+and torch version, cached as JSON under ~/.cache/kvviz (or $KVVIZ_CACHE_DIR).
+
+Rule: among block sizes whose decode-attention time is within `kernel_tolerance` of the
+fastest and whose tail waste share stays at or under `waste_limit`, pick the smallest
+(smaller blocks waste less memory; the kernel does not care much within the tolerance).
+If none meets both, the waste limit wins: the fastest block under it. If no block is under
+it, the least wasteful of the fast blocks. Without kernel timings: the largest block under
+the waste limit (shortest block tables).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import NamedTuple
+
+from kvviz.errors import KvvizError
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BENCH_ARGS = ("--batch", "8", "--context", "1024", "--repeats", "20")
+BENCH_TIMEOUT_S = 600.0
+
+
+class BenchError(KvvizError):
+    """The kernel benchmark could not be run or its output could not be read."""
+
+
+class MemoryPoint(NamedTuple):
+    block_size: int
+    tail_waste_share: float  # of capacity, mean over steps under pressure
+    internal_share: float
+    admit_failures: int  # CAPACITY + FRAGMENTATION + POLICY
+    preemptions: int
+    steps: int
+
+
+class KernelPoint(NamedTuple):
+    block_size: int
+    paged_ms: float
+    contiguous_ms: float
+
+
+class Advice(NamedTuple):
+    block_size: int | None
+    reason: str  # one sentence
+    candidates: tuple[int, ...]  # block sizes that met both limits
+
+
+class BenchResult(NamedTuple):
+    points: tuple[KernelPoint, ...]
+    key: dict  # machine, torch version, device, args
+    measured_at: str
+    from_cache: bool
+
+
+def sweep_labels(block_sizes: Iterable[int] = BLOCK_SIZES, prefix: bool = False) -> list[str]:
+    """Lane labels for a memory sweep, e.g. ['paged:1', 'paged:2', ...]."""
+    return [f"paged:{bs}" + (":prefix" if prefix else "") for bs in block_sizes]
+
+
+def memory_point(summary: dict) -> MemoryPoint:
+    """Read one lane summary of kvviz.engine.Simulation.run."""
+    return MemoryPoint(int(summary["block_size"]), float(summary["tail_waste_share"]),
+                       float(summary["internal_share"]),
+                       int(sum(summary["admit_failures"].values())),
+                       int(summary["preemptions"]), int(summary["steps"]))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def recommend(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] | None = None,
+              kernel_tolerance: float = 0.10, waste_limit: float = 0.05) -> Advice:
+    """A block size and one sentence saying why. Kernel data may be missing or partial."""
+    if kernel_tolerance < 0 or waste_limit < 0:
+        raise ValueError("kernel_tolerance and waste_limit must be >= 0")
+    mem = {m.block_size: m for m in memory}
+    if not mem:
+        return Advice(None, "No memory sweep yet: nothing to recommend.", ())
+    ker = {k.block_size: k for k in kernel or () if k.block_size in mem}
+    lean = sorted(bs for bs, m in mem.items() if m.tail_waste_share <= waste_limit)
+    if not ker:
+        if not lean:
+            bs = min(mem, key=lambda b: (mem[b].tail_waste_share, b))
+            return Advice(bs, f"Without kernel timings, and with no block size under "
+                          f"{_pct(waste_limit)} tail waste, block {bs} wastes least "
+                          f"({_pct(mem[bs].tail_waste_share)}).", ())
+        bs = lean[-1]
+        return Advice(bs, f"Without kernel timings: block {bs} is the largest (shortest block "
+                      f"tables) whose tail waste stays under {_pct(waste_limit)} "
+                      f"({_pct(mem[bs].tail_waste_share)}).", tuple(lean))
+    best = min(ker, key=lambda b: (ker[b].paged_ms, b))
+    best_ms = ker[best].paged_ms
+    fast = sorted(b for b in ker if ker[b].paged_ms <= best_ms * (1 + kernel_tolerance))
+    both = tuple(b for b in fast if b in lean)
+    if both:
+        bs = both[0]
+        m = mem[bs]
+        return Advice(bs, f"Block {bs} is the smallest block whose decode-attention time "
+                      f"({ker[bs].paged_ms:.3g} ms) is within {_pct(kernel_tolerance)} of the "
+                      f"best ({best_ms:.3g} ms at block {best}) while tail waste stays under "
+                      f"{_pct(waste_limit)} ({_pct(m.tail_waste_share)}; {m.preemptions} "
+                      f"preemptions, {m.admit_failures} admission failures).", both)
+    lean_timed = [b for b in lean if b in ker]
+    if lean_timed:
+        bs = min(lean_timed, key=lambda b: (ker[b].paged_ms, b))
+        slower = ker[bs].paged_ms / best_ms - 1
+        return Advice(bs, f"No block size under {_pct(waste_limit)} tail waste has a kernel "
+                      f"time within {_pct(kernel_tolerance)} of the best ({best_ms:.3g} ms at "
+                      f"block {best}); block {bs} is the fastest of those "
+                      f"({ker[bs].paged_ms:.3g} ms, {_pct(slower)} slower; tail waste "
+                      f"{_pct(mem[bs].tail_waste_share)}).", ())
+    bs = min(fast, key=lambda b: (mem[b].tail_waste_share, b))
+    return Advice(bs, f"No block size stays under {_pct(waste_limit)} tail waste; among the "
+                  f"blocks within {_pct(kernel_tolerance)} of the fastest kernel, block {bs} "
+                  f"wastes least ({_pct(mem[bs].tail_waste_share)}).", ())
+
+
+# ---- kernel side: subprocess + disk cache ---------------------------------------------------
+def bench_command(device: str = "cpu", args: Sequence[str] = BENCH_ARGS) -> list[str]:
+    return [sys.executable, "-m", "kvviz", "bench", "attention", "--sweep-block-sizes",
+            "--json", "--device", device, *args]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KVVIZ_CACHE_DIR") or Path.home() / ".cache" / "kvviz")
+
+
+def _torch_version() -> str:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def cache_key(command: Sequence[str]) -> dict:
+    """What a measurement depends on: this machine, its torch, and the bench arguments."""
+    return {"node": platform.node(), "machine": platform.machine(),
+            "python": platform.python_version(), "torch": _torch_version(),
+            "args": list(command[3:])}
+
+
+def cache_path(key: dict, directory: Path | None = None) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return (directory or cache_dir()) / f"bench-attention-{digest}.json"
+
+
+def parse_bench_output(text: str) -> tuple[KernelPoint, ...]:
+    """KernelPoints from the bench's JSON lines (other lines are ignored), sorted by size."""
+    points = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+            p = KernelPoint(int(obj["block_size"]), float(obj["paged_ms"]),
+                            float(obj["contiguous_ms"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+        if p.block_size >= 1 and p.paged_ms > 0:
+            points[p.block_size] = p
+    if not points:
+        raise BenchError("the kernel benchmark printed no block-size results")
+    return tuple(points[b] for b in sorted(points))
+
+
+def load_cached(key: dict, directory: Path | None = None) -> BenchResult | None:
+    path = cache_path(key, directory)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        points = tuple(KernelPoint(*p) for p in data["points"])
+        if data["key"] != key or not points:
+            return None
+        return BenchResult(points, key, str(data.get("measured_at", "")), True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing or unreadable: measure again
+
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def measure(command: Sequence[str], directory: Path | None = None, refresh: bool = False,
+            runner: Runner = subprocess.run, timeout_s: float = BENCH_TIMEOUT_S) -> BenchResult:
+    """Cached result for this machine, else run the bench once and cache it."""
+    key = cache_key(command)
+    if not refresh:
+        hit = load_cached(key, directory)
+        if hit is not None:
+            return hit
+    try:
+        proc = runner(list(command), capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BenchError(f"could not run the kernel benchmark: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise BenchError(f"the kernel benchmark exited with status {proc.returncode}: {last[0]}")
+    points = parse_bench_output(proc.stdout)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    path = cache_path(key, directory)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "measured_at": stamp,
+                                   "points": [list(p) for p in points]}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home still gets the result, just not cached
+    return BenchResult(points, key, stamp, False)

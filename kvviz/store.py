@@ -1,0 +1,333 @@
+"""The recording store: one SQLite file per run, WAL mode, one writer and many readers.
+
+Tables and encodings are described in docs/FORMAT.md; the API in docs/STORE_API.md. Nothing
+is pickled. The writer commits once per sample batch, so a killed writer loses only the
+uncommitted tail. A new file appears at its final path only once its header is complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from kvviz import FORMAT_VERSION, __version__
+from kvviz import store_codec as codec
+from kvviz.blockmap import BlockMap
+from kvviz.errors import StoreError
+from kvviz.store_codec import COUNTERS, EVENT_COLS, MAP_COLS, STATUSES
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _py(v: object) -> object:
+    return v.item() if hasattr(v, "item") else v  # numpy scalars -> int/float/bool
+
+
+class RunWriter:
+    """The one writer of a run. Not thread-safe: use it from one thread at a time."""
+
+    def __init__(self, path: str | Path, meta: dict, *, blockmap_budget_bytes: int = 200 * 2**20,
+                 overwrite: bool = False) -> None:
+        self.path = Path(path)
+        if blockmap_budget_bytes < 0:
+            raise ValueError(f"blockmap budget: must be >= 0, got {blockmap_budget_bytes}")
+        self.budget = blockmap_budget_bytes
+        meta_json = json.dumps(meta)  # fails early (TypeError -> ValueError) on odd values
+        if not self.path.parent.is_dir():
+            raise StoreError(f"{self.path}: directory {self.path.parent} does not exist")
+        if self.path.exists() and not overwrite:
+            raise StoreError(f"{self.path}: already exists (choose another name or overwrite)")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
+        try:
+            self._write_header(tmp, meta_json)
+            if overwrite:
+                for suffix in ("-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+                os.replace(tmp, self.path)
+            else:
+                os.link(tmp, self.path)  # atomic, never clobbers a file created meanwhile
+                tmp.unlink()
+        except FileExistsError:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"{self.path}: already exists") from None
+        except (OSError, sqlite3.Error) as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"{self.path}: cannot create the recording ({exc})") from None
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")  # durable across a process kill
+        self.conn.execute("BEGIN")
+        self._cols = {t: self._columns(t) for t in ("samples", "device_memory")}
+        self._stride = 1
+        self._map_idx: dict[str, int] = {}
+        self._latest: dict[str, tuple[int, int]] = {}  # lane -> (sample_id, idx)
+        self._map_bytes = 0
+        self.closed = False
+
+    @staticmethod
+    def _write_header(tmp: Path, meta_json: str) -> None:
+        tmp.unlink(missing_ok=True)
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.executescript(f"PRAGMA application_id={codec.APP_ID};"
+                               f"PRAGMA user_version={FORMAT_VERSION};" + codec.SCHEMA)
+            conn.execute("INSERT INTO run VALUES (1, 'kvviz', ?, ?, ?, ?, 'running', '', ?, 1)",
+                         (FORMAT_VERSION, __version__, time.time(), meta_json, time.time()))
+            conn.commit()
+        finally:
+            conn.close()
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+
+    def _insert(self, table: str, rec: dict) -> int:
+        cols = self._cols[table]
+        for key, val in rec.items():
+            if key not in cols:
+                if not _IDENT.match(key):
+                    raise ValueError(f"{table}: column name {key!r} is not an identifier")
+                kind = ("TEXT" if isinstance(val, str) else "REAL" if isinstance(val, float)
+                        else "INTEGER" if isinstance(val, int) else "")
+                self.conn.execute(f'ALTER TABLE {table} ADD COLUMN "{key}" {kind}')
+                cols.add(key)
+        names = ", ".join(f'"{k}"' for k in rec)
+        marks = ", ".join("?" * len(rec))
+        cur = self.conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})",
+                                [_py(v) for v in rec.values()])
+        return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def add_sample(self, t: float, step: int, lane: str, metrics: dict,
+                   blockmap: BlockMap | None = None) -> int:
+        rec = {"t": float(t), "step": int(step), "lane": lane, **metrics}
+        sid = self._insert("samples", rec)
+        if blockmap is not None:
+            self._add_blockmap(sid, float(t), int(step), lane, blockmap)
+        return sid
+
+    def _add_blockmap(self, sid: int, t: float, step: int, lane: str, bm: BlockMap) -> None:
+        enc = codec.encode(bm)
+        idx = self._map_idx.get(lane, 0)
+        self._map_idx[lane] = idx + 1
+        row = (sid, lane, t, step, idx, enc.num_blocks, bm.block_size, bm.bytes_per_token,
+               bm.label, int(bm.contiguous), codec.ENCODING, enc.runs, enc.layout, enc.nbytes,
+               *(enc.blobs[k] for k in ("lengths", *codec.PLANES, "final_seq", "final_len")))
+        self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
+        self._map_bytes += enc.nbytes
+        prev = self._latest.get(lane)
+        self._latest[lane] = (sid, idx)
+        if prev is not None and prev[1] % self._stride:  # kept only while it was the latest
+            self._drop("sample_id = ?", (prev[0],))
+        if self._map_bytes > self.budget:
+            self._thin()
+
+    def _drop(self, where: str, params: tuple) -> None:
+        keep = [s for s, _ in self._latest.values()]
+        marks = ", ".join("?" * len(keep))
+        self.conn.execute(f"DELETE FROM blockmaps WHERE ({where}) AND sample_id NOT IN ({marks})",
+                          (*params, *keep))
+        self._map_bytes = int(self.conn.execute(
+            "SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps").fetchone()[0])
+
+    def _thin(self) -> None:
+        """Keep every stride-th map per lane (plus each lane's latest); double the stride."""
+        top = max(self._map_idx.values())
+        while self._map_bytes > self.budget and len(self._latest) < self._count_maps():
+            self._stride *= 2
+            if self._stride > top:
+                self._drop("1", ())
+                break
+            self._drop("idx % ? != 0", (self._stride,))
+        self.conn.execute("UPDATE run SET blockmap_stride = ? WHERE id = 1", (self._stride,))
+
+    def _count_maps(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM blockmaps").fetchone()[0])
+
+    def add_events(self, events: Iterable) -> None:
+        rows = [(float(e.time_s), int(e.step), e.lane, e.kind, int(e.seq_id), e.reason,
+                 int(e.need_tokens), int(e.free_tokens), int(e.largest_hole_tokens), int(e.count))
+                for e in events]
+        if rows:
+            self.conn.executemany(f"INSERT INTO events ({', '.join(EVENT_COLS)}) VALUES "
+                                  f"({', '.join('?' * len(EVENT_COLS))})", rows)
+
+    def add_device_memory(self, t: float, rec: dict) -> None:
+        self._insert("device_memory", {"t": float(t), **rec})
+
+    def set_status(self, status: str, message: str = "") -> None:
+        if status not in STATUSES:
+            raise ValueError(f"status: must be one of {list(STATUSES)}, got {status!r}")
+        self.conn.execute("UPDATE run SET status = ?, status_message = ? WHERE id = 1",
+                          (status, message))
+
+    def commit(self) -> None:
+        self.conn.execute("UPDATE run SET heartbeat_unix = ? WHERE id = 1", (time.time(),))
+        self.conn.execute("COMMIT")
+        self.conn.execute("BEGIN")
+
+    def close(self, status: str = "finished", message: str = "") -> None:
+        if self.closed:
+            return
+        self.set_status(status, message)
+        self.commit()
+        self.conn.execute("COMMIT")
+        self.closed = True
+        try:  # a finished run becomes one self-contained file (fails if a reader is open)
+            self.conn.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.OperationalError:
+            pass
+        self.conn.close()
+
+
+
+class RunReader:
+    """Reads a run at any time, also while its writer runs (each query sees a committed
+    prefix). Safe to share between threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self.conn = codec.open_checked(self.path)
+        self.meta: dict = {}
+        self.status = ""
+        self.status_message = ""
+        self.refresh()
+
+    def _q(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            with self._lock:
+                return self.conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read the recording ({exc})") from None
+
+    def _df(self, sql: str, params: tuple = ()) -> pd.DataFrame:
+        try:
+            with self._lock:
+                return pd.read_sql_query(sql, self.conn, params=params)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise StoreError(f"{self.path}: cannot read the recording ({exc})") from None
+
+    def refresh(self) -> None:
+        meta, self.status, self.status_message, self.heartbeat, self.format_version, stride = (
+            self._q("SELECT meta, status, status_message, heartbeat_unix, format_version, "
+                    "blockmap_stride FROM run WHERE id = 1")[0])
+        self.blockmap_stride = int(stride)
+        try:
+            self.meta = json.loads(meta)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{self.path}: run metadata is not valid JSON ({exc})") from None
+
+    def lanes(self) -> list[str]:
+        names = [str(x["name"]) for x in self.meta.get("lanes", []) if "name" in x]
+        seen = [r[0] for r in self._q("SELECT DISTINCT lane FROM samples")]
+        return names + [n for n in seen if n not in names]
+
+    @staticmethod
+    def _where(**conds: object) -> tuple[str, tuple]:
+        parts, params = [], []
+        for key, val in conds.items():
+            if val is None:
+                continue
+            if key == "since_t":
+                parts.append("t > ?")
+            elif isinstance(val, list):
+                parts.append(f"{key} IN ({', '.join('?' * len(val))})")
+                params.extend(val)
+                continue
+            else:
+                parts.append(f"{key} = ?")
+            params.append(val)
+        return (" WHERE " + " AND ".join(parts)) if parts else "", tuple(params)
+
+    def samples(self, lane: str | None = None, since_t: float | None = None) -> pd.DataFrame:
+        """One row per lane per sample, in time order; since_t is exclusive."""
+        where, params = self._where(lane=lane, since_t=since_t)
+        return self._df(f"SELECT * FROM samples{where} ORDER BY sample_id", params)
+
+    def events(self, lane: str | None = None, kinds: list[str] | None = None,
+               since_t: float | None = None, limit: int | None = None) -> pd.DataFrame:
+        """Events in order; with `limit`, the latest `limit` of them (still in order)."""
+        where, params = self._where(lane=lane, kind=kinds, since_t=since_t)
+        cols = ", ".join(EVENT_COLS)
+        if limit is None:
+            return self._df(f"SELECT {cols} FROM events{where} ORDER BY event_id", params)
+        return self._df(f"SELECT {cols} FROM (SELECT * FROM events{where} ORDER BY event_id "
+                        f"DESC LIMIT ?) ORDER BY event_id", (*params, int(limit)))
+
+    def device_memory(self) -> pd.DataFrame:
+        return self._df("SELECT * FROM device_memory ORDER BY row_id").drop(columns="row_id")
+
+    def blockmap_index(self, lane: str) -> pd.DataFrame:
+        return self._df("SELECT sample_id, t, step FROM blockmaps WHERE lane = ? "
+                        "ORDER BY sample_id", (lane,))
+
+    def _map(self, where: str, params: tuple) -> tuple[BlockMap, float] | None:
+        rows = self._q(f"SELECT {', '.join(MAP_COLS)} FROM blockmaps WHERE {where} "
+                       "ORDER BY sample_id DESC LIMIT 1", params)
+        if not rows:
+            return None
+        r = dict(zip(MAP_COLS, rows[0]))
+        if r["encoding"] != codec.ENCODING:
+            raise StoreError(f"{self.path}: block map {r['sample_id']} uses unknown encoding "
+                             f"{r['encoding']!r}")
+        try:
+            bm = codec.decode(r["num_blocks"], r["runs"], r["layout"], r, block_size=r[
+                "block_size"], bytes_per_token=r["bytes_per_token"], label=r["label"],
+                contiguous=bool(r["contiguous"]))
+        except (ValueError, TypeError, KeyError, zlib.error) as exc:
+            raise StoreError(f"{self.path}: block map {r['sample_id']} is damaged: {exc}") from None
+        return bm, float(r["t"])
+
+    def blockmap(self, sample_id: int) -> BlockMap:
+        got = self._map("sample_id = ?", (int(sample_id),))
+        if got is None:
+            raise StoreError(f"{self.path}: no block map for sample {sample_id} "
+                             "(never stored, or thinned by retention)")
+        return got[0]
+
+    def blockmap_at(self, lane: str, t: float) -> tuple[BlockMap, float] | None:
+        """The latest kept map of `lane` at or before time t, with its time."""
+        return self._map("lane = ? AND t <= ?", (lane, float(t)))
+
+    def latest_blockmap(self, lane: str) -> tuple[BlockMap, float] | None:
+        return self._map("lane = ?", (lane,))
+
+    def summary(self) -> dict:
+        self.refresh()
+        lanes = {}
+        for lane in self.lanes():
+            n = int(self._q("SELECT COUNT(*) FROM samples WHERE lane = ?", (lane,))[0][0])
+            rows = self._q(f"SELECT {', '.join(COUNTERS)} FROM samples WHERE lane = ? "
+                           "ORDER BY sample_id DESC LIMIT 1", (lane,))
+            last = dict(zip(COUNTERS, rows[0])) if rows else {}
+            maps = self._q("SELECT COUNT(*), COALESCE(SUM(nbytes), 0) FROM blockmaps "
+                           "WHERE lane = ?", (lane,))[0]
+            lanes[lane] = {
+                "samples": n, "blockmaps": int(maps[0]), "blockmap_bytes": int(maps[1]),
+                "failures": {c: int(last.get(f"admit_failures_{c}") or 0)
+                             for c in ("capacity", "fragmentation", "policy")},
+                "preemptions": last.get("preemptions"),
+                "tokens_generated": last.get("tokens_generated"),
+            }
+        span = self._q("SELECT MIN(t), MAX(t), COUNT(*) FROM samples")[0]
+        return {
+            "path": str(self.path), "status": self.status, "status_message": self.status_message,
+            "format_version": self.format_version, "mode": self.meta.get("mode"),
+            "device": self.meta.get("device"), "lanes": lanes,
+            "duration_s": float(span[1] - span[0]) if span[2] else 0.0,
+            "samples": int(span[2]),
+            "events": int(self._q("SELECT COUNT(*) FROM events")[0][0]),
+            "blockmap_stride": self.blockmap_stride,
+            "heartbeat_age_s": None if self.heartbeat is None else time.time() - self.heartbeat,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()

@@ -1,0 +1,189 @@
+"""Compare view: upload validation, the summary table and the figures of allocator lanes.
+
+Shares follow the PagedAttention paper's memory-waste breakdown (Kwon et al., SOSP'23):
+used (KV written), reserved (held, will be written), internal (held, never written), free.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvviz import cellstate
+from kvviz.advisor import Advice, KernelPoint, MemoryPoint
+from kvviz.config import PLACEMENTS, RESERVE_POLICIES
+from kvviz.errors import TraceError
+from kvviz.viz import theme
+from kvviz.workload import MAX_TRACE_ROWS, Workload, parse_trace
+
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)"),
+          ("internal_share", "Internal (never written)"), ("free_share", "Free"))
+SHARE_COLOURS = (theme.STATES[cellstate.USED].colour, theme.STATES[cellstate.RESERVED].colour,
+                 "#d1495b", theme.STATES[cellstate.FREE].colour)
+FAILURES = ("capacity", "fragmentation", "policy")
+DEFAULT_LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2",
+                 "contiguous:buddy:exact", "paged:16")
+
+
+def read_upload(name: str, data: bytes, *, max_seq_len: int = 2048,
+                max_bytes: int = MAX_UPLOAD_BYTES) -> Workload:
+    """Validate an uploaded trace (size, encoding, rows) and parse it; raises TraceError."""
+    if len(data) > max_bytes:
+        raise TraceError(f"{name}: {len(data) / 2**20:.1f} MB is over the "
+                         f"{max_bytes / 2**20:.0f} MB limit")
+    if not name.lower().endswith((".csv", ".jsonl", ".json", ".ndjson")):
+        raise TraceError(f"{name}: expected a .csv or .jsonl trace")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceError(f"{name}: line {line}: not UTF-8 text (expected CSV or JSONL)") from None
+    if text.count("\n") > MAX_TRACE_ROWS + 1:
+        raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
+    return parse_trace(text, name, max_seq_len=max_seq_len)
+
+
+def lane_options() -> list[str]:
+    """Every lane label the Compare page offers, contiguous first."""
+    out = [f"contiguous:{p}:{r}" for p in PLACEMENTS for r in RESERVE_POLICIES]
+    out += [f"paged:{bs}" for bs in PAGED_SIZES]
+    return out + [f"paged:{bs}:prefix" for bs in PAGED_SIZES]
+
+
+def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
+    """One row per lane: shares, failures by class, preemptions, throughput."""
+    rows = []
+    for s in summaries:
+        sim_s = s["steps"] * step_ms / 1000.0
+        row = {"lane": s["lane"]}
+        row.update({k: float(s[k]) for k, _ in SHARES})
+        row["tail_waste_share"] = float(s["tail_waste_share"])
+        row.update({f: int(s["admit_failures"].get(f, 0)) for f in FAILURES})
+        row.update(preemptions=int(s["preemptions"]), rejected=int(s["rejected"]),
+                   steps=int(s["steps"]), tokens=int(s["tokens_generated"]),
+                   tokens_per_sim_s=s["tokens_generated"] / sim_s if sim_s else 0.0,
+                   wall_seconds=float(s["wall_seconds"]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The summary with readable headers and shares in percent."""
+    out = pd.DataFrame({"lane": df["lane"]})
+    for k, label in SHARES:
+        out[f"{label.split(' (')[0].lower()} %"] = (100 * df[k]).round(1)
+    out["tail waste %"] = (100 * df["tail_waste_share"]).round(1)
+    for f in FAILURES:
+        out[f"{f} failures"] = df[f]
+    out["preemptions"] = df["preemptions"]
+    out["steps to finish"] = df["steps"]
+    out["tokens / sim s"] = df["tokens_per_sim_s"].round(0)
+    out["wall s"] = df["wall_seconds"].round(2)
+    return out
+
+
+def _layout(fig: go.Figure, title: str, height: int = 360) -> go.Figure:
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"), height=height,
+                      margin=dict(l=10, r=10, t=80, b=10), plot_bgcolor="white",
+                      legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom",
+                                  traceorder="normal"))
+    return fig
+
+
+def _lane_height(n: int) -> int:
+    return 150 + 38 * n
+
+
+def shares_figure(df: pd.DataFrame) -> go.Figure:
+    """Stacked horizontal bars: used / reserved / internal / free share of capacity per lane."""
+    lanes = df["lane"].to_numpy()
+    fig = go.Figure()
+    for (key, label), colour in zip(SHARES, SHARE_COLOURS):
+        vals = df[key].to_numpy(np.float64)
+        fig.add_bar(y=lanes, x=vals, name=label, orientation="h", marker_color=colour,
+                    marker_line=dict(color="#999999", width=0.5),
+                    hovertemplate=f"%{{y}}<br>{label}: %{{x:.1%}}<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(range=[0, 1.005], tickformat=".0%", title="share of KV capacity")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Where the KV memory goes (mean over steps with requests waiting)",
+                   _lane_height(len(lanes)))
+
+
+def failures_figure(df: pd.DataFrame) -> go.Figure:
+    """Stacked horizontal bars of admission failures by class, plus preemptions, per lane."""
+    lanes = df["lane"].to_numpy()
+    fig = go.Figure()
+    for f in FAILURES:
+        fig.add_bar(y=lanes, x=df[f].to_numpy(np.int64), name=f.upper(), orientation="h",
+                    marker_color=theme.FAILURE_COLOURS[f.upper()],
+                    hovertemplate=f"%{{y}}<br>{f.upper()}: %{{x}}<br>"
+                    f"{theme.FAILURE_MEANING[f.upper()]}<extra></extra>")
+    fig.add_scatter(y=lanes, x=df["preemptions"].to_numpy(np.int64), name="preemptions",
+                    mode="markers", marker=dict(symbol="diamond", size=11, color="#222222"),
+                    hovertemplate="%{y}<br>%{x} preemptions<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="count")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Admission failures by class, and preemptions", _lane_height(len(lanes)))
+
+
+def throughput_figure(df: pd.DataFrame) -> go.Figure:
+    """Tokens generated per simulated second; the bar text gives steps to finish."""
+    lanes = df["lane"].to_numpy()
+    steps = df["steps"].to_numpy(np.int64)
+    fig = go.Figure(go.Bar(
+        y=lanes, x=df["tokens_per_sim_s"].to_numpy(np.float64), orientation="h",
+        marker_color=[theme.lane_colour(i) for i in range(len(lanes))],
+        text=np.char.add(steps.astype(str), " steps to finish"), textposition="auto",
+        hovertemplate="%{y}<br>%{x:.0f} tokens / simulated s<br>%{text}<extra></extra>",
+    ))
+    fig.update_xaxes(title="tokens generated / simulated s")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Throughput on the same workload", _lane_height(len(lanes)))
+
+
+def advisor_figure(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] | None,
+                   advice: Advice | None) -> go.Figure:
+    """Block size on x: tail waste (top), failures and preemptions (middle), kernel time."""
+    rows = 3 if kernel else 2
+    titles = ["Tail waste (share of capacity)", "Admission failures and preemptions",
+              "Decode-attention time on this machine"][:rows]
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, subplot_titles=titles,
+                        vertical_spacing=0.08)
+    sizes = np.array([m.block_size for m in memory], np.int64)
+    xs = sizes.astype(str)
+    fig.add_bar(x=xs, y=np.array([m.tail_waste_share for m in memory]), name="tail waste",
+                marker_color=theme.STATES[cellstate.TAIL].colour, row=1, col=1,
+                hovertemplate="block %{x}: %{y:.1%}<extra>tail waste</extra>")
+    fig.add_bar(x=xs, y=np.array([m.admit_failures for m in memory], np.int64),
+                name="admission failures", marker_color=theme.FAILURE_COLOURS["CAPACITY"],
+                row=2, col=1)
+    fig.add_bar(x=xs, y=np.array([m.preemptions for m in memory], np.int64),
+                name="preemptions", marker_color="#555555", row=2, col=1)
+    if kernel:
+        kx = np.array([k.block_size for k in kernel], np.int64).astype(str)
+        fig.add_scatter(x=kx, y=np.array([k.paged_ms for k in kernel]), name="paged kernel",
+                        mode="lines+markers", line_color=theme.lane_colour(0), row=3, col=1)
+        fig.add_scatter(x=kx, y=np.array([k.contiguous_ms for k in kernel]),
+                        name="contiguous kernel (no block table)", mode="lines",
+                        line=dict(color="#888888", dash="dash"), row=3, col=1)
+        fig.update_yaxes(title="ms", rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(tickformat=".0%", row=1, col=1)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
+    fig.update_xaxes(title="block size (slots)", row=rows, col=1)
+    if advice is not None and advice.block_size is not None and advice.block_size in sizes:
+        i = int(np.flatnonzero(sizes == advice.block_size)[0])
+        for r in range(1, rows + 1):
+            fig.add_vrect(x0=i - 0.5, x1=i + 0.5, fillcolor="#2a9d8f", opacity=0.15,
+                          line_width=0, row=r, col=1)
+    fig.update_layout(barmode="group")
+    _layout(fig, "Block-size sweep" + (f": recommended {advice.block_size}"
+                                       if advice and advice.block_size else ""), 260 * rows)
+    fig.update_layout(legend=dict(y=-0.3 / rows, yanchor="top"), margin=dict(t=60, b=130))
+    return fig

@@ -1,0 +1,156 @@
+"""Compare: one workload through several allocator lanes, and the block-size advisor."""
+from __future__ import annotations
+
+import contextvars
+import math
+
+import streamlit as st
+
+from kvviz import advisor
+from kvviz.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.engine import Simulation
+from kvviz.errors import KvvizError
+from kvviz.viz import compare as vc
+from kvviz.workload import Workload, generate
+
+ENGINE = EngineConfig()
+PAPER = ("Kwon et al., *Efficient Memory Management for Large Language Model Serving with "
+         "PagedAttention*, SOSP'23, Fig. 2")
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def load_workload(preset: str, n: int, rate: float, seed: int, name: str | None,
+                  data: bytes | None) -> Workload:
+    if data is not None:
+        return vc.read_upload(name or "trace", data, max_seq_len=ENGINE.max_seq_len)
+    return generate(WorkloadConfig(preset, num_requests=n, rate=rate or math.inf, seed=seed,
+                                   max_seq_len=ENGINE.max_seq_len))
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def run_lane(source: tuple, lane: str, capacity: int, _progress=None) -> dict:
+    sim = Simulation(load_workload(*source), [LaneSpec.parse(lane)],
+                     CacheConfig(capacity_tokens=capacity), ENGINE)
+    return sim.run(progress=_progress)[0]
+
+
+def run_lanes(source: tuple, lanes: list[str], capacity: int) -> list[dict]:
+    """One lane at a time, so the bar can say which lane runs and how far it got."""
+    bar = st.progress(0.0, text="starting")
+    # Streamlit records st calls made inside a cached function (context variables) to replay
+    # them on a hit; the bar lives outside run_lane, so update it in the caller's context.
+    outside = contextvars.copy_context()
+    out = []
+    for i, lane in enumerate(lanes):
+        def tick(done: int, total: int, i: int = i, lane: str = lane) -> None:
+            outside.run(bar.progress, min(1.0, (i + done / max(total, 1)) / len(lanes)),
+                        text=f"lane {i + 1}/{len(lanes)} {lane}: {done}/{total} requests done")
+        tick(0, 1)
+        out.append(run_lane(source, lane, capacity, _progress=tick))
+    bar.empty()
+    return out
+
+
+def workload_inputs() -> tuple:
+    with st.sidebar:
+        st.header("Workload")
+        kind = st.radio("Requests from", ["Synthetic", "Trace file"], horizontal=True)
+        upload = st.session_state.get("compare_test_upload")  # test hook: (name, bytes)
+        if kind == "Trace file" and upload is None:
+            f = st.file_uploader("Trace (CSV or JSONL, up to 50 MB / 1M rows)",
+                                 type=["csv", "jsonl"],
+                                 help="Columns: arrival_s, prompt_tokens, output_tokens "
+                                 "[, prefix_group]")
+            upload = (f.name, f.getvalue()) if f is not None else None
+        preset = st.selectbox("Length preset", list(LENGTH_PRESETS), disabled=upload is not None)
+        n = st.number_input("Requests", 10, 100_000, 1000, step=100, disabled=upload is not None)
+        rate = st.number_input("Arrival rate (requests / simulated s, 0 = all at once)", 0.0,
+                               10_000.0, 20.0, disabled=upload is not None)
+        seed = st.number_input("Seed", 0, 2**31 - 1, 0, disabled=upload is not None)
+        capacity = st.number_input("KV capacity (slots)", 256, 4_000_000, 16_384, step=1024)
+    if upload is None and kind == "Trace file":
+        st.info("Upload a trace in the sidebar, or switch to a synthetic workload.")
+        st.stop()
+    if upload is not None:
+        return ("", 0, 0.0, 0, upload[0], upload[1]), int(capacity)
+    return (preset, int(n), float(rate), int(seed), None, None), int(capacity)
+
+
+def allocators_tab(source: tuple, capacity: int) -> None:
+    lanes = st.multiselect("Allocator lanes", vc.lane_options(), default=list(vc.DEFAULT_LANES),
+                           help="contiguous:PLACEMENT:RESERVATION or paged:BLOCK_SIZE[:prefix]")
+    if st.button("Run comparison", type="primary", disabled=not lanes):
+        st.session_state.compare_go = True
+    if not st.session_state.get("compare_go") or not lanes:
+        st.caption("Choose lanes and press **Run comparison**. Every lane sees the same "
+                   "requests at the same simulated times.")
+        return
+    df = vc.summary_frame(run_lanes(source, lanes, capacity), ENGINE.step_ms)
+    st.plotly_chart(vc.shares_figure(df), key="compare_shares")
+    st.caption("Used: KV written by live requests. Reserved: held, will be written before the "
+               "request ends. Internal: held, never written (over-reservation, tail of the last "
+               "block). Free: in no one's hands, though a contiguous allocator may not be able "
+               f"to place anything in it. The breakdown follows the memory-waste figure of "
+               f"{PAPER}.")
+    st.plotly_chart(vc.failures_figure(df), key="compare_failures")
+    st.caption("CAPACITY: too few free slots in total. FRAGMENTATION: enough in total, no hole "
+               "large enough (contiguous only). POLICY: memory was there, the scheduler "
+               "refused (watermark, batch limit). Counted once per blocked request and reason.")
+    st.plotly_chart(vc.throughput_figure(df), key="compare_throughput")
+    st.dataframe(vc.display_table(df), hide_index=True)
+
+
+def advisor_tab(source: tuple, capacity: int) -> None:
+    st.markdown("Sweeps paged block sizes 1 to 256 on this workload (memory side) and times "
+                "decode attention through block tables on this machine (kernel side).")
+    c1, c2, c3 = st.columns(3)
+    tol = c1.slider("Kernel time within (% of the best)", 0, 100, 10) / 100
+    limit = c2.slider("Tail waste at most (% of capacity)", 1, 30, 5) / 100
+    device = c3.radio("Kernel device", ["cpu", "cuda"], horizontal=True)
+    command = st.session_state.get("advisor_test_command") or advisor.bench_command(device)
+    kernel = advisor.load_cached(advisor.cache_key(command))
+    label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
+    if st.button(label):
+        with st.spinner("Timing decode attention for block sizes 1..256 (a minute or so)"):
+            try:
+                kernel = advisor.measure(command, refresh=True)
+                st.session_state.pop("advisor_bench_error", None)
+            except KvvizError as exc:
+                st.session_state.advisor_bench_error = str(exc)
+    if kernel is None:
+        err = st.session_state.get("advisor_bench_error")
+        if err:
+            st.warning(f"No kernel timings: {err}. The memory side is shown alone.")
+        else:
+            st.info("No kernel timings for this machine yet; the memory side is shown alone.")
+    else:
+        st.caption(f"Kernel timings: torch {kernel.key['torch']} on {kernel.key['machine']} "
+                   f"({device}), measured {kernel.measured_at}; medians of 20 runs, noisy on "
+                   "a busy machine: measure again if the curve looks jagged.")
+    if st.button("Run block-size sweep", type="primary"):
+        st.session_state.advisor_go = True
+    if not st.session_state.get("advisor_go"):
+        return
+    sums = run_lanes(source, advisor.sweep_labels(), capacity)
+    memory = [advisor.memory_point(s) for s in sums]
+    advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit)
+    if advice.block_size is not None:
+        st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")
+    st.plotly_chart(vc.advisor_figure(memory, kernel.points if kernel else None, advice),
+                    key="advisor_sweep")
+
+
+st.title("Compare allocators")
+source, capacity = workload_inputs()
+try:
+    workload = load_workload(*source)
+except KvvizError as exc:
+    st.error(f"Cannot use this trace: {exc}")
+    st.stop()
+st.caption(f"{len(workload)} requests, {workload.total_output_tokens} output tokens; "
+           f"KV capacity {capacity} slots; step {ENGINE.step_ms:g} ms simulated.")
+tab_lanes, tab_advisor = st.tabs(["Allocators", "Block-size advisor"])
+with tab_lanes:
+    allocators_tab(source, capacity)
+with tab_advisor:
+    advisor_tab(source, capacity)

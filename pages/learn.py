@@ -1,0 +1,93 @@
+"""Learn: fragmentation step by step, every picture taken from the real allocators."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import story
+from kvviz.viz import learn as vl
+
+KEY = "learn_step"
+SAMPLE = 400  # requests in the block-size sample
+
+
+@st.cache_resource(show_spinner=False)
+def steps() -> list[story.Step]:
+    return story.build_story()
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def tradeoff_points(num_requests: int = SAMPLE) -> list[story.TradeoffPoint]:
+    return story.tradeoff(story.sample_lengths(num_requests))
+
+
+def go_to(delta: int, count: int) -> None:
+    st.session_state[KEY] = min(count - 1, max(0, st.session_state.get(KEY, 0) + delta))
+
+
+def show_admission(adm, who: str) -> None:
+    if adm.ok:
+        st.success(f"admit({who}, {adm.need_tokens} tokens) → ok")
+        return
+    st.error(f"admit({who}, {adm.need_tokens} tokens) → refused, reason "
+             f"**{adm.reason.value}**")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("need", f"{adm.need_tokens} slots")
+    c2.metric("free in total", f"{adm.free_tokens} slots")
+    c3.metric("largest hole", f"{adm.largest_hole_tokens} slots")
+    st.code(f"Admission(ok={adm.ok}, reason=Reason.{adm.reason.value},\n"
+            f"          need_tokens={adm.need_tokens}, free_tokens={adm.free_tokens},\n"
+            f"          largest_hole_tokens={adm.largest_hole_tokens})", language="python")
+
+
+def show_tradeoff() -> None:
+    pts = tradeoff_points()
+    bs = st.select_slider("Block size (slots)", [p.block_size for p in pts], value=16)
+    p = next(x for x in pts if x.block_size == bs)
+    quiet = dict(delta_color="off", delta_arrow="off")
+    c1, c2 = st.columns(2)
+    c1.metric("tail waste", f"{p.tail_waste_tokens:,} slots",
+              f"{100 * p.tail_share:.1f}% of held slots", **quiet)
+    c2.metric("block-table entries", f"{p.table_entries:,}",
+              f"{p.written_tokens / p.table_entries:.1f} slots per entry", **quiet)
+    st.plotly_chart(vl.tradeoff_figure(pts, bs), key="learn_tradeoff")
+    st.caption(f"{SAMPLE} sharegpt-like requests placed at their final "
+               "length in a paged allocator, once per block size.")
+
+
+all_steps = steps()
+n = len(all_steps)
+i = min(st.session_state.setdefault(KEY, 0), n - 1)
+step = all_steps[i]
+
+st.title("Learn: why KV caches fragment")
+back, where, nxt = st.columns([1, 4, 1])
+back.button("Back", on_click=go_to, args=(-1, n), disabled=i == 0, width="stretch")
+where.progress((i + 1) / n, text=f"Step {i + 1} of {n}: {step.title}")
+nxt.button("Next", on_click=go_to, args=(1, n), disabled=i == n - 1, width="stretch")
+
+st.subheader(step.title)
+if step.text:
+    st.markdown(step.text)
+names = story.NAMES
+if step.line is not None:
+    title = "Contiguous allocator" + (": D was refused" if step.paged is not None else "")
+    st.plotly_chart(vl.slot_line_figure(step.line, names, title=title),
+                    key=f"learn_line_{step.key}")
+if step.line is not None or step.paged is not None:
+    st.caption("Dark: KV written. Pale: held for the request but not written (a reservation, "
+               "or the unused tail of a block). Grey: free.")
+if step.admission is not None and step.paged is None:
+    show_admission(step.admission, "D")
+if step.paged is not None:
+    st.plotly_chart(vl.slot_line_figure(
+        step.paged, names, title=f"Paged allocator, {step.paged.block_size} slots per block",
+        table=step.table, table_owner=story.D_ID, tail_owner=step.tail_owner),
+        key=f"learn_paged_{step.key}")
+    if step.admission is not None:
+        show_admission(step.admission, "D")
+if step.key == "block-size":
+    show_tradeoff()
+if step.key == "questions":
+    for q, a in story.QUESTIONS:
+        with st.expander(q, expanded=True):
+            st.markdown(a)

@@ -1,0 +1,120 @@
+"""`kvviz collect` end to end in sim mode, and bad input that must exit 2 with no file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvviz.store import RunReader
+
+from .conftest import FAST_SIM, collect
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "sim.db"
+    assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "150",
+                   "--duration", "20") == 0
+    return out
+
+
+def test_run_finishes_with_both_lanes(sim_run: Path) -> None:
+    r = RunReader(sim_run)
+    assert r.status == "finished" and r.status_message == "workload exhausted"
+    assert r.lanes() == ["contiguous:first-fit:max", "paged:16"]
+    last = r.samples().groupby("lane").tail(1).set_index("lane")
+    assert (last.running == 0).all() and (last.waiting == 0).all()
+    assert last.loc["contiguous:first-fit:max", "admit_failures_capacity"] > 0
+    dm = r.device_memory()
+    assert dm.process_rss_bytes.gt(0).all() and (dm.kv_pool_bytes == 0).all()
+
+
+def test_events_in_order_and_complete(sim_run: Path) -> None:
+    r = RunReader(sim_run)
+    ev = r.events()
+    assert ev.t.is_monotonic_increasing or (ev.groupby("lane").t.diff().fillna(0) >= 0).all()
+    for lane, grp in ev.groupby("lane"):
+        life = grp[grp.kind.isin(["admitted", "preempted", "finished"])]
+        last = life.groupby("seq_id").kind.last()
+        assert (last == "finished").all(), f"{lane}: {last[last != 'finished'].head()}"
+        assert set(last.index) == set(range(150))  # every request admitted and finished
+        assert len(grp[grp.kind == "finished"]) == 150
+
+
+def test_events_complete_while_stopped_midway(tmp_path: Path) -> None:
+    out = tmp_path / "mid.db"
+    assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "2000",
+                   "--duration", "1.5") == 0
+    r = RunReader(out)
+    bm_owners = {}
+    for lane in r.lanes():
+        bm, _ = r.latest_blockmap(lane)
+        bm_owners[lane] = set(np.unique(bm.owner[bm.owner >= 0]).tolist())
+    for lane, grp in r.events().groupby("lane"):
+        life = grp[grp.kind.isin(["admitted", "preempted", "finished"])]
+        last = life.groupby("seq_id").kind.last()
+        assert set(last[last == "admitted"].index) == bm_owners[lane]  # still running
+        running = int(r.samples(lane).running.iloc[-1])
+        assert running == len(bm_owners[lane])
+
+
+def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
+    out = tmp_path / "loop.db"
+    assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "20",
+                   "--loop", "--duration", "2") == 0
+    ev = RunReader(out).events(kinds=["finished"])
+    per_lane = ev.groupby("lane").seq_id
+    assert (per_lane.nunique() == per_lane.size()).all() and ev.seq_id.max() >= 40
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--workload", "nope"], "unknown workload preset"),
+    (["--model", "gpt-9"], "unknown preset"),
+    (["--lane", "bogus:1"], "allocator must be"),
+    (["--hz", "0"], "--hz"),
+    (["--arrival", "sometimes"], "arrival"),
+    (["--capacity-tokens", "4", "--lane", "paged:16"], "capacity_tokens"),
+])
+def test_bad_flags_exit_2_without_a_file(tmp_path: Path, capsys, argv, words) -> None:
+    out = tmp_path / "bad.db"
+    assert collect(*FAST_SIM, "--out", str(out), *argv) == 2
+    assert words in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_flag_and_unwritable_out(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        collect("--no-such-flag")
+    assert exc.value.code == 2
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert collect(*FAST_SIM, "--out", str(blocker / "run.db")) == 2
+    assert "cannot create directory" in capsys.readouterr().err
+    (tmp_path / "taken.db").write_text("x")
+    assert collect(*FAST_SIM, "--out", str(tmp_path / "taken.db")) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_bad_trace_exits_2(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,ten,5\n")
+    out = tmp_path / "trace.db"
+    assert collect(*FAST_SIM, "--out", str(out), "--trace", str(trace)) == 2
+    assert "line 3" in capsys.readouterr().err and not out.exists()
+
+
+def test_trace_replay_and_hooks(tmp_path: Path) -> None:
+    from kvviz.cli import build_parser
+    from kvviz.commands import collect as cmd
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,20,8\n")
+    args = build_parser("collect").parse_args(
+        ["collect", *FAST_SIM, "--out", str(tmp_path / "tr.db"), "--trace", str(trace)])
+    collector = cmd.build(args)
+    seen: list[dict] = []
+    collector.hooks.append(seen.append)
+    assert collector.run() == "finished"
+    assert seen and {"sample_id", "t", "lane", "used_tokens", "running"} <= set(seen[0])
+    assert len(RunReader(tmp_path / "tr.db").events(kinds=["finished"])) == 4

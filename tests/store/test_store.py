@@ -1,0 +1,127 @@
+"""The recording store: what goes in comes out, bounded, and readable by metrics alone."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvviz.errors import StoreError
+from kvviz.metrics import compute
+from kvviz.store import RunReader, RunWriter
+
+from .conftest import record
+
+
+def test_stored_metrics_equal_metrics_of_stored_blockmap(recording) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    df = r.samples()
+    assert len(df) == 80
+    for lane in r.lanes():
+        idx = r.blockmap_index(lane)
+        assert len(idx) == 40
+        for sid in idx.sample_id.iloc[::7]:
+            row = df[df.sample_id == sid].iloc[0]
+            m = compute(r.blockmap(int(sid))).as_dict()
+            for key, val in m.items():
+                assert (val is None and np.isnan(row[key])) or row[key] == pytest.approx(val), key
+
+
+def test_latest_blockmap_is_the_final_state(recording) -> None:
+    path, sim = recording
+    r = RunReader(path)
+    for ln in sim.lanes:
+        bm, t = r.latest_blockmap(ln.name)
+        assert bm == ln.snapshot() and t == pytest.approx(sim.time_s)
+        assert np.array_equal(bm.final_seq, ln.snapshot().final_seq)
+
+
+def test_blockmap_at_picks_at_or_before(recording) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    idx = r.blockmap_index("paged:16")
+    _, t = r.blockmap_at("paged:16", float(idx.t.iloc[3]) + 1e-6)
+    assert t == pytest.approx(idx.t.iloc[3])
+    assert r.blockmap_at("paged:16", -1.0) is None
+
+
+def test_summary_and_filters(recording) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    s = r.summary()
+    assert s["status"] == "finished" and s["samples"] == 80 and set(s["lanes"]) == {
+        "contiguous:first-fit:max", "paged:16"}
+    ev = r.events(lane="paged:16", kinds=["admitted", "finished"])
+    assert set(ev.kind) <= {"admitted", "finished"} and set(ev.lane) == {"paged:16"}
+    assert len(r.events(limit=5)) == 5
+    assert list(r.events(limit=5).t) == sorted(r.events(limit=5).t)
+    t_mid = float(r.samples().t.median())
+    assert (r.samples(since_t=t_mid).t > t_mid).all()
+    assert list(r.device_memory().columns) == ["t", "nvml_status", "rss"]
+
+
+def test_retention_keeps_the_bound(tmp_path: Path) -> None:
+    budget = 40_000
+    path = tmp_path / "small.db"
+    record(path, steps=1200, every=2, budget=budget)
+    r = RunReader(path)
+    assert len(r.samples()) == 1200  # metrics always kept
+    maps = r._q("SELECT lane, idx, nbytes FROM blockmaps")
+    biggest = max(n for _, _, n in maps)
+    assert sum(n for _, _, n in maps) <= budget + 2 * biggest  # + each lane's latest
+    assert r.blockmap_stride > 1
+    for lane in r.lanes():  # thinned evenly, and the newest map is always there
+        kept = sorted(i for ln, i, _ in maps if ln == lane)
+        assert kept[-1] == 599
+        assert all(i % r.blockmap_stride == 0 for i in kept[:-1])
+        assert r.latest_blockmap(lane)[1] == pytest.approx(r.samples(lane).t.max())
+
+
+def test_writer_refuses_existing_file_and_leaves_no_partial(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    RunWriter(path, {}).close()
+    with pytest.raises(StoreError, match="already exists"):
+        RunWriter(path, {})
+    with pytest.raises(StoreError, match="does not exist"):
+        RunWriter(tmp_path / "nope" / "b.db", {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db"]
+    RunWriter(path, {"x": 1}, overwrite=True).close("stopped", "bye")
+    r = RunReader(path)
+    assert (r.meta, r.status, r.status_message) == ({"x": 1}, "stopped", "bye")
+
+
+def test_bad_status_and_column_names(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "c.db", {})
+    with pytest.raises(ValueError, match="status"):
+        w.set_status("exploded")
+    with pytest.raises(ValueError, match="identifier"):
+        w.add_device_memory(0.0, {"bad name; DROP TABLE run": 1})
+    w.close()
+
+
+def _assert_store_error(path: Path, words: str) -> None:
+    with pytest.raises(StoreError) as info:
+        RunReader(path)
+    assert str(path) in str(info.value) and words in str(info.value)
+
+
+def test_foreign_and_broken_files(tmp_path: Path, recording) -> None:
+    text = tmp_path / "notes.db"
+    text.write_text("hello, this is not a database\n")
+    _assert_store_error(text, "not a SQLite database")
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    _assert_store_error(empty, "empty file")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    _assert_store_error(other, "another application")
+    _assert_store_error(tmp_path / "missing.db", "no such file")
+    data = recording[0].read_bytes()
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(data[: len(data) // 2])
+    _assert_store_error(cut, "truncated")
+    cut.write_bytes(data[:60])
+    _assert_store_error(cut, "truncated")

@@ -1,0 +1,116 @@
+"""Compare builders: figure data equals the simulation's summaries; uploads are validated."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvviz.advisor import Advice, KernelPoint, MemoryPoint
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.engine import Simulation
+from kvviz.errors import TraceError
+from kvviz.viz import compare as vc
+from kvviz.workload import generate
+
+LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2", "paged:16")
+STEP_MS = EngineConfig().step_ms
+
+
+@pytest.fixture(scope="module")
+def summaries() -> list[dict]:
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=150, rate=30.0, seed=2))
+    sim = Simulation(w, [LaneSpec.parse(x) for x in LANES], CacheConfig(capacity_tokens=8192))
+    return sim.run()
+
+
+def test_summary_frame_has_one_row_per_lane(summaries) -> None:
+    df = vc.summary_frame(summaries, STEP_MS)
+    assert df["lane"].tolist() == list(LANES)
+    s = summaries[2]
+    row = df.iloc[2]
+    assert row["tokens_per_sim_s"] == pytest.approx(
+        s["tokens_generated"] / (s["steps"] * STEP_MS / 1000))
+    assert row["fragmentation"] == s["admit_failures"]["fragmentation"]
+
+
+def test_stacked_share_bars_equal_the_summaries_and_sum_to_one(summaries) -> None:
+    fig = vc.shares_figure(vc.summary_frame(summaries, STEP_MS))
+    assert fig.layout.barmode == "stack"
+    assert [t.name for t in fig.data] == [label for _, label in vc.SHARES]
+    stack = np.vstack([np.asarray(t.x, np.float64) for t in fig.data])  # [shares, lanes]
+    for i, s in enumerate(summaries):
+        assert stack[:, i] == pytest.approx([s[k] for k, _ in vc.SHARES])
+    assert stack.sum(axis=0) == pytest.approx(np.ones(len(LANES)), abs=1e-6)
+    assert all(isinstance(t.x, np.ndarray) for t in fig.data)
+
+
+def test_failure_bars_are_the_counts_by_class(summaries) -> None:
+    fig = vc.failures_figure(vc.summary_frame(summaries, STEP_MS))
+    bars = {t.name: np.asarray(t.x) for t in fig.data if t.type == "bar"}
+    assert list(bars) == ["CAPACITY", "FRAGMENTATION", "POLICY"]
+    for i, s in enumerate(summaries):
+        for cls, counts in bars.items():
+            assert counts[i] == s["admit_failures"][cls.lower()]
+    pre = next(t for t in fig.data if t.name == "preemptions")
+    assert np.asarray(pre.x).tolist() == [s["preemptions"] for s in summaries]
+
+
+def test_throughput_bars_and_steps_text(summaries) -> None:
+    df = vc.summary_frame(summaries, STEP_MS)
+    bar = vc.throughput_figure(df).data[0]
+    assert np.asarray(bar.x) == pytest.approx(df["tokens_per_sim_s"].to_numpy())
+    assert f"{summaries[0]['steps']} steps" in str(bar.text[0])
+
+
+def test_display_table_is_in_percent(summaries) -> None:
+    t = vc.display_table(vc.summary_frame(summaries, STEP_MS))
+    assert t["used %"].iloc[0] == pytest.approx(round(100 * summaries[0]["used_share"], 1))
+    assert {"fragmentation failures", "preemptions", "steps to finish"} <= set(t.columns)
+
+
+def test_every_lane_option_parses() -> None:
+    opts = vc.lane_options()
+    assert [LaneSpec.parse(o).label for o in opts] == opts
+    assert set(vc.DEFAULT_LANES) <= set(opts)
+    assert "paged:256:prefix" in opts and "contiguous:buddy:exact" in opts
+
+
+def test_advisor_figure_rows_and_highlight() -> None:
+    memory = [MemoryPoint(b, b / 1000, 0.0, 3, 1, 10) for b in (1, 4, 16, 64)]
+    kernel = [KernelPoint(b, 10 / b, 1.0) for b in (1, 4, 16, 64)]
+    fig = vc.advisor_figure(memory, kernel, Advice(16, "why", (16,)))
+    assert np.asarray(fig.data[0].y) == pytest.approx([0.001, 0.004, 0.016, 0.064])
+    assert len(fig.layout.shapes) == 3  # the recommendation marked in every row
+    assert fig.layout.shapes[0].x0 == pytest.approx(1.5)
+    assert len(vc.advisor_figure(memory, None, None).data) == 3  # no kernel row
+
+
+# ---- uploads ----------------------------------------------------------------------------
+GOOD = b"arrival_s,prompt_tokens,output_tokens\n0.0,10,20\n0.5,30,5\n"
+
+
+def test_a_good_upload_parses() -> None:
+    w = vc.read_upload("t.csv", GOOD)
+    assert len(w) == 2 and w.prompt.tolist() == [10, 30]
+    jl = b'{"arrival_s": 0, "prompt_tokens": 4, "output_tokens": 2}\n'
+    assert len(vc.read_upload("t.jsonl", jl)) == 1
+
+
+@pytest.mark.parametrize("name, data, words", [
+    ("t.csv", GOOD + b"1.0,abc,3\n", "line 4: field 'prompt_tokens' is not a number"),
+    ("t.csv", b"arrival_s,prompt_tokens\n0,1\n", "line 1: header lacks output_tokens"),
+    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 4}\n', "line 1: field 'output_tokens'"),
+    ("t.csv", GOOD + b"\xff\xfe,1,1\n", "line 4: not UTF-8"),
+    ("t.txt", GOOD, "expected a .csv or .jsonl"),
+    ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n", "no requests"),
+])
+def test_bad_uploads_name_line_and_field(name, data, words) -> None:
+    with pytest.raises(TraceError, match=words):
+        vc.read_upload(name, data)
+
+
+def test_upload_size_and_row_caps() -> None:
+    with pytest.raises(TraceError, match="over the 0 MB limit"):
+        vc.read_upload("t.csv", GOOD, max_bytes=10)
+    rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (vc.MAX_TRACE_ROWS + 2)
+    with pytest.raises(TraceError, match="more than"):
+        vc.read_upload("t.csv", rows)
