@@ -27,6 +27,10 @@ class BlockMap:
     # will reach. Lets metrics split slack into reserved vs internal. Both or neither.
     final_seq: np.ndarray | None = field(default=None)  # int32 [m]
     final_len: np.ndarray | None = field(default=None)  # int32 [m]
+    # Slots each of those sequences holds, shared blocks counted for every holder (optional;
+    # without it shared blocks count for their owner only).
+    final_held: np.ndarray | None = field(default=None)  # int64 [m]
+    buddy: bool = False  # placements are aligned power-of-two blocks (buddy allocator)
 
     def __post_init__(self) -> None:
         n = self.owner.shape[0]

@@ -76,6 +76,9 @@ def slack_split(bm: BlockMap) -> tuple[int, int] | None:
     slack = int((bm.allocated[owned] - bm.filled[owned]).sum())
     if owners.size == 0:
         return 0, 0
+    if bm.final_held is not None:  # exact: what each sequence holds beyond its final length
+        internal = int(np.maximum(0, bm.final_held - bm.final_len).sum())
+        return slack - internal, internal
     n = int(max(owners.max(), bm.final_seq.max(initial=-1))) + 1
     alloc = np.bincount(owners, weights=bm.allocated[owned], minlength=n)
     written = np.bincount(owners, weights=bm.filled[owned], minlength=n)
@@ -97,6 +100,24 @@ def live_sequences(bm: BlockMap) -> int:
     return int(np.count_nonzero(seen))
 
 
+def largest_buddy_block(bm: BlockMap) -> int:
+    """Largest aligned, wholly free power-of-two block (what a buddy allocator can place)."""
+    free = bm.owner == FREE
+    n, base, best = bm.num_blocks, 0, 0
+    for order in range(n.bit_length() - 1, -1, -1):  # regions: binary decomposition of n
+        if not n >> order & 1:
+            continue
+        region = free[base : base + (1 << order)]
+        base += 1 << order
+        for j in range(order, -1, -1):
+            if (1 << j) <= best:
+                break
+            if region.reshape(-1, 1 << j).all(axis=1).any():
+                best = 1 << j
+                break
+    return best * bm.block_size
+
+
 def compute(bm: BlockMap) -> Metrics:
     owned = bm.owner != FREE
     free_blocks = bm.num_blocks - int(np.count_nonzero(owned))
@@ -106,6 +127,8 @@ def compute(bm: BlockMap) -> Metrics:
     free = free_blocks * bm.block_size
     holes = hole_sizes(bm)
     largest = int(holes.max()) if holes.size else 0
+    if bm.buddy:
+        largest = largest_buddy_block(bm)
     if bm.contiguous:
         efi = 0.0 if free == 0 else 1.0 - largest / free
     else:

@@ -25,6 +25,15 @@ from kvviz.errors import StoreError
 from kvviz.store_codec import COUNTERS, EVENT_COLS, MAP_COLS, STATUSES
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# node_samples (mode "node" recordings, `kvviz scrape --out RUN.db`): kvviz.node.NodeSample
+# fields; `raw` (every series of the scrape) is zlib-compressed JSON in `raw_zlib`.
+NODE_COLS = ("t", "time", "url", "status", "message", "engine", "kv_usage", "kv_used_tokens",
+             "kv_capacity_tokens", "num_running", "num_waiting", "preemptions_total",
+             "prefix_queries_total", "prefix_hits_total", "prefix_hit_rate", "block_size",
+             "num_gpu_blocks", "preemptions_per_s", "prefix_hit_rate_interval", "interval_s",
+             "latency_s")
+NODE_SCHEMA = ("CREATE TABLE IF NOT EXISTS node_samples (row_id INTEGER PRIMARY KEY, "
+               f"{', '.join(NODE_COLS)}, raw_zlib BLOB)")
 
 
 def _py(v: object) -> object:
@@ -118,7 +127,8 @@ class RunWriter:
         self._map_idx[lane] = idx + 1
         row = (sid, lane, t, step, idx, enc.num_blocks, bm.block_size, bm.bytes_per_token,
                bm.label, int(bm.contiguous), codec.ENCODING, enc.runs, enc.layout, enc.nbytes,
-               *(enc.blobs[k] for k in ("lengths", *codec.PLANES, "final_seq", "final_len")))
+               *(enc.blobs[k] for k in ("lengths", *codec.PLANES, *codec.FINALS)),
+               int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
         self._map_bytes += enc.nbytes
         prev = self._latest.get(lane)
@@ -160,6 +170,16 @@ class RunWriter:
 
     def add_device_memory(self, t: float, rec: dict) -> None:
         self._insert("device_memory", {"t": float(t), **rec})
+
+    def add_node_sample(self, t: float, rec: dict, raw: dict | None = None) -> None:
+        """One scrape of a serving node: `rec` holds NODE_COLS fields (t, time given here or
+        in rec); `raw` maps series keys to values. The table is created on first use."""
+        if "node_samples" not in self._cols:
+            self.conn.execute(NODE_SCHEMA)
+            self._cols["node_samples"] = self._columns("node_samples")
+        blob = None if raw is None else zlib.compress(
+            json.dumps(raw, separators=(",", ":")).encode(), 6)
+        self._insert("node_samples", {**rec, "t": float(t), "raw_zlib": blob})
 
     def set_status(self, status: str, message: str = "") -> None:
         if status not in STATUSES:
@@ -264,6 +284,21 @@ class RunReader:
     def device_memory(self) -> pd.DataFrame:
         return self._df("SELECT * FROM device_memory ORDER BY row_id").drop(columns="row_id")
 
+    def node_samples(self, since_t: float | None = None, raw: bool = False) -> pd.DataFrame:
+        """Scrapes of a node recording in time order (empty for other recordings): NODE_COLS
+        and any added columns; with raw=True a `raw` column of {series key: value} dicts."""
+        if not self._q("SELECT 1 FROM sqlite_master WHERE name = 'node_samples'"):
+            return pd.DataFrame(columns=list(NODE_COLS))
+        where, params = self._where(since_t=since_t)
+        df = self._df(f"SELECT * FROM node_samples{where} ORDER BY row_id", params)
+        blobs = df.pop("raw_zlib")
+        if raw:
+            try:
+                df["raw"] = [{} if b is None else json.loads(zlib.decompress(b)) for b in blobs]
+            except (zlib.error, ValueError) as exc:
+                raise StoreError(f"{self.path}: node sample series are damaged ({exc})") from None
+        return df.drop(columns="row_id")
+
     def blockmap_index(self, lane: str) -> pd.DataFrame:
         return self._df("SELECT sample_id, t, step FROM blockmaps WHERE lane = ? "
                         "ORDER BY sample_id", (lane,))
@@ -280,7 +315,7 @@ class RunReader:
         try:
             bm = codec.decode(r["num_blocks"], r["runs"], r["layout"], r, block_size=r[
                 "block_size"], bytes_per_token=r["bytes_per_token"], label=r["label"],
-                contiguous=bool(r["contiguous"]))
+                contiguous=bool(r["contiguous"]), buddy=bool(r["buddy"]))
         except (ValueError, TypeError, KeyError, zlib.error) as exc:
             raise StoreError(f"{self.path}: block map {r['sample_id']} is damaged: {exc}") from None
         return bm, float(r["t"])

@@ -41,7 +41,8 @@ EVENT_COLS = ("t", "step", "lane", "kind", "seq_id", "reason", "need_tokens", "f
               "largest_hole_tokens", "count")
 MAP_COLS = ("sample_id", "lane", "t", "step", "idx", "num_blocks", "block_size",
             "bytes_per_token", "label", "contiguous", "encoding", "runs", "layout", "nbytes",
-            "lengths", *PLANES, "final_seq", "final_len")
+            "lengths", *PLANES, "final_seq", "final_len", "final_held", "buddy")
+FINALS = ("final_seq", "final_len", "final_held")
 SCHEMA = f"""
 CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), app TEXT NOT NULL,
   format_version INTEGER NOT NULL, kvviz_version TEXT, created_unix REAL, meta TEXT NOT NULL,
@@ -62,7 +63,7 @@ class EncodedMap(NamedTuple):
     num_blocks: int
     runs: int
     layout: str  # JSON: {array name: {"dtype": numpy dtype name, "offset": int}}
-    blobs: dict[str, bytes | None]  # lengths, the five planes, final_seq, final_len
+    blobs: dict[str, bytes | None]  # lengths, the five planes, final_seq/len/held
     nbytes: int  # total compressed bytes
 
 
@@ -98,7 +99,7 @@ def encode(bm: BlockMap) -> EncodedMap:
     for name, arr in zip(PLANES, planes):
         vals = arr[starts]
         blobs[name], layout[name] = _narrow(vals.view(np.uint8) if vals.dtype == np.bool_ else vals)
-    for name in ("final_seq", "final_len"):
+    for name in FINALS:
         arr = getattr(bm, name)
         if arr is None:
             blobs[name] = None
@@ -115,7 +116,8 @@ def _unpack(blob: bytes, spec: dict) -> np.ndarray:
 
 
 def decode(num_blocks: int, runs: int, layout: str, blobs: dict[str, bytes | None], *,
-           block_size: int, bytes_per_token: int, label: str, contiguous: bool) -> BlockMap:
+           block_size: int, bytes_per_token: int, label: str, contiguous: bool,
+           buddy: bool = False) -> BlockMap:
     """Inverse of encode. Raises ValueError when the pieces do not fit together."""
     spec = json.loads(layout)
     lengths = _unpack(blobs["lengths"], spec["lengths"]).astype(np.int64)  # type: ignore[arg-type]
@@ -129,11 +131,12 @@ def decode(num_blocks: int, runs: int, layout: str, blobs: dict[str, bytes | Non
             raise ValueError(f"{name}: {vals.size} run values, expected {runs}")
         arrays[name] = np.repeat(vals.astype(PLANE_DTYPES[name]), lengths)
     finals = {}
-    for name in ("final_seq", "final_len"):
+    for name in FINALS:
         blob = blobs.get(name)
-        finals[name] = None if blob is None else _unpack(blob, spec[name]).astype(np.int32)
+        dtype = np.int64 if name == "final_held" else np.int32
+        finals[name] = None if blob is None else _unpack(blob, spec[name]).astype(dtype)
     return BlockMap(**arrays, block_size=block_size, bytes_per_token=bytes_per_token,
-                    label=label, contiguous=contiguous, **finals)
+                    label=label, contiguous=contiguous, buddy=buddy, **finals)
 
 
 def open_checked(path: Path) -> sqlite3.Connection:

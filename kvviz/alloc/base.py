@@ -112,11 +112,20 @@ class Allocator(ABC):
             r = None if reserve_tokens is None else int(reserve_tokens[i])
             if keep_free_tokens:
                 chk = self.check(n, r)
-                if not chk.ok or chk.free_tokens - (r or n) < keep_free_tokens:
+                if not chk.ok or chk.free_tokens - self.footprint_tokens(n, r) < keep_free_tokens:
                     return i
             if not self.admit(int(seq_ids[i]), n, r, prefixes[i] if prefixes else None).ok:
                 return i
         return len(seq_ids)
+
+    def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
+        """Slots a new sequence of this size takes, after rounding to blocks or cells."""
+        return num_tokens if reserve_tokens is None else max(num_tokens, reserve_tokens)
+
+    def footprints(self, tokens: np.ndarray) -> np.ndarray:
+        """footprint_tokens for each size (vectorized where the rounding allows)."""
+        return np.fromiter((self.footprint_tokens(int(t)) for t in tokens), np.int64,
+                           len(tokens))
 
     @abstractmethod
     def release(self, seq_id: int) -> None:

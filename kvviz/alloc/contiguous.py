@@ -82,6 +82,9 @@ class ContiguousAllocator(Allocator):
         cells = self._place.rounded(-(-need // self.block_size))
         return need, cells
 
+    def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
+        return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size
+
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
         need, cells = self._cells_for(num_tokens, reserve_tokens)
         return self._answer(self._place.largest() >= cells, need)
@@ -92,6 +95,8 @@ class ContiguousAllocator(Allocator):
         prefix: PrefixKey | None = None,
     ) -> Admission:
         need, cells = self._cells_for(num_tokens, reserve_tokens)
+        if seq_id < 0:
+            raise ValueError(f"seq_id must be >= 0, got {seq_id}")
         if 0 <= seq_id < self._rows.row_of_seq.shape[0] and self._rows.row_of_seq[seq_id] >= 0:
             raise ValueError(f"seq_id {seq_id} is already live")
         start = self._place.place(cells)
@@ -167,4 +172,5 @@ class ContiguousAllocator(Allocator):
             owner=owner, filled=filled, allocated=allocated, refcount=refcount,
             cached=np.zeros(self.cells, np.bool_), block_size=g,
             bytes_per_token=self.bytes_per_token, label=self.label, contiguous=True,
+            buddy=self.placement == "buddy",
         )

@@ -93,6 +93,13 @@ class PagedAllocator(Allocator):
             return self._answer(False, need, Reason.CAPACITY)
         return self._answer(True, need)
 
+    def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
+        need = max(num_tokens, reserve_tokens or 0)
+        return -(-need // self.block_size) * self.block_size
+
+    def footprints(self, tokens: np.ndarray) -> np.ndarray:
+        return -(-np.asarray(tokens, np.int64) // self.block_size) * self.block_size
+
     @staticmethod
     def _need(num_tokens: int, reserve_tokens: int | None) -> int:
         if num_tokens < 1:
@@ -118,6 +125,16 @@ class PagedAllocator(Allocator):
             self._evictions += len(evicted)
             out = np.concatenate([out, ev])
         return out
+
+    def _forget(self, b: int) -> None:
+        """Drop block b's prefix hash; a cached-free block becomes plainly free."""
+        del self._block_of[self._hash_of.pop(b)]
+        if b in self._lru:
+            del self._lru[b]
+            self._cached[b] = False
+            self._filled[b] = 0
+            self._stack[self._nfree] = b
+            self._nfree += 1
 
     def _give_back(self, blocks: np.ndarray) -> None:
         """Blocks whose refcount reached 0: cache prefix content, else push on the stack."""
@@ -177,6 +194,8 @@ class PagedAllocator(Allocator):
         prefix: PrefixKey | None = None,
     ) -> Admission:
         need = self._need(num_tokens, reserve_tokens)
+        if self._rows.is_live(np.asarray([seq_id]))[0]:
+            raise ValueError(f"seq_id {seq_id} is already live")
         bs = self.block_size
         nblocks = -(-need // bs)
         hits: list[int] = []
@@ -191,9 +210,6 @@ class PagedAllocator(Allocator):
         free_after_hits = self._free_blocks() - sum(1 for b in hits if b in self._lru)
         if nblocks - len(hits) > free_after_hits:
             return self._answer(False, need, Reason.CAPACITY)
-        if seq_id >= 0 and seq_id < self._rows.row_of_seq.shape[0] \
-                and self._rows.row_of_seq[seq_id] >= 0:
-            raise ValueError(f"seq_id {seq_id} is already live")
         row = self._new_row(seq_id)
         for b in hits:
             if b in self._lru:
@@ -219,9 +235,13 @@ class PagedAllocator(Allocator):
             self._fill(row, written, num_tokens)
         if self.prefix_caching and prefix is not None:
             for i in range(len(hits), min(prefix.length, num_tokens) // bs):
+                key = (prefix.group, i)
+                stale = self._block_of.get(key)
+                if stale is not None:  # an older copy of this content: forget it
+                    self._forget(stale)
                 b = int(self._table[row, i])
-                self._hash_of[b] = (prefix.group, i)
-                self._block_of[(prefix.group, i)] = b
+                self._hash_of[b] = key
+                self._block_of[key] = b
         return self._answer(True, need)
 
     def admit_many(
@@ -235,7 +255,9 @@ class PagedAllocator(Allocator):
         n = np.asarray(num_tokens, np.int64)
         if n.size and n.min() < 1:
             raise ValueError("num_tokens must be >= 1 for every sequence")
-        want = n if reserve_tokens is None else np.maximum(n, reserve_tokens)
+        if reserve_tokens is not None and (np.asarray(reserve_tokens) < n).any():
+            raise ValueError("reserve_tokens is smaller than num_tokens for some sequence")
+        want = n if reserve_tokens is None else np.asarray(reserve_tokens, np.int64)
         bs = self.block_size
         nb = -(-want // bs)
         cum = np.cumsum(nb)
@@ -281,8 +303,7 @@ class PagedAllocator(Allocator):
             self._table[row, :nb] = blk
             self._owner[blk] = sid
             self._ref[blk] = 1
-            self._filled[blk] = bs
-            self._filled[blk[-1]] = n - (nb - 1) * bs
+            self._filled[blk] = np.clip(n - np.arange(nb) * bs, 0, bs)
             self._len[row] = n
             self._nb[row] = nb
             self._used += n
@@ -293,6 +314,7 @@ class PagedAllocator(Allocator):
             return super().release_many(seq_ids)
         if len(seq_ids) == 0:
             return
+        self._rows.rows(seq_ids)  # raises KeyError before anything changes
         if len(seq_ids) <= 8:
             parts = []
             for sid in np.asarray(seq_ids).tolist():
@@ -318,11 +340,15 @@ class PagedAllocator(Allocator):
         end = length + num_tokens
         bs = self.block_size
         need_blocks = max(0, -(-end // bs) - int(self._nb[row]))
-        cow = self._sharing and length % bs != 0 and self._ref[self._table[row, length // bs]] > 1
-        if need_blocks + int(cow) > self._free_blocks():
+        cow: list[int] = []  # held blocks this append writes into that others share
+        if self._sharing:
+            held = int(self._nb[row])
+            cow = [i for i in range(length // bs, min(held, -(-end // bs)))
+                   if self._ref[self._table[row, i]] > 1]
+        if need_blocks + len(cow) > self._free_blocks():
             return self._answer(False, num_tokens, Reason.CAPACITY)
-        if cow:
-            self._copy_on_write(row, seq_id, length // bs)
+        for i in cow:
+            self._copy_on_write(row, seq_id, i)
         if need_blocks:
             fresh = self._take(need_blocks)
             self._owner[fresh] = seq_id
@@ -336,9 +362,9 @@ class PagedAllocator(Allocator):
         seq_ids = np.asarray(seq_ids, np.int64)
         rows = self._rows.rows(seq_ids)
         lens = self._len[rows]
-        if self._sharing:  # a shared, partly written last block needs copy-on-write: slow path
-            part = lens % self.block_size != 0
-            if (self._ref[self._table[rows[part], lens[part] // self.block_size]] > 1).any():
+        if self._sharing:  # writing into a held block others share needs copy-on-write
+            held = lens // self.block_size < self._nb[rows]
+            if (self._ref[self._table[rows[held], lens[held] // self.block_size]] > 1).any():
                 return super().append_batch(seq_ids)
         ok = None
         need = np.flatnonzero(lens >= self._nb[rows] * self.block_size)

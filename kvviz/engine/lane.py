@@ -66,6 +66,11 @@ class Lane:
         self._evictions_seen = 0
         cap = allocator.usage().capacity_tokens
         self.capacity = cap
+        # requests whose whole life cannot fit even in an empty cache are rejected up front
+        final = self.final_len if self.reserve is None else np.maximum(self.final_len,
+                                                                        self.reserve)
+        self.too_big = allocator.footprints(final) > cap
+        self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
         # running sums over steps under pressure (someone waiting): shares of capacity
         self.acc = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
         self.acc_all = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
@@ -127,8 +132,19 @@ class Lane:
             return none, none
         running = int(self.run_ids.size)
         slots = self.cfg.max_num_seqs - running
-        if slots > 0:  # fast refusal: most steps under pressure cannot admit even the head
+        while waiting:
             rid = self.front[0] if self.front else self.next_new
+            if not self.too_big[rid]:
+                break
+            m = int(self.final_len[rid])
+            self._pop(1)
+            self.rejected += 1
+            self._event("rejected", rid, Admission(False, Reason.CAPACITY, m,
+                                                   self.alloc.usage().free_tokens, 0))
+            waiting -= 1
+        if not waiting or rid in self._just_preempted:
+            return none, none
+        if slots > 0:  # fast refusal: most steps under pressure cannot admit even the head
             m = int(self.w.prompt[rid] + self.generated[rid])
             r = None if self.reserve is None else max(m, int(self.reserve[rid]))
             adm = self.alloc.check(m, r)
@@ -136,6 +152,12 @@ class Lane:
                 self._fail(rid, adm)
                 return none, none
         cands = self._head(min(waiting, max(slots, 1), 4096))
+        stop = self.too_big[cands]
+        if self._just_preempted:
+            stop |= np.fromiter((c in self._just_preempted for c in cands.tolist()), bool,
+                                cands.size)
+        if stop.any():  # admit only up to the next request that must wait or be rejected
+            cands = cands[: int(np.argmax(stop))]
         n = self.w.prompt[cands] + self.generated[cands]
         reserve = None if self.reserve is None else np.maximum(n, self.reserve[cands])
         if slots <= 0:  # batch full: POLICY if memory would have served the head
@@ -194,22 +216,51 @@ class Lane:
         ids = self.run_ids
         if not ids.size:
             return
+        self._just_preempted.clear()
         ok = self.alloc.append_batch(ids)
         if not ok.all():
-            lost = ids[~ok]
-            self.alloc.release_many(lost)
-            self.generated[lost] = self.w.output[lost] - self.run_rem[~ok]
+            keep = self._preempt_from_tail(ids, ok)
+            lost = ids[~keep]
+            self.generated[lost] = self.w.output[lost] - self.run_rem[~keep]
             for rid in lost.tolist():
                 self._event("preempted", rid)
             self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
+            self._just_preempted.update(lost.tolist())
             self.preemptions += int(lost.size)
-            self._keep(ok)
+            self._keep(keep)
             ids = self.run_ids
         self.run_len += 1
         self.run_rem -= 1
         self.tokens_generated += int(ids.size)
         if self.kv is not None and ids.size:
             self.kv.on_decode(ids, self.run_len)
+
+    def _preempt_from_tail(self, ids: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Free memory for sequences whose append failed by preempting the latest-admitted
+        sequences (as vLLM does), retrying each failed one, earliest first.
+
+        Returns the mask of sequences that keep running; the others are released. A victim
+        that had appended this step loses that token too (recompute).
+        """
+        state = np.where(ok, 0, 1)  # 0 running, 1 failed, 2 preempted
+        tail = ids.size - 1
+        for first in np.flatnonzero(~ok).tolist():
+            if state[first] == 2:
+                continue
+            while True:
+                while tail > first and state[tail] == 2:
+                    tail -= 1
+                if tail <= first:  # nobody later to preempt: it goes itself
+                    state[first] = 2
+                    self.alloc.release(int(ids[first]))
+                    break
+                state[tail] = 2
+                self.alloc.release(int(ids[tail]))
+                tail -= 1
+                if self.alloc.append(int(ids[first])).ok:
+                    state[first] = 0
+                    break
+        return state == 0
 
     def finish(self) -> None:
         done = self.run_rem <= 0
@@ -267,7 +318,8 @@ class Lane:
     def snapshot(self) -> BlockMap:
         ids = self.run_ids
         return replace(self.alloc.snapshot(), final_seq=ids.astype(np.int32),
-                       final_len=self.final_len[ids].astype(np.int32))
+                       final_len=self.final_len[ids].astype(np.int32),
+                       final_held=self.alloc.seq_allocated_tokens(ids).astype(np.int64))
 
     def summary(self) -> dict:
         acc = self.acc if self.acc["steps"] else self.acc_all

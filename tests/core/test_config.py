@@ -1,0 +1,141 @@
+"""Invalid configurations raise ValueError naming the field."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvviz.alloc import ContiguousAllocator, PagedAllocator, make_allocator
+from kvviz.config import (
+    CacheConfig,
+    EngineConfig,
+    LaneSpec,
+    ModelShape,
+    WorkloadConfig,
+    model_preset,
+)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(block_size=0, capacity_tokens=64), "block_size"),
+    (dict(block_size=16, capacity_tokens=8), "capacity_tokens"),
+    (dict(block_size=16, capacity_tokens=-1), "capacity_tokens"),
+    (dict(block_size=16), "capacity"),
+    (dict(block_size=16, capacity_tokens=64, capacity_bytes=64), "capacity"),
+])
+def test_cache_config_names_the_bad_field(kw, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        CacheConfig(**kw)
+
+
+def test_capacity_bytes_turns_into_whole_blocks():
+    m = model_preset("tiny-cpu")
+    c = CacheConfig(block_size=16, capacity_bytes=100 * m.kv_bytes_per_token, model=m)
+    assert (c.tokens, c.num_blocks, c.bytes) == (100, 6, 96 * m.kv_bytes_per_token)
+
+
+def test_kv_bytes_per_token():
+    # llama-2-7b: 2 (K, V) * 32 layers * 32 heads * 128 dims * 2 bytes = 512 KiB
+    assert model_preset("llama-2-7b").kv_bytes_per_token == 524288
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(preset="nope"), "preset"),
+    (dict(num_requests=0), "num_requests"),
+    (dict(rate=0), "rate"),
+    (dict(rate=-1.0), "rate"),
+    (dict(arrival="uniform"), "arrival"),
+    (dict(burstiness=0), "burstiness"),
+    (dict(max_seq_len=-5), "max_seq_len"),
+    (dict(prefix_share=1.5), "prefix_share"),
+    (dict(prefix_share=-0.1), "prefix_share"),
+    (dict(prefix_tokens=-1), "prefix_tokens"),
+    (dict(prefix_tokens=4096), "prefix_tokens"),
+    (dict(prefix_groups=0), "prefix_groups"),
+])
+def test_workload_config_names_the_bad_field(kw, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        WorkloadConfig(**kw)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(max_num_seqs=0), "max_num_seqs"),
+    (dict(max_batched_tokens=0), "max_batched_tokens"),
+    (dict(watermark=1.0), "watermark"),
+    (dict(step_ms=0), "step_ms"),
+    (dict(max_seq_len=1), "max_seq_len"),
+])
+def test_engine_config_names_the_bad_field(kw, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        EngineConfig(**kw)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(allocator="slab"), "allocator"),
+    (dict(block_size=0), "block_size"),
+    (dict(allocator="contiguous", placement="worst-fit"), "placement"),
+    (dict(allocator="contiguous", reserve="half"), "reserve"),
+    (dict(allocator="contiguous", prefix_caching=True), "prefix_caching"),
+])
+def test_lane_spec_names_the_bad_field(kw, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        LaneSpec(**kw)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(num_layers=0), "num_layers"),
+    (dict(num_kv_heads=3), "num_heads"),
+    (dict(dtype="int4"), "dtype"),
+])
+def test_model_shape_names_the_bad_field(kw, field):
+    base = dict(name="m", num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)
+    with pytest.raises(ValueError, match=f"^{field}"):
+        ModelShape(**(base | kw))
+
+
+def test_unknown_model_preset_raises():
+    with pytest.raises(ValueError, match="^model"):
+        model_preset("gpt-5")
+
+
+@pytest.mark.parametrize("text, label", [
+    ("paged:16", "paged:16"),
+    ("paged:8:prefix", "paged:8:prefix"),
+    ("contiguous", "contiguous:first-fit:max"),
+    ("contiguous:buddy:pow2", "contiguous:buddy:pow2"),
+])
+def test_lane_spec_text_round_trips_through_its_label(text, label):
+    spec = LaneSpec.parse(text)
+    assert spec.label == label
+    assert LaneSpec.parse(spec.label) == spec
+
+
+@pytest.mark.parametrize("text", ["paged", "paged:x", "paged:16:cache", "slab:1",
+                                  "contiguous:a:b:c", "contiguous:worst-fit"])
+def test_bad_lane_text_raises_value_error(text):
+    with pytest.raises(ValueError):
+        LaneSpec.parse(text)
+
+
+def test_configs_are_frozen():
+    c = EngineConfig()
+    with pytest.raises(AttributeError):
+        c.max_num_seqs = 3  # type: ignore[misc]
+
+
+def test_make_allocator_builds_what_the_spec_names():
+    p = make_allocator(LaneSpec.parse("paged:16:prefix"), 100)
+    assert isinstance(p, PagedAllocator) and p.prefix_caching
+    assert p.usage().capacity_tokens == 96
+    c = make_allocator(LaneSpec.parse("contiguous:buddy:exact"), 100)
+    assert isinstance(c, ContiguousAllocator) and c.placement == "buddy"
+    assert c.usage().capacity_tokens == 100
+
+
+def test_make_allocator_rejects_capacity_below_one_block():
+    with pytest.raises(ValueError, match="capacity_tokens"):
+        make_allocator(LaneSpec("paged", 16), 15)
+
+
+def test_default_rate_is_all_at_once():
+    assert math.isinf(WorkloadConfig().rate)
