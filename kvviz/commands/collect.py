@@ -50,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--quiet", action="store_true", help="no per-second status line")
     a("--metrics-port", type=int, default=None,
       help="serve Prometheus metrics on this port (needs collectors/prometheus.py)")
+    a("--metrics-address", default="127.0.0.1", metavar="ADDR",
+      help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    a("--torch-snapshot-every", type=float, default=None, metavar="S",
+      help="CUDA only: write a torch memory snapshot of this process every S seconds "
+           "to <run>-torchsnap-<n>.pickle beside the recording")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -133,7 +138,11 @@ def build(args: argparse.Namespace):
         except ModuleNotFoundError:
             raise KvvizError("--metrics-port: the Prometheus exporter (collectors/prometheus.py) "
                              "is not available in this build") from None
-        exporter.attach(collector, args.metrics_port)
+        exporter.attach(collector, args.metrics_port, args.metrics_address)
+    if args.torch_snapshot_every is not None:
+        from collectors import torch_snapshots
+
+        torch_snapshots.attach(collector, args.torch_snapshot_every)
     return collector
 
 

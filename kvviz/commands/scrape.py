@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
+import urllib.parse
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -26,26 +29,97 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="FILE",
                    help="also record samples: FILE.jsonl (one JSON object a line) or FILE.db")
     p.add_argument("--json", action="store_true", help="print each sample as one JSON line")
+    p.add_argument("--quiet", action="store_true", help="print nothing per sample")
+    p.add_argument("--nvml", choices=("auto", "always", "never"), default="auto",
+                   help="with --out FILE.db, also record this machine's GPU memory (NVML); "
+                        "auto: only when the URL is a loopback address (default)")
 
 
-def open_store_sink(path: Path, url: str) -> AbstractContextManager:
-    """Record NodeSamples into a kvviz recording (.db). The lead wires kvviz/store.py here.
+class StoreSink:
+    """Records NodeSamples into a new kvviz recording (meta mode "node"), one commit each,
+    plus the local GPUs' NVML memory when asked (`nvml`: "auto" = only for a loopback URL,
+    where the node runs on this machine; "always"; "never")."""
 
-    Must return a context manager whose __enter__ gives a callable sink(sample: NodeSample).
-    """
-    raise KvvizError(f"{path}: the recording store is not available yet; "
-                     "use --out FILE.jsonl for now")
+    def __init__(self, path: Path, url: str, *, nvml: str = "auto", scrape: dict | None = None,
+                 ) -> None:
+        from kvviz.node.scrape import is_loopback_host
+        from kvviz.store import RunWriter
+
+        host = urllib.parse.urlsplit(url).hostname or ""
+        use_nvml = nvml == "always" or (nvml == "auto" and is_loopback_host(host))
+        self.probe = None
+        if use_nvml:
+            from collectors.nvml import NvmlProbe
+
+            self.probe = NvmlProbe()
+        nv = ({"status": "not used", "reason": f"the node {host} is not this machine"}
+              if self.probe is None else {"status": self.probe.status,
+                                          "reason": self.probe.reason})
+        self.t0 = time.time()
+        meta = {"mode": "node", "url": url, "device": "node", "lanes": [],
+                "scrape": scrape or {}, "nvml": nv, "versions": _versions(),
+                "started_unix": self.t0}
+        try:
+            self.writer = RunWriter(path, meta)
+        except BaseException:
+            self._close_probe()
+            raise
+        self.status, self.message = "finished", ""
+
+    def __call__(self, sample) -> None:
+        d = sample.to_dict()
+        raw = d.pop("raw")
+        t = sample.time - self.t0
+        self.writer.add_node_sample(t, d, raw)
+        if self.probe is not None:
+            for rec in self.probe.sample():
+                self.writer.add_device_memory(t, rec)
+        self.writer.commit()
+
+    def _close_probe(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+
+    def __enter__(self) -> StoreSink:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._close_probe()
+        if exc_type is KeyboardInterrupt:
+            self.writer.close("stopped", "stopped by SIGINT")
+        elif exc is not None:
+            self.writer.close("error", f"{exc_type.__name__}: {exc}")
+        else:
+            self.writer.close(self.status, self.message)
 
 
-def _open_out(path: Path | None, url: str) -> AbstractContextManager:
+def _versions() -> dict:
+    import platform
+
+    from kvviz import FORMAT_VERSION, __version__
+
+    return {"kvviz": __version__, "format_version": FORMAT_VERSION,
+            "python": platform.python_version()}
+
+
+def open_store_sink(path: Path, url: str, *, nvml: str = "auto",
+                    scrape: dict | None = None) -> StoreSink:
+    """Record NodeSamples into a kvviz recording (.db); the context gives the sink."""
+    return StoreSink(path, url, nvml=nvml, scrape=scrape)
+
+
+def _open_out(args: argparse.Namespace, url: str) -> AbstractContextManager:
     from kvviz.node.scrape import JsonlSink
 
+    path = args.out
     if path is None:
         return nullcontext(None)
     if path.suffix == ".jsonl":
         return JsonlSink(path)
     if path.suffix == ".db":
-        return open_store_sink(path, url)
+        scrape = {"interval_s": args.interval, "timeout_s": args.timeout,
+                  "duration_s": args.duration, "count": args.count}
+        return open_store_sink(path, url, nvml=args.nvml, scrape=scrape)
     raise KvvizError(f"--out {path}: expected a .jsonl or .db file")
 
 
@@ -80,18 +154,35 @@ def run(args: argparse.Namespace) -> int:
         raise KvvizError(f"--count must be >= 1, got {args.count}")
     url = normalize_url(args.url)
     ok = 0
-    with _open_out(args.out, url) as recorder:
+    stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        stop.set()
+
+    with _open_out(args, url) as recorder:
         def sink(sample) -> None:
             nonlocal ok
             ok += sample.ok
             if recorder is not None:
                 recorder(sample)
-            line = json.dumps(sample.to_dict()) if args.json else format_line(sample)
-            print(line, flush=True)
+            if not args.quiet:
+                line = json.dumps(sample.to_dict()) if args.json else format_line(sample)
+                print(line, flush=True)
 
         scraper = Scraper(url, sink, interval_s=args.interval, duration_s=args.duration,
-                          timeout_s=args.timeout, max_samples=args.count)
-        n = scraper.run()
+                          timeout_s=args.timeout, max_samples=args.count, stop=stop)
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            n = scraper.run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        if stopped_by and isinstance(recorder, StoreSink):
+            recorder.status, recorder.message = "stopped", f"stopped by {stopped_by[0]}"
     if not ok:
         print(f"kvviz scrape: no successful scrape of {url} in {n} tries", file=sys.stderr)
         return 1

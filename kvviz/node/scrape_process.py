@@ -1,0 +1,136 @@
+"""The dashboard's `kvviz scrape` subprocess and the node recordings under the runs directory.
+
+No streamlit: pages/node.py keeps one ScrapeProcess per server (st.cache_resource). Names
+are file names inside the runs directory, as in kvviz.live.
+"""
+from __future__ import annotations
+
+import atexit
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import NamedTuple
+
+from kvviz.node.scrape import normalize_url
+
+ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+
+
+class ScrapeStatus(NamedTuple):
+    state: str  # "running" | "stopped" | "not started"
+    pid: int | None
+    returncode: int | None
+    url: str | None
+    recording: str | None  # file name in the runs directory
+    last_message: str  # the last lines the scraper printed (one line per sample)
+
+
+_ALL: weakref.WeakSet[ScrapeProcess] = weakref.WeakSet()
+
+
+def stop_all() -> None:
+    """Stop every scrape this process started (at exit, and between tests)."""
+    for p in list(_ALL):
+        p.stop()
+
+
+atexit.register(stop_all)
+
+
+class ScrapeProcess:
+    """One `python -m kvviz scrape URL --out runs/node-<time>.db` at a time; thread-safe."""
+
+    def __init__(self, root: Path, *, python: str = sys.executable) -> None:
+        self.root, self.python = Path(root), python
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._log: Path | None = None
+        self.url: str | None = None
+        self.recording: Path | None = None
+        _ALL.add(self)
+
+    def start(self, url: str, interval_s: float = 2.0, timeout_s: float = 3.0) -> Path:
+        """Stop any running scrape and start one of `url`; NodeUrlError for a bad URL."""
+        url = normalize_url(url)
+        if not (interval_s > 0 and timeout_s > 0):
+            raise ValueError("scrape interval and timeout must be > 0 s")
+        with self._lock:
+            self._stop_locked()
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out, k = self.root / f"node-{stamp}.db", 2
+            while out.exists() or out.with_suffix(".log").exists():
+                out, k = self.root / f"node-{stamp}-{k}.db", k + 1
+            self._log = out.with_suffix(".log")
+            with open(self._log, "wb") as log:
+                self._proc = subprocess.Popen(
+                    [self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
+                     "--interval", str(interval_s), "--timeout", str(timeout_s)],
+                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            self.url, self.recording = url, out
+            return out
+
+    def _stop_locked(self, timeout_s: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # the scraper closes its recording as "stopped"
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def last_message(self, lines: int = 3, max_bytes: int = 8192) -> str:
+        if self._log is None or not self._log.exists():
+            return ""
+        with open(self._log, "rb") as f:
+            f.seek(max(0, self._log.stat().st_size - max_bytes))
+            text = f.read().decode("utf-8", "replace")
+        return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+
+    def status(self) -> ScrapeStatus:
+        proc = self._proc
+        if proc is None:
+            return ScrapeStatus("not started", None, None, None, None, "")
+        rc = proc.poll()
+        return ScrapeStatus("running" if rc is None else "stopped", proc.pid, rc, self.url,
+                            self.recording.name if self.recording else None, self.last_message())
+
+
+def _mode(path: Path) -> str | None:
+    """The recording's meta mode, read with sqlite3 alone (None when it is not one)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        try:
+            row = db.execute("SELECT json_extract(meta, '$.mode') FROM run WHERE id = 1")
+            got = row.fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return None if got is None else got[0]
+
+
+def node_recordings(root: Path) -> list[str]:
+    """Names of the node recordings (meta mode "node") directly under `root`, newest first."""
+    from kvviz.live import list_runs
+
+    return [r.name for r in list_runs(root) if _mode(r.path) == "node"]
+
+
+def snapshot_files(root: Path) -> list[str]:
+    """Names of the pickles directly under `root` (e.g. a collector's *-torchsnap-<n>.pickle),
+    newest first. Opened only through kvviz.torchsnap's safe loader."""
+    root = root.resolve()
+    found = [p for p in root.iterdir() if p.suffix in SNAPSHOT_SUFFIXES and p.is_file()
+             and p.resolve().parent == root]
+    return [p.name for p in sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)]

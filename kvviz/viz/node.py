@@ -1,0 +1,125 @@
+"""A scraped serving node over time (RunReader.node_samples) and a fleet table (no streamlit).
+
+Columns read (missing ones are skipped): t, status, message, kv_usage, kv_capacity_tokens,
+num_gpu_blocks, block_size, num_running, num_waiting, preemptions_per_s, prefix_hit_rate,
+prefix_hit_rate_interval. Only `ok` samples carry numbers; the others are drawn as status
+marks with their message.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvviz.viz import theme
+from kvviz.viz.timeseries import Headline
+
+STATUS_COLOURS = {"ok": "#2a9d8f", "unreachable": "#c0392b", "timeout": "#d4a017",
+                  "garbled": "#7b3fb3"}
+FLEET_COLUMNS = ["job", "instance", "engine", "up", "KV usage %", "KV used tokens",
+                 "fragmentation", "series"]
+
+
+def _num(v: object) -> float | None:
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def col(df: pd.DataFrame, name: str) -> np.ndarray:
+    """float64 column (NaN where missing or not a number)."""
+    if name not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(np.float64)
+
+
+def latest_ok(df: pd.DataFrame) -> pd.Series | None:
+    ok = df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
+    return None if ok.empty else ok.iloc[-1]
+
+
+def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if v is None else format(v, spec) + suffix
+
+
+def headlines(row: pd.Series | dict | None) -> list[Headline]:
+    """The node's latest ok numbers; '-' where the node does not export one."""
+    r = {} if row is None else dict(row)
+    usage = _num(r.get("kv_usage"))
+    hit = _num(r.get("prefix_hit_rate_interval"))
+    hit = _num(r.get("prefix_hit_rate")) if hit is None else hit
+    return [
+        Headline("KV usage", _fmt(None if usage is None else 100 * usage, ".1f", "%"),
+                 "fraction of KV slots (blocks) in use"),
+        Headline("KV capacity (blocks)", _fmt(_num(r.get("num_gpu_blocks")), ",.0f"),
+                 f"blocks of {_fmt(_num(r.get('block_size')), '.0f')} slots"),
+        Headline("KV capacity (tokens)", _fmt(_num(r.get("kv_capacity_tokens")), ",.0f"),
+                 "slots in the KV pool: blocks x block size"),
+        Headline("Running", _fmt(_num(r.get("num_running")), ",.0f"),
+                 "requests whose KV is resident"),
+        Headline("Waiting", _fmt(_num(r.get("num_waiting")), ",.0f"),
+                 "requests queued, preempted ones included"),
+        Headline("Preemptions/s", _fmt(_num(r.get("preemptions_per_s")), ",.2f"),
+                 "running requests evicted for lack of a free block, over the last interval"),
+        Headline("Prefix hit rate", _fmt(None if hit is None else 100 * hit, ".1f", "%"),
+                 "prefix-cache hits / lookups (last interval, else since start)"),
+    ]
+
+
+def status_counts(df: pd.DataFrame) -> dict[str, int]:
+    if "status" not in df:
+        return {}
+    return {str(k): int(v) for k, v in df["status"].value_counts().items()}
+
+
+def node_figure(df: pd.DataFrame) -> go.Figure:
+    """Four stacked panels over time: KV usage, queue, preemptions/s, prefix hit rate.
+    Samples that are not ok are marked along the KV panel's floor, coloured by status."""
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=("KV cache usage (%)", "Queue (requests)",
+                                        "Preemptions per second", "Prefix-cache hit rate (%)"))
+    t = col(df, "t")
+    ok = (df["status"] == "ok").to_numpy() if "status" in df else np.zeros(len(df), bool)
+
+    def line(y: np.ndarray, name: str, row: int, colour: str) -> None:
+        if np.isfinite(y[ok]).any():
+            fig.add_scatter(x=t[ok], y=y[ok], name=name, mode="lines+markers", row=row, col=1,
+                            marker=dict(size=4), line=dict(color=colour, width=2),
+                            hovertemplate=f"{name} %{{y:,.2f}} at %{{x:.1f}} s<extra></extra>")
+
+    line(100 * col(df, "kv_usage"), "KV usage %", 1, theme.lane_colour(0))
+    line(col(df, "num_running"), "running", 2, theme.lane_colour(2))
+    line(col(df, "num_waiting"), "waiting", 2, theme.lane_colour(1))
+    line(col(df, "preemptions_per_s"), "preemptions/s", 3, theme.FAILURE_COLOURS["CAPACITY"])
+    line(100 * col(df, "prefix_hit_rate_interval"), "hit rate (interval) %", 4,
+         theme.lane_colour(3))
+    line(100 * col(df, "prefix_hit_rate"), "hit rate (since start) %", 4, theme.lane_colour(5))
+    for status, colour in STATUS_COLOURS.items():
+        mask = (df["status"] == status).to_numpy() if "status" in df else ok & False
+        if status == "ok" or not mask.any():
+            continue
+        msgs = df["message"].astype(str).to_numpy()[mask] if "message" in df else None
+        fig.add_scatter(x=t[mask], y=np.zeros(int(mask.sum())), name=status, mode="markers",
+                        row=1, col=1, marker=dict(color=colour, symbol="x", size=9),
+                        customdata=msgs,
+                        hovertemplate=f"{status}: %{{customdata}}<extra></extra>")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(range=[-3, 103], row=1, col=1)
+    fig.update_xaxes(title_text="time since the recording started (s)", row=4, col=1)
+    fig.update_layout(height=720, margin=dict(l=48, r=8, t=40, b=40),
+                      legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def fleet_table(nodes: list) -> pd.DataFrame:
+    """kvviz.node.FleetNode list -> one row per node (KV usage in %)."""
+    rows = [{"job": n.job, "instance": n.instance, "engine": n.engine, "up": n.up,
+             "KV usage %": None if n.kv_usage is None else 100 * n.kv_usage,
+             "KV used tokens": n.kv_used_tokens, "fragmentation": n.fragmentation,
+             "series": n.series} for n in nodes]
+    return pd.DataFrame(rows, columns=FLEET_COLUMNS)

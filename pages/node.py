@@ -1,0 +1,157 @@
+"""Node: a real serving node's /metrics over time, a fleet via Prometheus, and a torch CUDA
+memory snapshot (loaded with kvviz.torchsnap's safe loader, never pickle.load)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import live
+from kvviz.errors import KvvizError
+from kvviz.node import list_nodes
+from kvviz.node import scrape_process as sp
+from kvviz.torchsnap import DEFAULT_MAX_BYTES, loads_snapshot, summarize
+from kvviz.torchsnap.safe_pickle import read_capped
+from kvviz.viz import gpu as vg
+from kvviz.viz import node as vn
+from kvviz.viz import torchsnap as vs
+from pages import common
+
+SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
+RUN_KEY = "kvviz_node_run"
+
+
+@st.cache_resource(show_spinner=False)
+def scraper() -> sp.ScrapeProcess:
+    """The one scrape subprocess of this server, shared by every browser session."""
+    return sp.ScrapeProcess(live.runs_dir())
+
+
+def metrics_rows(heads: list, per_row: int = 4) -> None:
+    for i in range(0, len(heads), per_row):
+        for cell, h in zip(st.columns(per_row), heads[i:i + per_row]):
+            cell.metric(h.label, h.value, help=h.help)
+
+
+def scrape_controls() -> None:
+    proc = scraper()
+    url_col, every_col = st.columns([3, 1])
+    url = url_col.text_input("Node metrics URL", key="node_url",
+                             placeholder="localhost:8000 or http://gpu7:30000/metrics")
+    every = every_col.number_input("Every (s)", 0.5, 600.0, 2.0, key="node_every")
+    start, stop = st.columns(2)
+    if start.button("Start scraping", key="node_start", icon=":material/play_arrow:"):
+        try:
+            st.session_state[RUN_KEY] = proc.start(url, every).name
+        except (KvvizError, ValueError, OSError) as exc:
+            st.error(f"Cannot scrape {url!r}: {exc}", icon=":material/error:")
+    if stop.button("Stop", key="node_stop", icon=":material/stop:"):
+        proc.stop()
+    s = proc.status()
+    if s.state == "running":
+        st.success(f"Scraping `{s.url}` (pid {s.pid}) into `{s.recording}`",
+                   icon=":material/radio_button_checked:")
+    elif s.state == "stopped":
+        st.warning(f"Scrape of `{s.url}` ended (exit code {s.returncode}); `{s.recording}` "
+                   "keeps what it recorded.", icon=":material/stop_circle:")
+        if s.last_message:
+            st.code(s.last_message, language=None)
+
+
+@st.fragment(run_every=2.0)
+def node_panel(run: str) -> None:
+    with common.reader(run) as r, common.guard(f"Reading {run}"):
+        if r is None:
+            return
+        df = r.node_samples()
+        st.caption(f"`{run}`: node `{r.meta.get('url', '?')}`, recording {r.status}")
+        if df.empty:
+            st.info("No scrape recorded yet.", icon=":material/hourglass_empty:")
+            return
+        last = df.iloc[-1]
+        counts = ", ".join(f"{k} {v}" for k, v in vn.status_counts(df).items())
+        text = f"Last scrape: **{last['status']}** {last.get('message') or ''} ({counts})"
+        (st.success if last["status"] == "ok" else st.warning)(text)
+        metrics_rows(vn.headlines(vn.latest_ok(df)))
+        st.plotly_chart(vn.node_figure(df), key="node_figure")
+        mem = r.device_memory()
+        reason = vg.nvml_reason(mem, r.meta)
+        if reason is None:
+            st.plotly_chart(vg.device_memory_figure(mem), key="node_gpu")
+        else:
+            st.caption(f"Local GPU memory (NVML) not recorded: {reason}")
+
+
+def node_tab() -> None:
+    scrape_controls()
+    runs = sp.node_recordings(live.runs_dir())
+    if not runs:
+        st.info("No node recording yet: start scraping a node above, or record one with "
+                "`kvviz scrape URL --out runs/node.db`.", icon=":material/info:")
+        return
+    stored = st.session_state.get(RUN_KEY)
+    run = st.selectbox("Node recording", runs, key="node_pick",
+                       index=runs.index(stored) if stored in runs else 0)
+    st.session_state[RUN_KEY] = run
+    node_panel(run)
+
+
+def fleet_tab() -> None:
+    url = st.text_input("Prometheus server", key="fleet_url",
+                        placeholder="http://prometheus:9090")
+    if st.button("List nodes", key="fleet_go", icon=":material/search:"):
+        st.session_state["node_fleet"] = None
+        try:
+            st.session_state["node_fleet"] = (url, vn.fleet_table(list_nodes(url)))
+        except (KvvizError, ValueError) as exc:
+            st.error(f"Cannot list nodes from {url!r}: {exc}", icon=":material/error:")
+    got = st.session_state.get("node_fleet")
+    if got:
+        st.caption(f"Nodes known to `{got[0]}` (fragmentation: kvviz collectors, worst lane)")
+        if got[1].empty:
+            st.info("This Prometheus server scrapes no targets and has no KV series.")
+        st.dataframe(got[1], hide_index=True)
+
+
+def snapshot_source() -> tuple[str, bytes] | None:
+    hook = st.session_state.get(SNAPSHOT_KEY)
+    up = st.file_uploader("torch.cuda.memory._snapshot() pickle", type=["pickle", "pkl"],
+                          max_upload_size=DEFAULT_MAX_BYTES // 2**20, key="snap_upload")
+    files = sp.snapshot_files(live.runs_dir())
+    pick = st.selectbox("... or a snapshot in runs/", ["-", *files], key="snap_pick")
+    if hook is not None:
+        return hook
+    if up is not None:
+        if up.size > DEFAULT_MAX_BYTES:
+            raise KvvizError(f"{up.name}: {up.size:,} bytes is over the 256 MiB limit")
+        return up.name, up.getvalue()
+    if pick != "-":
+        return pick, read_capped(live.runs_dir() / pick)
+    return None
+
+
+def snapshot_tab() -> None:
+    st.caption("Read without running anything in the file: any global or class in the pickle "
+               "is refused. Take one with `torch.cuda.memory._dump_snapshot('snap.pickle')`.")
+    try:
+        src = snapshot_source()
+        if src is None:
+            return
+        snap = loads_snapshot(src[1], name=src[0])
+    except (KvvizError, ValueError, OSError) as exc:
+        st.error(f"Refused: {exc}", icon=":material/gpp_bad:")
+        return
+    summary = summarize(snap)
+    metrics_rows(vs.headlines(summary))
+    st.plotly_chart(vs.snapshot_figure(snap), key="snap_figure")
+    st.dataframe(vs.segment_table(summary), hide_index=True)
+
+
+st.title("Serving node")
+st.caption("A vLLM/SGLang node through its Prometheus /metrics, a fleet through a Prometheus "
+           "server, and PyTorch's caching allocator through a memory snapshot.")
+node, fleet, snapshot = st.tabs(["Node", "Fleet", "PyTorch memory snapshot"])
+with node:
+    node_tab()
+with fleet:
+    fleet_tab()
+with snapshot:
+    snapshot_tab()
