@@ -12,6 +12,7 @@ from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
 from kvviz.viz import compare as vc
 from kvviz.workload import Workload, generate
+from pages import common
 
 ENGINE = EngineConfig()
 PAPER = ("Kwon et al., *Efficient Memory Management for Large Language Model Serving with "
@@ -140,6 +141,7 @@ def advisor_tab(source: tuple, capacity: int) -> None:
                     key="advisor_sweep")
 
 
+common.enter_through_app("pages/compare.py")
 st.title("Compare allocators")
 source, capacity = workload_inputs()
 try:

@@ -5,6 +5,7 @@ import streamlit as st
 
 from kvviz import story
 from kvviz.viz import learn as vl
+from pages import common
 
 KEY = "learn_step"
 SAMPLE = 400  # requests in the block-size sample
@@ -59,6 +60,7 @@ n = len(all_steps)
 i = min(st.session_state.setdefault(KEY, 0), n - 1)
 step = all_steps[i]
 
+common.enter_through_app("pages/learn.py")
 st.title("Learn: why KV caches fragment")
 back, where, nxt = st.columns([1, 4, 1])
 back.button("Back", on_click=go_to, args=(-1, n), disabled=i == 0, width="stretch")

@@ -145,6 +145,7 @@ def snapshot_tab() -> None:
     st.dataframe(vs.segment_table(summary), hide_index=True)
 
 
+common.enter_through_app("pages/node.py")
 st.title("Serving node")
 st.caption("A vLLM/SGLang node through its Prometheus /metrics, a fleet through a Prometheus "
            "server, and PyTorch's caching allocator through a memory snapshot.")

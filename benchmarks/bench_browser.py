@@ -1,0 +1,79 @@
+"""Dashboard in Chromium: navigation to the first Live heatmap, and the 1 Hz live refresh
+with 4 tabs on one collector. Starts the app as the README says, in a temporary runs dir.
+`python benchmarks/bench_browser.py [--seconds 30]`; prints one JSON line."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from appserver import launch, serve  # noqa: E402
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+HEAT = ".heatmaplayer image"
+
+
+def first_heatmap_s(browser, url: str) -> float:
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    t0 = time.monotonic()
+    page.goto(url)
+    page.wait_for_selector(HEAT, timeout=120_000)
+    dt = time.monotonic() - t0
+    page.close()
+    return dt
+
+
+def refresh_rates(browser, url: str, tabs: int, seconds: float) -> list[dict]:
+    # one browser context per tab: separate sessions, each page rendering as if visible
+    pages = [browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
+             for _ in range(tabs)]
+    for p in pages:
+        p.goto(url)
+    for p in pages:
+        p.wait_for_selector(HEAT, timeout=60_000, state="attached")
+    last = [p.locator(HEAT).first.get_attribute("href") for p in pages]
+    changes: list[list[float]] = [[] for _ in pages]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for i, p in enumerate(pages):
+            href = p.locator(HEAT).first.get_attribute("href")
+            if href != last[i]:
+                changes[i].append(time.monotonic() - t0)
+                last[i] = href
+        pages[0].wait_for_timeout(50)
+    out = []
+    for ch in changes:
+        gaps = [b - a for a, b in zip(ch, ch[1:])]
+        out.append({"updates_per_s": round(len(ch) / seconds, 2),
+                    "median_gap_s": round(statistics.median(gaps), 2) if gaps else None,
+                    "max_gap_s": round(max(gaps), 2) if gaps else None})
+    for p in pages:
+        p.context.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--tabs", type=int, default=4)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp)) as url, \
+            sync_playwright() as pw:
+        browser = launch(pw)
+        cold = first_heatmap_s(browser, url)  # fresh server: includes starting the collector
+        warm = [first_heatmap_s(browser, url) for _ in range(5)]
+        tabs = refresh_rates(browser, url, a.tabs, a.seconds)
+        browser.close()
+    print(json.dumps({"cold_first_heatmap_s": round(cold, 2),
+                      "warm_first_heatmap_s_median": round(statistics.median(warm), 2),
+                      "warm_first_heatmap_s_max": round(max(warm), 2),
+                      "tabs": a.tabs, "seconds": a.seconds, "per_tab": tabs}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""The demo collector subprocess and the recordings under the runs directory (no streamlit).
+
+Safety: recordings are named by file name only and resolved inside the runs directory;
+nothing outside it is listed or opened, symlinks that lead out included.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from kvviz.config import LENGTH_PRESETS, LaneSpec
+from kvviz.errors import KvvizError
+
+RUN_SUFFIX = ".db"
+DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
+
+
+def runs_dir() -> Path:
+    """$KVVIZ_RUNS_DIR, else ./runs (created on first use)."""
+    root = Path(os.environ.get("KVVIZ_RUNS_DIR") or Path.cwd() / "runs").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+class RunFile(NamedTuple):
+    name: str  # file name inside the runs directory
+    path: Path
+    size_bytes: int
+    mtime: float
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        return False
+
+
+def list_runs(root: Path) -> list[RunFile]:
+    """Recordings directly under `root`, newest first."""
+    out = []
+    for p in root.glob("*" + RUN_SUFFIX):
+        if _inside(root, p) and p.is_file():
+            st = p.stat()
+            out.append(RunFile(p.name, p, st.st_size, st.st_mtime))
+    return sorted(out, key=lambda r: r.mtime, reverse=True)
+
+
+def resolve_run(root: Path, name: str) -> Path:
+    """The path of recording `name` inside `root`; KvvizError for anything else."""
+    if not name or name != Path(name).name or name in (".", ".."):
+        raise KvvizError(f"recording {name!r}: give a file name inside the runs directory")
+    if not name.endswith(RUN_SUFFIX):
+        raise KvvizError(f"recording {name!r}: expected a {RUN_SUFFIX} file")
+    path = root / name
+    if not _inside(root, path):
+        raise KvvizError(f"recording {name!r} leads outside the runs directory")
+    if not path.is_file():
+        raise KvvizError(f"recording {name!r} does not exist in {root}")
+    return path
+
+
+def open_run(root: Path, name: str):
+    """A kvviz.store.RunReader for recording `name` (raises StoreError / KvvizError)."""
+    from kvviz.store import RunReader  # the store pulls in pandas; keep this module light
+
+    return RunReader(resolve_run(root, name))
+
+
+@dataclass(frozen=True)
+class CollectorOptions:
+    """Flags for `python -m collectors`; None leaves the collector's own default."""
+
+    mode: str | None = None  # real | sim
+    workload: str | None = None  # a kvviz.config.LENGTH_PRESETS name
+    lanes: tuple[str, ...] = DEFAULT_LANES
+    rate: float | None = None
+    capacity_tokens: int | None = None
+    hz: float | None = None
+    device: str | None = None  # auto | cpu | cuda
+    model: str | None = None
+    loop: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in (None, "real", "sim"):
+            raise ValueError(f"mode: must be 'real' or 'sim', got {self.mode!r}")
+        if self.workload is not None and self.workload not in LENGTH_PRESETS:
+            raise ValueError(f"workload: unknown preset {self.workload!r}")
+        if not self.lanes:
+            raise ValueError("lanes: give at least one lane")
+        for lane in self.lanes:
+            LaneSpec.parse(lane)  # raises ValueError with the reason
+        if self.device not in (None, "auto", "cpu", "cuda"):
+            raise ValueError(f"device: must be auto, cpu or cuda, got {self.device!r}")
+
+    def argv(self, out: Path) -> list[str]:
+        args = ["--out", str(out), "--quiet"]
+        for flag, value in (("--mode", self.mode), ("--workload", self.workload),
+                            ("--rate", self.rate), ("--capacity-tokens", self.capacity_tokens),
+                            ("--hz", self.hz), ("--device", self.device),
+                            ("--model", self.model)):
+            if value is not None:
+                args += [flag, str(value)]
+        for lane in self.lanes:
+            args += ["--lane", lane]
+        return args + (["--loop"] if self.loop else [])
+
+
+class CollectorStatus(NamedTuple):
+    state: str  # "running" | "stopped" | "not started"
+    pid: int | None
+    returncode: int | None
+    recording: str | None  # file name in the runs directory
+    last_message: str  # last lines the collector wrote to stderr/stdout
+    started_at: float | None
+
+
+_COLLECTORS: weakref.WeakSet[Collector] = weakref.WeakSet()
+
+
+def stop_all() -> None:
+    """Stop every collector this process started (at exit, and between tests)."""
+    for c in list(_COLLECTORS):
+        c.stop()
+
+
+atexit.register(stop_all)
+
+
+class Collector:
+    """One demo collector at a time; thread-safe (shared by every browser session)."""
+
+    def __init__(self, root: Path, *, module: str = "collectors", python: str = sys.executable,
+                 cwd: Path | None = None) -> None:
+        self.root, self.module, self.python = root, module, python
+        self.cwd = cwd or Path.cwd()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._log: Path | None = None
+        self.recording: Path | None = None
+        self.options: CollectorOptions | None = None
+        self.started_at: float | None = None
+        self.autostarted = False
+        _COLLECTORS.add(self)
+
+    def start(self, options: CollectorOptions) -> Path:
+        """Stop any running collector, start a new one writing runs/live-<time>.db."""
+        with self._lock:
+            self._stop_locked()
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out = self.root / f"live-{stamp}{RUN_SUFFIX}"
+            k = 2
+            while out.exists() or out.with_suffix(".log").exists():  # the log comes first
+                out = self.root / f"live-{stamp}-{k}{RUN_SUFFIX}"
+                k += 1
+            self._log = out.with_suffix(".log")
+            with open(self._log, "wb") as log:
+                self._proc = subprocess.Popen(
+                    [self.python, "-m", self.module, *options.argv(out)], cwd=self.cwd,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            self.recording, self.options, self.started_at = out, options, time.time()
+            return out
+
+    def ensure_started(self, options: CollectorOptions) -> None:
+        """Start once per process (the first page view); later calls do nothing."""
+        with self._lock:
+            if self.autostarted:
+                return
+            self.autostarted = True
+        self.start(options)
+
+    def _stop_locked(self, timeout_s: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def restart(self, options: CollectorOptions | None = None) -> Path:
+        return self.start(options or self.options or CollectorOptions())
+
+    def last_message(self, lines: int = 6, max_bytes: int = 8192) -> str:
+        if self._log is None or not self._log.exists():
+            return ""
+        with open(self._log, "rb") as f:
+            f.seek(max(0, self._log.stat().st_size - max_bytes))
+            text = f.read().decode("utf-8", "replace")
+        return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+
+    def status(self) -> CollectorStatus:
+        proc = self._proc
+        if proc is None:
+            return CollectorStatus("not started", None, None, None, "", None)
+        rc = proc.poll()
+        return CollectorStatus(
+            "running" if rc is None else "stopped", proc.pid, rc,
+            self.recording.name if self.recording else None,
+            self.last_message(), self.started_at)
+
+
+def nvml_probe() -> dict:
+    """NVML as the dashboard's process sees it: {'ok': bool, 'error': str, 'devices': [...]}."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"ok": False, "error": f"pynvml is not installed ({exc})", "devices": []}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_* subclasses; report the name plainly
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "devices": []}
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            devices.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                            "total_bytes": int(mem.total), "used_bytes": int(mem.used),
+                            "free_bytes": int(mem.free)})
+        return {"ok": True, "error": "", "devices": devices}
+    finally:
+        pynvml.nvmlShutdown()

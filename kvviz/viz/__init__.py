@@ -1,0 +1,1 @@
+"""Pure figure builders: BlockMaps, DataFrames -> plotly Figures. No streamlit here."""

@@ -1,0 +1,67 @@
+"""Colours and legend labels shared by every figure and page (one place to change them)."""
+from __future__ import annotations
+
+from html import escape
+from typing import NamedTuple
+
+from kvviz import cellstate
+
+
+class StateStyle(NamedTuple):
+    code: int
+    name: str
+    colour: str
+    label: str  # short, for legends and hover
+    meaning: str  # one line a newcomer understands
+
+
+STATES: tuple[StateStyle, ...] = (
+    StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free (hole)",
+               "no sequence holds it; adjacent free blocks form a hole"),
+    StateStyle(cellstate.CACHED, "cached", "#b7e4c7", "Cached free",
+               "free, but still holds a prefix a new request can reuse"),
+    StateStyle(cellstate.USED, "used", "#2b6cb0", "Used",
+               "KV written by a live sequence"),
+    StateStyle(cellstate.TAIL, "tail", "#f08c2e", "Tail waste",
+               "a sequence's last block, only partly written"),
+    StateStyle(cellstate.RESERVED, "reserved", "#a9c9ec", "Reserved",
+               "held for a sequence, nothing written yet (slack)"),
+    StateStyle(cellstate.SHARED, "shared", "#7b3fb3", "Shared prefix",
+               "one block read by several sequences (refcount > 1)"),
+)
+PAD_COLOUR = "#ffffff"  # grid cells past the end of the map
+STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
+STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
+
+FAILURE_COLOURS = {"CAPACITY": "#c0392b", "FRAGMENTATION": "#d4a017", "POLICY": "#7f8c8d"}
+FAILURE_MEANING = {
+    "CAPACITY": "not enough free slots in total: a true out-of-memory",
+    "FRAGMENTATION": "enough free slots in total, but no hole large enough",
+    "POLICY": "memory was there, the scheduler refused (watermark, batch limit)",
+}
+SHARE_COLOURS = {"used": STATES[cellstate.USED].colour,
+                 "slack": STATES[cellstate.RESERVED].colour,
+                 "free": "#bdbdbd"}
+LANE_COLOURS = ("#2b6cb0", "#d1495b", "#2a9d8f", "#6c4ab6", "#e9c46a", "#555555")
+DEVICE_COLOURS = {"total": "#555555", "used": "#d1495b", "free": "#2a9d8f",
+                  "reserved": "#e9c46a", "process": "#6c4ab6", "torch_allocated": "#2b6cb0",
+                  "torch_reserved": "#a9c9ec", "torch_peak": "#7b3fb3", "kv_pool": "#f08c2e",
+                  "rss": "#888888"}
+
+
+def lane_colour(i: int) -> str:
+    return LANE_COLOURS[i % len(LANE_COLOURS)]
+
+
+def legend_html() -> str:
+    """One line of coloured squares with their labels; the meaning appears on hover (title)."""
+    items = []
+    for s in STATES:
+        border = "1px solid #999" if s.code in (cellstate.FREE, cellstate.CACHED) else "none"
+        items.append(
+            f'<span title="{escape(s.meaning)}" style="margin-right:14px;white-space:nowrap">'
+            f'<span style="display:inline-block;width:12px;height:12px;background:{s.colour};'
+            f'border:{border};vertical-align:middle;margin-right:4px"></span>'
+            f"<b>{escape(s.label)}</b>: {escape(s.meaning)}</span>"
+        )
+    return '<div style="font-size:0.8rem;line-height:1.9">' + " ".join(items) + "</div>"

@@ -1,0 +1,154 @@
+"""Headline numbers, time series and the admission-failure feed, from a recording's samples
+(RunReader.samples) and events (RunReader.events). Engine counters in samples are cumulative.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvviz.viz import theme
+
+FAILURE_CLASSES = ("CAPACITY", "FRAGMENTATION", "POLICY")
+FAILURE_COLUMNS = {c: f"admit_failures_{c.lower()}" for c in FAILURE_CLASSES}
+FEED_COLUMNS = ["t", "lane", "seq_id", "class", "need_tokens", "free_tokens",
+                "largest_hole_tokens", "free_covers_need"]
+
+
+class Headline(NamedTuple):
+    label: str
+    value: str
+    help: str
+
+
+def _num(row: pd.Series | dict, key: str, default: float = 0.0) -> float:
+    v = row.get(key, default)
+    return default if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
+
+
+def headline(row: pd.Series | dict) -> list[Headline]:
+    """The numbers shown above a lane's heatmap, from its latest sample."""
+    cap = max(1.0, _num(row, "capacity_tokens", 1.0))
+    fails = {c: int(_num(row, col)) for c, col in FAILURE_COLUMNS.items()}
+    return [
+        Headline("Used", f"{_num(row, 'used_tokens') / cap:.0%}", "KV slots written / capacity"),
+        Headline("Slack", f"{_num(row, 'slack_tokens') / cap:.0%}",
+                 "slots held by sequences but not written yet / capacity"),
+        Headline("Free", f"{_num(row, 'free_tokens') / cap:.0%}", "free slots / capacity"),
+        Headline("Largest hole", f"{int(_num(row, 'largest_hole_tokens')):,}",
+                 "the longest run of adjacent free slots"),
+        Headline("Ext. frag. index", f"{_num(row, 'external_frag_index'):.2f}",
+                 "1 - largest hole / free: 0 = one big hole, near 1 = shattered"),
+        Headline("Failures C/F/P",
+                 f"{fails['CAPACITY']}/{fails['FRAGMENTATION']}/{fails['POLICY']}",
+                 "admission failures by class: CAPACITY / FRAGMENTATION / POLICY"),
+        Headline("Preemptions", f"{int(_num(row, 'preemptions')):,}",
+                 "running sequences evicted to make room"),
+        Headline("Tokens/s", f"{_num(row, 'tokens_per_s'):,.0f}", "decode throughput"),
+    ]
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df:
+        return np.zeros(len(df), np.float64)
+    return pd.to_numeric(df[name], errors="coerce").fillna(0).to_numpy(np.float64)
+
+
+def shares_figure(samples: pd.DataFrame, title: str = "Memory shares") -> go.Figure:
+    """Stacked used / slack / free share of capacity over time, for one lane's samples."""
+    t = _col(samples, "t")
+    cap = np.maximum(1.0, _col(samples, "capacity_tokens"))
+    fig = go.Figure()
+    for key, col in (("used", "used_tokens"), ("slack", "slack_tokens"), ("free", "free_tokens")):
+        fig.add_scatter(x=t, y=_col(samples, col) / cap, name=key, stackgroup="shares",
+                        mode="lines", line=dict(width=0.5, color=theme.SHARE_COLOURS[key]),
+                        hovertemplate=f"{key} %{{y:.1%}} at %{{x:.1f}} s<extra></extra>")
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=200,
+                      margin=dict(l=40, r=8, t=36, b=28), legend=dict(orientation="h", y=-0.25),
+                      yaxis=dict(tickformat=".0%", range=[0, 1]), xaxis=dict(title=None))
+    return fig
+
+
+def _mark(fig: go.Figure, mark_t: float | None) -> None:
+    if mark_t is not None:
+        fig.add_vline(x=mark_t, line=dict(color="#d1495b", width=1.5))
+
+
+def over_time_figure(samples: pd.DataFrame, lanes: list[str],
+                     mark_t: float | None = None) -> go.Figure:
+    """Four panels, one line per lane: ext. frag. index, largest hole, failures, tokens/s.
+
+    `mark_t` draws a vertical line at that time (the Replay page's cursor).
+    """
+    fig = make_subplots(rows=1, cols=4, horizontal_spacing=0.06, subplot_titles=(
+        "External fragmentation index", "Largest hole (slots)",
+        "Admission failures (cumulative)<br><sup>solid CAPACITY · dashed FRAGMENTATION · "
+        "dotted POLICY</sup>", "Tokens/s"))
+    for i, lane in enumerate(lanes):
+        df = samples[samples["lane"] == lane] if "lane" in samples else samples
+        t = _col(df, "t")
+        colour = theme.lane_colour(i)
+        common = dict(mode="lines", legendgroup=lane, line=dict(color=colour, width=1.5))
+        fig.add_scatter(x=t, y=_col(df, "external_frag_index"), name=lane, row=1, col=1,
+                        **common)
+        fig.add_scatter(x=t, y=_col(df, "largest_hole_tokens"), name=lane, row=1, col=2,
+                        showlegend=False, **common)
+        for cls, dash in zip(FAILURE_CLASSES, ("solid", "dash", "dot")):
+            fig.add_scatter(x=t, y=_col(df, FAILURE_COLUMNS[cls]), row=1, col=3,
+                            name=f"{lane} {cls}", showlegend=False, mode="lines",
+                            legendgroup=lane, line=dict(color=colour, width=1.5, dash=dash),
+                            hovertemplate=f"{cls} %{{y:,.0f}}<extra>{lane}</extra>")
+        fig.add_scatter(x=t, y=_col(df, "tokens_per_s"), name=lane, row=1, col=4,
+                        showlegend=False, **common)
+    fig.update_annotations(font_size=12)
+    fig.update_layout(height=250, margin=dict(l=36, r=8, t=56, b=24),
+                      legend=dict(orientation="h", y=-0.2))
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    _mark(fig, mark_t)
+    return fig
+
+
+def failure_table(events: pd.DataFrame, newest_first: bool = True) -> pd.DataFrame:
+    """Admission failures with the free total against the largest hole at that moment."""
+    if events.empty or "kind" not in events:
+        return pd.DataFrame(columns=FEED_COLUMNS)
+    df = events[events["kind"] == "admit_failed"].copy()
+    df["class"] = df["reason"].fillna("?")
+    df["free_covers_need"] = df["free_tokens"] >= df["need_tokens"]
+    df = df.sort_values("t", ascending=not newest_first, kind="stable")
+    return df[FEED_COLUMNS].reset_index(drop=True)
+
+
+def failures_figure(samples: pd.DataFrame, events: pd.DataFrame, lane: str,
+                    mark_t: float | None = None) -> go.Figure:
+    """One lane: free total and largest hole over time; each failure a marker at its need.
+
+    A FRAGMENTATION failure sits between the two lines: the free total covers it, no hole does.
+    """
+    df = samples[samples["lane"] == lane] if "lane" in samples else samples
+    fig = go.Figure()
+    t = _col(df, "t")
+    fig.add_scatter(x=t, y=_col(df, "free_tokens"), name="free total", mode="lines",
+                    line=dict(color=theme.SHARE_COLOURS["free"], width=2))
+    fig.add_scatter(x=t, y=_col(df, "largest_hole_tokens"), name="largest hole", mode="lines",
+                    line=dict(color="#333333", width=1.5, dash="dash"))
+    fails = failure_table(events)
+    fails = fails[fails["lane"] == lane]
+    for cls in FAILURE_CLASSES:
+        f = fails[fails["class"] == cls]
+        if f.empty:
+            continue
+        fig.add_scatter(x=_col(f, "t"), y=_col(f, "need_tokens"), name=f"{cls} failure",
+                        mode="markers", marker=dict(color=theme.FAILURE_COLOURS[cls], size=7,
+                                                    symbol="x"),
+                        hovertemplate=f"{cls}: needed %{{y:,.0f}} slots at %{{x:.2f}} s"
+                                      "<extra></extra>")
+    fig.update_layout(title=dict(text=f"{lane}: free total vs largest hole", font=dict(size=13)),
+                      height=240, margin=dict(l=48, r=8, t=36, b=28),
+                      legend=dict(orientation="h", y=-0.25), yaxis=dict(title="slots"))
+    _mark(fig, mark_t)
+    return fig

@@ -1,0 +1,177 @@
+"""Shared Streamlit helpers: the collector, the run and lane pickers, error display.
+
+Not a page: app.py registers only the page scripts by name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import streamlit as st
+
+from kvviz import live
+from kvviz.errors import KvvizError
+from kvviz.viz import heatmap as vh
+from kvviz.viz import timeseries as vt
+
+LIVE = "live collector"
+# What a damaged or odd recording can raise while we read it: shown as st.error, never a trace.
+READ_ERRORS = (KvvizError, sqlite3.Error, OSError, ValueError, KeyError, IndexError,
+               zlib.error, json.JSONDecodeError)
+RUN_KEY = "kvviz_run"
+WANTED_KEY = "kvviz_wanted_page"
+
+
+class Selection(NamedTuple):
+    run: str | None  # recording file name in the runs directory (None: nothing to show yet)
+    live: bool  # the live collector's recording
+    lanes: list[str]
+
+
+@st.cache_resource(show_spinner=False)
+def collector() -> live.Collector:
+    """The one demo collector of this server, shared by every browser session.
+
+    $KVVIZ_COLLECTOR names another module to run (tests use a small fake one).
+    """
+    return live.Collector(live.runs_dir(), module=os.environ.get("KVVIZ_COLLECTOR", "collectors"))
+
+
+@contextmanager
+def guard(what: str) -> Iterator[None]:
+    """Show a read error as st.error with its reason; the rest of the page keeps working."""
+    try:
+        yield
+    except READ_ERRORS as exc:
+        st.error(f"{what}: {exc}", icon=":material/error:")
+
+
+@contextmanager
+def reader(run: str | None) -> Iterator:
+    """Open a recording for one script run; yields None (after st.error) if it cannot."""
+    if run is None:
+        yield None
+        return
+    try:
+        r = live.open_run(live.runs_dir(), run)
+    except READ_ERRORS as exc:
+        st.error(f"Cannot open recording {run!r}: {exc}", icon=":material/error:")
+        yield None
+        return
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _lanes_of(run: str | None) -> list[str]:
+    if run is None:
+        return []
+    try:
+        r = live.open_run(live.runs_dir(), run)
+    except READ_ERRORS:
+        return []
+    try:
+        return list(r.lanes())
+    except READ_ERRORS:
+        return []
+    finally:
+        r.close()
+
+
+def enter_through_app(page: str) -> None:
+    """On a fresh server, a link straight to a page runs it without app.py: Streamlit's old
+    pages/ mode (its nav lists every file in pages/). Go through app.py once instead; it then
+    switches to `page`, and st.navigation holds from then on for every session."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a Streamlit that moved it: nothing to fix
+        return
+    # AppTest re-enters the old mode on every run by design; it is not a browser session.
+    if PagesManager.uses_pages_directory and not st.get_option("global.appTest"):
+        st.session_state[WANTED_KEY] = page
+        st.switch_page("app.py")
+
+
+def sidebar(page: str) -> Selection:
+    """Run picker (the live collector or a recording under runs/) and lane picker.
+
+    Pages that read a recording call this first, with their own path (pages/x.py). The choice
+    lives under plain session keys (kvviz_run, kvviz_lanes:<run>), so it survives moving
+    between pages.
+    """
+    enter_through_app(page)
+    runs = [r.name for r in live.list_runs(live.runs_dir())]
+    options = [LIVE, *runs]
+    stored = st.session_state.get(RUN_KEY, LIVE)
+    choice = st.sidebar.selectbox(
+        "Run", options, index=options.index(stored) if stored in options else 0,
+        format_func=lambda x: "● live collector" if x == LIVE else x,
+        help="The demo collector's recording, or any recording in the runs directory.")
+    st.session_state[RUN_KEY] = choice
+    is_live = choice == LIVE
+    run = collector().status().recording if is_live else choice
+    lanes = _lanes_of(run)
+    lane_key = f"kvviz_lanes:{run}"
+    stored_lanes = [ln for ln in st.session_state.get(lane_key, lanes[:2]) if ln in lanes]
+    picked = st.sidebar.multiselect("Lanes", lanes, default=stored_lanes,
+                                    help="Allocators to show side by side.")
+    st.session_state[lane_key] = picked
+    return Selection(run, is_live, picked or lanes[:2])
+
+
+def collector_status_box() -> live.CollectorStatus:
+    s = collector().status()
+    if s.state == "running":
+        st.success(f"Collector running (pid {s.pid}), recording `{s.recording}`",
+                   icon=":material/radio_button_checked:")
+    elif s.state == "stopped":
+        st.warning(f"Collector stopped (exit code {s.returncode}). Recording `{s.recording}`"
+                   " keeps what it wrote.", icon=":material/stop_circle:")
+        if s.last_message:
+            st.code(s.last_message, language=None)
+    else:
+        st.info("Collector not started.", icon=":material/info:")
+    return s
+
+
+def lane_caption(lane: str) -> str:
+    kind = lane.split(":")
+    if kind[0] == "paged":
+        return (f"paged, blocks of {kind[1]} slots" + (", prefix caching" if "prefix" in kind
+                                                        else "") + ": any free block serves")
+    if kind[0] == "contiguous":
+        return (f"contiguous, {kind[1] if len(kind) > 1 else 'first-fit'} placement, reserves "
+                f"{kind[2] if len(kind) > 2 else 'max'} length up front: needs one free range")
+    return lane
+
+
+def headline_metrics(row) -> None:
+    """The lane's headline numbers in two rows of four."""
+    hl = vt.headline(row)
+    for chunk in (hl[:4], hl[4:]):
+        for cell, h in zip(st.columns(4), chunk):
+            cell.metric(h.label, h.value, help=h.help)
+
+
+def zoom(key: str) -> tuple[float, float]:
+    """Address range to show, in % of each lane's capacity (so lanes stay aligned)."""
+    return st.slider("Zoom: address range shown (% of each lane's capacity)", 0.0, 100.0,
+                     (0.0, 100.0), step=0.5, key=key)
+
+
+def block_range(bm, lo: float, hi: float) -> tuple[int, int]:
+    n = bm.num_blocks
+    start = min(n - 1, int(lo / 100 * n))
+    return start, max(start + 1, int(hi / 100 * n))
+
+
+def aligned_max_cells(bms: list, lo: float, hi: float) -> int:
+    """One cell count for every lane, so a cell covers the same slots side by side."""
+    spans = [block_range(bm, lo, hi) for bm in bms]
+    return max(1, min(vh.DEFAULT_MAX_CELLS, *(b - a for a, b in spans)))

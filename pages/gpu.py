@@ -1,0 +1,75 @@
+"""GPU: device memory over time (NVML), torch's allocator against the KV pool size."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import live
+from kvviz.viz import gpu as vg
+from pages import common
+
+
+def kv_pool_bytes(meta: dict) -> int | None:
+    """Sum over lanes of capacity x bytes per token, as the recording's metadata states it."""
+    total = 0
+    for lane in meta.get("lanes", []):
+        try:
+            total += int(lane.get("capacity_tokens", 0)) * int(lane.get("bytes_per_token", 0))
+        except (TypeError, ValueError):
+            continue
+    return total or None
+
+
+def this_machine() -> None:
+    probe = live.nvml_probe()
+    if probe["ok"]:
+        for d in probe["devices"]:
+            st.success(f"NVML on this machine: GPU {d['index']} {d['name']}: "
+                       f"{d['used_bytes'] / 2**30:.1f} of {d['total_bytes'] / 2**30:.1f} GiB "
+                       "used", icon=":material/memory:")
+    else:
+        st.info(f"NVML is unavailable on the machine running this dashboard: "
+                f"**{probe['error']}** (no NVIDIA driver library here; a CPU-only machine)",
+                icon=":material/info:")
+
+
+@st.fragment(run_every=2.0)
+def panel(run: str | None) -> None:
+    if run is None:
+        st.info("No recording yet: start the live collector or put a recording in runs/.")
+        return
+    with common.reader(run) as r:
+        if r is None:
+            return
+        with common.guard(f"Reading {run}"):
+            meta = r.meta
+            st.caption(f"Recording `{run}`: mode **{meta.get('mode', '?')}**, device "
+                       f"**{meta.get('device', '?')}**, status {r.status or 'unknown'}")
+            df = r.device_memory()
+            reason = vg.nvml_reason(df, meta)
+            if reason:
+                st.warning(f"NVML unavailable for this recording: **{reason}**. Device memory "
+                           "is read through NVML, which needs an NVIDIA GPU and driver.",
+                           icon=":material/warning:")
+            pool = kv_pool_bytes(meta)
+            if pool:
+                st.metric("KV pool size (all lanes)", f"{pool / 2**20:,.1f} MiB",
+                          help="capacity tokens x bytes per token, summed over lanes")
+            if df.empty:
+                st.info("The recording has no device-memory samples.")
+                return
+            has_series = any(c in df for c in (*vg.NVML_SERIES, *vg.TORCH_SERIES)) or \
+                vg.other_byte_columns(df)
+            devs = vg.devices(df)
+            dev = st.selectbox("GPU", devs, key="gpu_device") if len(devs) > 1 else None
+            if has_series:
+                st.plotly_chart(vg.device_memory_figure(df, pool, dev), key="gpu_memory")
+            else:
+                st.info("No memory series recorded (only the reason above).")
+
+
+sel = common.sidebar("pages/gpu.py")
+st.title("GPU memory")
+st.caption("NVML device memory (total, used, free, reserved, the collector's process) and "
+           "torch's caching allocator against the KV pool the lanes were given.")
+this_machine()
+panel(sel.run)

@@ -1,0 +1,154 @@
+"""Live: the demo collector's KV cache, redrawn every second, lanes side by side."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import live
+from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
+from kvviz.viz import heatmap as vh
+from kvviz.viz import theme
+from kvviz.viz import timeseries as vt
+from pages import common
+
+WINDOW_S = 300.0  # seconds of history in the time series
+HISTORY_EVERY_S = 5.0  # the time series and the failure feed change slowly: redraw less often
+BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def controls() -> None:
+    coll = common.collector()
+    common.collector_status_box()
+    with st.expander("Collector settings: workload, allocators, block size"):
+        with st.form("collector_form", border=False):
+            c1, c2, c3, c4 = st.columns(4)
+            presets = list(LENGTH_PRESETS)
+            workload = c1.selectbox("Workload", presets, index=presets.index("sharegpt-like"))
+            mode = c1.radio("Mode", ["real", "sim"], horizontal=True,
+                            help="real: torch KV pools and attention; sim: allocator only")
+            placement = c2.selectbox("Contiguous placement", PLACEMENTS)
+            reserve = c2.selectbox("Contiguous reservation", RESERVE_POLICIES,
+                                   help="max: reserve max_seq_len up front (as before paging)")
+            block = c3.select_slider("Paged block size (slots)", BLOCK_SIZES, value=16)
+            prefix = c3.checkbox("Prefix caching (paged)")
+            rate = c4.number_input("Arrivals per second (0: collector default)", 0.0, 1e4, 0.0)
+            start = st.form_submit_button("Start / restart with these settings", type="primary")
+    stop = st.button("Stop collector", disabled=coll.status().state != "running")
+    if start:
+        lanes = (f"contiguous:{placement}:{reserve}",
+                 f"paged:{block}" + (":prefix" if prefix else ""))
+        try:
+            opts = live.CollectorOptions(mode=mode, workload=workload, lanes=lanes,
+                                         rate=rate or None)
+        except ValueError as exc:
+            st.error(f"Settings: {exc}")
+            return
+        coll.start(opts)
+        st.rerun()
+    if stop:
+        coll.stop()
+        st.rerun()
+
+
+def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], max_cells: int,
+                i: int) -> None:
+    lo, hi = zoom
+    with col:
+        st.markdown(f"#### {lane}")
+        st.caption(common.lane_caption(lane))
+        last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
+        if not last.empty:
+            common.headline_metrics(last.iloc[-1])
+        start, stop = common.block_range(bm, lo, hi)
+        fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells, title=lane)
+        st.plotly_chart(fig, key=f"live_heat_{i}", config={"displayModeBar": False})
+
+
+def live_run(run: str | None, is_live: bool) -> str | None:
+    """The recording to read this tick; the live one follows a restart made in another tab."""
+    if is_live:
+        run = common.collector().status().recording
+        if run is None or not (live.runs_dir() / run).is_file():
+            if common.collector().status().state == "running":
+                st.info("Waiting for the collector to create its recording...")
+            return None
+    return run
+
+
+@st.fragment(run_every=1.0)
+def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
+    """Every second: the heatmaps and headline numbers."""
+    run = live_run(run, is_live)
+    with common.reader(run) as r:
+        if r is None:
+            return
+        with common.guard(f"Reading {run}"):
+            known = r.lanes()
+            draw(r, [ln for ln in lanes if ln in known] or known[:2])
+
+
+def draw(r, lanes: list[str]) -> None:
+    if r.status == "error":
+        st.error(f"The collector reported an error: {r.status_message}")
+    maps = {lane: r.latest_blockmap(lane) for lane in lanes}
+    ready = {k: v for k, v in maps.items() if v is not None}
+    if not ready:
+        st.info("Waiting for the first block map from the collector...")
+        return
+    lo, hi = common.zoom("live_zoom")
+    max_cells = common.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
+    st.html(theme.legend_html())
+    t_now = max(t for _, t in ready.values())
+    st.caption(f"t = {t_now:.1f} s; status: {r.status or 'unknown'}")
+    for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
+        lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
+
+
+@st.fragment(run_every=HISTORY_EVERY_S)
+def history(run: str | None, lanes: list[str], is_live: bool) -> None:
+    """Every few seconds: time series and the admission-failure feed."""
+    run = live_run(run, is_live)
+    with common.reader(run) as r:
+        if r is None:
+            return
+        with common.guard(f"Reading {run}"):
+            known = r.lanes()
+            draw_history(r, [ln for ln in lanes if ln in known] or known[:2])
+
+
+def draw_history(r, lanes: list[str]) -> None:
+    samples = r.samples()
+    if samples.empty or not lanes:
+        return
+    window = samples[samples["t"] >= samples["t"].max() - WINDOW_S]
+    st.subheader("Over time", help=f"the last {WINDOW_S:.0f} s, redrawn every "
+                 f"{HISTORY_EVERY_S:.0f} s")
+    for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
+        col.plotly_chart(vt.shares_figure(window[window["lane"] == lane],
+                                          f"{lane}: used / slack / free"),
+                         key=f"live_shares_{i}", config={"displayModeBar": False})
+    st.plotly_chart(vt.over_time_figure(window, lanes), key="live_over_time")
+    st.subheader("Admission failures")
+    st.caption(" · ".join(f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
+    events = r.events(kinds=["admit_failed"], limit=500)
+    recent = events[events["t"] >= samples["t"].max() - WINDOW_S]
+    for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
+        col.plotly_chart(vt.failures_figure(window, recent, lane), key=f"live_fail_fig_{i}")
+    feed = vt.failure_table(events).head(100)
+    st.dataframe(feed, hide_index=True, height=min(300, 38 + 35 * max(1, len(feed))),
+                 column_config={"t": st.column_config.NumberColumn("t (s)", format="%.2f"),
+                                "free_covers_need": "free total ≥ need"})
+
+
+sel = common.sidebar("pages/live.py")
+st.title("Live KV cache")
+st.caption("Each square is a block of KV memory in address order. A contiguous allocator "
+           "gives every sequence one range; a paged one hands out any free block.")
+if sel.live:
+    common.collector().ensure_started(live.CollectorOptions())
+    controls()
+    sel = sel._replace(run=common.collector().status().recording)
+elif sel.run:
+    st.info(f"Showing recording `{sel.run}` (pick the live collector in the sidebar to see "
+            "the demo).")
+panel(sel.run, sel.lanes, sel.live)
+history(sel.run, sel.lanes, sel.live)

@@ -1,0 +1,34 @@
+"""tests/pages: the pages under streamlit.testing.v1.AppTest, on small real recordings."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).parent))  # recordings, pagehelpers
+
+from recordings import write_recording  # noqa: E402
+
+from kvviz import live  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def recording(tmp_path_factory) -> Path:
+    """A finished recording (two lanes, failures, NVML unavailable), written once."""
+    return write_recording(tmp_path_factory.mktemp("rec") / "rec.db", steps=600, every=20,
+                           capacity=8192)
+
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch, recording: Path) -> Path:
+    """A fresh runs directory holding rec.db; the demo collector is the fake one."""
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    monkeypatch.setenv("KVVIZ_COLLECTOR", "tests.pages.fake_collector")
+    shutil.copy(recording, tmp_path / "rec.db")
+    st.cache_resource.clear()
+    yield tmp_path
+    live.stop_all()
+    st.cache_resource.clear()

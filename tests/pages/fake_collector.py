@@ -1,0 +1,65 @@
+"""A stand-in for `python -m collectors` in tests: sim mode, same flags, paced in wall time.
+
+Run as `python -m tests.pages.fake_collector --out runs/x.db --quiet [--lane ...]`.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from recordings import make_sim, meta_for, sample  # noqa: E402
+
+from kvviz.store import RunWriter  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--lane", action="append")
+    p.add_argument("--workload", default="sharegpt-like")
+    p.add_argument("--rate", type=float, default=40.0)
+    p.add_argument("--capacity-tokens", type=int, default=65536)
+    p.add_argument("--hz", type=float, default=5.0)
+    p.add_argument("--steps-per-s", type=float, default=100.0)
+    p.add_argument("--loop", action="store_true")
+    p.add_argument("--mode", default="sim")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default=None)
+    p.add_argument("--fail-after", type=float, default=None, help="die with a message")
+    a = p.parse_args(argv)
+    sim = make_sim(tuple(a.lane or ("contiguous:first-fit:max", "paged:16")),
+                   capacity=a.capacity_tokens, requests=5000, rate=a.rate, preset=a.workload)
+    w = RunWriter(Path(a.out), meta_for(sim, a.mode))
+    stop = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    prev: dict[str, int] = {}
+    cursor, t0, last = 0, time.monotonic(), -1.0
+    while not stop["flag"]:
+        now = time.monotonic() - t0
+        if a.fail_after is not None and now > a.fail_after:
+            w.close("error", "fake collector: simulated crash")
+            print("RuntimeError: fake collector: simulated crash", file=sys.stderr)
+            return 3
+        while sim.step_no < now * a.steps_per_s and not sim.finished:
+            sim.step(now)
+        if now - last >= 1.0 / a.hz:
+            sample(w, sim, now, prev, max(1e-3, now - last if last >= 0 else 1.0))
+            evs, cursor = sim.events.since(cursor)
+            w.add_events(evs)
+            w.add_device_memory(now, {"nvml_error": "NVMLError_LibraryNotFound: NVML Shared "
+                                      "Library Not Found"})
+            w.commit()
+            last = now
+        time.sleep(0.02)
+    w.close("stopped", "stopped by SIGTERM")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Reading what AppTest rendered: plotly specs, decoded heatmap arrays."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+TIMEOUT = 60
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def figures(at: AppTest) -> list[dict]:
+    """Every plotly chart on the page as its figure JSON (UnknownElement.proto.spec)."""
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def heatmaps(at: AppTest) -> list[dict]:
+    return [f for f in figures(at) if f["data"] and f["data"][0].get("type") == "heatmap"]
+
+
+def decode(arr: dict | list) -> np.ndarray:
+    """Plotly's typed array ({'dtype', 'bdata', 'shape'}) back to numpy."""
+    if isinstance(arr, list):
+        raise AssertionError("the figure carries a Python list, not a typed numpy array")
+    out = np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]))
+    if "shape" in arr:
+        out = out.reshape([int(x) for x in str(arr["shape"]).split(",")])
+    return out
+
+
+def page(path: str, run: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
+    if run is not None:
+        at.session_state["kvviz_run"] = run
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.message for e in at.exception]
+
+
+def rerun_until(at: AppTest, cond, timeout_s: float = 40.0) -> AppTest:
+    end = time.monotonic() + timeout_s
+    while True:
+        at.run()
+        no_exception(at)
+        if cond(at):
+            return at
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.5)

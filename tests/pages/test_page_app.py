@@ -1,0 +1,74 @@
+"""app.py and the Live page: the demo collector starts once, the heatmaps show its data."""
+from __future__ import annotations
+
+import numpy as np
+from pagehelpers import decode, heatmaps, no_exception, page, rerun_until
+
+from kvviz import cellstate as cs
+from kvviz import live
+from kvviz.viz import heatmap as vh
+from pages import common
+
+
+def test_app_opens_on_live_and_starts_the_collector(runs):
+    at = page("app.py")
+    no_exception(at)
+    assert at.title[0].value == "Live KV cache"
+    assert at.sidebar.selectbox[0].value == common.LIVE
+    assert any("Collector running" in s.value for s in at.success)
+    rerun_until(at, lambda a: len(heatmaps(a)) == 2)
+    assert len(at.get("metric")) == 16
+    assert any(r.name.startswith("live-") for r in live.list_runs(runs))
+
+
+def test_collector_starts_once_per_server(runs):
+    first = page("app.py")
+    rerun_until(first, lambda a: len(heatmaps(a)) == 2)
+    pid = common.collector().status().pid
+    second = page("app.py")  # another browser session
+    no_exception(second)
+    assert common.collector().status().pid == pid
+    assert len([r for r in live.list_runs(runs) if r.name.startswith("live-")]) == 1
+
+
+def test_live_heatmap_data_is_the_recordings_block_map(runs):
+    at = page("app.py", run="rec.db")
+    no_exception(at)
+    specs = heatmaps(at)
+    assert len(specs) == 2
+    r = live.open_run(runs, "rec.db")
+    try:
+        bms = [r.latest_blockmap(lane)[0] for lane in r.lanes()]
+    finally:
+        r.close()
+    max_cells = common.aligned_max_cells(bms, 0.0, 100.0)
+    for spec, bm in zip(specs, bms):
+        trace = spec["data"][0]
+        cells = vh.blockmap_cells(bm, max_cells=max_cells)
+        z = decode(trace["z"])
+        assert z.dtype == np.int8 and (z == cells.state).all()
+        custom = decode(trace["customdata"])
+        assert custom.dtype == np.int32 and (custom[..., 0] == cells.first).all()
+        # every block is accounted for, in its state, by the hover counts
+        if cells.run == 1:
+            assert (z.ravel()[: bm.num_blocks] == cs.classify(bm)).all()
+        else:
+            counts = custom[..., 1:].reshape(-1, cs.NUM_STATES)
+            assert (counts[counts[:, 0] >= 0].sum(axis=0) == cs.state_counts(
+                cs.classify(bm))).all()
+
+
+def test_every_page_opens_from_the_app(runs):
+    at = page("app.py", run="rec.db")
+    for path in ("pages/replay.py", "pages/gpu.py", "pages/live.py"):
+        at.switch_page(path).run()
+        no_exception(at)
+        assert not at.error, [e.value for e in at.error]
+
+
+def test_zoom_narrows_the_address_range(runs):
+    at = page("pages/live.py", run="rec.db")
+    at.slider(key="live_zoom").set_value((25.0, 50.0)).run()
+    no_exception(at)
+    title = heatmaps(at)[1]["layout"]["title"]["text"]
+    assert "blocks 128-255 of 512" in title

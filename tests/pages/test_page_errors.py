@@ -1,0 +1,63 @@
+"""Bad input: a malformed recording is an st.error with the reason; a dead collector is
+shown as stopped with its last message. Never a traceback."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+from pagehelpers import no_exception, page, rerun_until
+
+from pages import common
+
+RUN_PAGES = ("pages/live.py", "pages/replay.py", "pages/gpu.py")
+
+
+def errors(at) -> str:
+    return " ".join(e.value for e in at.error)
+
+
+@pytest.mark.parametrize("path", RUN_PAGES)
+def test_not_a_recording_is_an_error_message(runs: Path, path: str):
+    (runs / "bad.db").write_bytes(b"this is not sqlite at all" * 10)
+    at = page(path, run="bad.db")
+    no_exception(at)
+    assert "not a SQLite database" in errors(at)
+
+
+@pytest.mark.parametrize("path", RUN_PAGES)
+def test_truncated_recording_is_an_error_message(runs: Path, path: str):
+    data = (runs / "rec.db").read_bytes()
+    (runs / "cut.db").write_bytes(data[: len(data) // 3])
+    at = page(path, run="cut.db")
+    no_exception(at)
+    assert "cut.db" in errors(at)
+
+
+@pytest.mark.parametrize("path", ["pages/live.py", "pages/replay.py"])
+def test_damaged_block_map_is_an_error_message(runs: Path, path: str):
+    shutil.copy(runs / "rec.db", runs / "damaged.db")
+    with sqlite3.connect(runs / "damaged.db") as conn:
+        conn.execute("UPDATE blockmaps SET owner = x'00112233'")
+    at = page(path, run="damaged.db")
+    no_exception(at)
+    assert "damaged" in errors(at)
+
+
+def test_dead_collector_shows_stopped_with_its_last_message(runs: Path, monkeypatch):
+    monkeypatch.setenv("KVVIZ_COLLECTOR", "kvviz_no_such_collector_module")
+    at = page("app.py")
+    rerun_until(at, lambda a: any("Collector stopped" in w.value for w in a.warning))
+    assert any("No module named" in c.value for c in at.code)
+    assert at.title[0].value == "Live KV cache"  # the page keeps working
+
+
+def test_collector_that_crashes_later_is_shown_stopped(runs: Path, monkeypatch):
+    at = page("app.py")
+    rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
+    os.kill(common.collector().status().pid, signal.SIGKILL)  # the collector dies under us
+    rerun_until(at, lambda a: any("Collector stopped" in w.value for w in a.warning))
+    no_exception(at)

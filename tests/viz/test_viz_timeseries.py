@@ -1,0 +1,78 @@
+"""kvviz.viz.timeseries: headline numbers, time series and the failure feed."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from kvviz.viz import timeseries as vt
+
+
+def samples() -> pd.DataFrame:
+    rows = []
+    for lane, frag in (("contiguous:first-fit:max", 0.5), ("paged:16", 0.0)):
+        for i in range(5):
+            rows.append(dict(t=i * 0.5, lane=lane, capacity_tokens=1000, used_tokens=100 * i,
+                             slack_tokens=50, free_tokens=950 - 100 * i, external_frag_index=frag,
+                             largest_hole_tokens=400, admit_failures_capacity=i,
+                             admit_failures_fragmentation=2 * i, admit_failures_policy=0,
+                             preemptions=1, tokens_per_s=123.4))
+    return pd.DataFrame(rows)
+
+
+def events() -> pd.DataFrame:
+    return pd.DataFrame([
+        dict(t=1.0, step=1, lane="contiguous:first-fit:max", kind="admit_failed", seq_id=7,
+             reason="FRAGMENTATION", need_tokens=500, free_tokens=800, largest_hole_tokens=300,
+             count=1),
+        dict(t=2.0, step=2, lane="contiguous:first-fit:max", kind="admit_failed", seq_id=8,
+             reason="CAPACITY", need_tokens=900, free_tokens=100, largest_hole_tokens=100,
+             count=1),
+        dict(t=1.5, step=2, lane="paged:16", kind="admitted", seq_id=9, reason=None,
+             need_tokens=10, free_tokens=100, largest_hole_tokens=100, count=1),
+    ])
+
+
+def test_headline_reads_the_latest_sample():
+    hl = {h.label: h.value for h in vt.headline(samples().iloc[4])}
+    assert hl["Used"] == "40%" and hl["Slack"] == "5%" and hl["Free"] == "55%"
+    assert hl["Largest hole"] == "400" and hl["Ext. frag. index"] == "0.50"
+    assert hl["Failures C/F/P"] == "4/8/0" and hl["Tokens/s"] == "123"
+
+
+def test_headline_survives_missing_columns():
+    assert len(vt.headline({"t": 0.0})) == 8
+
+
+def test_shares_stack_to_capacity():
+    df = samples()[lambda d: d.lane == "paged:16"]
+    fig = vt.shares_figure(df)
+    total = sum(np.asarray(tr.y) for tr in fig.data)
+    assert np.allclose(total, 1.0)
+
+
+def test_over_time_has_lines_per_lane_and_the_cursor():
+    fig = vt.over_time_figure(samples(), ["contiguous:first-fit:max", "paged:16"], mark_t=1.0)
+    assert len(fig.data) == 2 * (3 + 3)
+    assert any(s["x0"] == 1.0 for s in json.loads(fig.to_json())["layout"]["shapes"])
+
+
+def test_failure_table_keeps_failures_and_compares_free_with_need():
+    tab = vt.failure_table(events())
+    assert tab["seq_id"].tolist() == [8, 7]  # newest first
+    assert tab["class"].tolist() == ["CAPACITY", "FRAGMENTATION"]
+    assert tab["free_covers_need"].tolist() == [False, True]
+    assert vt.failure_table(events(), newest_first=False)["seq_id"].tolist() == [7, 8]
+
+
+def test_failure_table_of_nothing_is_empty():
+    assert vt.failure_table(pd.DataFrame()).empty
+
+
+def test_failures_figure_marks_each_failure_by_class():
+    fig = vt.failures_figure(samples(), events(), "contiguous:first-fit:max")
+    names = [tr.name for tr in fig.data]
+    assert names == ["free total", "largest hole", "CAPACITY failure", "FRAGMENTATION failure"]
+    frag = fig.data[3]
+    assert list(frag.y) == [500] and list(frag.x) == [1.0]
