@@ -367,7 +367,8 @@ class PagedAllocator(Allocator):
             if (self._ref[self._table[rows[held], lens[held] // self.block_size]] > 1).any():
                 return super().append_batch(seq_ids)
         ok = None
-        need = np.flatnonzero(lens >= self._nb[rows] * self.block_size)
+        q = lens // self.block_size  # index of the block the new token lands in
+        need = np.flatnonzero(q >= self._nb[rows])
         if need.size:
             avail = self._free_blocks()
             if need.size > avail:  # later sequences lose: the engine preempts them
@@ -385,8 +386,9 @@ class PagedAllocator(Allocator):
                 self._ref[fresh] = 1
                 self._held += int(need.size)
         if ok is not None:
-            rows, lens = rows[ok], lens[ok]
-        self._filled[self._table[rows, lens // self.block_size]] += 1
+            rows, lens, q = rows[ok], lens[ok], q[ok]
+        width = self._table.shape[1]
+        self._filled[self._table.reshape(-1)[rows * width + q]] += 1
         self._len[rows] = lens + 1
         self._used += int(rows.size)
         return np.ones(seq_ids.size, np.bool_) if ok is None else ok

@@ -181,9 +181,9 @@ class Lane:
         if k:
             self._last_fail = None
             free = self.alloc.usage().free_tokens
-            ev = self.events.add
-            for rid, m in zip(admitted.tolist(), lens.tolist()):
-                ev(Event(self.time_s, self.step_no, self.name, "admitted", rid, None, m, free, 0))
+            t, step, name = self.time_s, self.step_no, self.name
+            self.events.events.extend(Event(t, step, name, "admitted", rid, None, m, free, 0)
+                                      for rid, m in zip(admitted.tolist(), lens.tolist()))
         if k < cands.size:
             rid, m = int(cands[k]), int(n[k])
             r = None if reserve is None else int(reserve[k])
@@ -242,6 +242,8 @@ class Lane:
         Returns the mask of sequences that keep running; the others are released. A victim
         that had appended this step loses that token too (recompute).
         """
+        if not self.alloc.contiguous:
+            return self._preempt_suffix(ids, ok)
         state = np.where(ok, 0, 1)  # 0 running, 1 failed, 2 preempted
         tail = ids.size - 1
         for first in np.flatnonzero(~ok).tolist():
@@ -262,14 +264,38 @@ class Lane:
                     break
         return state == 0
 
+    def _preempt_suffix(self, ids: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Paged form of _preempt_from_tail: any freed block serves, so the victims are the
+        shortest suffix of the running list whose blocks cover one block for each failed
+        sequence before it. A retry that still fails (copy-on-write can need two blocks)
+        preempts that sequence too."""
+        failed = ~ok
+        held = self.alloc.seq_allocated_tokens(ids) // self.alloc.block_size
+        freed = np.cumsum(held[::-1])[::-1]  # freed[c]: blocks held by positions >= c
+        need = np.cumsum(failed) - failed  # failed sequences before position c
+        fits = np.flatnonzero(freed >= need)
+        cut = int(fits[-1]) if fits.size else 0
+        self.alloc.release_many(ids[cut:])
+        keep = np.zeros(ids.size, np.bool_)
+        keep[:cut] = True
+        retry = np.flatnonzero(failed[:cut])
+        if retry.size:
+            again = self.alloc.append_batch(ids[retry])
+            if not again.all():
+                lost = retry[~again]
+                self.alloc.release_many(ids[lost])
+                keep[lost] = False
+        return keep
+
     def finish(self) -> None:
         done = self.run_rem <= 0
         if done.any():
             gone = self.run_ids[done]
             self.alloc.release_many(gone)
             self.generated[gone] = self.w.output[gone]
-            for rid in gone.tolist():
-                self._event("finished", rid)
+            t, step, name = self.time_s, self.step_no, self.name
+            self.events.events.extend(Event(t, step, name, "finished", rid)
+                                      for rid in gone.tolist())
             self.done += int(gone.size)
             self._keep(~done)
 
