@@ -3,6 +3,10 @@
 Optional prefix caching (hash-chained full prompt blocks, refcounts, freed cached blocks kept
 and evicted LRU on demand) and fork with copy-on-write.
 
+Fill levels of blocks held by live sequences are not stored: they follow from each sequence's
+length (a block j of a sequence of length L holds clip(L - j*block_size, 0, block_size)), so the
+decode step only bumps lengths. `_filled` keeps the content of cached-free blocks only.
+
 Invariants (checked by tests/alloc):
   free blocks = stack[:nfree] + cached LRU; every other block has refcount >= 1 and an owner;
   a sequence holds ceil(len / block_size) blocks or more (reservation), never fewer;
@@ -136,20 +140,26 @@ class PagedAllocator(Allocator):
             self._stack[self._nfree] = b
             self._nfree += 1
 
-    def _give_back(self, blocks: np.ndarray) -> None:
-        """Blocks whose refcount reached 0: cache prefix content, else push on the stack."""
+    def _fills(self, length: int, first: int, count: int) -> np.ndarray:
+        """Fill levels of a sequence's blocks first..first+count-1, from its length."""
+        bs = self.block_size
+        return np.clip(length - np.arange(first, first + count) * bs, 0, bs).astype(np.int32)
+
+    def _give_back(self, blocks: np.ndarray, fills: np.ndarray) -> None:
+        """Blocks whose refcount reached 0 (with their fill levels): cache prefix content,
+        else push on the stack."""
         self._owner[blocks] = FREE
         self._ref[blocks] = 0
         self._held -= int(blocks.size)
-        self._used -= int(self._filled[blocks].sum())
+        self._used -= int(fills.sum())
         plain = blocks
         if self._hash_of:
             keep = np.fromiter((int(b) in self._hash_of for b in blocks), bool, blocks.size)
-            for b in blocks[keep]:
-                self._lru[int(b)] = None
+            for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
+                self._lru[b] = None
                 self._cached[b] = True
+                self._filled[b] = f
             plain = blocks[~keep]
-        self._filled[plain] = 0
         self._stack[self._nfree : self._nfree + plain.size] = plain[::-1]
         self._nfree += int(plain.size)
 
@@ -179,12 +189,6 @@ class PagedAllocator(Allocator):
 
     def _fill(self, row: int, start: int, end: int) -> None:
         """Mark positions [start, end) of the row's sequence as written."""
-        bs = self.block_size
-        first, last = start // bs, (end - 1) // bs
-        idx = np.arange(first, last + 1)
-        lo = np.maximum(idx * bs, start)
-        hi = np.minimum((idx + 1) * bs, end)
-        self._filled[self._table[row, first : last + 1]] += (hi - lo).astype(np.int32)
         self._len[row] = end
         self._used += end - start
 
@@ -219,6 +223,7 @@ class PagedAllocator(Allocator):
                 self._ref[b] = 1
                 self._held += 1
                 self._used += int(self._filled[b])
+                self._filled[b] = 0  # live now: its fill follows from the length
             else:
                 self._ref[b] += 1
                 self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
@@ -284,8 +289,6 @@ class PagedAllocator(Allocator):
         self._table[np.repeat(rows, nb), col] = blocks
         self._owner[blocks] = np.repeat(ids, nb)
         self._ref[blocks] = 1
-        # blocks are written fully up to each prompt's end, partly in its last written block
-        self._filled[blocks] = np.clip(np.repeat(n, nb) - col * bs, 0, bs)
         self._len[rows] = n
         self._nb[rows] = nb
         self._used += int(n.sum())
@@ -294,7 +297,7 @@ class PagedAllocator(Allocator):
 
     def _admit_few(self, ids: list[int], lens: list[int], nbs: list[int],
                    blocks: np.ndarray) -> None:
-        bs, at = self.block_size, 0
+        at = 0
         for sid, n, nb in zip(ids, lens, nbs):
             row = self._new_row(sid)
             blk = blocks[at : at + nb]
@@ -303,7 +306,6 @@ class PagedAllocator(Allocator):
             self._table[row, :nb] = blk
             self._owner[blk] = sid
             self._ref[blk] = 1
-            self._filled[blk] = np.clip(n - np.arange(nb) * bs, 0, bs)
             self._len[row] = n
             self._nb[row] = nb
             self._used += n
@@ -317,18 +319,26 @@ class PagedAllocator(Allocator):
         self._rows.rows(seq_ids)  # raises KeyError before anything changes
         if len(seq_ids) <= 8:
             parts = []
+            fills = []
             for sid in np.asarray(seq_ids).tolist():
                 row = self._rows.remove(sid)
-                parts.append(self._table[row, : self._nb[row]])
+                nb = int(self._nb[row])
+                parts.append(self._table[row, :nb])
+                fills.append(self._fills(int(self._len[row]), 0, nb))
                 self._nb[row] = 0
                 self._len[row] = 0
-            self._give_back(np.concatenate(parts) if len(parts) > 1 else parts[0].copy())
+            if len(parts) == 1:
+                self._give_back(parts[0].copy(), fills[0])
+            else:
+                self._give_back(np.concatenate(parts), np.concatenate(fills))
             return
         rows = self._rows.remove_many(np.asarray(seq_ids, np.int64))
         nb = self._nb[rows]
         width = int(nb.max()) if nb.size else 0
-        mask = np.arange(width)[None, :] < nb[:, None]
-        self._give_back(self._table[rows, :width][mask])
+        j = np.arange(width)[None, :]
+        mask = j < nb[:, None]
+        fills = np.clip(self._len[rows][:, None] - j * self.block_size, 0, self.block_size)
+        self._give_back(self._table[rows, :width][mask], fills[mask])
         self._nb[rows] = 0
         self._len[rows] = 0
 
@@ -386,9 +396,7 @@ class PagedAllocator(Allocator):
                 self._ref[fresh] = 1
                 self._held += int(need.size)
         if ok is not None:
-            rows, lens, q = rows[ok], lens[ok], q[ok]
-        width = self._table.shape[1]
-        self._filled[self._table.reshape(-1)[rows * width + q]] += 1
+            rows, lens = rows[ok], lens[ok]
         self._len[rows] = lens + 1
         self._used += int(rows.size)
         return np.ones(seq_ids.size, np.bool_) if ok is None else ok
@@ -396,17 +404,18 @@ class PagedAllocator(Allocator):
     def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
         old = int(self._table[row, idx])
         new = int(self._take(1)[0])
-        self._filled[new] = self._filled[old]
-        self._used += int(self._filled[old])
+        fill = self._fills(int(self._len[row]), idx, 1)
+        self._used += int(fill[0])  # the copy is this sequence's own from now on
         self._owner[new] = seq_id
         self._ref[new] = 1
         self._held += 1
         self._table[row, idx] = new
-        self._drop_ref(np.asarray([old], np.int32), seq_id)
+        self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
 
-    def _drop_ref(self, blocks: np.ndarray, seq_id: int) -> None:
+    def _drop_ref(self, blocks: np.ndarray, seq_id: int, fills: np.ndarray) -> None:
         self._ref[blocks] -= 1
-        zero = blocks[self._ref[blocks] == 0]
+        gone = self._ref[blocks] == 0
+        zero = blocks[gone]
         for b in blocks[self._ref[blocks] > 0]:
             holders = self._holders.get(int(b))
             if holders is not None:
@@ -418,18 +427,19 @@ class PagedAllocator(Allocator):
         for b in zero:
             self._holders.pop(int(b), None)
         if zero.size:
-            self._give_back(zero)
+            self._give_back(zero, fills[gone])
 
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
         blocks = self._table[row, : self._nb[row]].copy()
+        fills = self._fills(int(self._len[row]), 0, blocks.size)
         self._rows.remove(seq_id)
         self._nb[row] = 0
         self._len[row] = 0
         if self._sharing:
-            self._drop_ref(blocks, seq_id)
+            self._drop_ref(blocks, seq_id, fills)
         else:
-            self._give_back(blocks)
+            self._give_back(blocks, fills)
 
     def fork(self, parent_id: int, child_id: int) -> Admission:
         prow = self._rows.row(parent_id)
@@ -445,9 +455,17 @@ class PagedAllocator(Allocator):
 
     def snapshot(self) -> BlockMap:
         owned = self._owner != FREE
+        filled = self._filled.copy()  # cached-free content; live blocks follow from lengths
+        rows = np.flatnonzero(self._rows.seq_of_row >= 0)
+        if rows.size:
+            nb = self._nb[rows]
+            j = np.arange(int(nb.max()))[None, :]
+            mask = j < nb[:, None]
+            fills = np.clip(self._len[rows][:, None] - j * self.block_size, 0, self.block_size)
+            filled[self._table[rows, : j.shape[1]][mask]] = fills[mask]
         return BlockMap(
             owner=self._owner.copy(),
-            filled=self._filled.copy(),
+            filled=filled,
             allocated=np.where(owned, self.block_size, 0).astype(np.int32),
             refcount=self._ref.copy(),
             cached=self._cached.copy(),
