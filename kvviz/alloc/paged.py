@@ -143,7 +143,13 @@ class PagedAllocator(Allocator):
     def _fills(self, length: int, first: int, count: int) -> np.ndarray:
         """Fill levels of a sequence's blocks first..first+count-1, from its length."""
         bs = self.block_size
-        return np.clip(length - np.arange(first, first + count) * bs, 0, bs).astype(np.int32)
+        out = np.zeros(count, np.int32)
+        written = length - first * bs  # slots written from block `first` on
+        full = min(count, max(0, written // bs))
+        out[:full] = bs
+        if full < count and written > full * bs:
+            out[full] = written - full * bs
+        return out
 
     def _give_back(self, blocks: np.ndarray, fills: np.ndarray) -> None:
         """Blocks whose refcount reached 0 (with their fill levels): cache prefix content,
