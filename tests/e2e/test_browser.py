@@ -1,7 +1,10 @@
 """Every page in a real browser: no error box; the Live heatmap renders and changes;
-Learn's Next advances the story. Saves a screenshot of each page in docs/screenshots/."""
+Learn's Next advances the story. Takes a screenshot of each page: into $KVVIZ_SCREENSHOTS
+when set (`KVVIZ_SCREENSHOTS=docs/screenshots` refreshes the README's pictures), else into a
+temporary folder."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ pytestmark = [pytest.mark.browser,
                                  reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
 sync_api = pytest.importorskip("playwright.sync_api")
 
-SHOTS = ROOT / "docs" / "screenshots"
+SHOTS = Path(os.environ.get("KVVIZ_SCREENSHOTS") or ROOT / ".pytest-screenshots")
 HEAT = ".heatmaplayer image"
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 PAGES = {"live": "", "compare": "compare", "learn": "learn", "replay": "replay", "gpu": "gpu",
@@ -82,6 +85,17 @@ def test_page_loads_without_error(browser, app, name: str):
         page.get_by_role("option", name="demo-recording.db").click()
     settle(page, HEAT if name == "replay" else "h1")
     assert_no_error(page)
+    if name == "compare":  # a screenshot worth looking at: run the default comparison
+        page.get_by_role("button", name="Run comparison").click()
+        page.wait_for_selector(".main-svg", timeout=120_000)
+        page.wait_for_timeout(2500)
+        assert_no_error(page)
+    if name == "learn":  # the step where D is refused (shown as a red box on purpose)
+        for k in range(2, 5):
+            page.get_by_role("button", name="Next").click()
+            page.wait_for_selector(f"text=Step {k} of", timeout=15_000)
+        page.wait_for_timeout(1500)
+    SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"))
     page.close()
 

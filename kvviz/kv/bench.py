@@ -1,0 +1,229 @@
+"""Benchmarks: paged vs contiguous decode attention over the same K/V, and real-mode steps.
+
+Timing: warm-up runs, then `repeats` timed runs of each path, interleaved (paged, contiguous,
+paged, ...) so that drift on a shared machine hits both alike; the median is reported.
+CUDA runs are timed with CUDA events, CPU runs with perf_counter. Index checks run once
+before timing (check_values=False inside the timed loop, for both paths).
+"""
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import torch
+
+from kvviz.config import model_preset
+from kvviz.kv.attention import contiguous_decode_attention, get_backend, paged_decode_attention
+from kvviz.kv.cache import TORCH_DTYPES
+
+SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class AttentionBench:
+    device: str = "cpu"
+    batch: int = 16
+    context: int = 1024
+    heads: int = 8
+    kv_heads: int = 8
+    head_dim: int = 128
+    block_size: int = 16
+    dtype: str = "float32"
+    backend: str = "auto"  # paged path
+    contiguous_backend: str = "torch"  # the baseline: SDPA over contiguous K/V
+    repeats: int = 20
+    warmup: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("batch", "context", "heads", "kv_heads", "head_dim", "block_size", "repeats"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f}: must be >= 1, got {getattr(self, f)}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads: {self.heads} is not a multiple of kv_heads {self.kv_heads}")
+        if self.dtype not in TORCH_DTYPES:
+            raise ValueError(f"dtype: choose one of {sorted(TORCH_DTYPES)}, got {self.dtype!r}")
+
+
+def _timer(device: torch.device):
+    """A function that times one call in milliseconds."""
+    if device.type == "cuda":
+        def run_cuda(fn) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        return run_cuda
+
+    def run_cpu(fn) -> float:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return run_cpu
+
+
+def time_runs(fns: dict, device: torch.device | str, repeats: int, warmup: int = 3) -> dict:
+    """{name: [ms, ...]}: `warmup` untimed rounds, then `repeats` rounds, interleaved."""
+    timer = _timer(torch.device(device))
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            runs[name].append(timer(fn))
+    return runs
+
+
+def _environment(device: torch.device) -> dict:
+    env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+           "machine": platform.machine()}
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+    return env
+
+
+def attention_inputs(cfg: AttentionBench) -> dict:
+    """Same K/V content laid out contiguous (sequence i at rows i*context..) and paged
+    (blocks handed out in random order from a pool with spares). Keys follow the argument
+    names of paged_/contiguous_decode_attention."""
+    dev = torch.device(cfg.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda requested but torch sees no CUDA device")
+    dt = TORCH_DTYPES[cfg.dtype]
+    g = torch.Generator(device=dev).manual_seed(cfg.seed)
+    b, n, kvh, d, bs = cfg.batch, cfg.context, cfg.kv_heads, cfg.head_dim, cfg.block_size
+    k_pool = torch.randn(b * n, kvh, d, generator=g, device=dev, dtype=dt)
+    v_pool = torch.randn(b * n, kvh, d, generator=g, device=dev, dtype=dt)
+    q = torch.randn(b, cfg.heads, d, generator=g, device=dev, dtype=dt)
+    nblk = math.ceil(n / bs)
+    num_blocks = b * nblk + b
+    perm = torch.randperm(num_blocks, generator=g, device=dev)[: b * nblk]
+    tables = perm.view(b, nblk).to(torch.int32)
+    k_cache = torch.zeros(num_blocks, bs, kvh, d, device=dev, dtype=dt)
+    v_cache = torch.zeros_like(k_cache)
+    pos = torch.arange(n, device=dev)
+    slots = (tables.long()[:, pos // bs] * bs + pos % bs).reshape(-1)  # [b*n], row order
+    k_cache.view(-1, kvh, d).index_copy_(0, slots, k_pool)
+    v_cache.view(-1, kvh, d).index_copy_(0, slots, v_pool)
+    return {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables,
+            "k_pool": k_pool, "v_pool": v_pool,
+            "starts": torch.arange(b, device=dev, dtype=torch.int64) * n,
+            "context_lens": torch.full((b,), n, dtype=torch.int32, device=dev)}
+
+
+def bench_attention(cfg: AttentionBench) -> dict:
+    """Median times of the paged and the contiguous path over the same K/V."""
+    dev = torch.device(cfg.device)
+    x = attention_inputs(cfg)
+
+    def paged(check=False):
+        return paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"],
+                                      x["context_lens"], backend=cfg.backend, check_values=check)
+
+    def contiguous(check=False):
+        return contiguous_decode_attention(x["q"], x["k_pool"], x["v_pool"], x["starts"],
+                                           x["context_lens"], backend=cfg.contiguous_backend,
+                                           check_values=check)
+
+    diff = (paged(True).float() - contiguous(True).float()).abs().max().item()
+    runs = time_runs({"paged": paged, "contiguous": contiguous}, dev, cfg.repeats, cfg.warmup)
+    kv_bytes = 2 * x["k_pool"].numel() * x["k_pool"].element_size()
+    p, c = statistics.median(runs["paged"]), statistics.median(runs["contiguous"])
+    return {
+        "bench": "attention", **asdict(cfg),
+        "backend": get_backend(cfg.backend, dev).name,
+        "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name,
+        "paged_ms": round(p, 4), "contiguous_ms": round(c, 4), "ratio": round(p / c, 4),
+        "gbps": round(kv_bytes / (p * 1e-3) / 1e9, 2),
+        "contiguous_gbps": round(kv_bytes / (c * 1e-3) / 1e9, 2),
+        "paged_ms_min": round(min(runs["paged"]), 4),
+        "contiguous_ms_min": round(min(runs["contiguous"]), 4),
+        "kv_bytes": kv_bytes, "max_abs_diff": diff, **_environment(dev),
+    }
+
+
+def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES):
+    """One result per block size (a generator, so callers can print as they go)."""
+    for bs in sizes:
+        yield bench_attention(replace(cfg, block_size=bs))
+
+
+def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, steps: int = 100,
+               duration: float | None = None, device: str = "cpu", allocator: str = "paged",
+               block_size: int = 16, backend: str = "auto", dtype: str | None = None,
+               seed: int = 0) -> dict:
+    """Decode steps per second of RealKV over a batch of `seqs` running sequences.
+
+    Lengths start uniform in [context/2, 3*context/2]; a sequence that reaches 2*context is
+    released and replaced (its prefill is written, untimed), so the batch stays full.
+    """
+    from kvviz.alloc import ContiguousAllocator, PagedAllocator
+    from kvviz.kv.real import RealKV
+
+    if seqs < 1 or context < 2:
+        raise ValueError(f"seqs/context: need seqs >= 1 and context >= 2, got {seqs}, {context}")
+    shape = model_preset(model)
+    limit = 2 * context
+    rng = np.random.default_rng(seed)
+    if allocator == "paged":
+        alloc = PagedAllocator(seqs * (math.ceil(limit / block_size) + 1), block_size)
+    elif allocator == "contiguous":
+        alloc = ContiguousAllocator(seqs * (limit + 1))
+    else:
+        raise ValueError(f"allocator: 'paged' or 'contiguous', got {allocator!r}")
+    kv = RealKV(alloc, shape, device=device, seed=seed, dtype=dtype, backend=backend)
+    dev = torch.device(device)
+    ids = np.arange(seqs, dtype=np.int64)
+    lens = rng.integers(context // 2, context * 3 // 2, seqs).astype(np.int64)
+    next_id = seqs
+
+    def admit(slot_ids: np.ndarray, new_lens: np.ndarray) -> None:
+        for s, n in zip(slot_ids, new_lens):
+            reserve = limit if allocator == "contiguous" else None
+            if not alloc.admit(int(s), int(n), reserve_tokens=reserve).ok:
+                raise RuntimeError("bench_real: allocator refused a sequence; capacity too small")
+        kv.on_admit(slot_ids.tolist(), new_lens.tolist())
+
+    admit(ids, lens)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    done, replaced, prefill_s = 0, 0, 0.0
+    sync()
+    t0 = time.perf_counter()
+    while (done < steps) if duration is None else (time.perf_counter() - t0 < duration):
+        if not alloc.append_batch(ids).all():
+            raise RuntimeError("bench_real: append failed; capacity too small")
+        lens += 1
+        kv.on_decode(ids, lens)
+        done += 1
+        full = np.nonzero(lens >= limit)[0]
+        if full.size:
+            t = time.perf_counter()
+            for i in full:
+                alloc.release(int(ids[i]))
+                ids[i], next_id = next_id, next_id + 1
+            lens[full] = rng.integers(context // 2, context * 3 // 2, full.size)
+            admit(ids[full], lens[full])
+            sync()
+            prefill_s += time.perf_counter() - t
+            replaced += full.size
+    sync()
+    elapsed = time.perf_counter() - t0 - prefill_s
+    out = {
+        "bench": "real", "model": model, "seqs": seqs, "context": context, "device": device,
+        "allocator": alloc.label, "backend": get_backend(backend, dev).name,
+        "dtype": str(kv.dtype).removeprefix("torch."), "steps": done,
+        "decode_seconds": round(elapsed, 3), "steps_per_s": round(done / elapsed, 2),
+        "tokens_per_s": round(done * seqs / elapsed, 1), "replaced_sequences": replaced,
+        "pool_bytes": kv.pool_bytes,
+        "kv_gbps": round(kv.kv_bytes_read_total / elapsed / 1e9, 3), **_environment(dev),
+    }
+    if dev.type == "cuda":
+        out["torch_max_allocated"] = torch.cuda.max_memory_allocated(dev)
+    return out

@@ -1,0 +1,156 @@
+"""Real mode: the allocator's block ids (or ranges) index real K/V tensors.
+
+The engine calls prefill (`on_admit`) and decode (`on_decode`) after the allocator has
+placed the tokens. K, V and q are synthetic but deterministic: token (seq_id, position) is
+hashed into a small hidden state, and fixed random projections per layer turn it into K, V
+and q. So the same run writes the same bytes on every machine, and no model is needed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kvviz.config import ModelShape
+from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
+from kvviz.kv.cache import ContiguousKVCache, PagedKVCache
+
+HIDDEN = 16  # width of the hashed hidden state
+_MUL1 = 0x5851F42D4C957F2D  # odd 64-bit constants (fit in int64) for the hash mix
+_MUL2 = 0x2545F4914F6CDD1D
+
+
+class RealKV:
+    """K/V pools behind one allocator, written and attended every engine step."""
+
+    def __init__(self, allocator, model: ModelShape, device="cpu", seed: int = 0, dtype=None,
+                 backend: str = "auto") -> None:
+        self.allocator = allocator
+        self.model = model
+        self.device = torch.device(device)
+        self.backend = backend
+        self.paged = not allocator.contiguous
+        capacity = int(allocator.usage().capacity_tokens)
+        if self.paged:
+            self.block_size = int(allocator.block_size)
+            self.cache: PagedKVCache | ContiguousKVCache = PagedKVCache(
+                capacity // self.block_size, self.block_size, model, self.device, dtype)
+        else:
+            self.cache = ContiguousKVCache(capacity, model, self.device, dtype)
+        self.dtype = self.cache.dtype
+        self.device = self.cache.device
+        self.slots = self.cache.slots_per_layer
+        g = torch.Generator().manual_seed(seed)
+        kvh, h, d, n = model.num_kv_heads, model.num_heads, model.head_dim, model.num_layers
+        # per layer projections hidden -> K, V, q; scaled so scores stay O(1)
+        self._wk = (torch.randn(n, HIDDEN, kvh * d, generator=g) / HIDDEN ** 0.5).to(self.device)
+        self._wv = (torch.randn(n, HIDDEN, kvh * d, generator=g) / HIDDEN ** 0.5).to(self.device)
+        self._wq = (torch.randn(n, HIDDEN, h * d, generator=g) / HIDDEN ** 0.5).to(self.device)
+        self._salt = torch.arange(1, HIDDEN + 1, dtype=torch.int64, device=self.device)
+        self._seed = int(seed) & 0xFFFFFFFF
+        self.last_q: list[torch.Tensor] = []  # per layer [B, H, D] from the last decode step
+        self.last_outputs: list[torch.Tensor] = []  # per layer [B, H, D]
+        self.kv_bytes_read = 0  # K/V bytes the last decode step's attention read
+        self.kv_bytes_read_total = 0
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.cache.nbytes
+
+    @property
+    def last_output(self) -> torch.Tensor | None:
+        return self.last_outputs[-1] if self.last_outputs else None
+
+    # ---- synthetic activations -------------------------------------------------------------
+    def _hidden(self, seq: np.ndarray, pos: np.ndarray, stream: int) -> torch.Tensor:
+        """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, seq, pos)."""
+        key = torch.from_numpy(seq.astype(np.int64) * 1_000_003 + pos.astype(np.int64))
+        key = key.to(self.device) * 4 + stream + (self._seed << 20)
+        x = key[:, None] * _MUL1 + self._salt[None, :] * _MUL2  # wraps mod 2^64: deterministic
+        x = x ^ (x >> 29)
+        x = x * _MUL2
+        x = x ^ (x >> 32)
+        u = ((x >> 8) & 0xFFFFFF).to(torch.float32) * (2.0 / (1 << 24)) - 1.0
+        return u
+
+    def _kv(self, h: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (h.shape[0], self.model.num_kv_heads, self.model.head_dim)
+        return (h @ self._wk[layer]).view(shape), (h @ self._wv[layer]).view(shape)
+
+    def _write(self, seq: np.ndarray, pos: np.ndarray, slots: np.ndarray) -> None:
+        if slots.size and (slots.min() < 0 or slots.max() >= self.slots):
+            raise ValueError(f"slots {slots.min()}..{slots.max()} outside the pool of "
+                             f"{self.slots} (allocator and cache disagree)")
+        slot_t = torch.from_numpy(slots.astype(np.int64)).to(self.device)
+        h = self._hidden(seq, pos, stream=0)
+        for layer in range(self.model.num_layers):
+            k, v = self._kv(h, layer)
+            self.cache.write(layer, slot_t, k, v, check=False)
+
+    def _slots(self, seq_ids: np.ndarray, rows: np.ndarray, pos: np.ndarray, arg: str):
+        """Flat slots of tokens (seq_ids[rows], pos); also the index the attention needs."""
+        if self.paged:
+            tables = np.asarray(self.allocator.block_tables(seq_ids), dtype=np.int32)
+            if tables.size and (tables.min() < 0 or tables.max() >= self.cache.num_blocks):
+                raise ValueError(f"block_tables: ids {tables.min()}..{tables.max()} outside "
+                                 f"0..{self.cache.num_blocks - 1} (allocator and cache disagree)")
+            held = getattr(self.allocator, "seq_allocated_tokens", None)  # exact, if offered
+            room = (np.asarray(held(seq_ids))[rows] if held is not None
+                    else tables.shape[1] * self.block_size)
+            index = tables
+        else:
+            ranges = np.asarray(self.allocator.ranges(seq_ids), dtype=np.int64).reshape(-1, 2)
+            room = ranges[rows, 1]
+            index = ranges[:, 0]
+        if pos.size and (pos >= room).any():
+            i = int(np.argmax(pos >= room))
+            raise ValueError(f"{arg}: sequence {int(seq_ids[rows[i]])} position {int(pos[i])} "
+                             f"lies past the memory its allocator holds")
+        if self.paged:
+            slots = self.cache.slot_mapping(tables, pos, rows)
+        else:
+            slots = index[rows] + pos
+        return slots, index
+
+    # ---- phases ----------------------------------------------------------------------------
+    def on_admit(self, seq_ids: list[int], num_tokens: list[int]) -> None:
+        """Prefill: write K/V of positions 0..n-1 of each newly admitted sequence."""
+        ids = np.asarray(seq_ids, dtype=np.int64)
+        counts = np.asarray(num_tokens, dtype=np.int64)
+        if ids.size == 0 or counts.sum() == 0:
+            return
+        rows = np.repeat(np.arange(ids.size), counts)
+        pos = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        slots, _ = self._slots(ids, rows, pos, "num_tokens")
+        self._write(ids[rows], pos, slots)
+
+    def on_decode(self, seq_ids: np.ndarray, lens: np.ndarray) -> None:
+        """One decode step: write position len-1 of each sequence, attend over 0..len-1.
+
+        `lens`: each sequence's length after this step's append (the allocator already
+        holds room for it). Outputs are kept in `last_outputs` (one [B, H, D] per layer).
+        """
+        ids = np.asarray(seq_ids, dtype=np.int64)
+        lens = np.asarray(lens, dtype=np.int64)
+        if ids.size == 0:
+            self.last_q, self.last_outputs, self.kv_bytes_read = [], [], 0
+            return
+        if lens.min() < 1:
+            raise ValueError(f"lens: every length must be >= 1, got {int(lens.min())}")
+        rows = np.arange(ids.size)
+        slots, index = self._slots(ids, rows, lens - 1, "lens")
+        self._write(ids, lens - 1, slots)
+        lens_t = torch.from_numpy(lens.astype(np.int32)).to(self.device)
+        index_t = torch.from_numpy(index).to(self.device)
+        hq = self._hidden(ids, lens - 1, stream=1)
+        heads, d = self.model.num_heads, self.model.head_dim
+        check = self.device.type == "cpu"  # on CUDA the host-side checks above suffice
+        attend = paged_decode_attention if self.paged else contiguous_decode_attention
+        self.last_q, self.last_outputs = [], []
+        for layer in range(self.model.num_layers):
+            q = (hq @ self._wq[layer]).view(ids.size, heads, d).to(self.dtype)
+            out = attend(q, self.cache.k[layer], self.cache.v[layer], index_t, lens_t,
+                         backend=self.backend, check_values=check)
+            self.last_q.append(q)
+            self.last_outputs.append(out)
+        self.kv_bytes_read = int(lens.sum()) * self.cache.bytes_per_token
+        self.kv_bytes_read_total += self.kv_bytes_read

@@ -1,0 +1,72 @@
+"""Benchmarks run end to end at tiny sizes; the CLI wires `kvviz bench attention|real`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvviz.cli import main
+from kvviz.kv.bench import AttentionBench, bench_attention, bench_real, sweep_block_sizes
+
+TINY = {"batch": 3, "context": 40, "heads": 4, "kv_heads": 2, "head_dim": 16, "repeats": 2,
+        "warmup": 1}
+
+
+def test_attention_bench_reports_both_paths_over_the_same_kv():
+    r = bench_attention(AttentionBench(**TINY, block_size=8))
+    assert r["backend"] == r["contiguous_backend"] == "torch"
+    assert r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"], rel=1e-3)
+    assert r["kv_bytes"] == 2 * 3 * 40 * 2 * 16 * 4
+    assert r["max_abs_diff"] < 1e-5  # same content, same answer
+
+
+def test_sweep_gives_one_line_per_block_size():
+    rows = list(sweep_block_sizes(AttentionBench(**TINY), sizes=(1, 16, 64)))
+    assert [r["block_size"] for r in rows] == [1, 16, 64]
+
+
+@pytest.mark.parametrize("allocator", ["paged", "contiguous"])
+def test_real_bench_replaces_finished_sequences(allocator):
+    r = bench_real(seqs=4, context=6, steps=15, allocator=allocator, block_size=4)
+    assert r["steps"] == 15 and r["steps_per_s"] > 0
+    assert r["replaced_sequences"] > 0  # lengths start in [3, 9) and stop at 12
+
+
+def test_cli_attention_json(capsys):
+    rc = main(["bench", "attention", "--batch", "2", "--context", "20", "--heads", "2",
+               "--kv-heads", "1", "--head-dim", "16", "--block-size", "4", "--json"])
+    assert rc == 0
+    line = json.loads(capsys.readouterr().out)
+    assert {"paged_ms", "contiguous_ms", "ratio", "gbps", "block_size"} <= set(line)
+    assert line["repeats"] >= 20
+
+
+@pytest.mark.parametrize("argv", [["bench", "attention", "--repeats", "5"],
+                                  ["bench", "attention", "--heads", "3", "--kv-heads", "2"],
+                                  ["bench", "real", "--allocator", "paged", "--seqs", "0"]])
+def test_cli_bad_values_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_without_what_prints_help(capsys):
+    assert main(["bench"]) == 2
+    assert "attention" in capsys.readouterr().out
+
+
+def test_bench_command_module_does_not_import_torch():
+    root = Path(__file__).parents[2]
+    code = ("import sys; import kvviz.commands.bench, kvviz.cli; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
+
+
+def test_kv_package_imports_without_triton():
+    root = Path(__file__).parents[2]
+    code = ("import sys; sys.modules['triton'] = None; import kvviz.kv; "
+            "from kvviz.kv import paged_decode_attention, RealKV; "
+            "sys.exit('triton.language' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
