@@ -1,11 +1,16 @@
 """Engine step rate with sampling into the store at 0 (none), 4 and 10 Hz.
 
 One sim-mode paged lane of 256k blocks (block 16, 4M slots), a busy seeded stream, the real
-collector path (EngineCollector._batch -> SampleWriter thread -> RunWriter). Each config runs
-the same number of engine steps from the same start; rounds alternate configs and the
-median wall time is reported.
+collector path (EngineCollector._batch -> SampleWriter.put -> the store writer process, or
+with --mode thread / inline the writer thread / the engine thread itself). Samples are due
+every 1/hz s as in the collector (a late sample is not followed by a burst of catch-up
+samples). Each config runs the same number of engine steps from the same start; rounds
+alternate configs and the median wall time is reported. "start" is the SampleWriter's
+construction (process mode: spawning the writer, which opens the file), i.e. the delay
+before the first sample.
 
     python benchmarks/bench_collector_overhead.py [--steps 4000] [--rounds 3] [--blocks 262144]
+                                                  [--mode process|thread|inline]
 """
 from __future__ import annotations
 
@@ -18,22 +23,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.sampler import SampleWriter  # noqa: E402
+from collectors.sampler import MODES, SampleWriter, StoreSpec  # noqa: E402
 from kvviz.cli import build_parser  # noqa: E402
 from kvviz.commands.collect import build  # noqa: E402
-from kvviz.store import RunWriter  # noqa: E402
-
-THREADED = True
 
 
-def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int) -> tuple[float, int, float]:
+def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
+        mode: str) -> tuple[float, int, float, float]:
     out = tmp / f"bench-{hz}-{time.monotonic_ns()}.db"
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
          str(blocks * 16), "--rate", "inf", "--requests", "20000", "--max-num-seqs", str(seqs),
          "--quiet", "--out", str(out)])
     col = build(args)
-    sink = SampleWriter(RunWriter(out, col.meta()), threaded=THREADED)
+    ts = time.perf_counter()
+    sink = SampleWriter(StoreSpec(out, col.meta()), mode=mode)
+    start = time.perf_counter() - ts
     sim = col.sim
     period = 1.0 / hz if hz else float("inf")
     t0 = time.perf_counter()
@@ -45,12 +50,13 @@ def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int) -> tuple[float
             sink.put(col._batch(now))
             in_loop += time.perf_counter() - ts
             samples += 1
-            next_sample += period
+            next_sample = max(next_sample + period, now + period / 2)
         sim.step(time_s=now)
     wall = time.perf_counter() - t0
     sink.close("finished")
+    assert sink.samples_written == samples, (sink.samples_written, samples)
     out.unlink()
-    return wall, samples, in_loop
+    return wall, samples, in_loop, start
 
 
 def main() -> None:
@@ -59,17 +65,24 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--blocks", type=int, default=262144)
     p.add_argument("--max-num-seqs", type=int, default=1024)
+    p.add_argument("--mode", choices=MODES, default="process", help="where the store is "
+                   "written (default: process, as `kvviz collect` does)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         walls: dict[float, list[float]] = {0.0: [], 4.0: [], 10.0: []}
         counts: dict[float, int] = {}
         loop_ms: dict[float, list[float]] = {hz: [] for hz in walls}
+        starts: list[float] = []
         for _ in range(a.rounds):
             for hz in walls:
-                w, n, in_loop = one(a.blocks, a.steps, hz, Path(d), a.max_num_seqs)
+                w, n, in_loop, start = one(a.blocks, a.steps, hz, Path(d), a.max_num_seqs,
+                                           a.mode)
                 walls[hz].append(w)
                 counts[hz] = n
                 loop_ms[hz].append(1e3 * in_loop / max(1, n))
+                starts.append(start)
+        print(f"mode {a.mode}: start (SampleWriter construction) median "
+              f"{statistics.median(starts):.3f} s, max {max(starts):.3f} s")
         base = statistics.median(walls[0.0])
         for hz, ws in walls.items():
             med = statistics.median(ws)

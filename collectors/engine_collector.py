@@ -2,9 +2,9 @@
 
 Arrivals follow wall time since the start (Simulation.step(time_s=...)). Every 1/hz seconds
 the engine thread copies each lane's BlockMap and counters plus the new events and hands
-them to the store's writer thread (collectors/sampler.py). With `loop`, an exhausted
-workload restarts as a fresh seeded stream; sequence ids then continue where the previous
-stream ended (offset by its size) so ids stay unique within a run.
+them to the store's writer process (collectors/sampler.py, collectors/store_process.py).
+With `loop`, an exhausted workload restarts as a fresh seeded stream; sequence ids then
+continue where the previous stream ended (offset by its size) so ids stay unique within a run.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from collectors import torch_memory
 from collectors.nvml import NvmlProbe
-from collectors.sampler import Batch, Hook, LaneSample, SampleWriter
+from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
 from kvviz.blockmap import FREE
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
@@ -64,7 +64,7 @@ class EngineCollector:
     def __init__(self, cfg: CollectorConfig, kv_factory: Callable | None = None) -> None:
         self.cfg = cfg
         self.kv_factory = kv_factory  # real mode: allocator -> RealKV
-        self.hooks: list[Hook] = []  # each called with every sample record (writer thread)
+        self.hooks: list[Hook] = []  # each called with every sample record (engine thread)
         self.stop_reason: str | None = None
         self.loop_no = 0
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
@@ -168,11 +168,12 @@ class EngineCollector:
         self.stop_reason = f"stopped by {signal.Signals(signum).name}"
 
     def run(self, writer: RunWriter | None = None) -> str:
-        """Record until the duration ends, the workload is exhausted or a signal arrives."""
+        """Record until the duration ends, the workload is exhausted or a signal arrives.
+        The store is written by a separate process; a given `writer` is used from a thread."""
         c = self.cfg
-        writer = writer or RunWriter(c.out, self.meta(), overwrite=c.overwrite,
-                                     blockmap_budget_bytes=c.blockmap_budget_bytes)
-        sink = SampleWriter(writer, self.hooks)
+        sink = SampleWriter(writer if writer is not None else StoreSpec(
+            c.out, self.meta(), overwrite=c.overwrite,
+            blockmap_budget_bytes=c.blockmap_budget_bytes), self.hooks)
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         status, message = "finished", ""
         try:
