@@ -1,7 +1,8 @@
 """Serve the collector's own metrics on /metrics for Prometheus (`kvviz collect --metrics-port`).
 
-Each sample record the store's writer thread hands to `collector.hooks` replaces the lane's
-latest values; a scrape reads them under a lock. Per lane (label `lane`):
+Each sample record the sampler hands to `collector.hooks` (on the engine thread, right after
+the batch is sent) replaces the lane's latest values; a scrape reads them under a lock.
+Per lane (label `lane`):
 
     kvviz_kv_used_tokens, kvviz_kv_free_tokens, kvviz_kv_capacity_tokens,
     kvviz_largest_hole_tokens, kvviz_external_fragmentation, kvviz_tail_waste_tokens  (gauges)
@@ -44,7 +45,7 @@ class LaneMetrics:
         self._latest: dict[str, dict] = {}
 
     def update(self, rec: dict) -> None:
-        """A collector hook: called with every sample record (the store's writer thread)."""
+        """A collector hook: called with every sample record (on the collector's engine thread)."""
         lane = str(rec["lane"])
         with self._lock:
             self._latest[lane] = dict(rec)

@@ -46,7 +46,7 @@ class TorchSnapshots:
         self.enabled = True
 
     def hook(self, rec: dict) -> None:
-        """Sample hook (the store's writer thread): one snapshot per `every_s` of run time."""
+        """Sample hook (collector's engine thread): one snapshot per `every_s` of run time."""
         t = float(rec.get("t", 0.0))
         if t < self.next_t:
             return
