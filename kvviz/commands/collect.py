@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="serve Prometheus metrics on this port (needs collectors/prometheus.py)")
     a("--metrics-address", default="127.0.0.1", metavar="ADDR",
       help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    a("--torch-threads", type=int, default=1, metavar="N",
+      help="real mode on CPU: torch intra-op threads (default 1, so a dashboard and a "
+           "browser on the same small machine keep a core; 0 = torch's default)")
     a("--torch-snapshot-every", type=float, default=None, metavar="S",
       help="CUDA only: write a torch memory snapshot of this process every S seconds "
            "to <run>-torchsnap-<n>.pickle beside the recording")
@@ -121,6 +124,11 @@ def build(args: argparse.Namespace):
             raise KvvizError(f"--mode real needs torch and kvviz.kv ({exc}); "
                              "use --mode sim") from None
         seed = args.seed
+        _check(args.torch_threads >= 0, f"--torch-threads: must be >= 0, got {args.torch_threads}")
+        if device == "cpu" and args.torch_threads:
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
 
         def kv_factory(alloc):
             return real.RealKV(alloc, model, device, seed)
