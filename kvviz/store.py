@@ -266,6 +266,11 @@ class RunReader:
             params.append(val)
         return (" WHERE " + " AND ".join(parts)) if parts else "", tuple(params)
 
+    def last_t(self) -> float | None:
+        """Time of the newest sample (None when there is none): one indexed lookup."""
+        row = self._q("SELECT MAX(t) FROM samples")
+        return None if not row or row[0][0] is None else float(row[0][0])
+
     def samples(self, lane: str | None = None, since_t: float | None = None) -> pd.DataFrame:
         """One row per lane per sample, in time order; since_t is exclusive."""
         where, params = self._where(lane=lane, since_t=since_t)

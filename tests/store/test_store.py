@@ -125,3 +125,14 @@ def test_foreign_and_broken_files(tmp_path: Path, recording) -> None:
     _assert_store_error(cut, "truncated")
     cut.write_bytes(data[:60])
     _assert_store_error(cut, "truncated")
+
+
+def test_last_t_is_the_newest_sample_and_bounds_a_window(recording) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    samples = r.samples()
+    assert r.last_t() == pytest.approx(float(samples["t"].max()))
+    window = r.samples(since_t=r.last_t() - 0.5)
+    assert not window.empty and (window["t"] >= r.last_t() - 0.5).all()
+    assert len(window) < len(samples)
+    r.close()
