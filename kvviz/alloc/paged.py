@@ -5,7 +5,7 @@ and evicted LRU on demand) and fork with copy-on-write.
 
 Fill levels of blocks held by live sequences are not stored: they follow from each sequence's
 length (a block j of a sequence of length L holds clip(L - j*block_size, 0, block_size)), so the
-decode step only bumps lengths. `_filled` keeps the content of cached-free blocks only.
+decode step only bumps lengths. The BlockPool keeps the content of cached-free blocks.
 
 Invariants (checked by tests/alloc):
   free blocks = stack[:nfree] + cached LRU; every other block has refcount >= 1 and an owner;
@@ -14,11 +14,10 @@ Invariants (checked by tests/alloc):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
+from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.blockmap import FREE, BlockMap
 
@@ -40,15 +39,8 @@ class PagedAllocator(Allocator):
         self.bytes_per_token = bytes_per_token
         self.label = label or f"paged:{block_size}" + (":prefix" if prefix_caching else "")
         self._owner = np.full(num_blocks, FREE, np.int32)
-        self._filled = np.zeros(num_blocks, np.int32)
         self._ref = np.zeros(num_blocks, np.int16)
-        self._cached = np.zeros(num_blocks, np.bool_)
-        # stack[:nfree] are free; pop from the top gives the lowest id first on a fresh pool
-        self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)
-        self._nfree = num_blocks
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached-free blocks, oldest first
-        self._hash_of: dict[int, tuple[int, int]] = {}
-        self._block_of: dict[tuple[int, int], int] = {}
+        self._pool = BlockPool(num_blocks)  # free blocks + prefix cache
         self._holders: dict[int, set[int]] = {}  # shared blocks only: block -> live seqs
         self._rows = RowTable()
         self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
@@ -56,12 +48,11 @@ class PagedAllocator(Allocator):
         self._table = np.zeros((self._rows.capacity, 8), np.int32)
         self._used = 0
         self._held = 0  # blocks with refcount >= 1
-        self._evictions = 0
         self._sharing = False  # any fork or prefix hit so far: take the slow, careful path
 
     # ---- queries ---------------------------------------------------------------------------
     def _free_blocks(self) -> int:
-        return self._nfree + len(self._lru)
+        return self._pool.free_count
 
     def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
         free = self._free_blocks() * self.block_size
@@ -69,8 +60,8 @@ class PagedAllocator(Allocator):
 
     def usage(self) -> Usage:
         bs = self.block_size
-        return Usage(self.num_blocks * bs, self._used, self._held * bs, len(self._lru) * bs,
-                     self._evictions)
+        return Usage(self.num_blocks * bs, self._used, self._held * bs,
+                     self._pool.cached_count * bs, self._pool.evictions)
 
     def seq_allocated_tokens(self, seq_ids: np.ndarray) -> np.ndarray:
         return self._nb[self._rows.rows(seq_ids)] * self.block_size
@@ -115,30 +106,7 @@ class PagedAllocator(Allocator):
 
     # ---- block supply ----------------------------------------------------------------------
     def _take(self, n: int) -> np.ndarray:
-        """Pop n free blocks (caller checked there are enough), evicting cached LRU last."""
-        k = min(n, self._nfree)
-        out = self._stack[self._nfree - k : self._nfree][::-1].copy()
-        self._nfree -= k
-        if k < n:
-            evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
-            for b in evicted:
-                del self._block_of[self._hash_of.pop(b)]
-            ev = np.asarray(evicted, np.int32)
-            self._cached[ev] = False
-            self._filled[ev] = 0
-            self._evictions += len(evicted)
-            out = np.concatenate([out, ev])
-        return out
-
-    def _forget(self, b: int) -> None:
-        """Drop block b's prefix hash; a cached-free block becomes plainly free."""
-        del self._block_of[self._hash_of.pop(b)]
-        if b in self._lru:
-            del self._lru[b]
-            self._cached[b] = False
-            self._filled[b] = 0
-            self._stack[self._nfree] = b
-            self._nfree += 1
+        return self._pool.take(n)
 
     def _fills(self, length: int, first: int, count: int) -> np.ndarray:
         """Fill levels of a sequence's blocks first..first+count-1, from its length."""
@@ -152,22 +120,12 @@ class PagedAllocator(Allocator):
         return out
 
     def _give_back(self, blocks: np.ndarray, fills: np.ndarray) -> None:
-        """Blocks whose refcount reached 0 (with their fill levels): cache prefix content,
-        else push on the stack."""
+        """Blocks whose refcount reached 0 (with their fill levels) go back to the pool."""
         self._owner[blocks] = FREE
         self._ref[blocks] = 0
         self._held -= int(blocks.size)
         self._used -= int(fills.sum())
-        plain = blocks
-        if self._hash_of:
-            keep = np.fromiter((int(b) in self._hash_of for b in blocks), bool, blocks.size)
-            for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
-                self._lru[b] = None
-                self._cached[b] = True
-                self._filled[b] = f
-            plain = blocks[~keep]
-        self._stack[self._nfree : self._nfree + plain.size] = plain[::-1]
-        self._nfree += int(plain.size)
+        self._pool.put(blocks, fills)
 
     def _ensure_width(self, width: int) -> None:
         if width > self._table.shape[1]:
@@ -212,24 +170,21 @@ class PagedAllocator(Allocator):
         if self.prefix_caching and prefix is not None:
             full = min(prefix.length, num_tokens) // bs
             for i in range(full):
-                b = self._block_of.get((prefix.group, i))
+                b = self._pool.lookup((prefix.group, i))
                 if b is None:
                     break
                 hits.append(b)
         # cached-free hits come out of the free pool too
-        free_after_hits = self._free_blocks() - sum(1 for b in hits if b in self._lru)
+        free_after_hits = self._free_blocks() - sum(map(self._pool.is_cached, hits))
         if nblocks - len(hits) > free_after_hits:
             return self._answer(False, need, Reason.CAPACITY)
         row = self._new_row(seq_id)
         for b in hits:
-            if b in self._lru:
-                del self._lru[b]
-                self._cached[b] = False
+            if self._pool.is_cached(b):
+                self._used += self._pool.reuse(b)  # live now: its fill follows from the length
                 self._owner[b] = seq_id
                 self._ref[b] = 1
                 self._held += 1
-                self._used += int(self._filled[b])
-                self._filled[b] = 0  # live now: its fill follows from the length
             else:
                 self._ref[b] += 1
                 self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
@@ -246,13 +201,7 @@ class PagedAllocator(Allocator):
             self._fill(row, written, num_tokens)
         if self.prefix_caching and prefix is not None:
             for i in range(len(hits), min(prefix.length, num_tokens) // bs):
-                key = (prefix.group, i)
-                stale = self._block_of.get(key)
-                if stale is not None:  # an older copy of this content: forget it
-                    self._forget(stale)
-                b = int(self._table[row, i])
-                self._hash_of[b] = key
-                self._block_of[key] = b
+                self._pool.register((prefix.group, i), int(self._table[row, i]))
         return self._answer(True, need)
 
     def admit_many(
@@ -461,7 +410,7 @@ class PagedAllocator(Allocator):
 
     def snapshot(self) -> BlockMap:
         owned = self._owner != FREE
-        filled = self._filled.copy()  # cached-free content; live blocks follow from lengths
+        filled = self._pool.content.copy()  # cached-free content; live ones from lengths
         rows = np.flatnonzero(self._rows.seq_of_row >= 0)
         if rows.size:
             nb = self._nb[rows]
@@ -474,7 +423,7 @@ class PagedAllocator(Allocator):
             filled=filled,
             allocated=np.where(owned, self.block_size, 0).astype(np.int32),
             refcount=self._ref.copy(),
-            cached=self._cached.copy(),
+            cached=self._pool.cached.copy(),
             block_size=self.block_size,
             bytes_per_token=self.bytes_per_token,
             label=self.label,

@@ -1,0 +1,93 @@
+"""Free blocks of a paged allocator and its prefix cache.
+
+Two kinds of free block: plain ones on a stack (a fresh pool hands out low ids first, freed
+blocks are reused first) and cached ones that still hold a full block of some prefix's content,
+kept in LRU order and evicted only when no plain block is left. A prefix block is known by its
+key (group, block index); registering a key again forgets the older copy.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+Key = tuple[int, int]
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int) -> None:
+        self.cached = np.zeros(num_blocks, np.bool_)  # per block: free, holding content
+        self.content = np.zeros(num_blocks, np.int32)  # slots of content in cached blocks
+        self.evictions = 0
+        self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [:nfree] are free
+        self._nfree = num_blocks
+        self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
+        self._key_of: dict[int, Key] = {}
+        self._block_of: dict[Key, int] = {}
+
+    @property
+    def free_count(self) -> int:
+        return self._nfree + len(self._lru)
+
+    @property
+    def cached_count(self) -> int:
+        return len(self._lru)
+
+    def take(self, n: int) -> np.ndarray:
+        """Pop n free blocks (the caller checked free_count), evicting cached ones last."""
+        k = min(n, self._nfree)
+        out = self._stack[self._nfree - k : self._nfree][::-1].copy()
+        self._nfree -= k
+        if k < n:
+            evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
+            for b in evicted:
+                del self._block_of[self._key_of.pop(b)]
+            ev = np.asarray(evicted, np.int32)
+            self.cached[ev] = False
+            self.content[ev] = 0
+            self.evictions += len(evicted)
+            out = np.concatenate([out, ev])
+        return out
+
+    def put(self, blocks: np.ndarray, fills: np.ndarray) -> None:
+        """Blocks nobody references any more: cache those with a key, stack the rest."""
+        plain = blocks
+        if self._key_of:
+            keep = np.fromiter((int(b) in self._key_of for b in blocks), bool, blocks.size)
+            for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
+                self._lru[b] = None
+                self.cached[b] = True
+                self.content[b] = f
+            plain = blocks[~keep]
+        self._push(plain)
+
+    def _push(self, blocks: np.ndarray) -> None:
+        self._stack[self._nfree : self._nfree + blocks.size] = blocks[::-1]
+        self._nfree += int(blocks.size)
+
+    def lookup(self, key: Key) -> int | None:
+        return self._block_of.get(key)
+
+    def is_cached(self, b: int) -> bool:
+        return b in self._lru
+
+    def reuse(self, b: int) -> int:
+        """Take cached block b back into use (a prefix hit); returns its content in slots."""
+        del self._lru[b]
+        self.cached[b] = False
+        fill = int(self.content[b])
+        self.content[b] = 0
+        return fill
+
+    def register(self, key: Key, b: int) -> None:
+        """Block b (held) now holds the content of `key`."""
+        stale = self._block_of.get(key)
+        if stale is not None:  # an older copy of this content: forget it
+            del self._key_of[stale]
+            if stale in self._lru:
+                del self._lru[stale]
+                self.cached[stale] = False
+                self.content[stale] = 0
+                self._push(np.asarray([stale], np.int32))
+        self._key_of[b] = key
+        self._block_of[key] = b
