@@ -17,6 +17,8 @@ from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
 from kvviz.engine.events import Event, EventLog
+from kvviz.engine.preemption import preempt_from_tail
+from kvviz.engine.shares import Shares
 from kvviz.workload import Workload
 
 
@@ -71,9 +73,7 @@ class Lane:
                                                                         self.reserve)
         self.too_big = allocator.footprints(final) > cap
         self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
-        # running sums over steps under pressure (someone waiting): shares of capacity
-        self.acc = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
-        self.acc_all = dict(steps=0, used=0, reserved=0, internal=0, free=0, tail=0, efi=0.0)
+        self.shares = Shares(cap)
 
     @property
     def finished(self) -> bool:
@@ -219,7 +219,7 @@ class Lane:
         self._just_preempted.clear()
         ok = self.alloc.append_batch(ids)
         if not ok.all():
-            keep = self._preempt_from_tail(ids, ok)
+            keep = preempt_from_tail(self.alloc, ids, ok)
             lost = ids[~keep]
             self.generated[lost] = self.w.output[lost] - self.run_rem[~keep]
             for rid in lost.tolist():
@@ -234,58 +234,6 @@ class Lane:
         self.tokens_generated += int(ids.size)
         if self.kv is not None and ids.size:
             self.kv.on_decode(ids, self.run_len)
-
-    def _preempt_from_tail(self, ids: np.ndarray, ok: np.ndarray) -> np.ndarray:
-        """Free memory for sequences whose append failed by preempting the latest-admitted
-        sequences (as vLLM does), retrying each failed one, earliest first.
-
-        Returns the mask of sequences that keep running; the others are released. A victim
-        that had appended this step loses that token too (recompute).
-        """
-        if not self.alloc.contiguous:
-            return self._preempt_suffix(ids, ok)
-        state = np.where(ok, 0, 1)  # 0 running, 1 failed, 2 preempted
-        tail = ids.size - 1
-        for first in np.flatnonzero(~ok).tolist():
-            if state[first] == 2:
-                continue
-            while True:
-                while tail > first and state[tail] == 2:
-                    tail -= 1
-                if tail <= first:  # nobody later to preempt: it goes itself
-                    state[first] = 2
-                    self.alloc.release(int(ids[first]))
-                    break
-                state[tail] = 2
-                self.alloc.release(int(ids[tail]))
-                tail -= 1
-                if self.alloc.append(int(ids[first])).ok:
-                    state[first] = 0
-                    break
-        return state == 0
-
-    def _preempt_suffix(self, ids: np.ndarray, ok: np.ndarray) -> np.ndarray:
-        """Paged form of _preempt_from_tail: any freed block serves, so the victims are the
-        shortest suffix of the running list whose blocks cover one block for each failed
-        sequence before it. A retry that still fails (copy-on-write can need two blocks)
-        preempts that sequence too."""
-        failed = ~ok
-        held = self.alloc.seq_allocated_tokens(ids) // self.alloc.block_size
-        freed = np.cumsum(held[::-1])[::-1]  # freed[c]: blocks held by positions >= c
-        need = np.cumsum(failed) - failed  # failed sequences before position c
-        fits = np.flatnonzero(freed >= need)
-        cut = int(fits[-1]) if fits.size else 0
-        self.alloc.release_many(ids[cut:])
-        keep = np.zeros(ids.size, np.bool_)
-        keep[:cut] = True
-        retry = np.flatnonzero(failed[:cut])
-        if retry.size:
-            again = self.alloc.append_batch(ids[retry])
-            if not again.all():
-                lost = retry[~again]
-                self.alloc.release_many(ids[lost])
-                keep[lost] = False
-        return keep
 
     def finish(self) -> None:
         done = self.run_rem <= 0
@@ -305,8 +253,8 @@ class Lane:
             self._event("evicted", -1, count=u.evictions - self._evictions_seen)
             self._evictions_seen = u.evictions
         pressure = self.waiting_count > 0
-        if not pressure and self.acc["steps"]:
-            return  # shares are reported over pressure steps once there are any
+        if not self.shares.wants(pressure):
+            return
         ids = self.run_ids
         internal = 0
         tail = 0
@@ -320,14 +268,8 @@ class Lane:
         efi = 0.0
         if self.alloc.contiguous and free > 0:
             efi = 1.0 - self.alloc.check(1).largest_hole_tokens / free
-        for acc in ((self.acc, self.acc_all) if pressure else (self.acc_all,)):
-            acc["steps"] += 1
-            acc["used"] += u.used_tokens
-            acc["reserved"] += slack - internal
-            acc["internal"] += internal
-            acc["free"] += free
-            acc["tail"] += tail
-            acc["efi"] += efi
+        self.shares.add(pressure, used=u.used_tokens, reserved=slack - internal,
+                        internal=internal, free=free, tail=tail, efi=efi)
 
     def step(self, time_s: float) -> None:
         self.step_no += 1
@@ -348,8 +290,6 @@ class Lane:
                        final_held=self.alloc.seq_allocated_tokens(ids).astype(np.int64))
 
     def summary(self) -> dict:
-        acc = self.acc if self.acc["steps"] else self.acc_all
-        denom = max(1, acc["steps"]) * self.capacity
         return {
             "lane": self.name,
             "allocator": self.spec.allocator,
@@ -359,12 +299,6 @@ class Lane:
             "rejected": self.rejected,
             "preemptions": self.preemptions,
             "admit_failures": {k.lower(): v for k, v in self.failures.items()},
-            "used_share": acc["used"] / denom,
-            "reserved_share": acc["reserved"] / denom,
-            "internal_share": acc["internal"] / denom,
-            "free_share": acc["free"] / denom,
-            "tail_waste_share": acc["tail"] / denom,
-            "external_frag_index_mean": acc["efi"] / max(1, acc["steps"]),
-            "pressure_steps": self.acc["steps"],
+            **self.shares.summary(),
             "tokens_generated": self.tokens_generated,
         }
