@@ -4,7 +4,11 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz import live
+from kvviz.errors import KvvizError
+from kvviz.node.scrape_process import snapshot_files
+from kvviz.torchsnap import load_snapshot, summarize
 from kvviz.viz import gpu as vg
+from kvviz.viz import torchsnap as vs
 from pages import common
 
 
@@ -67,9 +71,33 @@ def panel(run: str | None) -> None:
                 st.info("No memory series recorded (only the reason above).")
 
 
+def torch_snapshots(run: str | None) -> None:
+    """The collector's own torch memory snapshots (`--torch-snapshot-every`, CUDA only)."""
+    if not run:
+        return
+    stem = run.rsplit(".", 1)[0]
+    files = [f for f in snapshot_files(live.runs_dir()) if f.startswith(f"{stem}-torchsnap-")]
+    st.subheader("PyTorch allocator snapshots of the collector")
+    if not files:
+        st.caption("None for this recording: start a CUDA collector with "
+                   "`--torch-snapshot-every S` to take them.")
+        return
+    pick = st.selectbox("Snapshot", files, key="gpu_torchsnap")
+    try:  # the restricted loader: a snapshot file is a pickle, never pickle.load it
+        snap = load_snapshot(live.runs_dir() / pick)
+    except KvvizError as exc:
+        st.error(f"{pick}: {exc}")
+        return
+    cols = st.columns(4)
+    for col, h in zip(cols * 2, vs.headlines(summarize(snap))):
+        col.metric(h.label, h.value, help=h.help)
+    st.plotly_chart(vs.snapshot_figure(snap), key="gpu_torchsnap_fig")
+
+
 sel = common.sidebar("pages/gpu.py")
 st.title("GPU memory")
 st.caption("NVML device memory (total, used, free, reserved, the collector's process) and "
            "torch's caching allocator against the KV pool the lanes were given.")
 this_machine()
 panel(sel.run)
+torch_snapshots(sel.run)
