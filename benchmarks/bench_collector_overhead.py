@@ -29,11 +29,12 @@ from kvviz.commands.collect import build  # noqa: E402
 
 
 def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
-        mode: str) -> tuple[float, int, float, float]:
+        mode: str, requests: int = 20000) -> tuple[float, int, float, float]:
     out = tmp / f"bench-{hz}-{time.monotonic_ns()}.db"
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
-         str(blocks * 16), "--rate", "inf", "--requests", "20000", "--max-num-seqs", str(seqs),
+         str(blocks * 16), "--rate", "inf", "--requests", str(requests),
+         "--max-num-seqs", str(seqs),
          "--quiet", "--out", str(out)])
     col = build(args)
     ts = time.perf_counter()
@@ -65,6 +66,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--blocks", type=int, default=262144)
     p.add_argument("--max-num-seqs", type=int, default=1024)
+    p.add_argument("--requests", type=int, default=20000,
+                   help="requests in the stream (all at t=0); more requests allow more --steps")
     p.add_argument("--mode", choices=MODES, default="process", help="where the store is "
                    "written (default: process, as `kvviz collect` does)")
     a = p.parse_args()
@@ -76,7 +79,7 @@ def main() -> None:
         for _ in range(a.rounds):
             for hz in walls:
                 w, n, in_loop, start = one(a.blocks, a.steps, hz, Path(d), a.max_num_seqs,
-                                           a.mode)
+                                           a.mode, a.requests)
                 walls[hz].append(w)
                 counts[hz] = n
                 loop_ms[hz].append(1e3 * in_loop / max(1, n))
