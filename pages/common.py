@@ -15,6 +15,7 @@ from typing import NamedTuple
 import streamlit as st
 
 from kvviz import live
+from kvviz.config import LaneSpec
 from kvviz.errors import KvvizError
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
@@ -117,6 +118,10 @@ def sidebar(page: str) -> Selection:
     is_live = choice == LIVE
     run = collector().status().recording if is_live else choice
     lanes = _lanes_of(run)
+    if is_live and not lanes:  # the collector has not written its header yet (first open)
+        opts = getattr(collector(), "options", None)
+        specs = opts.lanes if opts is not None else live.DEFAULT_LANES
+        lanes = [LaneSpec.parse(s).label for s in specs]
     lane_key = f"kvviz_lanes:{run}"
     stored_lanes = [ln for ln in st.session_state.get(lane_key, lanes[:2]) if ln in lanes]
     picked = st.sidebar.multiselect("Lanes", lanes, default=stored_lanes,

@@ -21,6 +21,13 @@ def test_app_opens_on_live_and_starts_the_collector(runs):
     assert any(r.name.startswith("live-") for r in live.list_runs(runs))
 
 
+def test_lane_picker_is_filled_on_the_very_first_open(runs):
+    at = page("app.py")  # the collector has just been started: its recording may not exist
+    no_exception(at)
+    lanes = at.sidebar.multiselect[0]
+    assert list(lanes.options) == ["contiguous:first-fit:max", "paged:16"]
+
+
 def test_collector_starts_once_per_server(runs):
     first = page("app.py")
     rerun_until(first, lambda a: len(heatmaps(a)) == 2)
