@@ -5,19 +5,16 @@ nothing outside it is listed or opened, symlinks that lead out included.
 """
 from __future__ import annotations
 
-import atexit
 import os
-import subprocess
 import sys
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from kvviz.config import LENGTH_PRESETS, LaneSpec
 from kvviz.errors import KvvizError
+from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
 
 RUN_SUFFIX = ".db"
 DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
@@ -123,49 +120,25 @@ class CollectorStatus(NamedTuple):
     started_at: float | None
 
 
-_COLLECTORS: weakref.WeakSet[Collector] = weakref.WeakSet()
-
-
-def stop_all() -> None:
-    """Stop every collector this process started (at exit, and between tests)."""
-    for c in list(_COLLECTORS):
-        c.stop()
-
-
-atexit.register(stop_all)
-
-
-class Collector:
+class Collector(LoggedProcess):
     """One demo collector at a time; thread-safe (shared by every browser session)."""
 
     def __init__(self, root: Path, *, module: str = "collectors", python: str = sys.executable,
                  cwd: Path | None = None) -> None:
+        super().__init__()
         self.root, self.module, self.python = root, module, python
         self.cwd = cwd or Path.cwd()
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._log: Path | None = None
         self.recording: Path | None = None
         self.options: CollectorOptions | None = None
         self.started_at: float | None = None
         self.autostarted = False
-        _COLLECTORS.add(self)
 
     def start(self, options: CollectorOptions) -> Path:
         """Stop any running collector, start a new one writing runs/live-<time>.db."""
         with self._lock:
-            self._stop_locked()
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            out = self.root / f"live-{stamp}{RUN_SUFFIX}"
-            k = 2
-            while out.exists() or out.with_suffix(".log").exists():  # the log comes first
-                out = self.root / f"live-{stamp}-{k}{RUN_SUFFIX}"
-                k += 1
-            self._log = out.with_suffix(".log")
-            with open(self._log, "wb") as log:
-                self._proc = subprocess.Popen(
-                    [self.python, "-m", self.module, *options.argv(out)], cwd=self.cwd,
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            out = unique_recording(self.root, "live", RUN_SUFFIX)
+            self._launch_locked([self.python, "-m", self.module, *options.argv(out)], out,
+                                self.cwd)
             self.recording, self.options, self.started_at = out, options, time.time()
             return out
 
@@ -177,41 +150,15 @@ class Collector:
             self.autostarted = True
         self.start(options)
 
-    def _stop_locked(self, timeout_s: float = 5.0) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout_s)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop_locked()
-
     def restart(self, options: CollectorOptions | None = None) -> Path:
         return self.start(options or self.options or CollectorOptions())
 
-    def last_message(self, lines: int = 6, max_bytes: int = 8192) -> str:
-        if self._log is None or not self._log.exists():
-            return ""
-        with open(self._log, "rb") as f:
-            f.seek(max(0, self._log.stat().st_size - max_bytes))
-            text = f.read().decode("utf-8", "replace")
-        return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
-
     def status(self) -> CollectorStatus:
-        proc = self._proc
-        if proc is None:
-            return CollectorStatus("not started", None, None, None, "", None)
-        rc = proc.poll()
-        return CollectorStatus(
-            "running" if rc is None else "stopped", proc.pid, rc,
-            self.recording.name if self.recording else None,
-            self.last_message(), self.started_at)
+        state, pid, rc = self._state()
+        if state == "not started":
+            return CollectorStatus(state, None, None, None, "", None)
+        return CollectorStatus(state, pid, rc, self.recording.name if self.recording else None,
+                               self.last_message(), self.started_at)
 
 
 def nvml_probe() -> dict:

@@ -5,17 +5,13 @@ are file names inside the runs directory, as in kvviz.live.
 """
 from __future__ import annotations
 
-import atexit
 import sqlite3
-import subprocess
 import sys
-import threading
-import time
-import weakref
 from pathlib import Path
 from typing import NamedTuple
 
 from kvviz.node.scrape import normalize_url
+from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
 
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
@@ -30,29 +26,14 @@ class ScrapeStatus(NamedTuple):
     last_message: str  # the last lines the scraper printed (one line per sample)
 
 
-_ALL: weakref.WeakSet[ScrapeProcess] = weakref.WeakSet()
-
-
-def stop_all() -> None:
-    """Stop every scrape this process started (at exit, and between tests)."""
-    for p in list(_ALL):
-        p.stop()
-
-
-atexit.register(stop_all)
-
-
-class ScrapeProcess:
+class ScrapeProcess(LoggedProcess):
     """One `python -m kvviz scrape URL --out runs/node-<time>.db` at a time; thread-safe."""
 
     def __init__(self, root: Path, *, python: str = sys.executable) -> None:
+        super().__init__()
         self.root, self.python = Path(root), python
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._log: Path | None = None
         self.url: str | None = None
         self.recording: Path | None = None
-        _ALL.add(self)
 
     def start(self, url: str, interval_s: float = 2.0, timeout_s: float = 3.0) -> Path:
         """Stop any running scrape and start one of `url`; NodeUrlError for a bad URL."""
@@ -60,49 +41,21 @@ class ScrapeProcess:
         if not (interval_s > 0 and timeout_s > 0):
             raise ValueError("scrape interval and timeout must be > 0 s")
         with self._lock:
-            self._stop_locked()
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            out, k = self.root / f"node-{stamp}.db", 2
-            while out.exists() or out.with_suffix(".log").exists():
-                out, k = self.root / f"node-{stamp}-{k}.db", k + 1
-            self._log = out.with_suffix(".log")
-            with open(self._log, "wb") as log:
-                self._proc = subprocess.Popen(
-                    [self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
-                     "--interval", str(interval_s), "--timeout", str(timeout_s)],
-                    cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            out = unique_recording(self.root, "node")
+            self._launch_locked([self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
+                                 "--interval", str(interval_s), "--timeout", str(timeout_s)],
+                                out, ROOT)
             self.url, self.recording = url, out
             return out
 
-    def _stop_locked(self, timeout_s: float = 5.0) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()  # the scraper closes its recording as "stopped"
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout_s)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop_locked()
-
     def last_message(self, lines: int = 3, max_bytes: int = 8192) -> str:
-        if self._log is None or not self._log.exists():
-            return ""
-        with open(self._log, "rb") as f:
-            f.seek(max(0, self._log.stat().st_size - max_bytes))
-            text = f.read().decode("utf-8", "replace")
-        return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+        return super().last_message(lines, max_bytes)
 
     def status(self) -> ScrapeStatus:
-        proc = self._proc
-        if proc is None:
-            return ScrapeStatus("not started", None, None, None, None, "")
-        rc = proc.poll()
-        return ScrapeStatus("running" if rc is None else "stopped", proc.pid, rc, self.url,
+        state, pid, rc = self._state()
+        if state == "not started":
+            return ScrapeStatus(state, None, None, None, None, "")
+        return ScrapeStatus(state, pid, rc, self.url,
                             self.recording.name if self.recording else None, self.last_message())
 
 
