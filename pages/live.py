@@ -74,16 +74,21 @@ def live_run(run: str | None, is_live: bool) -> str | None:
     return run
 
 
-@st.fragment(run_every=1.0)
-def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
-    """Every second: the heatmaps and headline numbers."""
+def show(run: str | None, lanes: list[str], is_live: bool, draw_fn) -> None:
+    """Open the recording and call draw_fn(reader, lanes it has), errors as st.error."""
     run = live_run(run, is_live)
     with common.reader(run) as r:
         if r is None:
             return
         with common.guard(f"Reading {run}"):
             known = r.lanes()
-            draw(r, [ln for ln in lanes if ln in known] or known[:2])
+            draw_fn(r, [ln for ln in lanes if ln in known] or known[:2])
+
+
+@st.fragment(run_every=1.0)
+def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
+    """Every second: the heatmaps and headline numbers."""
+    show(run, lanes, is_live, draw)
 
 
 def draw(r, lanes: list[str]) -> None:
@@ -106,13 +111,7 @@ def draw(r, lanes: list[str]) -> None:
 @st.fragment(run_every=HISTORY_EVERY_S)
 def history(run: str | None, lanes: list[str], is_live: bool) -> None:
     """Every few seconds: time series and the admission-failure feed."""
-    run = live_run(run, is_live)
-    with common.reader(run) as r:
-        if r is None:
-            return
-        with common.guard(f"Reading {run}"):
-            known = r.lanes()
-            draw_history(r, [ln for ln in lanes if ln in known] or known[:2])
+    show(run, lanes, is_live, draw_history)
 
 
 def draw_history(r, lanes: list[str]) -> None:
