@@ -30,10 +30,6 @@ class Admission(NamedTuple):
     free_tokens: int
     largest_hole_tokens: int
 
-    @property
-    def is_fragmentation(self) -> bool:
-        return self.reason is Reason.FRAGMENTATION
-
 
 class Usage(NamedTuple):
     """Cheap O(1) counters, read every step by the engine (no snapshot needed)."""
