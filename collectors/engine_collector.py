@@ -23,6 +23,7 @@ from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
 from kvviz.blockmap import FREE
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
+from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
 from kvviz.store import RunWriter
 from kvviz.workload import Workload, generate
@@ -73,6 +74,7 @@ class EngineCollector:
         self._seq_offset = 0
         self._loop_t0 = 0.0
         self._cursor = 0
+        self._trimmed = 0  # the event log's trim point
         self._last_tok: dict[str, tuple[float, int]] = {}
 
     def _workload(self) -> Workload:
@@ -124,16 +126,14 @@ class EngineCollector:
         cnt["waiting"] = int(lane.waiting_count)
         return LaneSample(lane.name, lane.step_no, cnt, bm)
 
-    def _new_events(self) -> list:
+    def _new_events(self) -> EventColumns:
         log = self.sim.events
         evs, self._cursor = log.since(self._cursor)
-        if self._cursor > EVENT_TRIM:  # a day-long run must not keep every event in memory
-            del log.events[: self._cursor]
-            self._cursor = 0
+        if self._cursor - self._trimmed > EVENT_TRIM:  # a day-long run keeps no old events
+            log.trim(self._cursor)
+            self._trimmed = self._cursor
         if self._seq_offset or self._loop_t0:
-            off, t0 = self._seq_offset, self._loop_t0
-            evs = [e._replace(time_s=e.time_s + t0, seq_id=e.seq_id + off if e.seq_id >= 0
-                              else e.seq_id) for e in evs]
+            evs = evs.shifted(self._loop_t0, self._seq_offset)
         return evs
 
     def _device(self) -> Callable[[], list[dict]]:
@@ -161,7 +161,7 @@ class EngineCollector:
         self._seq_offset += len(self.sim.workload)
         self.loop_no += 1
         self.sim = self._new_sim()
-        self._loop_t0, self._cursor = t, 0
+        self._loop_t0, self._cursor, self._trimmed = t, 0, 0
 
     # ---- the loop ---------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
-import operator
 import queue
 import sys
 import threading
@@ -34,8 +33,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from collectors import store_process
-from collectors.store_process import EVENT_FIELDS, StoreSpec, write_batch
+from collectors.store_process import StoreSpec, write_batch
 from kvviz.blockmap import BlockMap
+from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
 from kvviz.metrics import compute
 from kvviz.store import RunWriter
@@ -44,19 +44,6 @@ Hook = Callable[[dict], None]
 MODES = ("process", "thread", "inline")
 READY_TIMEOUT_S = 60.0  # the writer process imports numpy + sqlite and writes the header
 __all__ = ["Batch", "Hook", "LaneSample", "SampleWriter", "StoreSpec"]
-
-_event_tuple = operator.attrgetter(*EVENT_FIELDS)
-
-
-def _event_columns(events: list) -> list[tuple]:
-    """kvviz.engine.Event -> one tuple per field (EVENT_FIELDS order): no per-event objects,
-    and cheap to pickle; a sample early in a busy run carries ~10^4 events."""
-    if not events:
-        return []
-    if getattr(type(events[0]), "_fields", None) != EVENT_FIELDS:
-        events = [_event_tuple(e) for e in events]
-    return list(zip(*events))
-
 
 class LaneSample(NamedTuple):
     lane: str
@@ -68,7 +55,7 @@ class LaneSample(NamedTuple):
 class Batch(NamedTuple):
     t: float
     lanes: list[LaneSample]
-    events: list  # kvviz.engine.Event, already in run time and run-wide sequence ids
+    events: EventColumns  # already in run time and run-wide sequence ids
     device: Callable[[], list[dict]] | None  # called in put() (cheap: RSS, NVML, torch)
 
 
@@ -231,7 +218,10 @@ class SampleWriter:
             if here:
                 records.append({"t": batch.t, "step": s.step, "lane": s.lane, **rec})
         devices = batch.device() if batch.device is not None else []
-        item = (float(batch.t), lanes, _event_columns(batch.events), devices, here)
+        events = batch.events
+        if not isinstance(events, EventColumns):
+            events = EventColumns.from_events(events)
+        item = (float(batch.t), lanes, events, devices, here)
         if self.mode == "process":
             self._q.put(store_process.pack(("batch", *item)))
         elif self.mode == "thread":

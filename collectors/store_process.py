@@ -12,7 +12,7 @@ follow with one `send_bytes` each: the arrays are never copied into a pickle on 
 side.
 
     parent -> child  ("batch", t, lanes, events, devices, has_metrics)
-                     lanes: [(step, lane, rec, bm)], events: a tuple per EVENT_FIELDS
+                     lanes: [(step, lane, rec, bm)], events: kvviz.engine.events.EventColumns
                      ("close", status, message)
     child -> parent  ("ready", next sample id) | ("ack", samples_written)
                      ("error", exception type, message) | ("closed", samples_written, error)
@@ -25,14 +25,9 @@ import importlib.util
 import pickle
 import signal
 import sys
-from collections import namedtuple
 from pathlib import Path
 from typing import NamedTuple
 
-# kvviz.engine.Event's fields; events travel as one tuple per field, in this order.
-EVENT_FIELDS = ("time_s", "step", "lane", "kind", "seq_id", "reason", "need_tokens",
-                "free_tokens", "largest_hole_tokens", "count")
-_Event = namedtuple("_Event", EVENT_FIELDS)  # what RunWriter.add_events reads (attributes)
 DIED = "collector process died"
 
 
@@ -62,7 +57,7 @@ def write_batch(w, t: float, lanes: list, events: list, devices: list[dict],
             sid, *rest = rec.items()
             rec = dict([sid, *compute(bm).as_dict().items(), *rest])
         w.add_sample(t, step, lane, rec, bm)
-    w.add_events(_Event._make(e) for e in zip(*events))
+    w.add_events(events)
     for dev in devices:
         w.add_device_memory(t, dev)
     w.commit()

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvviz import FORMAT_VERSION, __version__
+from kvviz import FORMAT_VERSION, __version__, store_events
 from kvviz import store_codec as codec
 from kvviz.blockmap import BlockMap
+from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
-from kvviz.store_codec import COUNTERS, EVENT_COLS, MAP_COLS, STATUSES
+from kvviz.store_codec import COUNTERS, MAP_COLS, STATUSES
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # node_samples (mode "node" recordings, `kvviz scrape --out RUN.db`): kvviz.node.NodeSample
@@ -79,6 +80,7 @@ class RunWriter:
         self._map_idx: dict[str, int] = {}
         self._latest: dict[str, tuple[int, int]] = {}  # lane -> (sample_id, idx)
         self._map_bytes = 0
+        self._next_event = store_events.next_event_id(self.conn)
         self.closed = False
 
     @staticmethod
@@ -87,7 +89,8 @@ class RunWriter:
         conn = sqlite3.connect(tmp)
         try:
             conn.executescript(f"PRAGMA application_id={codec.APP_ID};"
-                               f"PRAGMA user_version={FORMAT_VERSION};" + codec.SCHEMA)
+                               f"PRAGMA user_version={FORMAT_VERSION};" + codec.SCHEMA +
+                               store_events.CHUNK_SCHEMA)
             conn.execute("INSERT INTO run VALUES (1, 'kvviz', ?, ?, ?, ?, 'running', '', ?, 1)",
                          (FORMAT_VERSION, __version__, time.time(), meta_json, time.time()))
             conn.commit()
@@ -160,13 +163,12 @@ class RunWriter:
     def _count_maps(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM blockmaps").fetchone()[0])
 
-    def add_events(self, events: Iterable) -> None:
-        rows = [(float(e.time_s), int(e.step), e.lane, e.kind, int(e.seq_id), e.reason,
-                 int(e.need_tokens), int(e.free_tokens), int(e.largest_hole_tokens), int(e.count))
-                for e in events]
-        if rows:
-            self.conn.executemany(f"INSERT INTO events ({', '.join(EVENT_COLS)}) VALUES "
-                                  f"({', '.join('?' * len(EVENT_COLS))})", rows)
+    def add_events(self, events: EventColumns | Iterable) -> None:
+        """kvviz.engine.events.EventColumns, or Event-like objects (attributes as its fields);
+        admitted / finished go to event_chunks, the other kinds to events (store_events)."""
+        if not isinstance(events, EventColumns):
+            events = EventColumns.from_events(events)
+        self._next_event = store_events.write(self.conn, events, self._next_event)
 
     def add_device_memory(self, t: float, rec: dict) -> None:
         self._insert("device_memory", {"t": float(t), **rec})
@@ -215,6 +217,7 @@ class RunReader:
         self.path = Path(path)
         self._lock = threading.Lock()
         self.conn = codec.open_checked(self.path)
+        self._chunks = store_events.has_chunks(self.conn)  # format 2 on
         self.meta: dict = {}
         self.status = ""
         self.status_message = ""
@@ -279,12 +282,11 @@ class RunReader:
     def events(self, lane: str | None = None, kinds: list[str] | None = None,
                since_t: float | None = None, limit: int | None = None) -> pd.DataFrame:
         """Events in order; with `limit`, the latest `limit` of them (still in order)."""
-        where, params = self._where(lane=lane, kind=kinds, since_t=since_t)
-        cols = ", ".join(EVENT_COLS)
-        if limit is None:
-            return self._df(f"SELECT {cols} FROM events{where} ORDER BY event_id", params)
-        return self._df(f"SELECT {cols} FROM (SELECT * FROM events{where} ORDER BY event_id "
-                        f"DESC LIMIT ?) ORDER BY event_id", (*params, int(limit)))
+        try:
+            return store_events.read(self._q, self._df, self._chunks, lane, kinds, since_t,
+                                     limit)
+        except ValueError as exc:
+            raise StoreError(f"{self.path}: damaged events ({exc})") from None
 
     def device_memory(self) -> pd.DataFrame:
         return self._df("SELECT * FROM device_memory ORDER BY row_id").drop(columns="row_id")
@@ -363,7 +365,7 @@ class RunReader:
             "device": self.meta.get("device"), "lanes": lanes,
             "duration_s": float(span[1] - span[0]) if span[2] else 0.0,
             "samples": int(span[2]),
-            "events": int(self._q("SELECT COUNT(*) FROM events")[0][0]),
+            "events": store_events.count(self._q, self._chunks),
             "blockmap_stride": self.blockmap_stride,
             "heartbeat_age_s": None if self.heartbeat is None else time.time() - self.heartbeat,
         }

@@ -16,7 +16,7 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
-from kvviz.engine.events import Event, EventLog
+from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
 from kvviz.engine.preemption import preempt_from_tail
 from kvviz.engine.shares import Shares
 from kvviz.workload import Workload
@@ -40,6 +40,7 @@ class Lane:
                  engine: EngineConfig, events: EventLog, kv: KVExecutor | None = None) -> None:
         self.name, self.spec, self.alloc, self.w, self.cfg = name, spec, allocator, workload, engine
         self.events, self.kv = events, kv
+        self._code = events.lane_code(name)
         n = len(workload)
         self.generated = np.zeros(n, np.int64)  # kept for waiting requests (recompute)
         self.final_len = workload.final_len
@@ -81,11 +82,12 @@ class Lane:
 
     def _event(self, kind: str, seq: int, adm: Admission | None = None, count: int = 1) -> None:
         if adm is None:
-            self.events.add(Event(self.time_s, self.step_no, self.name, kind, seq, count=count))
+            self.events.add_one(self.time_s, self.step_no, self._code, KIND_CODE[kind], seq,
+                                count=count)
         else:
-            self.events.add(Event(self.time_s, self.step_no, self.name, kind, seq,
-                                  adm.reason.value if adm.reason else None, adm.need_tokens,
-                                  adm.free_tokens, adm.largest_hole_tokens))
+            self.events.add_one(self.time_s, self.step_no, self._code, KIND_CODE[kind], seq,
+                                REASON_CODE[adm.reason.value if adm.reason else None],
+                                adm.need_tokens, adm.free_tokens, adm.largest_hole_tokens)
 
     def _fail(self, rid: int, adm: Admission) -> None:
         key = (rid, adm.reason.value)
@@ -180,10 +182,8 @@ class Lane:
         self._pop(k)
         if k:
             self._last_fail = None
-            free = self.alloc.usage().free_tokens
-            t, step, name = self.time_s, self.step_no, self.name
-            self.events.events.extend(Event(t, step, name, "admitted", rid, None, m, free, 0)
-                                      for rid, m in zip(admitted.tolist(), lens.tolist()))
+            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["admitted"],
+                                 admitted, lens, self.alloc.usage().free_tokens)
         if k < cands.size:
             rid, m = int(cands[k]), int(n[k])
             r = None if reserve is None else int(reserve[k])
@@ -222,8 +222,8 @@ class Lane:
             keep = preempt_from_tail(self.alloc, ids, ok)
             lost = ids[~keep]
             self.generated[lost] = self.w.output[lost] - self.run_rem[~keep]
-            for rid in lost.tolist():
-                self._event("preempted", rid)
+            self.events.add_many(self.time_s, self.step_no, self._code,
+                                 KIND_CODE["preempted"], lost)
             self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
             self._just_preempted.update(lost.tolist())
             self.preemptions += int(lost.size)
@@ -241,9 +241,8 @@ class Lane:
             gone = self.run_ids[done]
             self.alloc.release_many(gone)
             self.generated[gone] = self.w.output[gone]
-            t, step, name = self.time_s, self.step_no, self.name
-            self.events.events.extend(Event(t, step, name, "finished", rid)
-                                      for rid in gone.tolist())
+            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["finished"],
+                                 gone)
             self.done += int(gone.size)
             self._keep(~done)
 

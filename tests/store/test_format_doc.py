@@ -18,3 +18,6 @@ def test_format_example_reads_a_recording(recording) -> None:
     assert out.returncode == 0, out.stderr
     assert "finished ['contiguous:first-fit:max', 'paged:16']" in out.stdout
     assert f"{sim.lanes[0].name}: {sim.lanes[0].capacity} blocks" in out.stdout
+    want = [e for e in sim.events.events if e.lane == sim.lanes[0].name]
+    assert (f"{sim.lanes[0].name}: {len(want)} events, the first {want[0].kind} (sequence "
+            f"{want[0].seq_id})") in out.stdout

@@ -1,0 +1,166 @@
+"""Events in a recording: rare kinds as rows, the per-request bulk as compressed columns.
+
+`admitted` and `finished` happen once per request: a busy unpaced run makes ~40,000 of them a
+second, and inserting them as SQLite rows cost the store writer ~2 us each (20+ ms per
+sample), CPU that on a 2-vCPU machine slowed the engine next to it (docs/BENCHMARKS.md,
+"Collector overhead"). They are stored as `event_chunks` (one row per sample, lane and kind,
+zlib-compressed numpy columns: ~50x cheaper to write, ~10x smaller); the kinds a user queries
+one by one (admit_failed, preempted, rejected, evicted) stay rows of `events`. Every event
+has a run-wide `event_id` in engine order, in either table, so a reader merges them back into
+one ordered stream (`read`). Layout: docs/FORMAT.md.
+"""
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from kvviz.engine.events import KIND_CODE, EventColumns
+from kvviz.store_codec import EVENT_COLS as ROW_COLS  # `events` columns after event_id
+
+CHUNK_KINDS = ("admitted", "finished")
+CHUNK_ENCODING = "cols-zlib-1"
+# Columns of a chunk, in blob order; every one 8 bytes little-endian per event.
+CHUNK_COLS = (("event_id", "<i8"), ("t", "<f8"), ("step", "<i8"), ("seq_id", "<i8"),
+              ("need_tokens", "<i8"), ("free_tokens", "<i8"))
+CHUNK_SCHEMA = """
+CREATE TABLE event_chunks (chunk_id INTEGER PRIMARY KEY, lane TEXT NOT NULL,
+  kind TEXT NOT NULL, n INTEGER NOT NULL, t_first REAL NOT NULL, t_last REAL NOT NULL,
+  id_first INTEGER NOT NULL, id_last INTEGER NOT NULL, encoding TEXT NOT NULL,
+  data BLOB NOT NULL);
+CREATE INDEX event_chunks_t ON event_chunks (t_last);
+"""
+_CHUNK_CODES = np.array([KIND_CODE[k] for k in CHUNK_KINDS], np.int8)
+
+
+def next_event_id(conn: sqlite3.Connection) -> int:
+    ids = [r[0] for r in conn.execute("SELECT MAX(event_id) FROM events")]
+    if has_chunks(conn):
+        ids += [r[0] for r in conn.execute("SELECT MAX(id_last) FROM event_chunks")]
+    return 1 + max([int(i) for i in ids if i is not None], default=0)
+
+
+def has_chunks(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_chunks'")
+                .fetchall())
+
+
+def write(conn: sqlite3.Connection, ev: EventColumns, first_id: int) -> int:
+    """Insert `ev` with event ids from `first_id`; returns the next free id."""
+    n = len(ev)
+    if not n:
+        return first_id
+    ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    bulk = np.isin(ev["kind"], _CHUNK_CODES)
+    if not bulk.all():
+        rare = ~bulk
+        rows = EventColumns({f: a[rare] for f, a in ev.cols.items()}, ev.lanes).rows()
+        conn.executemany(f"INSERT INTO events (event_id, {', '.join(ROW_COLS)}) VALUES "
+                         f"(?, {', '.join('?' * len(ROW_COLS))})",
+                         [(i, *r) for i, r in zip(ids[rare].tolist(), rows)])
+    if bulk.any():
+        chunks = []
+        for kind in CHUNK_KINDS:
+            of_kind = bulk & (ev["kind"] == KIND_CODE[kind])
+            for code in np.unique(ev["lane"][of_kind]).tolist():
+                sel = of_kind & (ev["lane"] == code)
+                cols = {"event_id": ids[sel], "t": ev["time_s"][sel], "step": ev["step"][sel],
+                        "seq_id": ev["seq_id"][sel], "need_tokens": ev["need_tokens"][sel],
+                        "free_tokens": ev["free_tokens"][sel]}
+                blob = zlib.compress(b"".join(np.ascontiguousarray(cols[c], d).tobytes()
+                                              for c, d in CHUNK_COLS), 1)
+                t, i = cols["t"], cols["event_id"]
+                chunks.append((ev.lanes[code], kind, len(i), float(t[0]), float(t[-1]),
+                               int(i[0]), int(i[-1]), CHUNK_ENCODING, blob))
+        conn.executemany("INSERT INTO event_chunks (lane, kind, n, t_first, t_last, id_first, "
+                         "id_last, encoding, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", chunks)
+    return first_id + n
+
+
+def decode_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
+    """One chunk's columns (CHUNK_COLS); ValueError names what is wrong."""
+    if encoding != CHUNK_ENCODING:
+        raise ValueError(f"unknown event chunk encoding {encoding!r}")
+    try:
+        raw = zlib.decompress(data)
+    except zlib.error as exc:
+        raise ValueError(f"event chunk is not zlib data ({exc})") from None
+    if len(raw) != 8 * n * len(CHUNK_COLS):
+        raise ValueError(f"event chunk holds {len(raw)} bytes, expected "
+                         f"{8 * n * len(CHUNK_COLS)} for {n} events")
+    return {c: np.frombuffer(raw, d, n, 8 * n * k) for k, (c, d) in enumerate(CHUNK_COLS)}
+
+
+def read(query: Callable[[str, tuple], list[tuple]], df: Callable[[str, tuple], pd.DataFrame],
+         chunks: bool, lane: str | None, kinds: list[str] | None, since_t: float | None,
+         limit: int | None) -> pd.DataFrame:
+    """Events from both tables in engine order (event_id); filters as RunReader.events.
+    `query` / `df` run SQL on the recording; `chunks`: the file has event_chunks."""
+    conds, params = [], []
+    if lane is not None:
+        conds.append("lane = ?")
+        params.append(lane)
+    if kinds is not None:
+        conds.append(f"kind IN ({', '.join('?' * len(kinds))})")
+        params.extend(kinds)
+    row_conds = conds + (["t > ?"] if since_t is not None else [])
+    row_params = (*params, *([since_t] if since_t is not None else []))
+    where = (" WHERE " + " AND ".join(row_conds)) if row_conds else ""
+    cols = ", ".join(("event_id", *ROW_COLS))
+    if limit is None:
+        rows = df(f"SELECT {cols} FROM events{where} ORDER BY event_id", row_params)
+    else:
+        rows = df(f"SELECT * FROM (SELECT {cols} FROM events{where} ORDER BY event_id DESC "
+                  f"LIMIT ?) ORDER BY event_id", (*row_params, int(limit)))
+    parts = [rows] if len(rows) else []
+    if chunks and (kinds is None or set(kinds) & set(CHUNK_KINDS)):
+        parts += _read_chunks(query, conds, params, since_t, limit)
+    if not parts:
+        return rows.drop(columns="event_id")
+    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    out = out.sort_values("event_id", kind="stable")
+    if limit is not None:
+        out = out.tail(int(limit))
+    return out.drop(columns="event_id").reset_index(drop=True)
+
+
+def _read_chunks(query: Callable, conds: list[str], params: list, since_t: float | None,
+                 limit: int | None) -> list[pd.DataFrame]:
+    if since_t is not None:
+        conds, params = [*conds, "t_last > ?"], [*params, since_t]
+    where = (" WHERE " + " AND ".join(conds)) if conds else ""
+    sql = f"SELECT lane, kind, n, encoding, data FROM event_chunks{where} ORDER BY chunk_id"
+    if limit is None:
+        found = query(sql, tuple(params))
+    else:  # newest chunks first, until they hold `limit` events
+        found, have = [], 0
+        for row in query(sql + " DESC", tuple(params)):
+            found.append(row)
+            have += int(row[2])
+            if have >= limit:
+                break
+        found.reverse()
+    out = []
+    for lane, kind, n, encoding, data in found:
+        try:
+            c = decode_chunk(int(n), encoding, data)
+        except ValueError as exc:
+            raise ValueError(f"{lane} {kind} events: {exc}") from None
+        frame = pd.DataFrame({"event_id": c["event_id"], "t": c["t"], "step": c["step"],
+                              "lane": lane, "kind": kind, "seq_id": c["seq_id"], "reason": None,
+                              "need_tokens": c["need_tokens"], "free_tokens": c["free_tokens"],
+                              "largest_hole_tokens": 0, "count": 1})
+        if since_t is not None:
+            frame = frame[frame["t"] > since_t]
+        out.append(frame)
+    return out
+
+
+def count(query: Callable[[str, tuple], list[tuple]], chunks: bool) -> int:
+    n = int(query("SELECT COUNT(*) FROM events", ())[0][0])
+    if chunks:
+        n += int(query("SELECT COALESCE(SUM(n), 0) FROM event_chunks", ())[0][0])
+    return n
