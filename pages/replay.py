@@ -58,7 +58,8 @@ def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None
             st.html(theme.legend_html())
             for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
                 lane_at(col, lane, maps[i], samples, t, cells, i)
-            st.plotly_chart(vt.over_time_figure(samples, lanes, mark_t=t), key="replay_time")
+            st.plotly_chart(vt.over_time_figure(vt.thin(samples, 1000), lanes, mark_t=t),
+                            key="replay_time")
 
 
 def page(r, run: str, lanes: list[str]) -> None:

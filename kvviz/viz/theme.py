@@ -65,3 +65,20 @@ def legend_html() -> str:
             f"<b>{escape(s.label)}</b>: {escape(s.meaning)}</span>"
         )
     return '<div style="font-size:0.8rem;line-height:1.9">' + " ".join(items) + "</div>"
+
+
+def headline_html(items: list, per_row: int = 4) -> str:
+    """A grid of (label, value, help) headline numbers, `per_row` to a row; help on hover.
+
+    One HTML element instead of eight st.metric widgets: the Live page redraws these every
+    second in every tab, and the browser's cost grows with the number of elements.
+    """
+    cells = []
+    for label, value, help_ in items:
+        cells.append(
+            f'<div title="{escape(help_)}" style="padding:2px 0;cursor:help">'
+            f'<div style="font-size:0.78rem;color:#555"><span style="border-bottom:1px '
+            f'dotted #999">{escape(label)}</span></div>'
+            f'<div style="font-size:1.45rem;line-height:1.3">{escape(value)}</div></div>')
+    return (f'<div style="display:grid;grid-template-columns:repeat({per_row},1fr);'
+            f'gap:2px 12px;margin:4px 0 8px">' + "".join(cells) + "</div>")

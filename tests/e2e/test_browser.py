@@ -70,6 +70,9 @@ def test_live_heatmap_renders_and_changes(browser, app):
         page.wait_for_timeout(200)
         changed = page.locator(HEAT).first.get_attribute("href") != before
     assert changed, "the Live heatmap did not change within 5 s"
+    page.wait_for_selector("text=Admission failures", timeout=30_000)  # the history follows
+    page.wait_for_timeout(1500)
+    assert_no_error(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "live.png"))
     page.close()

@@ -1,12 +1,15 @@
 """app.py and the Live page: the demo collector starts once, the heatmaps show its data."""
 from __future__ import annotations
 
+import html
+
 import numpy as np
-from pagehelpers import decode, heatmaps, no_exception, page, rerun_until
+from pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until
 
 from kvviz import cellstate as cs
 from kvviz import live
 from kvviz.viz import heatmap as vh
+from kvviz.viz import timeseries as vt
 from pages import common
 
 
@@ -17,8 +20,30 @@ def test_app_opens_on_live_and_starts_the_collector(runs):
     assert at.sidebar.selectbox[0].value == common.LIVE
     assert any("Collector running" in s.value for s in at.success)
     rerun_until(at, lambda a: len(heatmaps(a)) == 2)
-    assert len(at.get("metric")) == 16
+    assert len(headline_grids(at)) == 2  # one grid of eight numbers per lane
     assert any(r.name.startswith("live-") for r in live.list_runs(runs))
+
+
+def headline_grids(at) -> list[str]:
+    return [h.body for h in at.get("html") if "Largest hole" in h.body]
+
+
+def test_headline_numbers_are_the_latest_samples(runs):
+    at = page("app.py", run="rec.db")
+    no_exception(at)
+    grids = headline_grids(at)
+    r = live.open_run(runs, "rec.db")
+    try:
+        lanes, samples = r.lanes(), r.samples()
+    finally:
+        r.close()
+    assert len(grids) == len(lanes) == 2
+    for grid, lane in zip(grids, lanes):
+        row = samples[samples["lane"] == lane].iloc[-1]
+        for h in vt.headline(row):
+            assert f">{html.escape(h.label)}</span></div>" in grid
+            assert f">{html.escape(h.value)}</div>" in grid
+            assert f'title="{html.escape(h.help)}"' in grid
 
 
 def test_lane_picker_is_filled_on_the_very_first_open(runs):
@@ -79,3 +104,29 @@ def test_zoom_narrows_the_address_range(runs):
     no_exception(at)
     title = heatmaps(at)[1]["layout"]["title"]["text"]
     assert "blocks 128-255 of 512" in title
+
+
+def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
+    at = page("app.py", run="rec.db")
+    no_exception(at)
+    assert any("follow within" in c.value for c in at.caption)  # first run: heatmaps only
+    assert len(figures(at)) == 2
+    at.run()  # what the fragment's first tick draws (timers do not fire in AppTest)
+    no_exception(at)
+    titles = [f["layout"].get("title", {}).get("text", "") for f in figures(at)]
+    r = live.open_run(runs, "rec.db")
+    try:
+        lanes = r.lanes()
+        fails = vt.failure_table(r.events(kinds=["admit_failed"], limit=500)).head(100)
+    finally:
+        r.close()
+    for lane in lanes:
+        assert f"{lane}: used / slack / free" in titles
+        assert f"{lane}: free total vs largest hole" in titles
+    over = [f for f in figures(at) if any("External fragmentation" in a.get("text", "")
+                                          for a in f["layout"].get("annotations", []))]
+    assert len(over) == 1
+    feed = at.dataframe[0].value
+    assert len(fails) > 0 and len(feed) == len(fails)
+    assert feed["seq_id"].tolist() == fails["seq_id"].tolist()
+    assert feed["class"].tolist() == fails["class"].tolist()

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from kvviz.viz import timeseries as vt
 
@@ -76,3 +77,21 @@ def test_failures_figure_marks_each_failure_by_class():
     assert names == ["free total", "largest hole", "CAPACITY failure", "FRAGMENTATION failure"]
     frag = fig.data[3]
     assert list(frag.y) == [500] and list(frag.x) == [1.0]
+
+
+def test_thin_keeps_the_last_sample_of_each_time_bucket_per_lane():
+    t = np.arange(1200) * 0.25  # 5 minutes at 4 Hz
+    df = pd.concat([pd.DataFrame({"t": t, "lane": lane, "admit_failures_capacity": np.arange(1200)})
+                    for lane in ("a", "b")], ignore_index=True)
+    thin = vt.thin(df, 300)
+    for lane in ("a", "b"):
+        got = thin[thin["lane"] == lane]
+        assert len(got) == 300
+        assert got["t"].is_monotonic_increasing
+        assert got["t"].iloc[-1] == t[-1]  # the newest sample is always kept
+        assert got["admit_failures_capacity"].iloc[-1] == 1199  # cumulative counter intact
+        assert np.diff(got["t"]).max() <= 1.0 + 1e-9  # no gap wider than a bucket + a sample
+    small = df[df["t"] < 10]
+    assert vt.thin(small, 300).equals(small)  # fewer rows than points: unchanged
+    with pytest.raises(ValueError, match="max_points"):
+        vt.thin(df, 0)
