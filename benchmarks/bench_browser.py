@@ -55,14 +55,20 @@ OBSERVE = """() => {
 }"""
 
 
-def refresh_rates(browser, url: str, tabs: int, seconds: float) -> list[dict]:
-    # one browser context per tab: separate sessions, each page rendering as if visible
+def open_tabs(browser, url: str, tabs: int) -> list:
+    """`tabs` Live pages, one browser context each (separate sessions, each rendering as if
+    visible), returned once each shows a heatmap."""
     pages = [browser.new_context(viewport={"width": 1500, "height": 1100}).new_page()
              for _ in range(tabs)]
     for p in pages:
         p.goto(url)
     for p in pages:
-        p.wait_for_selector(HEAT, timeout=60_000, state="attached")
+        p.wait_for_selector(HEAT, timeout=90_000, state="attached")
+    return pages
+
+
+def refresh_rates(browser, url: str, tabs: int, seconds: float) -> list[dict]:
+    pages = open_tabs(browser, url, tabs)
     for p in pages:
         p.evaluate(OBSERVE)
     last = [p.locator(HEAT).first.get_attribute("href") for p in pages]

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
+from bench_browser import HEAT, launch, open_tabs, serve  # the app server of tests/e2e
+from playwright.sync_api import sync_playwright
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-from appserver import launch, serve  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
-
-HEAT = ".heatmaplayer image"
 METRICS = ("ScriptDuration", "LayoutDuration", "RecalcStyleDuration", "TaskDuration")
 VIEW = {"width": 1500, "height": 1100}
 
@@ -67,12 +63,9 @@ def metrics(cdp) -> dict[str, float]:
 
 
 def watch(browser, url: str, tabs: int, seconds: float) -> None:
-    pages = [browser.new_context(viewport=VIEW).new_page() for _ in range(tabs)]
-    for p in pages:
-        p.goto(url)
+    pages = open_tabs(browser, url, tabs)
     cdps = []
     for p in pages:
-        p.wait_for_selector(HEAT, timeout=90_000, state="attached")
         cdp = p.context.new_cdp_session(p)
         cdp.send("Performance.enable")
         cdps.append(cdp)

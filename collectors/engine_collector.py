@@ -74,7 +74,6 @@ class EngineCollector:
         self._seq_offset = 0
         self._loop_t0 = 0.0
         self._cursor = 0
-        self._trimmed = 0  # the event log's trim point
         self._last_tok: dict[str, tuple[float, int]] = {}
 
     def _workload(self) -> Workload:
@@ -129,9 +128,8 @@ class EngineCollector:
     def _new_events(self) -> EventColumns:
         log = self.sim.events
         evs, self._cursor = log.since(self._cursor)
-        if self._cursor - self._trimmed > EVENT_TRIM:  # a day-long run keeps no old events
+        if self._cursor - log.oldest > EVENT_TRIM:  # a day-long run keeps no old events
             log.trim(self._cursor)
-            self._trimmed = self._cursor
         if self._seq_offset or self._loop_t0:
             evs = evs.shifted(self._loop_t0, self._seq_offset)
         return evs
@@ -161,7 +159,7 @@ class EngineCollector:
         self._seq_offset += len(self.sim.workload)
         self.loop_no += 1
         self.sim = self._new_sim()
-        self._loop_t0, self._cursor, self._trimmed = t, 0, 0
+        self._loop_t0, self._cursor = t, 0
 
     # ---- the loop ---------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:

@@ -218,10 +218,7 @@ class SampleWriter:
             if here:
                 records.append({"t": batch.t, "step": s.step, "lane": s.lane, **rec})
         devices = batch.device() if batch.device is not None else []
-        events = batch.events
-        if not isinstance(events, EventColumns):
-            events = EventColumns.from_events(events)
-        item = (float(batch.t), lanes, events, devices, here)
+        item = (float(batch.t), lanes, batch.events, devices, here)
         if self.mode == "process":
             self._q.put(store_process.pack(("batch", *item)))
         elif self.mode == "thread":

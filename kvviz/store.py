@@ -252,23 +252,6 @@ class RunReader:
         seen = [r[0] for r in self._q("SELECT DISTINCT lane FROM samples")]
         return names + [n for n in seen if n not in names]
 
-    @staticmethod
-    def _where(**conds: object) -> tuple[str, tuple]:
-        parts, params = [], []
-        for key, val in conds.items():
-            if val is None:
-                continue
-            if key == "since_t":
-                parts.append("t > ?")
-            elif isinstance(val, list):
-                parts.append(f"{key} IN ({', '.join('?' * len(val))})")
-                params.extend(val)
-                continue
-            else:
-                parts.append(f"{key} = ?")
-            params.append(val)
-        return (" WHERE " + " AND ".join(parts)) if parts else "", tuple(params)
-
     def last_t(self) -> float | None:
         """Time of the newest sample (None when there is none): one indexed lookup."""
         row = self._q("SELECT MAX(t) FROM samples")
@@ -276,7 +259,7 @@ class RunReader:
 
     def samples(self, lane: str | None = None, since_t: float | None = None) -> pd.DataFrame:
         """One row per lane per sample, in time order; since_t is exclusive."""
-        where, params = self._where(lane=lane, since_t=since_t)
+        where, params = codec.where(lane=lane, since_t=since_t)
         return self._df(f"SELECT * FROM samples{where} ORDER BY sample_id", params)
 
     def events(self, lane: str | None = None, kinds: list[str] | None = None,
@@ -296,7 +279,7 @@ class RunReader:
         and any added columns; with raw=True a `raw` column of {series key: value} dicts."""
         if not self._q("SELECT 1 FROM sqlite_master WHERE name = 'node_samples'"):
             return pd.DataFrame(columns=list(NODE_COLS))
-        where, params = self._where(since_t=since_t)
+        where, params = codec.where(since_t=since_t)
         df = self._df(f"SELECT * FROM node_samples{where} ORDER BY row_id", params)
         blobs = df.pop("raw_zlib")
         if raw:

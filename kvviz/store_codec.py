@@ -69,6 +69,25 @@ CREATE TABLE device_memory (row_id INTEGER PRIMARY KEY, t REAL NOT NULL);
 """
 
 
+def where(since_col: str = "t", **conds: object) -> tuple[str, tuple]:
+    """A SQL WHERE clause and its parameters: `key = ?` per condition, `key IN (...)` for a
+    list, `since_col > ?` for since_t; None values are left out."""
+    parts, params = [], []
+    for key, val in conds.items():
+        if val is None:
+            continue
+        if key == "since_t":
+            parts.append(f"{since_col} > ?")
+        elif isinstance(val, list):
+            parts.append(f"{key} IN ({', '.join('?' * len(val))})")
+            params.extend(val)
+            continue
+        else:
+            parts.append(f"{key} = ?")
+        params.append(val)
+    return (" WHERE " + " AND ".join(parts)) if parts else "", tuple(params)
+
+
 class EncodedMap(NamedTuple):
     num_blocks: int
     runs: int

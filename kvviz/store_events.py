@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from kvviz import store_codec as codec
 from kvviz.engine.events import KIND_CODE, EventColumns
 from kvviz.store_codec import EVENT_COLS as ROW_COLS  # `events` columns after event_id
 
@@ -99,16 +100,7 @@ def read(query: Callable[[str, tuple], list[tuple]], df: Callable[[str, tuple], 
          limit: int | None) -> pd.DataFrame:
     """Events from both tables in engine order (event_id); filters as RunReader.events.
     `query` / `df` run SQL on the recording; `chunks`: the file has event_chunks."""
-    conds, params = [], []
-    if lane is not None:
-        conds.append("lane = ?")
-        params.append(lane)
-    if kinds is not None:
-        conds.append(f"kind IN ({', '.join('?' * len(kinds))})")
-        params.extend(kinds)
-    row_conds = conds + (["t > ?"] if since_t is not None else [])
-    row_params = (*params, *([since_t] if since_t is not None else []))
-    where = (" WHERE " + " AND ".join(row_conds)) if row_conds else ""
+    where, row_params = codec.where(lane=lane, kind=kinds, since_t=since_t)
     cols = ", ".join(("event_id", *ROW_COLS))
     if limit is None:
         rows = df(f"SELECT {cols} FROM events{where} ORDER BY event_id", row_params)
@@ -117,7 +109,7 @@ def read(query: Callable[[str, tuple], list[tuple]], df: Callable[[str, tuple], 
                   f"LIMIT ?) ORDER BY event_id", (*row_params, int(limit)))
     parts = [rows] if len(rows) else []
     if chunks and (kinds is None or set(kinds) & set(CHUNK_KINDS)):
-        parts += _read_chunks(query, conds, params, since_t, limit)
+        parts += _read_chunks(query, lane, kinds, since_t, limit)
     if not parts:
         return rows.drop(columns="event_id")
     out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -127,11 +119,9 @@ def read(query: Callable[[str, tuple], list[tuple]], df: Callable[[str, tuple], 
     return out.drop(columns="event_id").reset_index(drop=True)
 
 
-def _read_chunks(query: Callable, conds: list[str], params: list, since_t: float | None,
-                 limit: int | None) -> list[pd.DataFrame]:
-    if since_t is not None:
-        conds, params = [*conds, "t_last > ?"], [*params, since_t]
-    where = (" WHERE " + " AND ".join(conds)) if conds else ""
+def _read_chunks(query: Callable, lane: str | None, kinds: list[str] | None,
+                 since_t: float | None, limit: int | None) -> list[pd.DataFrame]:
+    where, params = codec.where("t_last", lane=lane, kind=kinds, since_t=since_t)
     sql = f"SELECT lane, kind, n, encoding, data FROM event_chunks{where} ORDER BY chunk_id"
     if limit is None:
         found = query(sql, tuple(params))

@@ -183,6 +183,11 @@ class EventLog:
             self._base += k
 
     @property
+    def oldest(self) -> int:
+        """The cursor of the oldest event held (what `trim` has dropped before it)."""
+        return self._base
+
+    @property
     def events(self) -> list[Event]:
         """The events held, as tuples (O(n): for tests and small runs)."""
         return self.since(self._base)[0].to_events()
