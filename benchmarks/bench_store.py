@@ -1,7 +1,9 @@
 """Block map encode + write time and bytes per stored map.
 
-Maps: an engine map (sim run of a paged lane, block 16) and a churned stress map (random
-admit/release rounds leave ~74k runs in 1M blocks), plus the all-free map. "write" is one
+Maps: an engine map (sim run of a paged lane, block 16), a churned stress map (random
+admit/release rounds leave ~74k runs in 1M blocks), a lockstep map (a full pool whose 4,096
+sequences grew one block each in turn, so every block is its own run: rle-zlib-2's per-plane
+mode), plus the all-free map. "write" is one
 RunWriter.add_sample with the map plus commit (WAL, synchronous=NORMAL).
 
     python benchmarks/bench_store.py [--blocks 1048576] [--repeats 20]
@@ -9,6 +11,7 @@ RunWriter.add_sample with the map plus commit (WAL, synchronous=NORMAL).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -51,6 +54,15 @@ def churned_map(blocks: int) -> BlockMap:
     return a.snapshot()
 
 
+def lockstep_map(blocks: int, seqs: int = 4096, bs: int = 16) -> BlockMap:
+    rng = np.random.default_rng(0)
+    owner = (np.arange(blocks) % seqs).astype(np.int32)
+    filled = np.full(blocks, bs, np.int32)
+    filled[-seqs:] = rng.integers(1, bs + 1, seqs)
+    return BlockMap(owner, filled, np.full(blocks, bs, np.int32), np.ones(blocks, np.int16),
+                    np.zeros(blocks, bool), bs, 1, "paged:16", False)
+
+
 def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
     enc_t = []
     for _ in range(repeats):
@@ -67,7 +79,9 @@ def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
     w.close()
     raw = sum(getattr(bm, k).nbytes for k in ("owner", "filled", "allocated", "refcount",
                                                "cached"))
-    print(f"{name:>8}: {bm.num_blocks} blocks, {e.runs} runs, used {(bm.owner >= 0).mean():.0%}"
+    mode = json.loads(e.layout)["mode"]
+    print(f"{name:>8}: {bm.num_blocks} blocks, {e.runs} runs ({mode}), "
+          f"used {(bm.owner >= 0).mean():.0%}"
           f" | encode {1e3 * statistics.median(enc_t):.2f} ms, encode+write+commit "
           f"{1e3 * statistics.median(wr_t):.2f} ms (median of {repeats}) | {e.nbytes} bytes "
           f"stored ({e.nbytes / bm.num_blocks:.3f} B/block, raw {raw / e.nbytes:.0f}x larger)")
@@ -80,7 +94,8 @@ def main() -> None:
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         for name, bm in (("free", empty_blockmap(a.blocks, 16)), ("engine", engine_map(a.blocks)),
-                         ("churned", churned_map(a.blocks))):
+                         ("churned", churned_map(a.blocks)),
+                         ("lockstep", lockstep_map(a.blocks))):
             bench(name, bm, a.repeats, Path(d))
 
 

@@ -299,13 +299,13 @@ class RunReader:
         if not rows:
             return None
         r = dict(zip(MAP_COLS, rows[0]))
-        if r["encoding"] != codec.ENCODING:
+        if r["encoding"] not in codec.ENCODINGS:
             raise StoreError(f"{self.path}: block map {r['sample_id']} uses unknown encoding "
                              f"{r['encoding']!r}")
         try:
             bm = codec.decode(r["num_blocks"], r["runs"], r["layout"], r, block_size=r[
                 "block_size"], bytes_per_token=r["bytes_per_token"], label=r["label"],
-                contiguous=bool(r["contiguous"]), buddy=bool(r["buddy"]))
+                contiguous=bool(r["contiguous"]), buddy=bool(r["buddy"]), encoding=r["encoding"])
         except (ValueError, TypeError, KeyError, zlib.error) as exc:
             raise StoreError(f"{self.path}: block map {r['sample_id']} is damaged: {exc}") from None
         return bm, float(r["t"])

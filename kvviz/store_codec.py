@@ -1,47 +1,17 @@
-"""The recording format: table layout, file checks, and BlockMap <-> bytes (docs/FORMAT.md).
+"""The recording format: table layout, file checks and the SQL helpers (docs/FORMAT.md).
 
-Block maps use the encoding "rle-zlib-1".
-
-A map is cut into runs of adjacent blocks whose five planes (owner, filled, allocated,
-refcount, cached) are all equal. Each run-level array (run lengths and one value per plane)
-is shifted by its minimum, narrowed to the smallest unsigned dtype that holds it and
-compressed with zlib level 1:
-
-    plane[i] = np.repeat(decode(values) , decode(lengths))      decode(x) = uint + offset
-
-Live KV maps are long runs (a sequence's full blocks, a contiguous reservation, free space),
-so this is small and fast: a few ms for 1M blocks, no per-block Python work.
+Block map encodings live in kvviz/mapcodec.py.
 """
 from __future__ import annotations
 
-import json
 import sqlite3
-import zlib
 from pathlib import Path
-from typing import NamedTuple
-
-import numpy as np
 
 from kvviz import FORMAT_VERSION
-from kvviz.blockmap import BlockMap
 from kvviz.errors import StoreError
+from kvviz.mapcodec import ENCODING, ENCODINGS, FINALS, PLANES, decode, encode  # noqa: F401
 from kvviz.metrics import Metrics
 
-ENCODING = "rle-zlib-1"
-PLANES = ("owner", "filled", "allocated", "refcount", "cached")
-PLANE_DTYPES = {"owner": np.int32, "filled": np.int32, "allocated": np.int32,
-                "refcount": np.int16, "cached": np.bool_}
-LEVEL = 1  # zlib level: speed over the last few percent of size
-# Z_RLE: deflate with matches of distance 1 only. The planes are run values (an owner id per
-# run, mostly distinct), where searching for longer matches costs time and finds little:
-# 30-60% faster than the default strategy on 10^5-run maps, 4-7% larger (docs/BENCHMARKS.md).
-# Any zlib decoder reads it.
-STRATEGY = zlib.Z_RLE
-
-
-def _deflate(data: bytes) -> bytes:
-    z = zlib.compressobj(LEVEL, zlib.DEFLATED, 15, 8, STRATEGY)
-    return z.compress(data) + z.flush()
 APP_ID = 0x6B76767A  # "kvvz" in PRAGMA application_id: tells our files from other SQLite files
 STATUSES = ("running", "finished", "stopped", "error")
 COUNTERS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
@@ -52,7 +22,6 @@ EVENT_COLS = ("t", "step", "lane", "kind", "seq_id", "reason", "need_tokens", "f
 MAP_COLS = ("sample_id", "lane", "t", "step", "idx", "num_blocks", "block_size",
             "bytes_per_token", "label", "contiguous", "encoding", "runs", "layout", "nbytes",
             "lengths", *PLANES, "final_seq", "final_len", "final_held", "buddy")
-FINALS = ("final_seq", "final_len", "final_held")
 SCHEMA = f"""
 CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), app TEXT NOT NULL,
   format_version INTEGER NOT NULL, kvviz_version TEXT, created_unix REAL, meta TEXT NOT NULL,
@@ -86,86 +55,6 @@ def where(since_col: str = "t", **conds: object) -> tuple[str, tuple]:
             parts.append(f"{key} = ?")
         params.append(val)
     return (" WHERE " + " AND ".join(parts)) if parts else "", tuple(params)
-
-
-class EncodedMap(NamedTuple):
-    num_blocks: int
-    runs: int
-    layout: str  # JSON: {array name: {"dtype": numpy dtype name, "offset": int}}
-    blobs: dict[str, bytes | None]  # lengths, the five planes, final_seq/len/held
-    nbytes: int  # total compressed bytes
-
-
-def _narrow(a: np.ndarray) -> tuple[bytes, dict]:
-    """Shift by the minimum, store in the smallest unsigned dtype, zlib-compress."""
-    if a.size == 0:
-        return _deflate(b""), {"dtype": "uint8", "offset": 0}
-    lo, hi = int(a.min()), int(a.max())
-    span = hi - lo
-    dt = np.uint8 if span < 2**8 else np.uint16 if span < 2**16 else np.uint32
-    if span >= 2**32:
-        dt = np.uint64
-    q = (a.astype(np.int64) - lo).astype(dt) if lo else a.astype(dt)
-    return _deflate(q.tobytes()), {"dtype": np.dtype(dt).name, "offset": lo}
-
-
-def encode(bm: BlockMap) -> EncodedMap:
-    n = bm.num_blocks
-    planes = [getattr(bm, p) for p in PLANES]
-    if n:
-        change = planes[0][1:] != planes[0][:-1]
-        for arr in planes[1:]:
-            change |= arr[1:] != arr[:-1]
-        starts = np.flatnonzero(change)
-        starts += 1
-        starts = np.concatenate((np.zeros(1, starts.dtype), starts))
-    else:
-        starts = np.zeros(0, np.int64)
-    lengths = np.diff(np.append(starts, n))
-    layout: dict[str, dict] = {}
-    blobs: dict[str, bytes | None] = {}
-    blobs["lengths"], layout["lengths"] = _narrow(lengths)
-    for name, arr in zip(PLANES, planes):
-        vals = arr[starts]
-        blobs[name], layout[name] = _narrow(vals.view(np.uint8) if vals.dtype == np.bool_ else vals)
-    for name in FINALS:
-        arr = getattr(bm, name)
-        if arr is None:
-            blobs[name] = None
-        else:
-            blobs[name], layout[name] = _narrow(np.asarray(arr))
-    nbytes = sum(len(b) for b in blobs.values() if b is not None)
-    return EncodedMap(n, int(starts.size), json.dumps(layout), blobs, nbytes)
-
-
-def _unpack(blob: bytes, spec: dict) -> np.ndarray:
-    raw = np.frombuffer(zlib.decompress(blob), dtype=np.dtype(spec["dtype"]))
-    off = int(spec["offset"])
-    return raw.astype(np.int64) + off if off else raw
-
-
-def decode(num_blocks: int, runs: int, layout: str, blobs: dict[str, bytes | None], *,
-           block_size: int, bytes_per_token: int, label: str, contiguous: bool,
-           buddy: bool = False) -> BlockMap:
-    """Inverse of encode. Raises ValueError when the pieces do not fit together."""
-    spec = json.loads(layout)
-    lengths = _unpack(blobs["lengths"], spec["lengths"]).astype(np.int64)  # type: ignore[arg-type]
-    if lengths.size != runs or int(lengths.sum()) != num_blocks:
-        raise ValueError(f"run lengths add up to {int(lengths.sum())} blocks in {lengths.size} "
-                         f"runs, expected {num_blocks} blocks in {runs} runs")
-    arrays = {}
-    for name in PLANES:
-        vals = _unpack(blobs[name], spec[name])  # type: ignore[arg-type]
-        if vals.size != runs:
-            raise ValueError(f"{name}: {vals.size} run values, expected {runs}")
-        arrays[name] = np.repeat(vals.astype(PLANE_DTYPES[name]), lengths)
-    finals = {}
-    for name in FINALS:
-        blob = blobs.get(name)
-        dtype = np.int64 if name == "final_held" else np.int32
-        finals[name] = None if blob is None else _unpack(blob, spec[name]).astype(dtype)
-    return BlockMap(**arrays, block_size=block_size, bytes_per_token=bytes_per_token,
-                    label=label, contiguous=contiguous, buddy=buddy, **finals)
 
 
 def open_checked(path: Path) -> sqlite3.Connection:

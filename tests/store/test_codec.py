@@ -1,12 +1,17 @@
-"""rle-zlib-1 block map encoding: decode(encode(bm)) == bm, for any map."""
+"""Block map encodings (kvviz/mapcodec.py): decode(encode(bm)) == bm for any map, in both of
+rle-zlib-2's modes; rle-zlib-1 maps (written by earlier kvviz) still decode."""
 from __future__ import annotations
 
+import json
+import zlib
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.blockmap import BlockMap, empty_blockmap
-from kvviz.store_codec import decode, encode
+from kvviz.mapcodec import DENSE_RUNS, PLANES, decode, encode
 
 
 def roundtrip(bm: BlockMap) -> BlockMap:
@@ -15,27 +20,90 @@ def roundtrip(bm: BlockMap) -> BlockMap:
                   bytes_per_token=bm.bytes_per_token, label=bm.label, contiguous=bm.contiguous)
 
 
-@settings(max_examples=60, deadline=None)
+def mode(bm: BlockMap) -> str:
+    return json.loads(encode(bm).layout)["mode"]
+
+
+def lockstep(n: int, seqs: int, bs: int = 16) -> BlockMap:
+    """A full paged pool whose sequences grew one block each in turn: every block is a run."""
+    owner = (np.arange(n) % seqs).astype(np.int32)
+    filled = np.full(n, bs, np.int32)
+    filled[-seqs:] = np.arange(seqs) % bs + 1
+    return BlockMap(owner, filled, np.full(n, bs, np.int32), np.ones(n, np.int16),
+                    np.zeros(n, bool), bs, 2, "paged:16", False)
+
+
+@settings(max_examples=80, deadline=None)
 @given(st.integers(0, 300), st.integers(0, 2**31 - 2), st.integers(1, 300), st.booleans(),
-       st.integers(0, 2**32 - 1))
-def test_roundtrip_any_map(n: int, max_owner: int, bs: int, finals: bool, seed: int) -> None:
+       st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 6, 40]))
+def test_roundtrip_any_map(n: int, max_owner: int, bs: int, finals: bool, seed: int,
+                           mean_run: int) -> None:
     rng = np.random.default_rng(seed)
-    owner = rng.integers(-1, max_owner + 1, n).astype(np.int32)
+    # runs of random length around mean_run: short runs exercise the per-plane mode,
+    # long ones the joint mode
+    k = max(1, n // mean_run + 1)
+    lengths = rng.multinomial(n, np.ones(k) / k) if n else np.zeros(k, np.int64)
+
+    def plane(lo: int, hi: int, dtype) -> np.ndarray:
+        return np.repeat(rng.integers(lo, hi + 1, k), lengths).astype(dtype)
+
+    owner = plane(-1, max_owner, np.int32)
     owner[rng.random(n) < 0.3] = -1
     fs = np.unique(owner[owner >= 0]).astype(np.int32)
-    bm = BlockMap(owner, rng.integers(0, bs + 1, n).astype(np.int32),
-                  rng.integers(0, bs + 1, n).astype(np.int32),
-                  rng.integers(-5, 2**15 - 1, n).astype(np.int16), rng.random(n) < 0.2,
+    bm = BlockMap(owner, plane(0, bs, np.int32), plane(0, bs, np.int32),
+                  plane(-5, 2**15 - 1, np.int16), plane(0, 1, np.int32) > 0,
                   bs, 7, "paged:x", bool(seed % 2),
                   final_seq=fs if finals else None,
-                  final_len=(fs * 3).astype(np.int32) if finals else None)
+                  final_len=(fs * 3).astype(np.int32) if finals else None,
+                  final_held=(fs.astype(np.int64) * 5) if finals else None)
     out = roundtrip(bm)
     assert out == bm
     if finals:
         assert np.array_equal(out.final_seq, bm.final_seq)
         assert np.array_equal(out.final_len, bm.final_len)
+        assert np.array_equal(out.final_held, bm.final_held)
     else:
-        assert out.final_seq is None and out.final_len is None
+        assert out.final_seq is None and out.final_len is None and out.final_held is None
+
+
+def test_modes_follow_the_number_of_runs() -> None:
+    assert mode(empty_blockmap(1 << 16, 16)) == "joint"
+    ls = lockstep(1 << 16, 512)
+    assert encode(ls).runs == 1 << 16 and mode(ls) == "planes"
+    spec = json.loads(encode(ls).layout)["arrays"]
+    # owner alternates every block (stored per block, as deltas); the other planes have
+    # their own few runs
+    assert spec["owner"]["runs"] is None and "delta_first" in spec["owner"]
+    assert spec["filled"]["runs"] == 512 + 1 and spec["allocated"]["runs"] == 1
+    # just below and above the threshold
+    n = 4096
+    few = np.repeat(np.arange(n // DENSE_RUNS, dtype=np.int32), DENSE_RUNS)
+    bm = BlockMap(few, np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.int16),
+                  np.zeros(n, bool), 16, 1, "x", False)
+    assert encode(bm).runs == n // DENSE_RUNS and mode(bm) == "joint"
+    more = few.copy()
+    more[1] = -1
+    bm2 = BlockMap(more, bm.filled, bm.allocated, bm.refcount, bm.cached, 16, 1, "x", False)
+    assert mode(bm2) == "planes" and roundtrip(bm2) == bm2
+
+
+def test_lockstep_pool_is_small_and_exact() -> None:
+    ls = lockstep(1 << 18, 4096)
+    e = encode(ls)
+    raw = sum(getattr(ls, p).nbytes for p in PLANES)
+    assert e.nbytes < raw / 500, e.nbytes  # a few KB for 3.9 MB of planes
+    assert roundtrip(ls) == ls
+
+
+def test_random_dense_owner_is_not_delta_coded_when_wider() -> None:
+    rng = np.random.default_rng(1)
+    n = 5000
+    owner = rng.integers(0, 60000, n).astype(np.int32)  # deltas would need 17 bits
+    bm = BlockMap(owner, np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.int16),
+                  np.zeros(n, bool), 16, 1, "x", False)
+    spec = json.loads(encode(bm).layout)["arrays"]["owner"]
+    assert spec["dtype"] == "uint16" and "delta_first" not in spec
+    assert roundtrip(bm) == bm
 
 
 def test_free_map_is_tiny() -> None:
@@ -44,6 +112,66 @@ def test_free_map_is_tiny() -> None:
 
 
 def test_dtypes_restored() -> None:
-    out = roundtrip(empty_blockmap(10, 4))
-    assert (out.owner.dtype, out.refcount.dtype, out.cached.dtype) == (
-        np.int32, np.int16, np.bool_)
+    for bm in (empty_blockmap(10, 4), lockstep(64, 8)):
+        out = roundtrip(bm)
+        assert (out.owner.dtype, out.filled.dtype, out.refcount.dtype, out.cached.dtype) == (
+            np.int32, np.int32, np.int16, np.bool_)
+
+
+def test_byte_shuffle_is_in_the_stream() -> None:
+    """Multi-byte arrays are stored lowest bytes first (docs/FORMAT.md)."""
+    n = 1200
+    owner = np.repeat(np.arange(300, 600, dtype=np.int32), 4)  # 300 runs, span 299: uint16
+    bm = BlockMap(owner, np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.int16),
+                  np.zeros(n, bool), 16, 1, "x", False)
+    e = encode(bm)
+    spec = json.loads(e.layout)["arrays"]["owner"]
+    assert json.loads(e.layout)["mode"] == "joint" and spec == {"dtype": "uint16", "offset": 300}
+    raw = np.frombuffer(zlib.decompress(e.blobs["owner"]), np.uint8)
+    q = np.arange(300, dtype=np.uint16)
+    assert np.array_equal(raw[:300], q & 0xFF) and np.array_equal(raw[300:], q >> 8)
+
+
+@pytest.mark.parametrize("damage", ["short", "lengths"])
+def test_damaged_pieces_raise_value_error(damage: str) -> None:
+    for bm in (lockstep(256, 16), empty_blockmap(256, 16)):
+        e = encode(bm)
+        blobs = dict(e.blobs)
+        if damage == "short":
+            blobs["owner"] = zlib.compress(zlib.decompress(blobs["owner"])[:-1])
+            with pytest.raises(ValueError, match="owner"):
+                decode(e.num_blocks, e.runs, e.layout, blobs, block_size=16,
+                       bytes_per_token=1, label="x", contiguous=False)
+        else:
+            with pytest.raises(ValueError, match="expected"):
+                decode(e.num_blocks + 1, e.runs, e.layout, blobs, block_size=16,
+                       bytes_per_token=1, label="x", contiguous=False)
+
+
+def encode_v1(bm: BlockMap) -> tuple[int, str, dict]:
+    """rle-zlib-1 as kvviz 0.x wrote it (docs/FORMAT.md): joint runs, plain bytes."""
+    planes = [getattr(bm, p).astype(np.int64) for p in PLANES]
+    change = np.zeros(bm.num_blocks, bool)
+    change[0] = True
+    for a in planes:
+        change[1:] |= a[1:] != a[:-1]
+    starts = np.flatnonzero(change)
+    layout, blobs = {}, {}
+    for name, a in (("lengths", np.diff(np.append(starts, bm.num_blocks))),
+                    *((p, a[starts]) for p, a in zip(PLANES, planes))):
+        lo = int(a.min())
+        layout[name] = {"dtype": "uint32", "offset": lo}
+        blobs[name] = zlib.compress((a - lo).astype(np.uint32).tobytes())
+    return int(starts.size), json.dumps(layout), blobs
+
+
+def test_version_1_maps_still_decode() -> None:
+    for bm in (lockstep(512, 16), empty_blockmap(64, 4)):
+        runs, layout, blobs = encode_v1(bm)
+        out = decode(bm.num_blocks, runs, layout, blobs, block_size=bm.block_size,
+                     bytes_per_token=bm.bytes_per_token, label=bm.label,
+                     contiguous=bm.contiguous, encoding="rle-zlib-1")
+        assert out == bm and out.owner.dtype == np.int32
+    with pytest.raises(ValueError, match="unknown block map encoding"):
+        decode(1, 1, "{}", {}, block_size=1, bytes_per_token=1, label="x", contiguous=False,
+               encoding="rle-zlib-9")

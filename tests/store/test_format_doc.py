@@ -21,3 +21,30 @@ def test_format_example_reads_a_recording(recording) -> None:
     want = [e for e in sim.events.events if e.lane == sim.lanes[0].name]
     assert (f"{sim.lanes[0].name}: {len(want)} events, the first {want[0].kind} (sequence "
             f"{want[0].seq_id})") in out.stdout
+
+
+def test_format_example_reads_per_plane_maps(tmp_path) -> None:
+    """The example's rle-zlib-2 "planes" branch, on a map where every block is a run."""
+    from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+    from kvviz.engine import Simulation
+    from kvviz.metrics import compute
+    from kvviz.store import RunWriter
+    from kvviz.workload import generate
+    from tests.store.test_codec import lockstep
+
+    sim = Simulation(generate(WorkloadConfig(num_requests=50, rate=50.0, seed=3)),
+                     [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=16384))
+    for _ in range(20):
+        sim.step()
+    bm = lockstep(4096, 64)
+    path = tmp_path / "planes.db"
+    w = RunWriter(path, {"mode": "sim", "lanes": [{"name": "paged:16"}]})
+    w.add_sample(1.0, 20, "paged:16", compute(bm).as_dict(), bm)
+    w.add_events(sim.events.since(0)[0])
+    w.close("finished")
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    out = subprocess.run([sys.executable, "-c", blocks[0], str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    used = int(bm.filled.sum())
+    assert f"paged:16: 4096 blocks, 0 free, used {used}" in out.stdout
