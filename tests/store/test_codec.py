@@ -175,3 +175,26 @@ def test_version_1_maps_still_decode() -> None:
     with pytest.raises(ValueError, match="unknown block map encoding"):
         decode(1, 1, "{}", {}, block_size=1, bytes_per_token=1, label="x", contiguous=False,
                encoding="rle-zlib-9")
+
+
+def test_reader_opens_format_2_maps(tmp_path) -> None:
+    """A recording of format 2 (rle-zlib-1 maps) reads through RunReader unchanged."""
+    import sqlite3
+
+    from kvviz.store import RunReader, RunWriter
+
+    bm = lockstep(512, 16)
+    path = tmp_path / "old.db"
+    w = RunWriter(path, {"mode": "sim", "lanes": [{"name": "paged:16"}]})
+    w.add_sample(0.5, 3, "paged:16", {}, bm)
+    w.close("finished")
+    runs, layout, blobs = encode_v1(bm)
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
+                   f"{', '.join(f'{k} = ?' for k in blobs)}", (runs, layout, *blobs.values()))
+        db.execute("UPDATE run SET format_version = 2")
+    r = RunReader(path)
+    assert r.format_version == 2
+    sid = int(r.blockmap_index("paged:16")["sample_id"].iloc[0])
+    assert r.blockmap(sid) == bm
+    r.close()
