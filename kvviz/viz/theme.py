@@ -68,7 +68,9 @@ def legend_html() -> str:
 
 
 def headline_html(items: list, per_row: int = 4) -> str:
-    """A grid of (label, value, help) headline numbers, `per_row` to a row; help on hover.
+    """A grid of (label, value, help) headline numbers, `per_row` to a row; help on hover,
+    and each number is focusable with the help as its accessible description (st.metric's
+    help icon was reachable by keyboard; this keeps that).
 
     One HTML element instead of eight st.metric widgets: the Live page redraws these every
     second in every tab, and the browser's cost grows with the number of elements.
@@ -76,7 +78,9 @@ def headline_html(items: list, per_row: int = 4) -> str:
     cells = []
     for label, value, help_ in items:
         cells.append(
-            f'<div title="{escape(help_)}" style="padding:2px 0;cursor:help">'
+            f'<div title="{escape(help_)}" tabindex="0" role="group" '
+            f'aria-label="{escape(label)}: {escape(value)}" aria-description="{escape(help_)}" '
+            f'style="padding:2px 0;cursor:help">'
             f'<div style="font-size:0.78rem;color:#555"><span style="border-bottom:1px '
             f'dotted #999">{escape(label)}</span></div>'
             f'<div style="font-size:1.45rem;line-height:1.3">{escape(value)}</div></div>')
