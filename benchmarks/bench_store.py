@@ -3,7 +3,7 @@
 Maps: an engine map (sim run of a paged lane, block 16), a churned stress map (random
 admit/release rounds leave ~74k runs in 1M blocks), a lockstep map (a full pool whose 4,096
 sequences grew one block each in turn, so every block is its own run: rle-zlib-2's per-plane
-mode), plus the all-free map. "write" is one
+mode), the same pool with its blocks in random order, plus the all-free map. "write" is one
 RunWriter.add_sample with the map plus commit (WAL, synchronous=NORMAL).
 
     python benchmarks/bench_store.py [--blocks 1048576] [--repeats 20]
@@ -63,6 +63,15 @@ def lockstep_map(blocks: int, seqs: int = 4096, bs: int = 16) -> BlockMap:
                     np.zeros(blocks, bool), bs, 1, "paged:16", False)
 
 
+def random_order_map(blocks: int) -> BlockMap:
+    """The lockstep pool with its blocks shuffled: a long-running busy pool, whose free list
+    hands out blocks in no particular order, looks like this (every block its own run)."""
+    ls = lockstep_map(blocks)
+    perm = np.random.default_rng(1).permutation(blocks)
+    return BlockMap(ls.owner[perm], ls.filled[perm], ls.allocated, ls.refcount, ls.cached,
+                    ls.block_size, 1, ls.label, False)
+
+
 def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
     enc_t = []
     for _ in range(repeats):
@@ -95,7 +104,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for name, bm in (("free", empty_blockmap(a.blocks, 16)), ("engine", engine_map(a.blocks)),
                          ("churned", churned_map(a.blocks)),
-                         ("lockstep", lockstep_map(a.blocks))):
+                         ("lockstep", lockstep_map(a.blocks)),
+                         ("random", random_order_map(a.blocks))):
             bench(name, bm, a.repeats, Path(d))
 
 

@@ -44,6 +44,8 @@ LEVEL = 1  # zlib level: speed over the last few percent of size
 # 30-60% faster than the default strategy on 10^5-run maps, 4-7% larger (docs/BENCHMARKS.md).
 # Any zlib decoder reads it.
 STRATEGY = zlib.Z_RLE
+ADAPTIVE_MIN = 1 << 18  # arrays with more values: one zlib stream per byte plane, see _level
+SAMPLES, SAMPLE_BYTES, STORE_ABOVE = 4, 4096, 0.9
 
 
 class EncodedMap(NamedTuple):
@@ -54,9 +56,47 @@ class EncodedMap(NamedTuple):
     nbytes: int  # total compressed bytes
 
 
-def _deflate(*parts: bytes) -> bytes:
-    z = zlib.compressobj(LEVEL, zlib.DEFLATED, 15, 8, STRATEGY)
-    return b"".join([*(z.compress(p) for p in parts), z.flush()])
+def _deflate(data: bytes | memoryview, level: int = LEVEL) -> bytes:
+    z = zlib.compressobj(level, zlib.DEFLATED, 15, 8, STRATEGY)
+    return z.compress(data) + z.flush()
+
+
+def _level(plane: memoryview) -> int:
+    """LEVEL, or 0 (stored) when deflating four samples of this byte plane saves < 10%.
+    Random-looking bytes (the low bytes of owner ids in a busy pool, where every block has
+    another owner) take deflate ~6 ms per MB and shrink little; stored, they take ~0.5 ms."""
+    step = len(plane) // SAMPLES
+    sample = b"".join(plane[i * step: i * step + SAMPLE_BYTES] for i in range(SAMPLES))
+    return LEVEL if len(_deflate(sample)) < STORE_ABOVE * len(sample) else 0
+
+
+def _compress(*arrays: np.ndarray) -> bytes:
+    """The arrays' shuffled bytes, back to back, as one or more zlib streams: one for a
+    small array, one per byte plane (each deflated or stored) for a large one."""
+    out = []
+    for q in arrays:
+        raw = memoryview(_shuffled(q))
+        if q.size < ADAPTIVE_MIN:
+            out.append(_deflate(raw))
+            continue
+        for k in range(q.itemsize):
+            plane = raw[k * q.size:(k + 1) * q.size]
+            out.append(_deflate(plane, _level(plane)))
+    return b"".join(out)
+
+
+def _inflate(blob: bytes) -> bytes:
+    """All zlib streams of a blob, decompressed and joined."""
+    out = []
+    rest = blob
+    while True:
+        d = zlib.decompressobj()
+        out.append(d.decompress(rest))
+        if not d.eof:
+            raise ValueError("a zlib stream is truncated")
+        rest = d.unused_data
+        if not rest:
+            return b"".join(out)
 
 
 def _narrow(a: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -104,7 +144,7 @@ def _run_starts(change: np.ndarray) -> np.ndarray:
 
 def _pack(a: np.ndarray) -> tuple[bytes, dict]:
     q, spec = _narrow(a)
-    return _deflate(_shuffled(q)), spec
+    return _compress(q), spec
 
 
 def _plane_alone(arr: np.ndarray, n: int, name: str) -> tuple[bytes, dict]:
@@ -114,15 +154,18 @@ def _plane_alone(arr: np.ndarray, n: int, name: str) -> tuple[bytes, dict]:
         starts = _run_starts(change)
         ql, ls = _narrow(np.diff(np.append(starts, n)))
         qv, vs = _narrow(arr[starts])
-        return _deflate(_shuffled(ql), _shuffled(qv)), {
+        return _compress(ql, qv), {
             "runs": int(starts.size), "lengths": ls, **vs}
     qv, vs = _narrow(arr)
     if name == "owner" and qv.itemsize > 1 and int(arr.max()) - int(arr.min()) < 2**30:
         d = np.diff(arr, prepend=arr[:1])  # |d| < 2**30: no int32 overflow
-        qd, ds = _narrow(d)
-        if qd.itemsize <= qv.itemsize:
-            return _deflate(_shuffled(qd)), {"runs": None, **ds, "delta_first": int(arr[0])}
-    return _deflate(_shuffled(qv)), {"runs": None, **vs}
+        # deltas pay off when they repeat (owners cycling in a fixed order, as when
+        # sequences grow in lockstep); for owners in random order they only widen the values
+        if np.count_nonzero(d[1:] != d[:-1]) * 2 < n:
+            qd, ds = _narrow(d)
+            if qd.itemsize <= qv.itemsize:
+                return _compress(qd), {"runs": None, **ds, "delta_first": int(arr[0])}
+    return _compress(qv), {"runs": None, **vs}
 
 
 def encode(bm: BlockMap) -> EncodedMap:
@@ -169,14 +212,14 @@ def _decode_v2(num_blocks: int, runs: int, layout: dict, blobs: dict) -> dict[st
     arrays = layout["arrays"]
     out = {}
     if layout["mode"] == "joint":
-        raw = zlib.decompress(blobs["lengths"])
+        raw = _inflate(blobs["lengths"])
         _check_size("lengths", raw, arrays["lengths"], runs)
         lengths = _values(raw, arrays["lengths"], runs)
         if int(lengths.sum()) != num_blocks or (lengths < 0).any():
             raise ValueError(f"run lengths add up to {int(lengths.sum())} blocks, expected "
                              f"{num_blocks}")
         for name in PLANES:
-            raw = zlib.decompress(blobs[name])
+            raw = _inflate(blobs[name])
             _check_size(name, raw, arrays[name], runs)
             out[name] = np.repeat(_values(raw, arrays[name], runs), lengths)
         return out
@@ -184,7 +227,7 @@ def _decode_v2(num_blocks: int, runs: int, layout: dict, blobs: dict) -> dict[st
         raise ValueError(f"unknown layout mode {layout['mode']!r}")
     for name in PLANES:
         spec = arrays[name]
-        raw = zlib.decompress(blobs[name])
+        raw = _inflate(blobs[name])
         r = spec["runs"]
         if r is None:
             _check_size(name, raw, spec, num_blocks)
@@ -251,7 +294,7 @@ def decode(num_blocks: int, runs: int, layout: str, blobs: dict[str, bytes | Non
             if blob is None:
                 finals[name] = None
                 continue
-            raw = zlib.decompress(blob)
+            raw = _inflate(blob)
             count = len(raw) // np.dtype(arrays[name]["dtype"]).itemsize
             finals[name] = _values(raw, arrays[name], count)
     else:

@@ -24,7 +24,8 @@ def test_format_example_reads_a_recording(recording) -> None:
 
 
 def test_format_example_reads_per_plane_maps(tmp_path) -> None:
-    """The example's rle-zlib-2 "planes" branch, on a map where every block is a run."""
+    """The example's rle-zlib-2 "planes" branch, on a pool where every block is a run and
+    owners are in random order (large arrays: one zlib stream per byte plane, some stored)."""
     from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
     from kvviz.engine import Simulation
     from kvviz.metrics import compute
@@ -36,7 +37,13 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
                      [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=16384))
     for _ in range(20):
         sim.step()
-    bm = lockstep(4096, 64)
+    import numpy as np
+
+    from kvviz.blockmap import BlockMap
+    ls = lockstep(1 << 18, 4096)
+    perm = np.random.default_rng(0).permutation(1 << 18)
+    bm = BlockMap(ls.owner[perm], ls.filled[perm], ls.allocated, ls.refcount, ls.cached, 16, 2,
+                  "paged:16", False)
     path = tmp_path / "planes.db"
     w = RunWriter(path, {"mode": "sim", "lanes": [{"name": "paged:16"}]})
     w.add_sample(1.0, 20, "paged:16", compute(bm).as_dict(), bm)
@@ -47,4 +54,4 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     used = int(bm.filled.sum())
-    assert f"paged:16: 4096 blocks, 0 free, used {used}" in out.stdout
+    assert f"paged:16: {1 << 18} blocks, 0 free, used {used}" in out.stdout
