@@ -11,7 +11,7 @@ from pathlib import Path
 
 HELP = "export a recording's tables to Parquet or CSV"
 BLOBS = ("lengths", "owner", "filled", "allocated", "refcount", "cached", "final_seq",
-         "final_len")
+         "final_len", "final_held")  # the encoded arrays of blockmaps (docs/FORMAT.md)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -34,5 +34,9 @@ def test_export_parquet_and_csv(recording, tmp_path: Path) -> None:
     samples = pd.read_parquet(tmp_path / "pq" / "samples.parquet")
     assert len(samples) == 80 and "used_tokens" in samples
     assert len(pd.read_csv(tmp_path / "csv" / "events.csv")) > 0
-    assert "owner" not in pd.read_csv(tmp_path / "csv" / "blockmaps.csv").columns
+    csv_cols = set(pd.read_csv(tmp_path / "csv" / "blockmaps.csv").columns)
+    blobs = {"lengths", "owner", "filled", "allocated", "refcount", "cached", "final_seq",
+             "final_len", "final_held"}  # binary: in Parquet only
+    assert not csv_cols & blobs and {"sample_id", "lane", "encoding", "runs"} <= csv_cols
+    assert blobs <= set(pd.read_parquet(tmp_path / "pq" / "blockmaps.parquet").columns)
     assert json.loads((tmp_path / "pq" / "run.json").read_text())["status"] == "finished"
