@@ -56,23 +56,29 @@ class EncodedMap(NamedTuple):
     nbytes: int  # total compressed bytes
 
 
-def _deflate(data: bytes | memoryview, level: int = LEVEL) -> bytes:
-    z = zlib.compressobj(level, zlib.DEFLATED, 15, 8, STRATEGY)
+def _deflate(data: bytes | memoryview, level: int = LEVEL, strategy: int = STRATEGY) -> bytes:
+    z = zlib.compressobj(level, zlib.DEFLATED, 15, 8, strategy)
     return z.compress(data) + z.flush()
 
 
-def _level(plane: memoryview) -> int:
-    """LEVEL, or 0 (stored) when deflating four samples of this byte plane saves < 10%.
-    Random-looking bytes (the low bytes of owner ids in a busy pool, where every block has
-    another owner) take deflate ~6 ms per MB and shrink little; stored, they take ~0.5 ms."""
+def _choice(plane: memoryview) -> tuple[int, int]:
+    """(level, strategy) for one large byte plane, from four 4 KB samples of it: stored
+    (level 0) when deflate would save < 10% (random-looking bytes: the low bytes of owner ids
+    in a busy pool where every block has another owner); Huffman coding alone when matching
+    runs gains nothing (~3x faster than Z_RLE on such bytes, same size); else Z_RLE."""
     step = len(plane) // SAMPLES
     sample = b"".join(plane[i * step: i * step + SAMPLE_BYTES] for i in range(SAMPLES))
-    return LEVEL if len(_deflate(sample)) < STORE_ABOVE * len(sample) else 0
+    rle = len(_deflate(sample))
+    if rle >= STORE_ABOVE * len(sample):
+        return 0, STRATEGY
+    if len(_deflate(sample, strategy=zlib.Z_HUFFMAN_ONLY)) <= 1.02 * rle:
+        return LEVEL, zlib.Z_HUFFMAN_ONLY
+    return LEVEL, STRATEGY
 
 
 def _compress(*arrays: np.ndarray) -> bytes:
     """The arrays' shuffled bytes, back to back, as one or more zlib streams: one for a
-    small array, one per byte plane (each deflated or stored) for a large one."""
+    small array, one per byte plane (each deflated or stored, see _choice) for a large one."""
     out = []
     for q in arrays:
         raw = memoryview(_shuffled(q))
@@ -81,7 +87,7 @@ def _compress(*arrays: np.ndarray) -> bytes:
             continue
         for k in range(q.itemsize):
             plane = raw[k * q.size:(k + 1) * q.size]
-            out.append(_deflate(plane, _level(plane)))
+            out.append(_deflate(plane, *_choice(plane)))
     return b"".join(out)
 
 
