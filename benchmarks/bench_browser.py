@@ -3,12 +3,16 @@ with 4 tabs on one collector. Starts the app as the README says, in a temporary 
 `python benchmarks/bench_browser.py [--seconds 30]`; prints one JSON line.
 
 Per tab: `updates_per_s` and the gaps count redraws of the first heatmap inside the page (a
-MutationObserver); `polled_updates_per_s` is the older count, from polling the image's href
-from Python, which misses redraws under load."""
+MutationObserver; one panel run can set the image twice when plotly redraws for its auto
+margins); `ticks_per_s` counts distinct panel runs shown (the "t = ... s" caption, polled in
+the page every 100 ms); `polled_updates_per_s` is the older count, from polling the image's
+href from Python, which misses redraws under load. `cpu_s_per_s`: Chromium's renderers, the
+server and the collector over the same window."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -16,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+import psutil  # noqa: E402
 from appserver import launch, serve  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
@@ -52,6 +57,16 @@ OBSERVE = """() => {
     }
   }).observe(document.body, {subtree: true, childList: true, attributes: true,
                              attributeFilter: ['href', 'xlink:href']});
+  // Distinct panel runs shown: the caption "t = ... s" changes once per fragment run, while
+  // one run can set the heatmap image more than once (plotly's auto-margin redraw).
+  window.__kvTicks = 0;
+  let lastT = null;
+  setInterval(() => {
+    const cap = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+      .find(e => e.textContent.startsWith('t = '));
+    const t = cap ? cap.textContent : null;
+    if (t !== null && t !== lastT) { if (lastT !== null) window.__kvTicks++; lastT = t; }
+  }, 100);
 }"""
 
 
@@ -67,12 +82,31 @@ def open_tabs(browser, url: str, tabs: int) -> list:
     return pages
 
 
-def refresh_rates(browser, url: str, tabs: int, seconds: float) -> list[dict]:
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far: Chromium renderers, the Streamlit server, the demo collector."""
+    out = {"renderers": 0.0, "server": 0.0, "collector": 0.0}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        g = ("renderers" if "chrom" in cmd and "--type=renderer" in cmd else
+             "server" if "streamlit" in cmd else
+             "collector" if "collectors" in cmd or "multiprocessing" in cmd else None)
+        if g is not None:
+            try:
+                t = p.cpu_times()
+                out[g] += t.user + t.system
+            except psutil.Error:
+                continue
+    return out
+
+
+def refresh_rates(browser, url: str, tabs: int, seconds: float,
+                  cpu: dict | None = None) -> list[dict]:
     pages = open_tabs(browser, url, tabs)
     for p in pages:
         p.evaluate(OBSERVE)
     last = [p.locator(HEAT).first.get_attribute("href") for p in pages]
     polled = [0] * tabs
+    c0 = cpu_seconds()
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         for i, p in enumerate(pages):
@@ -82,11 +116,17 @@ def refresh_rates(browser, url: str, tabs: int, seconds: float) -> list[dict]:
                 last[i] = href
         pages[0].wait_for_timeout(50)
     dt = time.monotonic() - t0
+    c1 = cpu_seconds()
+    if cpu is not None:
+        cpu.update({k: round((c1[k] - c0[k]) / dt, 3) for k in c1})
+        cpu["load_avg_1m"] = round(os.getloadavg()[0], 2)
     out = []
     for p, n_polled in zip(pages, polled):
         times = [x / 1000 for x in p.evaluate("() => window.__kvRedraws")]
         gaps = [b - a for a, b in zip(times, times[1:])]
+        ticks = p.evaluate("() => window.__kvTicks")
         out.append({"updates_per_s": round(len(times) / dt, 2),
+                    "ticks_per_s": round(ticks / dt, 2),
                     "median_gap_s": round(statistics.median(gaps), 2) if gaps else None,
                     "max_gap_s": round(max(gaps), 2) if gaps else None,
                     "polled_updates_per_s": round(n_polled / dt, 2)})
@@ -105,12 +145,14 @@ def main() -> None:
         browser = launch(pw)
         cold = first_heatmap_s(browser, url)  # fresh server: includes starting the collector
         warm = [first_heatmap_s(browser, url) for _ in range(5)]
-        tabs = refresh_rates(browser, url, a.tabs, a.seconds)
+        cpu: dict = {}
+        tabs = refresh_rates(browser, url, a.tabs, a.seconds, cpu)
         browser.close()
     print(json.dumps({"cold_first_heatmap_s": round(cold, 2),
                       "warm_first_heatmap_s_median": round(statistics.median(warm), 2),
                       "warm_first_heatmap_s_max": round(max(warm), 2),
-                      "tabs": a.tabs, "seconds": a.seconds, "per_tab": tabs}))
+                      "tabs": a.tabs, "seconds": a.seconds, "per_tab": tabs,
+                      "cpu_s_per_s": cpu}))
 
 
 if __name__ == "__main__":

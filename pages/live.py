@@ -63,7 +63,10 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
             common.headline_metrics(last.iloc[-1])
         start, stop = common.block_range(bm, lo, hi)
         fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells, title=lane)
-        st.plotly_chart(fig, key=f"live_heat_{i}", config={"displayModeBar": False})
+        # theme=None: the figure carries its own style (vh.blockmap_figure), and the chart
+        # is re-mounted every second (its spec changes), so Streamlit's theme costs every time.
+        st.plotly_chart(fig, key=f"live_heat_{i}", config={"displayModeBar": False},
+                        theme=None)
 
 
 def live_run(run: str | None, is_live: bool) -> str | None:

@@ -109,6 +109,14 @@ def _colourscale() -> list[list]:
 
 
 _COLOURSCALE = _colourscale()
+# Streamlit's plotly theme (light), as it styled these charts: set here because the Live page
+# draws them with theme=None (see blockmap_figure).
+_FONT_FAMILY = '"Source Sans", sans-serif'
+_FONT = dict(family=_FONT_FAMILY, size=12, color="#808495")
+_TITLE_COLOUR = "#2F2D2B"
+_TICK_COLOUR = "#e6eaf1"
+_HOVERLABEL = dict(bgcolor="#FFFFFF", bordercolor="#DCD8D4",
+                   font=dict(family=_FONT_FAMILY, size=12, color="#808495"))
 _COUNTS_HOVER = "<br>".join(
     f"{s.label}: %{{customdata[{i + 1}]}}" for i, s in enumerate(theme.STATES)
 )
@@ -143,14 +151,24 @@ def blockmap_figure(
     per_cell = "1 cell = 1 " + unit if c.run == 1 else f"1 cell = {c.run} blocks ({unit}s)"
     layout = dict(
         title=dict(text=f"<b>{title or bm.label}</b><br><sup>{shown}; {per_cell}</sup>",
-                   font=dict(size=14)),
-        margin=dict(l=56, r=8, t=58, b=28),
+                   font=dict(size=14, color=_TITLE_COLOUR), x=0, xanchor="left",
+                   xref="container", pad=dict(l=4)),
+        font=_FONT, hoverlabel=_HOVERLABEL,
+        # Room for 6-digit tick labels and the axis titles (what Streamlit's theme, with
+        # automargin, pushed the margins to): fixed, so plotly never draws a chart twice.
+        margin=dict(l=94, r=18, t=58, b=66, pad=8),
         height=height or int(min(560, 90 + c.rows * min(24.0, max(3.0, 600 / c.cols)))),
         plot_bgcolor=theme.PAD_COLOUR,
         uirevision=bm.label,
         xaxis=dict(showgrid=False, zeroline=False, ticks="", tickformat=",d",
-                   title=dict(text="+ slots", font=dict(size=11))),
+                   title=dict(text="+ slots", font=dict(size=11), standoff=20)),
         yaxis=dict(showgrid=False, zeroline=False, autorange="reversed", tickformat=",d",
-                   title=dict(text="slot address of row", font=dict(size=11))),
+                   ticks="outside", ticklen=5, tickcolor=_TICK_COLOUR,
+                   title=dict(text="slot address of row", font=dict(size=11), standoff=24)),
     )
-    return go.Figure(data=[heat], layout=layout)
+    fig = go.Figure(data=[heat], layout=layout)
+    # No template: the figure carries its whole style (Streamlit's light theme, spelled out
+    # above), so the Live page draws it with theme=None: no theme merge (a JSON round trip of
+    # the figure) in the browser each time Streamlit re-mounts the chart.
+    fig.layout.template = None
+    return fig
