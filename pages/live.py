@@ -141,14 +141,16 @@ def draw_history(r, lanes: list[str]) -> None:
     for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
         col.plotly_chart(vt.shares_figure(window[window["lane"] == lane],
                                           f"{lane}: used / slack / free"),
-                         key=f"live_shares_{i}", config={"displayModeBar": False})
-    st.plotly_chart(vt.over_time_figure(window, lanes), key="live_over_time")
+                         key=f"live_shares_{i}", config={"displayModeBar": False},
+                         theme=None)  # styled by the builder: see kvviz.viz.theme.plain
+    st.plotly_chart(vt.over_time_figure(window, lanes), key="live_over_time", theme=None)
     st.subheader("Admission failures")
     st.caption(" · ".join(f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
     events = r.events(kinds=["admit_failed"], limit=500)
     recent = events[events["t"] >= samples["t"].max() - WINDOW_S]
     for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
-        col.plotly_chart(vt.failures_figure(window, recent, lane), key=f"live_fail_fig_{i}")
+        col.plotly_chart(vt.failures_figure(window, recent, lane), key=f"live_fail_fig_{i}",
+                         theme=None)
     feed = vt.failure_table(events).head(100)
     st.dataframe(feed, hide_index=True, height=min(300, 38 + 35 * max(1, len(feed))),
                  column_config={"t": st.column_config.NumberColumn("t (s)", format="%.2f"),

@@ -36,7 +36,8 @@ def lane_at(col, lane: str, got, samples, t: float, cells: tuple, i: int) -> Non
         start, stop = common.block_range(bm, lo, hi)
         st.plotly_chart(vh.blockmap_figure(bm, start, stop, max_cells=max_cells,
                                            title=f"{lane} @ {t_map:.2f} s"),
-                        key=f"replay_heat_{i}", config={"displayModeBar": False})
+                        key=f"replay_heat_{i}", config={"displayModeBar": False},
+                        theme=None)  # styled by the builder (kvviz.viz.theme.plain)
 
 
 def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None:
@@ -59,7 +60,7 @@ def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None
             for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
                 lane_at(col, lane, maps[i], samples, t, cells, i)
             st.plotly_chart(vt.over_time_figure(vt.thin(samples, 1000), lanes, mark_t=t),
-                            key="replay_time")
+                            key="replay_time", theme=None)
 
 
 def page(r, run: str, lanes: list[str]) -> None:

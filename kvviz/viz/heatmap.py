@@ -109,14 +109,6 @@ def _colourscale() -> list[list]:
 
 
 _COLOURSCALE = _colourscale()
-# Streamlit's plotly theme (light), as it styled these charts: set here because the Live page
-# draws them with theme=None (see blockmap_figure).
-_FONT_FAMILY = '"Source Sans", sans-serif'
-_FONT = dict(family=_FONT_FAMILY, size=12, color="#808495")
-_TITLE_COLOUR = "#2F2D2B"
-_TICK_COLOUR = "#e6eaf1"
-_HOVERLABEL = dict(bgcolor="#FFFFFF", bordercolor="#DCD8D4",
-                   font=dict(family=_FONT_FAMILY, size=12, color="#808495"))
 _COUNTS_HOVER = "<br>".join(
     f"{s.label}: %{{customdata[{i + 1}]}}" for i, s in enumerate(theme.STATES)
 )
@@ -151,9 +143,9 @@ def blockmap_figure(
     per_cell = "1 cell = 1 " + unit if c.run == 1 else f"1 cell = {c.run} blocks ({unit}s)"
     layout = dict(
         title=dict(text=f"<b>{title or bm.label}</b><br><sup>{shown}; {per_cell}</sup>",
-                   font=dict(size=14, color=_TITLE_COLOUR), x=0, xanchor="left",
+                   font=dict(size=14, color=theme.TITLE_COLOUR), x=0, xanchor="left",
                    xref="container", pad=dict(l=4)),
-        font=_FONT, hoverlabel=_HOVERLABEL,
+        font=theme.FONT, hoverlabel=theme.HOVERLABEL,
         # Room for 6-digit tick labels and the axis titles (what Streamlit's theme, with
         # automargin, pushed the margins to): fixed, so plotly never draws a chart twice.
         margin=dict(l=94, r=18, t=58, b=66, pad=8),
@@ -163,7 +155,7 @@ def blockmap_figure(
         xaxis=dict(showgrid=False, zeroline=False, ticks="", tickformat=",d",
                    title=dict(text="+ slots", font=dict(size=11), standoff=20)),
         yaxis=dict(showgrid=False, zeroline=False, autorange="reversed", tickformat=",d",
-                   ticks="outside", ticklen=5, tickcolor=_TICK_COLOUR,
+                   ticks="outside", ticklen=5, tickcolor=theme.GRID_COLOUR,
                    title=dict(text="slot address of row", font=dict(size=11), standoff=24)),
     )
     fig = go.Figure(data=[heat], layout=layout)

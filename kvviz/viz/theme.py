@@ -30,6 +30,29 @@ STATES: tuple[StateStyle, ...] = (
                "one block read by several sequences (refcount > 1)"),
 )
 PAD_COLOUR = "#ffffff"  # grid cells past the end of the map
+
+# Streamlit's light plotly theme, spelled out, for figures the Live page draws every second or
+# few with theme=None. Streamlit re-mounts a chart whose spec changed, and with its theme (or
+# any template) plotly then draws it again: once for the auto margins, once more when the
+# themed copy arrives. A template-free figure with fixed margins is drawn once or twice
+# (docs/BENCHMARKS.md).
+FONT_FAMILY = '"Source Sans", sans-serif'
+FONT = dict(family=FONT_FAMILY, size=12, color="#808495")
+TITLE_COLOUR = "#2F2D2B"
+GRID_COLOUR = "#e6eaf1"
+HOVERLABEL = dict(bgcolor="#FFFFFF", bordercolor="#DCD8D4",
+                  font=dict(family=FONT_FAMILY, size=12, color="#808495"))
+
+
+def plain(fig, margin: dict) -> None:
+    """Give a plotly figure Streamlit's look without a template, and fixed margins (no
+    auto-margin redraw). Titles and legends must fit inside `margin`."""
+    fig.update_layout(template=None, font=FONT, hoverlabel=HOVERLABEL, paper_bgcolor="#ffffff",
+                      plot_bgcolor="#ffffff", title_font_color=TITLE_COLOUR,
+                      margin=dict(**margin, autoexpand=False))
+    axis = dict(gridcolor=GRID_COLOUR, linecolor=GRID_COLOUR, zeroline=False, automargin=False)
+    fig.update_xaxes(**axis)
+    fig.update_yaxes(**axis)
 STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
 STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
 

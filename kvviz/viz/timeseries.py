@@ -94,9 +94,12 @@ def shares_figure(samples: pd.DataFrame, title: str = "Memory shares") -> go.Fig
         fig.add_scatter(x=t, y=_col(samples, col) / cap, name=key, stackgroup="shares",
                         mode="lines", line=dict(width=0.5, color=theme.SHARE_COLOURS[key]),
                         hovertemplate=f"{key} %{{y:.1%}} at %{{x:.1f}} s<extra></extra>")
-    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=200,
-                      margin=dict(l=40, r=8, t=36, b=28), legend=dict(orientation="h", y=-0.25),
+    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left",
+                                 xref="container", pad=dict(l=8)), height=200,
+                      legend=dict(orientation="h", x=1, xanchor="right", y=1.02,
+                                  yanchor="bottom"),
                       yaxis=dict(tickformat=".0%", range=[0, 1]), xaxis=dict(title=None))
+    theme.plain(fig, dict(l=48, r=12, t=40, b=28))
     return fig
 
 
@@ -132,8 +135,8 @@ def over_time_figure(samples: pd.DataFrame, lanes: list[str],
         fig.add_scatter(x=t, y=_col(df, "tokens_per_s"), name=lane, row=1, col=4,
                         showlegend=False, **common)
     fig.update_annotations(font_size=12)
-    fig.update_layout(height=250, margin=dict(l=36, r=8, t=56, b=24),
-                      legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(height=260, legend=dict(orientation="h", x=0, y=-0.12, yanchor="top"))
+    theme.plain(fig, dict(l=48, r=12, t=60, b=52))
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(rangemode="tozero")
     _mark(fig, mark_t)
@@ -175,8 +178,10 @@ def failures_figure(samples: pd.DataFrame, events: pd.DataFrame, lane: str,
                                                     symbol="x"),
                         hovertemplate=f"{cls}: needed %{{y:,.0f}} slots at %{{x:.2f}} s"
                                       "<extra></extra>")
-    fig.update_layout(title=dict(text=f"{lane}: free total vs largest hole", font=dict(size=13)),
-                      height=240, margin=dict(l=48, r=8, t=36, b=28),
-                      legend=dict(orientation="h", y=-0.25), yaxis=dict(title="slots"))
+    fig.update_layout(title=dict(text=f"{lane}: free total vs largest hole", font=dict(size=13),
+                                 x=0, xanchor="left", xref="container", pad=dict(l=8)),
+                      height=260, legend=dict(orientation="h", x=0, y=-0.14, yanchor="top"),
+                      yaxis=dict(title=dict(text="slots", standoff=8)))
+    theme.plain(fig, dict(l=64, r=12, t=40, b=76))
     _mark(fig, mark_t)
     return fig

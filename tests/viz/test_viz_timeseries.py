@@ -104,3 +104,24 @@ def test_headline_html_escapes_and_describes_each_number():
     assert 'tabindex="0"' in html and 'aria-label="Largest &lt;hole&gt;: 12 tok"' in html
     assert 'title="biggest &quot;run&quot; of free slots"' in html
     assert "repeat(4,1fr)" in html
+
+
+def test_live_figures_carry_their_style_and_fixed_margins():
+    """The Live page draws these with theme=None every few seconds: no template and no
+    auto-margins, or plotly draws each re-mounted chart two or three times."""
+    from kvviz.blockmap import empty_blockmap
+    from kvviz.viz.heatmap import blockmap_figure
+
+    s = samples()
+    figs = [vt.shares_figure(s[s["lane"] == "paged:16"]), vt.over_time_figure(s, ["paged:16"]),
+            vt.failures_figure(s, events(), "contiguous:first-fit:max"),
+            blockmap_figure(empty_blockmap(64, 16))]
+    for fig in figs:
+        spec = json.loads(fig.to_json())["layout"]
+        assert "template" not in spec or spec["template"] in (None, {}), spec.get("template")
+        assert spec["font"]["family"].startswith('"Source Sans"')
+        for key in (k for k in spec if k.startswith(("xaxis", "yaxis"))):
+            assert spec[key].get("automargin") in (None, False), key
+    for fig in figs[:3]:
+        margin = json.loads(fig.to_json())["layout"]["margin"]
+        assert margin["autoexpand"] is False and margin["b"] >= 28
