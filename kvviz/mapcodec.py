@@ -9,17 +9,20 @@ smallest unsigned dtype that holds it, zlib-compressed:
     plane[i] = np.repeat(values, lengths)
 
 Live KV maps are mostly long runs (a sequence's full blocks, a contiguous reservation, free
-space), so this is small and costs time per run, not per block. Version 2 adds two things:
+space), so this is small and costs time per run, not per block. Version 2 adds three things:
 
 - byte shuffling: a multi-byte array is stored as all its lowest bytes, then all second
   bytes, ... (as HDF5's shuffle filter does), which lets deflate's run-length matching see
-  the mostly-constant high bytes: 15-20% smaller and faster on 10^5-run maps;
+  the mostly-constant high bytes: 15-18% smaller at the same speed on 10^5-run maps;
 - a per-plane mode for maps where joint runs degenerate (more than 1 run per DENSE_RUNS
   blocks, e.g. a paged pool whose sequences grew in lockstep, so that every block starts a
   run): each plane is then run-length coded on its own (filled / allocated / refcount /
   cached change rarely even when owners alternate) or, when a plane has too many runs of its
   own, stored per block; a per-block owner plane is stored as differences between
-  neighbours when that is no wider, which turns the lockstep pattern into a constant.
+  neighbours when those repeat, which turns the lockstep pattern into a constant;
+- large arrays as one zlib stream per byte plane, each deflated (Z_RLE, or Huffman coding
+  alone where runs are absent) or stored when a sample shows deflate would barely shrink it.
+All of it is plain zlib, so numpy and the standard library read it (docs/FORMAT.md).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ LEVEL = 1  # zlib level: speed over the last few percent of size
 # 30-60% faster than the default strategy on 10^5-run maps, 4-7% larger (docs/BENCHMARKS.md).
 # Any zlib decoder reads it.
 STRATEGY = zlib.Z_RLE
-ADAPTIVE_MIN = 1 << 18  # arrays with more values: one zlib stream per byte plane, see _level
+ADAPTIVE_MIN = 1 << 18  # arrays with more values: one zlib stream per byte plane, see _choice
 SAMPLES, SAMPLE_BYTES, STORE_ABOVE = 4, 4096, 0.9
 
 
