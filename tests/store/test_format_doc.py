@@ -55,3 +55,33 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     used = int(bm.filled.sum())
     assert f"paged:16: {1 << 18} blocks, 0 free, used {used}" in out.stdout
+
+
+def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
+    """The example's rle-zlib-1 branch: the recording with its block maps rewritten as a
+    format-2 writer stored them."""
+    import shutil
+    import sqlite3
+
+    from kvviz.store import RunReader
+    from tests.store.test_codec import encode_v1
+
+    src, sim = recording
+    path = tmp_path / "old.db"
+    shutil.copy(src, path)
+    r = RunReader(path)
+    ids = r._df("SELECT sample_id FROM blockmaps")["sample_id"].tolist()
+    maps = {int(i): r.blockmap(int(i)) for i in ids}
+    r.close()
+    with sqlite3.connect(path) as db:
+        for sid, bm in maps.items():
+            runs, layout, blobs = encode_v1(bm)
+            db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
+                       f"{', '.join(f'{k} = ?' for k in blobs)} WHERE sample_id = ?",
+                       (runs, layout, *blobs.values(), sid))
+        db.execute("UPDATE run SET format_version = 2")
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    out = subprocess.run([sys.executable, "-c", blocks[0], str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"{sim.lanes[0].name}: {sim.lanes[0].capacity} blocks" in out.stdout
