@@ -130,7 +130,7 @@ class RunWriter:
         self._map_idx[lane] = idx + 1
         row = (sid, lane, t, step, idx, enc.num_blocks, bm.block_size, bm.bytes_per_token,
                bm.label, int(bm.contiguous), codec.ENCODING, enc.runs, enc.layout, enc.nbytes,
-               *(enc.blobs[k] for k in ("lengths", *codec.PLANES, *codec.FINALS)),
+               *(enc.blobs[k] for k in codec.BLOB_COLS),
                int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
         self._map_bytes += enc.nbytes

@@ -19,9 +19,10 @@ COUNTERS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentat
 SAMPLE_COLS = ("t", "step", "lane", *Metrics._fields, *COUNTERS)
 EVENT_COLS = ("t", "step", "lane", "kind", "seq_id", "reason", "need_tokens", "free_tokens",
               "largest_hole_tokens", "count")
+BLOB_COLS = ("lengths", *PLANES, *FINALS)  # the encoded arrays of a block map (mapcodec)
 MAP_COLS = ("sample_id", "lane", "t", "step", "idx", "num_blocks", "block_size",
             "bytes_per_token", "label", "contiguous", "encoding", "runs", "layout", "nbytes",
-            "lengths", *PLANES, "final_seq", "final_len", "final_held", "buddy")
+            *BLOB_COLS, "buddy")
 SCHEMA = f"""
 CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), app TEXT NOT NULL,
   format_version INTEGER NOT NULL, kvviz_version TEXT, created_unix REAL, meta TEXT NOT NULL,

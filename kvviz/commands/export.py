@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 
 HELP = "export a recording's tables to Parquet or CSV"
-BLOBS = ("lengths", "owner", "filled", "allocated", "refcount", "cached", "final_seq",
-         "final_len", "final_held")  # the encoded arrays of blockmaps (docs/FORMAT.md)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +28,7 @@ def _outdir(d: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from kvviz.store import RunReader
+    from kvviz.store_codec import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             if fmt == "parquet":
                 df.to_parquet(out / f"{name}.parquet", engine="pyarrow", index=False)
             else:
-                df.drop(columns=[c for c in BLOBS if c in df.columns]).to_csv(
+                df.drop(columns=[c for c in BLOB_COLS if c in df.columns]).to_csv(
                     out / f"{name}.csv", index=False)
         print(f"{out}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} + run.json")
     return 0

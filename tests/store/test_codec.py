@@ -165,6 +165,17 @@ def encode_v1(bm: BlockMap) -> tuple[int, str, dict]:
     return int(starts.size), json.dumps(layout), blobs
 
 
+def store_as_format_2(db, maps: dict[int, BlockMap]) -> None:
+    """Rewrite the given block maps (by sample_id) of an open recording as rle-zlib-1 and mark
+    it format 2: what an older kvviz wrote."""
+    for sid, bm in maps.items():
+        runs, layout, blobs = encode_v1(bm)
+        db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
+                   f"{', '.join(f'{k} = ?' for k in blobs)} WHERE sample_id = ?",
+                   (runs, layout, *blobs.values(), sid))
+    db.execute("UPDATE run SET format_version = 2")
+
+
 def test_version_1_maps_still_decode() -> None:
     for bm in (lockstep(512, 16), empty_blockmap(64, 4)):
         runs, layout, blobs = encode_v1(bm)
@@ -188,11 +199,9 @@ def test_reader_opens_format_2_maps(tmp_path) -> None:
     w = RunWriter(path, {"mode": "sim", "lanes": [{"name": "paged:16"}]})
     w.add_sample(0.5, 3, "paged:16", {}, bm)
     w.close("finished")
-    runs, layout, blobs = encode_v1(bm)
     with sqlite3.connect(path) as db:
-        db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
-                   f"{', '.join(f'{k} = ?' for k in blobs)}", (runs, layout, *blobs.values()))
-        db.execute("UPDATE run SET format_version = 2")
+        sid = db.execute("SELECT sample_id FROM blockmaps").fetchone()[0]
+        store_as_format_2(db, {sid: bm})
     r = RunReader(path)
     assert r.format_version == 2
     sid = int(r.blockmap_index("paged:16")["sample_id"].iloc[0])

@@ -9,13 +9,19 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md"
 
 
-def test_format_example_reads_a_recording(recording) -> None:
+def run_example(path: Path) -> subprocess.CompletedProcess:
+    """The doc's first Python block, run on `path` in a fresh interpreter; it must succeed."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert blocks, "docs/FORMAT.md lost its Python example"
-    path, sim = recording
     out = subprocess.run([sys.executable, "-c", blocks[0], str(path)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_format_example_reads_a_recording(recording) -> None:
+    path, sim = recording
+    out = run_example(path)
     assert "finished ['contiguous:first-fit:max', 'paged:16']" in out.stdout
     assert f"{sim.lanes[0].name}: {sim.lanes[0].capacity} blocks" in out.stdout
     want = [e for e in sim.events.events if e.lane == sim.lanes[0].name]
@@ -49,10 +55,7 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     w.add_sample(1.0, 20, "paged:16", compute(bm).as_dict(), bm)
     w.add_events(sim.events.since(0)[0])
     w.close("finished")
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    out = subprocess.run([sys.executable, "-c", blocks[0], str(path)], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    out = run_example(path)
     used = int(bm.filled.sum())
     assert f"paged:16: {1 << 18} blocks, 0 free, used {used}" in out.stdout
 
@@ -64,7 +67,7 @@ def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
     import sqlite3
 
     from kvviz.store import RunReader
-    from tests.store.test_codec import encode_v1
+    from tests.store.test_codec import store_as_format_2
 
     src, sim = recording
     path = tmp_path / "old.db"
@@ -74,14 +77,6 @@ def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
     maps = {int(i): r.blockmap(int(i)) for i in ids}
     r.close()
     with sqlite3.connect(path) as db:
-        for sid, bm in maps.items():
-            runs, layout, blobs = encode_v1(bm)
-            db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
-                       f"{', '.join(f'{k} = ?' for k in blobs)} WHERE sample_id = ?",
-                       (runs, layout, *blobs.values(), sid))
-        db.execute("UPDATE run SET format_version = 2")
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    out = subprocess.run([sys.executable, "-c", blocks[0], str(path)], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+        store_as_format_2(db, maps)
+    out = run_example(path)
     assert f"{sim.lanes[0].name}: {sim.lanes[0].capacity} blocks" in out.stdout
