@@ -211,17 +211,71 @@ def test_reader_opens_format_2_maps(tmp_path) -> None:
 
 def test_random_bytes_are_stored_not_deflated() -> None:
     """A busy pool whose owners are in random order: the owner ids' low bytes are stored
-    (level 0: deflate would barely shrink them), the high bytes deflated; exact either way."""
+    (level 0: deflate would barely shrink them), the high bytes (values < 16: 4096 owners)
+    nibble-packed, two per byte, and stored too; exact either way."""
     n = 1 << 18
     ls = lockstep(n, 4096)
     perm = np.random.default_rng(2).permutation(n)
     bm = BlockMap(ls.owner[perm], ls.filled, ls.allocated, ls.refcount, ls.cached, 16, 2,
                   "paged:16", False)
     e = encode(bm)
+    spec = json.loads(e.layout)["arrays"]["owner"]
+    assert spec["dtype"] == "uint16" and spec["nibbles"] == [1] and spec["count"] == n
     blob = e.blobs["owner"]
     d = zlib.decompressobj()
     low = d.decompress(blob)
     assert d.eof and len(low) == n and d.unused_data  # first stream: the low bytes
     assert len(blob) - len(d.unused_data) > n  # stored: no smaller than the bytes themselves
-    assert len(d.unused_data) < 0.6 * n  # second stream: 4-bit high bytes, deflated
+    high = zlib.decompress(d.unused_data)  # second stream: the high bytes, two per byte
+    q = bm.owner.astype(np.uint16)
+    assert np.array_equal(np.frombuffer(low, np.uint8), q & 0xFF)
+    assert np.array_equal(np.frombuffer(high, np.uint8), (q[0::2] >> 8) | (q[1::2] >> 8 << 4))
     assert roundtrip(bm) == bm
+
+
+def random_small(n: int, seed: int = 4) -> BlockMap:
+    """Every block its own run: 12-bit owners in random order, fill levels 0..15 per block."""
+    rng = np.random.default_rng(seed)
+    owner = rng.permutation(np.arange(n) % 4000).astype(np.int32)
+    filled = rng.integers(0, 16, n).astype(np.int32)
+    return BlockMap(owner, filled, np.full(n, 16, np.int32), np.ones(n, np.int16),
+                    np.zeros(n, bool), 16, 2, "paged:16", False)
+
+
+@pytest.mark.parametrize("n", [(1 << 18) + 1, 1 << 18])
+def test_nibble_packed_planes_roundtrip(n: int) -> None:
+    """Odd and even counts; a one-byte plane (filled) packed whole, a two-byte one (owner)
+    packed in its high byte plane only."""
+    bm = random_small(n)
+    arrays = json.loads(encode(bm).layout)["arrays"]
+    assert arrays["filled"]["nibbles"] == [0] and arrays["owner"]["nibbles"] == [1]
+    # 1.5 bytes per block for owner + 0.5 for filled, plus stored blocks' 5-byte headers
+    assert encode(bm).nbytes < 2.01 * n
+    assert roundtrip(bm) == bm
+
+
+def test_large_finals_with_small_values_roundtrip() -> None:
+    """final_* arrays of 2^18 or more sequences may be nibble-packed; their count is then in
+    the spec, since the inflated size alone no longer gives it."""
+    m = (1 << 18) + 3
+    rng = np.random.default_rng(5)
+    bm = lockstep(1 << 10, 8)
+    bm = BlockMap(bm.owner, bm.filled, bm.allocated, bm.refcount, bm.cached, 16, 1, "x", False,
+                  final_seq=np.arange(m, dtype=np.int32),
+                  final_len=rng.integers(0, 16, m).astype(np.int32),
+                  final_held=rng.integers(0, 16, m).astype(np.int64))
+    arrays = json.loads(encode(bm).layout)["arrays"]
+    assert arrays["final_len"]["nibbles"] == [0] and arrays["final_len"]["count"] == m
+    out = roundtrip(bm)
+    for name in ("final_seq", "final_len", "final_held"):
+        assert np.array_equal(getattr(out, name), getattr(bm, name)), name
+
+
+def test_truncated_nibble_plane_names_the_packing() -> None:
+    bm = random_small(1 << 18)
+    e = encode(bm)
+    blobs = dict(e.blobs)
+    blobs["filled"] = zlib.compress(zlib.decompress(blobs["filled"])[:-1])
+    with pytest.raises(ValueError, match=r"filled: .*byte planes \[0\] as nibbles"):
+        decode(e.num_blocks, e.runs, e.layout, blobs, block_size=16, bytes_per_token=2,
+               label="x", contiguous=False)

@@ -1,6 +1,7 @@
 """docs/FORMAT.md's sqlite3 + numpy example runs against a real recording."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -31,7 +32,8 @@ def test_format_example_reads_a_recording(recording) -> None:
 
 def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     """The example's rle-zlib-2 "planes" branch, on a pool where every block is a run and
-    owners are in random order (large arrays: one zlib stream per byte plane, some stored)."""
+    owners are in random order (large arrays: one zlib stream per byte plane, some stored,
+    the owners' high bytes nibble-packed)."""
     from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
     from kvviz.engine import Simulation
     from kvviz.metrics import compute
@@ -55,6 +57,8 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     w.add_sample(1.0, 20, "paged:16", compute(bm).as_dict(), bm)
     w.add_events(sim.events.since(0)[0])
     w.close("finished")
+    from kvviz.mapcodec import encode
+    assert json.loads(encode(bm).layout)["arrays"]["owner"]["nibbles"] == [1]  # format 4
     out = run_example(path)
     used = int(bm.filled.sum())
     assert f"paged:16: {1 << 18} blocks, 0 free, used {used}" in out.stdout
