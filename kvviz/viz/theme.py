@@ -53,6 +53,8 @@ def plain(fig, margin: dict) -> None:
     axis = dict(gridcolor=GRID_COLOUR, linecolor=GRID_COLOUR, zeroline=False, automargin=False)
     fig.update_xaxes(**axis)
     fig.update_yaxes(**axis)
+
+
 STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
 STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
 
