@@ -95,3 +95,13 @@ def open_checked(path: Path) -> sqlite3.Connection:
         raise StoreError(f"{path}: format version {row[1]} is newer than this kvviz reads "
                          f"({FORMAT_VERSION}); upgrade kvviz")
     return conn
+
+# node_samples (mode "node" recordings, `kvviz scrape --out RUN.db`): kvviz.node.NodeSample
+# fields; `raw` (every series of the scrape) is zlib-compressed JSON in `raw_zlib`.
+NODE_COLS = ("t", "time", "url", "status", "message", "engine", "kv_usage", "kv_used_tokens",
+             "kv_capacity_tokens", "num_running", "num_waiting", "preemptions_total",
+             "prefix_queries_total", "prefix_hits_total", "prefix_hit_rate", "block_size",
+             "num_gpu_blocks", "preemptions_per_s", "prefix_hit_rate_interval", "interval_s",
+             "latency_s")
+NODE_SCHEMA = ("CREATE TABLE IF NOT EXISTS node_samples (row_id INTEGER PRIMARY KEY, "
+               f"{', '.join(NODE_COLS)}, raw_zlib BLOB)")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvviz.cli import main
-from kvviz.store import NODE_COLS, RunReader, RunWriter
+from kvviz.store import RunReader, RunWriter
+from kvviz.store_codec import NODE_COLS
 
 ROOT = Path(__file__).resolve().parents[2]
 
