@@ -8,6 +8,7 @@ from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
 from kvviz.viz import heatmap as vh
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
+from kvviz.viz import vegalite as vl
 from pages import common
 
 WINDOW_S = 300.0  # seconds of history in the time series
@@ -138,19 +139,23 @@ def draw_history(r, lanes: list[str]) -> None:
     window = vt.thin(samples[samples["t"] >= samples["t"].max() - WINDOW_S], HISTORY_POINTS)
     st.subheader("Over time", help=f"the last {WINDOW_S:.0f} s, redrawn every "
                  f"{HISTORY_EVERY_S:.0f} s")
-    for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
-        col.plotly_chart(vt.shares_figure(window[window["lane"] == lane],
-                                          f"{lane}: used / slack / free"),
-                         key=f"live_shares_{i}", config={"displayModeBar": False},
-                         theme=None)  # styled by the builder: see kvviz.viz.theme.plain
-    st.plotly_chart(vt.over_time_figure(window, lanes), key="live_over_time", theme=None)
+    # Vega-Lite, not plotly: a spec that stays the same keeps its chart mounted and only the
+    # data is swapped; a changed plotly figure is re-mounted and drawn anew (kvviz.viz.vegalite)
+    st.html(vl.shares_legend_html())
+    for col, lane in zip(st.columns(len(lanes)), lanes):
+        col.vega_lite_chart(*vl.shares_chart(window, lane), theme=None)
+    st.html(theme.lanes_legend_html(lanes))
+    charts = vl.over_time_charts(window, lanes)
+    for row in (charts[:2], charts[2:]):
+        for col, chart in zip(st.columns(2), row):
+            col.vega_lite_chart(*chart, theme=None)
     st.subheader("Admission failures")
     st.caption(" · ".join(f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
     events = r.events(kinds=["admit_failed"], limit=500)
     recent = events[events["t"] >= samples["t"].max() - WINDOW_S]
-    for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
-        col.plotly_chart(vt.failures_figure(window, recent, lane), key=f"live_fail_fig_{i}",
-                         theme=None)
+    st.html(vl.failures_legend_html())
+    for col, lane in zip(st.columns(len(lanes)), lanes):
+        col.vega_lite_chart(*vl.failures_chart(window, recent, lane), theme=None)
     feed = vt.failure_table(events).head(100)
     st.dataframe(feed, hide_index=True, height=min(300, 38 + 35 * max(1, len(feed))),
                  column_config={"t": st.column_config.NumberColumn("t (s)", format="%.2f"),

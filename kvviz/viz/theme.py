@@ -92,6 +92,32 @@ def legend_html() -> str:
     return '<div style="font-size:0.8rem;line-height:1.9">' + " ".join(items) + "</div>"
 
 
+def _swatch(colour: str, kind: str) -> str:
+    if kind == "cross":
+        return (f'<span style="color:{colour};font-weight:bold;margin-right:5px;'
+                f'vertical-align:middle">&#x2715;</span>')
+    if kind == "box":
+        return (f'<span style="display:inline-block;width:12px;height:12px;background:'
+                f'{colour};vertical-align:middle;margin-right:5px"></span>')
+    border = "dashed" if kind == "dash" else "solid"
+    return (f'<span style="display:inline-block;width:18px;border-top:2px {border} {colour};'
+            f'vertical-align:middle;margin-right:6px"></span>')
+
+
+def series_legend_html(items: list[tuple[str, str, str]]) -> str:
+    """One line of (label, colour, kind) legend entries, kind one of line / dash / box /
+    cross: the legend of several charts at once, outside them (kvviz.viz.vegalite)."""
+    spans = [f'<span style="margin-right:18px;white-space:nowrap">{_swatch(colour, kind)}'
+             f"{escape(label)}</span>" for label, colour, kind in items]
+    return ('<div style="font-size:0.8rem;line-height:1.9;color:#555">' + " ".join(spans) +
+            "</div>")
+
+
+def lanes_legend_html(lanes: list[str]) -> str:
+    """Each lane's colour (lane_colour) as a short line, and its name."""
+    return series_legend_html([(lane, lane_colour(i), "line") for i, lane in enumerate(lanes)])
+
+
 def headline_html(items: list, per_row: int = 4) -> str:
     """A grid of (label, value, help) headline numbers, `per_row` to a row; help on hover,
     and each number is focusable with the help as its accessible description (st.metric's

@@ -79,28 +79,11 @@ def thin(samples: pd.DataFrame, max_points: int = 300) -> pd.DataFrame:
     return samples[keep]
 
 
-def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+def numeric(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Column `name` as float64, 0 where it is missing or not a number."""
     if name not in df:
         return np.zeros(len(df), np.float64)
     return pd.to_numeric(df[name], errors="coerce").fillna(0).to_numpy(np.float64)
-
-
-def shares_figure(samples: pd.DataFrame, title: str = "Memory shares") -> go.Figure:
-    """Stacked used / slack / free share of capacity over time, for one lane's samples."""
-    t = _col(samples, "t")
-    cap = np.maximum(1.0, _col(samples, "capacity_tokens"))
-    fig = go.Figure()
-    for key, col in (("used", "used_tokens"), ("slack", "slack_tokens"), ("free", "free_tokens")):
-        fig.add_scatter(x=t, y=_col(samples, col) / cap, name=key, stackgroup="shares",
-                        mode="lines", line=dict(width=0.5, color=theme.SHARE_COLOURS[key]),
-                        hovertemplate=f"{key} %{{y:.1%}} at %{{x:.1f}} s<extra></extra>")
-    fig.update_layout(title=dict(text=title, font=dict(size=13), x=0, xanchor="left",
-                                 xref="container", pad=dict(l=8)), height=200,
-                      legend=dict(orientation="h", x=1, xanchor="right", y=1.02,
-                                  yanchor="bottom"),
-                      yaxis=dict(tickformat=".0%", range=[0, 1]), xaxis=dict(title=None))
-    theme.plain(fig, dict(l=48, r=12, t=40, b=28))
-    return fig
 
 
 def _mark(fig: go.Figure, mark_t: float | None) -> None:
@@ -120,19 +103,19 @@ def over_time_figure(samples: pd.DataFrame, lanes: list[str],
         "dotted POLICY</sup>", "Tokens/s"))
     for i, lane in enumerate(lanes):
         df = samples[samples["lane"] == lane] if "lane" in samples else samples
-        t = _col(df, "t")
+        t = numeric(df, "t")
         colour = theme.lane_colour(i)
         common = dict(mode="lines", legendgroup=lane, line=dict(color=colour, width=1.5))
-        fig.add_scatter(x=t, y=_col(df, "external_frag_index"), name=lane, row=1, col=1,
+        fig.add_scatter(x=t, y=numeric(df, "external_frag_index"), name=lane, row=1, col=1,
                         **common)
-        fig.add_scatter(x=t, y=_col(df, "largest_hole_tokens"), name=lane, row=1, col=2,
+        fig.add_scatter(x=t, y=numeric(df, "largest_hole_tokens"), name=lane, row=1, col=2,
                         showlegend=False, **common)
         for cls, dash in zip(FAILURE_CLASSES, ("solid", "dash", "dot")):
-            fig.add_scatter(x=t, y=_col(df, FAILURE_COLUMNS[cls]), row=1, col=3,
+            fig.add_scatter(x=t, y=numeric(df, FAILURE_COLUMNS[cls]), row=1, col=3,
                             name=f"{lane} {cls}", showlegend=False, mode="lines",
                             legendgroup=lane, line=dict(color=colour, width=1.5, dash=dash),
                             hovertemplate=f"{cls} %{{y:,.0f}}<extra>{lane}</extra>")
-        fig.add_scatter(x=t, y=_col(df, "tokens_per_s"), name=lane, row=1, col=4,
+        fig.add_scatter(x=t, y=numeric(df, "tokens_per_s"), name=lane, row=1, col=4,
                         showlegend=False, **common)
     fig.update_annotations(font_size=12)
     fig.update_layout(height=260, legend=dict(orientation="h", x=0, y=-0.12, yanchor="top"))
@@ -152,36 +135,3 @@ def failure_table(events: pd.DataFrame, newest_first: bool = True) -> pd.DataFra
     df["free_covers_need"] = df["free_tokens"] >= df["need_tokens"]
     df = df.sort_values("t", ascending=not newest_first, kind="stable")
     return df[FEED_COLUMNS].reset_index(drop=True)
-
-
-def failures_figure(samples: pd.DataFrame, events: pd.DataFrame, lane: str,
-                    mark_t: float | None = None) -> go.Figure:
-    """One lane: free total and largest hole over time; each failure a marker at its need.
-
-    A FRAGMENTATION failure sits between the two lines: the free total covers it, no hole does.
-    """
-    df = samples[samples["lane"] == lane] if "lane" in samples else samples
-    fig = go.Figure()
-    t = _col(df, "t")
-    fig.add_scatter(x=t, y=_col(df, "free_tokens"), name="free total", mode="lines",
-                    line=dict(color=theme.SHARE_COLOURS["free"], width=2))
-    fig.add_scatter(x=t, y=_col(df, "largest_hole_tokens"), name="largest hole", mode="lines",
-                    line=dict(color="#333333", width=1.5, dash="dash"))
-    fails = failure_table(events)
-    fails = fails[fails["lane"] == lane]
-    for cls in FAILURE_CLASSES:
-        f = fails[fails["class"] == cls]
-        if f.empty:
-            continue
-        fig.add_scatter(x=_col(f, "t"), y=_col(f, "need_tokens"), name=f"{cls} failure",
-                        mode="markers", marker=dict(color=theme.FAILURE_COLOURS[cls], size=7,
-                                                    symbol="x"),
-                        hovertemplate=f"{cls}: needed %{{y:,.0f}} slots at %{{x:.2f}} s"
-                                      "<extra></extra>")
-    fig.update_layout(title=dict(text=f"{lane}: free total vs largest hole", font=dict(size=13),
-                                 x=0, xanchor="left", xref="container", pad=dict(l=8)),
-                      height=260, legend=dict(orientation="h", x=0, y=-0.14, yanchor="top"),
-                      yaxis=dict(title=dict(text="slots", standoff=8)))
-    theme.plain(fig, dict(l=64, r=12, t=40, b=76))
-    _mark(fig, mark_t)
-    return fig

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 60
@@ -16,6 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def figures(at: AppTest) -> list[dict]:
     """Every plotly chart on the page as its figure JSON (UnknownElement.proto.spec)."""
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def vega_charts(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
+    """Every Vega-Lite chart on the page: its spec and its data (Arrow IPC in the proto)."""
+    out = []
+    for el in at.get("vega_lite_chart"):
+        data = pa.ipc.open_stream(el.proto.data.data).read_all().to_pandas()
+        out.append((json.loads(el.proto.spec), data))
+    return out
 
 
 def heatmaps(at: AppTest) -> list[dict]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until
+from pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until, vega_charts
 
 from kvviz import cellstate as cs
 from kvviz import live
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
+from kvviz.viz import vegalite as vl
 from pages import common
 
 
@@ -113,19 +114,30 @@ def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
     assert len(figures(at)) == 2
     at.run()  # what the fragment's first tick draws (timers do not fire in AppTest)
     no_exception(at)
-    titles = [f["layout"].get("title", {}).get("text", "") for f in figures(at)]
+    assert len(figures(at)) == 2  # the heatmaps; the history is Vega-Lite (kvviz.viz.vegalite)
+    charts = {spec["title"]["text"]: data for spec, data in vega_charts(at)}
     r = live.open_run(runs, "rec.db")
     try:
         lanes = r.lanes()
-        fails = vt.failure_table(r.events(kinds=["admit_failed"], limit=500)).head(100)
+        samples = r.samples()
+        every = vt.failure_table(r.events(kinds=["admit_failed"], limit=500))
+        fails = every.head(100)
     finally:
         r.close()
+    assert samples["t"].max() - samples["t"].min() < 300  # all of it in the 300-s window
+    assert len(charts) == 2 * len(lanes) + 4
+    for title, _, _, _ in vl.PANELS:
+        assert title in charts
     for lane in lanes:
-        assert f"{lane}: used / slack / free" in titles
-        assert f"{lane}: free total vs largest hole" in titles
-    over = [f for f in figures(at) if any("External fragmentation" in a.get("text", "")
-                                          for a in f["layout"].get("annotations", []))]
-    assert len(over) == 1
+        shares = charts[f"{lane}: used / slack / free"]
+        assert np.allclose(shares.groupby("t")["share"].sum(), 1.0)
+        hole = charts["Largest hole (slots)"]
+        hole = hole[hole["lane"] == lane]
+        want = samples[samples["lane"] == lane]
+        assert hole["value"].iloc[-1] == want["largest_hole_tokens"].iloc[-1]
+        marks = charts[f"{lane}: free total vs largest hole"]
+        marks = marks[marks["series"].str.endswith(" failure")]
+        assert len(marks) == len(every[every["lane"] == lane])
     feed = at.dataframe[0].value
     assert len(fails) > 0 and len(feed) == len(fails)
     assert feed["seq_id"].tolist() == fails["seq_id"].tolist()

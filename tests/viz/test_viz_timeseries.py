@@ -46,13 +46,6 @@ def test_headline_survives_missing_columns():
     assert len(vt.headline({"t": 0.0})) == 8
 
 
-def test_shares_stack_to_capacity():
-    df = samples()[lambda d: d.lane == "paged:16"]
-    fig = vt.shares_figure(df)
-    total = sum(np.asarray(tr.y) for tr in fig.data)
-    assert np.allclose(total, 1.0)
-
-
 def test_over_time_has_lines_per_lane_and_the_cursor():
     fig = vt.over_time_figure(samples(), ["contiguous:first-fit:max", "paged:16"], mark_t=1.0)
     assert len(fig.data) == 2 * (3 + 3)
@@ -69,14 +62,6 @@ def test_failure_table_keeps_failures_and_compares_free_with_need():
 
 def test_failure_table_of_nothing_is_empty():
     assert vt.failure_table(pd.DataFrame()).empty
-
-
-def test_failures_figure_marks_each_failure_by_class():
-    fig = vt.failures_figure(samples(), events(), "contiguous:first-fit:max")
-    names = [tr.name for tr in fig.data]
-    assert names == ["free total", "largest hole", "CAPACITY failure", "FRAGMENTATION failure"]
-    frag = fig.data[3]
-    assert list(frag.y) == [500] and list(frag.x) == [1.0]
 
 
 def test_thin_keeps_the_last_sample_of_each_time_bucket_per_lane():
@@ -107,21 +92,19 @@ def test_headline_html_escapes_and_describes_each_number():
 
 
 def test_live_figures_carry_their_style_and_fixed_margins():
-    """The Live page draws these with theme=None every few seconds: no template and no
+    """The Live and Replay pages draw these with theme=None every second or so: no template and no
     auto-margins, or plotly draws each re-mounted chart two or three times."""
     from kvviz.blockmap import empty_blockmap
     from kvviz.viz.heatmap import blockmap_figure
 
     s = samples()
-    figs = [vt.shares_figure(s[s["lane"] == "paged:16"]), vt.over_time_figure(s, ["paged:16"]),
-            vt.failures_figure(s, events(), "contiguous:first-fit:max"),
-            blockmap_figure(empty_blockmap(64, 16))]
+    figs = [vt.over_time_figure(s, ["paged:16"]), blockmap_figure(empty_blockmap(64, 16))]
     for fig in figs:
         spec = json.loads(fig.to_json())["layout"]
         assert "template" not in spec or spec["template"] in (None, {}), spec.get("template")
         assert spec["font"]["family"].startswith('"Source Sans"')
         for key in (k for k in spec if k.startswith(("xaxis", "yaxis"))):
             assert spec[key].get("automargin") in (None, False), key
-    for fig in figs[:3]:
+    for fig in figs[:1]:
         margin = json.loads(fig.to_json())["layout"]["margin"]
         assert margin["autoexpand"] is False and margin["b"] >= 28
