@@ -9,7 +9,10 @@ same, Streamlit swaps the data into the mounted view. So every spec below depend
 the lane names, never on the data, which goes in the returned frame (long format).
 
 Each builder returns (data, spec) for `st.vega_lite_chart(data, spec, theme=None)`: the
-charts carry the light look of kvviz.viz.theme themselves. Hover shows the nearest point.
+charts carry the light look of kvviz.viz.theme themselves. Only the failure markers have a
+hover tooltip: a nearest-point hover layer (a point per datum plus a Voronoi diagram that
+Vega recomputes at every data update) made the four-tab Live page slower than with plotly
+(docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -56,17 +59,6 @@ def _spec(height: int, title: dict, layers: list[dict], encoding: dict) -> dict:
             "encoding": encoding, "layer": layers}
 
 
-def _hover_points(tooltip: list[dict], extra: dict | None = None) -> dict:
-    """A layer of points, invisible until the pointer is nearest to one (with its tooltip):
-    hover anywhere in the plot, as in plotly's closest-point mode."""
-    return {"params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
-                                                    "nearest": True, "clear": "pointerout"}}],
-            "mark": {"type": "point", "filled": True, "size": 40},
-            "encoding": {"opacity": {"condition": {"param": "hover", "empty": False,
-                                                   "value": 1}, "value": 0},
-                         "tooltip": tooltip, **(extra or {})}}
-
-
 T_ENC = {"field": "t", "type": "quantitative", "title": None,
          "axis": _axis(tickCount=6), "scale": {"zero": False, "nice": False}}
 T_TIP = {"field": "t", "type": "quantitative", "title": "t (s)", "format": ".1f"}
@@ -90,10 +82,7 @@ def shares_chart(samples: pd.DataFrame, lane: str) -> tuple[pd.DataFrame, dict]:
            "y": {"field": "share", "type": "quantitative", "stack": "zero", "title": None,
                  "scale": {"domain": [0, 1]}, "axis": _axis(format=".0%", tickCount=4)},
            "order": {"field": "order"}, "color": colour}
-    tip = [{"field": "series", "title": "share"}, {"field": "share", "format": ".1%",
-                                                   "title": "of capacity"}, T_TIP]
-    layers = [{"mark": {"type": "area", "line": {"strokeWidth": 0.5}}},
-              _hover_points(tip, {"color": {"value": theme.TITLE_COLOUR}})]
+    layers = [{"mark": {"type": "area", "line": {"strokeWidth": 0.5}}}]
     return data, _spec(160, _title(f"{lane}: used / slack / free"), layers, enc)
 
 
@@ -124,16 +113,13 @@ def over_time_charts(samples: pd.DataFrame,
                "y": {"field": "value", "type": "quantitative", "title": None,
                      "axis": _axis(format=fmt, tickCount=4),
                      "scale": {"domain": domain} if domain else {"zero": True}}}
-        tip = [{"field": "lane"}, {"field": "value", "format": ",.3~f", "title": "value"},
-               T_TIP]
         subtitle = None
         if col is None:
             enc["strokeDash"] = {"field": "class", "type": "nominal", "legend": None,
                                  "scale": {"domain": list(vt.FAILURE_CLASSES),
                                            "range": [DASHES[c] for c in vt.FAILURE_CLASSES]}}
-            tip.insert(1, {"field": "class"})
             subtitle = "solid CAPACITY · dashed FRAGMENTATION · dotted POLICY"
-        layers = [{"mark": {"type": "line", "strokeWidth": 1.5}}, _hover_points(tip)]
+        layers = [{"mark": {"type": "line", "strokeWidth": 1.5}}]
         out.append((data, _spec(150, _title(title, subtitle), layers, enc)))
     return out
 
@@ -163,15 +149,16 @@ def failures_chart(samples: pd.DataFrame, events: pd.DataFrame,
                      "scale": {"domain": series, "range": FAILURE_CHART_COLOURS},
                      "legend": None}}
     is_line = "indexof(datum.series, ' failure') < 0"
-    tip = [{"field": "series"}, {"field": "value", "title": "slots", "format": ",.0f"}, T_TIP]
+    tip = [{"field": "series", "title": "failure"},
+           {"field": "value", "title": "needed slots", "format": ",.0f"}, T_TIP]
     layers = [
         {"transform": [{"filter": is_line}], "mark": {"type": "line"},
          "encoding": {"strokeDash": {"field": "series", "type": "nominal", "legend": None,
                                      "scale": {"domain": list(HISTORY_SERIES),
                                                "range": [[1, 0], [6, 4]]}}}},
         {"transform": [{"filter": f"!({is_line})"}],
-         "mark": {"type": "point", "shape": "cross", "angle": 45, "size": 60, "filled": True}},
-        _hover_points(tip, {"color": {"value": theme.TITLE_COLOUR}}),
+         "mark": {"type": "point", "shape": "cross", "angle": 45, "size": 60, "filled": True},
+         "encoding": {"tooltip": tip}},
     ]
     return data, _spec(180, _title(f"{lane}: free total vs largest hole"), layers, enc)
 

@@ -83,11 +83,11 @@ def test_empty_history_gives_empty_data_and_the_same_spec():
         assert data.empty and spec == full
 
 
-def test_hover_shows_the_nearest_point_and_legends_are_html():
-    for _, spec in all_charts(samples(), events()):
-        hover = spec["layer"][-1]
-        assert hover["params"][0]["select"]["nearest"] is True
-        assert hover["encoding"]["tooltip"]
+def test_failure_markers_have_tooltips_and_legends_are_html():
+    _, spec = vl.failures_chart(samples(), events(), LANES[0])
+    marks = spec["layer"][1]
+    assert marks["mark"]["shape"] == "cross"
+    assert [f["field"] for f in marks["encoding"]["tooltip"]] == ["series", "value", "t"]
     html = vl.failures_legend_html() + vl.shares_legend_html() + theme.lanes_legend_html(
         ["a<b"])
     for label in (*vl.HISTORY_SERIES, *vl.FAILURE_SERIES, *vl.SHARES, "a&lt;b"):
