@@ -21,6 +21,7 @@ from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
 from kvviz.store_codec import MAP_COLS, NODE_SCHEMA, STATUSES
+from kvviz.store_reader import RunReader  # noqa: F401  (kvviz.store exports both classes)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -194,7 +195,3 @@ class RunWriter:
         except sqlite3.OperationalError:
             pass
         self.conn.close()
-
-
-# The reader lives in its own module; `from kvviz.store import RunReader` keeps working.
-from kvviz.store_reader import RunReader  # noqa: E402, F401

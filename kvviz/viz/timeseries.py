@@ -86,6 +86,11 @@ def numeric(df: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(df[name], errors="coerce").fillna(0).to_numpy(np.float64)
 
 
+def lane_rows(samples: pd.DataFrame, lane: str) -> pd.DataFrame:
+    """The samples of one lane (all of them when the frame has no lane column)."""
+    return samples[samples["lane"] == lane] if "lane" in samples else samples
+
+
 def _mark(fig: go.Figure, mark_t: float | None) -> None:
     if mark_t is not None:
         fig.add_vline(x=mark_t, line=dict(color="#d1495b", width=1.5))
@@ -102,7 +107,7 @@ def over_time_figure(samples: pd.DataFrame, lanes: list[str],
         "Admission failures (cumulative)<br><sup>solid CAPACITY · dashed FRAGMENTATION · "
         "dotted POLICY</sup>", "Tokens/s"))
     for i, lane in enumerate(lanes):
-        df = samples[samples["lane"] == lane] if "lane" in samples else samples
+        df = lane_rows(samples, lane)
         t = numeric(df, "t")
         colour = theme.lane_colour(i)
         common = dict(mode="lines", legendgroup=lane, line=dict(color=colour, width=1.5))

@@ -64,13 +64,9 @@ T_ENC = {"field": "t", "type": "quantitative", "title": None,
 T_TIP = {"field": "t", "type": "quantitative", "title": "t (s)", "format": ".1f"}
 
 
-def _lane(samples: pd.DataFrame, lane: str) -> pd.DataFrame:
-    return samples[samples["lane"] == lane] if "lane" in samples else samples
-
-
 def shares_chart(samples: pd.DataFrame, lane: str) -> tuple[pd.DataFrame, dict]:
     """Stacked used / slack / free share of capacity over time, one lane."""
-    df = _lane(samples, lane)
+    df = vt.lane_rows(samples, lane)
     t = vt.numeric(df, "t")
     cap = np.maximum(1.0, vt.numeric(df, "capacity_tokens"))
     data = pd.concat([pd.DataFrame({"t": t, "series": k, "order": i,
@@ -102,7 +98,7 @@ def over_time_charts(samples: pd.DataFrame,
     for title, col, fmt, domain in PANELS:
         parts = []
         for lane in lanes:
-            df = _lane(samples, lane)
+            df = vt.lane_rows(samples, lane)
             cols = ([("-", col)] if col else
                     [(c, vt.FAILURE_COLUMNS[c]) for c in vt.FAILURE_CLASSES])
             parts += [pd.DataFrame({"t": vt.numeric(df, "t"), "lane": lane, "class": cls,
@@ -129,7 +125,7 @@ def failures_chart(samples: pd.DataFrame, events: pd.DataFrame,
     """One lane: free total and largest hole over time; each admission failure a cross at
     the slots it needed, coloured by class. A FRAGMENTATION failure sits between the lines:
     the free total covers it, no hole does."""
-    df = _lane(samples, lane)
+    df = vt.lane_rows(samples, lane)
     t = vt.numeric(df, "t")
     fails = vt.failure_table(events)
     fails = fails[fails["lane"] == lane]
