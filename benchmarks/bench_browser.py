@@ -2,11 +2,11 @@
 with 4 tabs on one collector. Starts the app as the README says, in a temporary runs dir.
 `python benchmarks/bench_browser.py [--seconds 30]`; prints one JSON line.
 
-Per tab: `updates_per_s` and the gaps count redraws of the first heatmap inside the page (a
-MutationObserver; one panel run can set the image twice when plotly redraws for its auto
-margins); `ticks_per_s` counts distinct panel runs shown (the "t = ... s" caption, polled in
-the page every 100 ms); `polled_updates_per_s` is the older count, from polling the image's
-href from Python, which misses redraws under load. `cpu_s_per_s`: Chromium's renderers, the
+Per tab: `updates_per_s` and the gaps count repaints of the first heatmap inside the page (a
+MutationObserver on the canvas root's data-draws, kvviz/viz/blockcanvas.js); `ticks_per_s`
+counts distinct panel runs shown (the "t = ... s" caption, polled in the page every 100 ms);
+`polled_updates_per_s` is the older count, from polling data-draws from Python, which misses
+repaints under load. `cpu_s_per_s`: Chromium's renderers, the
 server and the collector over the same window."""
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ import psutil  # noqa: E402
 from appserver import launch, serve  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-HEAT = ".heatmaplayer image"
+HEAT = ".kvmap canvas"  # the Live heatmap (kvviz.viz.blockcanvas)
+DRAWS = ".kvmap"  # its root: data-draws counts repaints
 
 
 def first_heatmap_s(browser, url: str) -> float:
@@ -37,28 +38,15 @@ def first_heatmap_s(browser, url: str) -> float:
     return dt
 
 
-# Counts, inside the page, every change of the first heatmap's image (plotly sets a new
-# data-URL href on each redraw, or replaces the element): polling from Python misses redraws
-# that come closer together than one polling round over all tabs, which under load is
-# longer than a second.
+# Counts, inside the page, every repaint of the first heatmap (its root's data-draws
+# attribute): polling from Python misses repaints that come closer together than one polling
+# round over all tabs, which under load is longer than a second.
 OBSERVE = """() => {
   window.__kvRedraws = [];
-  const first = () => document.querySelector('.heatmaplayer image');
-  const seen = () => window.__kvRedraws.push(performance.now());
-  new MutationObserver((muts) => {
-    const img = first();
-    for (const m of muts) {
-      if (m.type === 'attributes' && m.target === img) { seen(); return; }
-      if (m.type === 'childList' && img) {
-        for (const n of m.addedNodes) {
-          if (n === img || (n.contains && n.contains(img))) { seen(); return; }
-        }
-      }
-    }
-  }).observe(document.body, {subtree: true, childList: true, attributes: true,
-                             attributeFilter: ['href', 'xlink:href']});
-  // Distinct panel runs shown: the caption "t = ... s" changes once per fragment run, while
-  // one run can set the heatmap image more than once (plotly's auto-margin redraw).
+  const root = document.querySelector('.kvmap');
+  new MutationObserver(() => window.__kvRedraws.push(performance.now()))
+    .observe(root, {attributes: true, attributeFilter: ['data-draws']});
+  // Distinct panel runs shown: the caption "t = ... s" changes once per fragment run.
   window.__kvTicks = 0;
   let lastT = null;
   setInterval(() => {
@@ -104,16 +92,16 @@ def refresh_rates(browser, url: str, tabs: int, seconds: float,
     pages = open_tabs(browser, url, tabs)
     for p in pages:
         p.evaluate(OBSERVE)
-    last = [p.locator(HEAT).first.get_attribute("href") for p in pages]
+    last = [p.locator(DRAWS).first.get_attribute("data-draws") for p in pages]
     polled = [0] * tabs
     c0 = cpu_seconds()
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         for i, p in enumerate(pages):
-            href = p.locator(HEAT).first.get_attribute("href")
-            if href != last[i]:
+            draws = p.locator(DRAWS).first.get_attribute("data-draws")
+            if draws != last[i]:
                 polled[i] += 1
-                last[i] = href
+                last[i] = draws
         pages[0].wait_for_timeout(50)
     dt = time.monotonic() - t0
     c1 = cpu_seconds()

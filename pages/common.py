@@ -17,8 +17,8 @@ import streamlit as st
 from kvviz import live
 from kvviz.config import LaneSpec
 from kvviz.errors import KvvizError
+from kvviz.viz import blockcanvas, theme
 from kvviz.viz import heatmap as vh
-from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 
 LIVE = "live collector"
@@ -27,6 +27,11 @@ READ_ERRORS = (KvvizError, sqlite3.Error, OSError, ValueError, KeyError, IndexEr
                zlib.error, json.JSONDecodeError)
 RUN_KEY = "kvviz_run"
 WANTED_KEY = "kvviz_wanted_page"
+# The Live page's heatmap renderer (kvviz.viz.blockcanvas): registered once per process, as
+# this module is imported once. isolate_styles=False: no shadow root, so the page's own
+# observers and tests see the canvas; its CSS classes are all prefixed kvmap-.
+_BLOCKMAP = st.components.v2.component("kvviz_blockmap", js=blockcanvas.JS,
+                                       css=blockcanvas.CSS, isolate_styles=False)
 
 
 class Selection(NamedTuple):
@@ -178,3 +183,9 @@ def aligned_max_cells(bms: list, lo: float, hi: float) -> int:
     """One cell count for every lane, so a cell covers the same slots side by side."""
     spans = [block_range(bm, lo, hi) for bm in bms]
     return max(1, min(vh.DEFAULT_MAX_CELLS, *(b - a for a, b in spans)))
+
+
+def blockmap_canvas(data: dict, key: str) -> None:
+    """A block map on the canvas renderer (data from blockcanvas.canvas_data). The key keeps
+    the element mounted across reruns: new data repaints it in place."""
+    _BLOCKMAP(data=data, key=key)

@@ -5,7 +5,7 @@ import streamlit as st
 
 from kvviz import live
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
-from kvviz.viz import heatmap as vh
+from kvviz.viz import blockcanvas as vc
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
@@ -63,11 +63,10 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
         if not last.empty:
             common.headline_metrics(last.iloc[-1])
         start, stop = common.block_range(bm, lo, hi)
-        fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells, title=lane)
-        # theme=None: the figure carries its own style (vh.blockmap_figure), and the chart
-        # is re-mounted every second (its spec changes), so Streamlit's theme costs every time.
-        st.plotly_chart(fig, key=f"live_heat_{i}", config={"displayModeBar": False},
-                        theme=None)
+        # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
+        # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
+        common.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
+                                              title=lane), key=f"live_heat_{i}")
 
 
 def live_run(run: str | None, is_live: bool) -> str | None:

@@ -93,6 +93,14 @@ def blockmap_cells(
     )
 
 
+def cell_unit(run: int, block_size: int) -> str:
+    """What one grid cell stands for, e.g. "1 cell = 64 blocks of 16 slots"."""
+    if block_size == 1:
+        return "1 cell = 1 slot" if run == 1 else f"1 cell = {run:,} slots"
+    blocks = "1 block" if run == 1 else f"{run:,} blocks"
+    return f"1 cell = {blocks} of {block_size} slots"
+
+
 def _grid_rows(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """[k, m] -> [rows, cols, m], padding with -1 past the end."""
     out = np.full((rows * cols, flat.shape[1]), -1, np.int32)
@@ -121,7 +129,6 @@ def blockmap_figure(
 ) -> go.Figure:
     """Heatmap of blocks [start, stop); hover names the block(s), owner, fill and refcount."""
     c = blockmap_cells(bm, start, stop, max_cells=max_cells, cols=cols)
-    unit = "slot" if bm.block_size == 1 else f"block of {bm.block_size} slots"
     if c.run == 1:
         custom = np.concatenate([c.first[..., None], c.detail], axis=2)
         hover = ("block %{customdata[0]}: <b>%{text}</b><br>owner seq %{customdata[1]}"
@@ -140,7 +147,7 @@ def blockmap_figure(
         showscale=False, hovertemplate=hover, xgap=gap, ygap=gap,
     )
     shown = f"blocks {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}"
-    per_cell = "1 cell = 1 " + unit if c.run == 1 else f"1 cell = {c.run} blocks ({unit}s)"
+    per_cell = cell_unit(c.run, bm.block_size)
     layout = dict(
         title=dict(text=f"<b>{title or bm.label}</b><br><sup>{shown}; {per_cell}</sup>",
                    font=dict(size=14, color=theme.TITLE_COLOUR), x=0, xanchor="left",

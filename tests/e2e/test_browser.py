@@ -18,7 +18,16 @@ pytestmark = [pytest.mark.browser,
 sync_api = pytest.importorskip("playwright.sync_api")
 
 SHOTS = Path(os.environ.get("KVVIZ_SCREENSHOTS") or ROOT / ".pytest-screenshots")
-HEAT = ".heatmaplayer image"
+HEAT = ".kvmap canvas"  # the Live page's canvas heatmaps (kvviz.viz.blockcanvas)
+PLOTLY_HEAT = ".heatmaplayer image"  # Replay's plotly heatmap
+# distinct colours painted on a canvas (sampled on a grid): a blank canvas has one
+COLOURS = """(cv) => {
+  const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  const seen = new Set();
+  for (let i = 0; i < d.length; i += 4 * 97) seen.add(d[i] << 16 | d[i + 1] << 8 | d[i + 2]);
+  return seen.size;
+}"""
+DIGESTS = "() => [...document.querySelectorAll('.kvmap')].map(e => e.dataset.digest).join()"
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 PAGES = {"live": "", "compare": "compare", "learn": "learn", "replay": "replay", "gpu": "gpu",
          "node": "node"}
@@ -64,12 +73,27 @@ def test_live_heatmap_renders_and_changes(browser, app):
     page = open_page(browser, app)
     settle(page, HEAT, timeout_ms=90_000)
     assert_no_error(page)
-    before = page.locator(HEAT).first.get_attribute("href")
+    assert page.locator(HEAT).count() == 2  # contiguous and paged, side by side
+    for i in range(2):
+        assert page.locator(HEAT).nth(i).evaluate(COLOURS) >= 3  # states painted, not blank
+    before = page.evaluate(DIGESTS)  # hashes of the state grids the canvases painted
     changed, end = False, time.monotonic() + 5
     while not changed and time.monotonic() < end:
         page.wait_for_timeout(200)
-        changed = page.locator(HEAT).first.get_attribute("href") != before
+        changed = page.evaluate(DIGESTS) != before
     assert changed, "the Live heatmap did not change within 5 s"
+    # hover: the box names the block under the mouse, and stays through the next repaints
+    box = page.locator(HEAT).nth(1).bounding_box()
+    page.mouse.move(box["x"] + 120, box["y"] + 20)
+    tip = page.locator(".kvmap-tip").nth(1)
+    tip.wait_for(state="visible", timeout=5_000)
+    assert tip.inner_text().startswith("block")
+    assert "owner seq" in tip.inner_text() or "mostly" in tip.inner_text()
+    draws = int(page.locator(".kvmap").nth(1).get_attribute("data-draws"))
+    page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[1].dataset.draws > "
+                           f"{draws}", timeout=5_000)
+    assert tip.is_visible() and tip.inner_text().startswith("block")
+    page.mouse.move(0, 0)
     page.wait_for_selector("text=Admission failures", timeout=30_000)  # the history follows
     page.wait_for_timeout(1500)
     assert_no_error(page)
@@ -86,7 +110,7 @@ def test_page_loads_without_error(browser, app, name: str):
     if name == "replay":  # show the finished demo recording rather than the live one
         page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").first.click()
         page.get_by_role("option", name="demo-recording.db").click()
-    settle(page, HEAT if name == "replay" else "h1")
+    settle(page, PLOTLY_HEAT if name == "replay" else "h1")
     assert_no_error(page)
     if name == "compare":  # a screenshot worth looking at: run the default comparison
         page.get_by_role("button", name="Run comparison").click()

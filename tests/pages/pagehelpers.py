@@ -29,6 +29,22 @@ def vega_charts(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
     return out
 
 
+ARROW_REF = "__streamlit_arrow_ref__"  # how Streamlit points from the JSON into an Arrow blob
+
+
+def canvases(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
+    """Every canvas heatmap (kvviz.viz.blockcanvas via pages/common.blockmap_canvas) on the
+    page: the meta it was sent and its cells, decoded from the component's Arrow blob."""
+    out = []
+    for el in at.get("bidi_component"):
+        if el.proto.component_name != "kvviz_blockmap":
+            continue
+        payload = json.loads(el.proto.mixed.json)
+        blob = el.proto.mixed.arrow_blobs[payload["cells"][ARROW_REF]].data
+        out.append((payload["meta"], pa.ipc.open_stream(blob).read_all().to_pandas()))
+    return out
+
+
 def heatmaps(at: AppTest) -> list[dict]:
     return [f for f in figures(at) if f["data"] and f["data"][0].get("type") == "heatmap"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until, vega_charts
+from pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
 from kvviz import cellstate as cs
 from kvviz import live
@@ -20,7 +20,7 @@ def test_app_opens_on_live_and_starts_the_collector(runs):
     assert at.title[0].value == "Live KV cache"
     assert at.sidebar.selectbox[0].value == common.LIVE
     assert any("Collector running" in s.value for s in at.success)
-    rerun_until(at, lambda a: len(heatmaps(a)) == 2)
+    rerun_until(at, lambda a: len(canvases(a)) == 2)
     assert len(headline_grids(at)) == 2  # one grid of eight numbers per lane
     assert any(r.name.startswith("live-") for r in live.list_runs(runs))
 
@@ -56,7 +56,7 @@ def test_lane_picker_is_filled_on_the_very_first_open(runs):
 
 def test_collector_starts_once_per_server(runs):
     first = page("app.py")
-    rerun_until(first, lambda a: len(heatmaps(a)) == 2)
+    rerun_until(first, lambda a: len(canvases(a)) == 2)
     pid = common.collector().status().pid
     second = page("app.py")  # another browser session
     no_exception(second)
@@ -67,28 +67,29 @@ def test_collector_starts_once_per_server(runs):
 def test_live_heatmap_data_is_the_recordings_block_map(runs):
     at = page("app.py", run="rec.db")
     no_exception(at)
-    specs = heatmaps(at)
-    assert len(specs) == 2
+    shown = canvases(at)
+    assert len(shown) == 2
     r = live.open_run(runs, "rec.db")
     try:
-        bms = [r.latest_blockmap(lane)[0] for lane in r.lanes()]
+        lanes = r.lanes()
+        bms = [r.latest_blockmap(lane)[0] for lane in lanes]
     finally:
         r.close()
     max_cells = common.aligned_max_cells(bms, 0.0, 100.0)
-    for spec, bm in zip(specs, bms):
-        trace = spec["data"][0]
-        cells = vh.blockmap_cells(bm, max_cells=max_cells)
-        z = decode(trace["z"])
-        assert z.dtype == np.int8 and (z == cells.state).all()
-        custom = decode(trace["customdata"])
-        assert custom.dtype == np.int32 and (custom[..., 0] == cells.first).all()
-        # every block is accounted for, in its state, by the hover counts
-        if cells.run == 1:
-            assert (z.ravel()[: bm.num_blocks] == cs.classify(bm)).all()
+    for (meta, cells), bm, lane in zip(shown, bms, lanes):
+        grid = vh.blockmap_cells(bm, max_cells=max_cells)
+        assert meta["title"] == lane
+        assert (meta["rows"], meta["cols"], meta["run"]) == (grid.rows, grid.cols, grid.run)
+        state = cells["state"].to_numpy()
+        assert state.dtype == np.int8 and (state == grid.state.ravel()[: len(state)]).all()
+        # every block is accounted for, in its state, by the cells
+        if grid.run == 1:
+            assert (state == cs.classify(bm)).all()
+            assert (cells["owner"].to_numpy() == bm.owner).all()
+            assert (cells["filled"].to_numpy() == bm.filled).all()
         else:
-            counts = custom[..., 1:].reshape(-1, cs.NUM_STATES)
-            assert (counts[counts[:, 0] >= 0].sum(axis=0) == cs.state_counts(
-                cs.classify(bm))).all()
+            counts = cells[[f"n_{name}" for name in cs.STATE_NAMES]].to_numpy()
+            assert (counts.sum(axis=0) == cs.state_counts(cs.classify(bm))).all()
 
 
 def test_every_page_opens_from_the_app(runs):
@@ -103,18 +104,19 @@ def test_zoom_narrows_the_address_range(runs):
     at = page("pages/live.py", run="rec.db")
     at.slider(key="live_zoom").set_value((25.0, 50.0)).run()
     no_exception(at)
-    title = heatmaps(at)[1]["layout"]["title"]["text"]
-    assert "blocks 128-255 of 512" in title
+    meta, _ = canvases(at)[1]
+    assert meta["subtitle"].startswith("blocks 128-255 of 512;")
 
 
 def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
     at = page("app.py", run="rec.db")
     no_exception(at)
     assert any("follow within" in c.value for c in at.caption)  # first run: heatmaps only
-    assert len(figures(at)) == 2
+    assert len(canvases(at)) == 2 and not figures(at) and not vega_charts(at)
     at.run()  # what the fragment's first tick draws (timers do not fire in AppTest)
     no_exception(at)
-    assert len(figures(at)) == 2  # the heatmaps; the history is Vega-Lite (kvviz.viz.vegalite)
+    assert len(canvases(at)) == 2  # the heatmaps; the history is Vega-Lite (kvviz.viz.vegalite)
+    assert not figures(at)  # no plotly chart left on the Live page
     charts = {spec["title"]["text"]: data for spec, data in vega_charts(at)}
     r = live.open_run(runs, "rec.db")
     try:

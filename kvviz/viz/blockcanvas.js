@@ -1,0 +1,229 @@
+// kvviz block-map heatmap (kvviz/viz/blockcanvas.py builds its data).
+//
+// Streamlit custom component v2: Streamlit calls the default export when the element mounts
+// and again each time its data changes; the DOM under parentElement stays, so the canvas,
+// its listeners and the hover box persist and each call only repaints.
+//
+// data.meta: title, subtitle, summary, rows, cols, cells, run, start, stop, num_blocks,
+//            block_size, colours[], labels[] (index = state code; the last is "past the end"),
+//            count_columns[]
+// data.cells: Arrow table, one row per cell: state, then owner/filled/allocated/refcount
+//             (run == 1) or n_<state> (run > 1)
+//
+// The root element carries data-draws (paints so far), data-digest (a hash of the state
+// column) and data-rows / data-cols, for tests and benchmarks.
+
+const M = { l: 86, r: 14, t: 6, b: 44 }; // plot margins, px
+const FONT = '12px "Source Sans", sans-serif';
+const INK = "#808495";
+const MAX_PLOT_H = 470;
+
+function rgb(hex) {
+  const n = parseInt(hex.slice(1), 16);
+  return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+}
+
+function digest(a) { // FNV-1a over the state codes
+  let h = 0x811c9dc5;
+  for (let i = 0; i < a.length; i++) { h ^= a[i] & 255; h = Math.imul(h, 0x01000193); }
+  return (h >>> 0).toString(16);
+}
+
+function fmt(n) { return Number(n).toLocaleString("en-US"); }
+
+function setup(parent) {
+  const root = document.createElement("div");
+  root.className = "kvmap";
+  const title = document.createElement("div");
+  title.className = "kvmap-title";
+  const sub = document.createElement("div");
+  sub.className = "kvmap-sub";
+  const plot = document.createElement("div");
+  plot.className = "kvmap-plot";
+  const canvas = document.createElement("canvas");
+  canvas.setAttribute("role", "img");
+  const tip = document.createElement("div");
+  tip.className = "kvmap-tip";
+  tip.hidden = true;
+  plot.append(canvas, tip);
+  root.append(title, sub, plot);
+  parent.appendChild(root);
+  const s = { root, title, sub, plot, canvas, tip, meta: null, cols: null, mouse: null,
+              width: 0, geo: null, draws: 0 };
+  canvas.addEventListener("mousemove", (e) => { s.mouse = [e.offsetX, e.offsetY]; hover(s); });
+  canvas.addEventListener("mouseleave", () => { s.mouse = null; hover(s); });
+  s.resize = new ResizeObserver(() => {
+    if (s.meta && root.clientWidth !== s.width) paint(s);
+  });
+  s.resize.observe(root);
+  return s;
+}
+
+function column(table, name) {
+  const c = table.getChild(name);
+  if (c === null) throw new Error(`block map data has no column "${name}"`);
+  return c.toArray();
+}
+
+function geometry(meta, width) {
+  const plotW = Math.max(40, width - M.l - M.r);
+  const cw = plotW / meta.cols;
+  let ch = Math.min(24, Math.max(3, cw));
+  if (ch * meta.rows > MAX_PLOT_H) ch = MAX_PLOT_H / meta.rows;
+  return { plotW, plotH: ch * meta.rows, cw, ch, width };
+}
+
+function paint(s) {
+  const meta = s.meta;
+  const width = s.root.clientWidth || 600;
+  const g = geometry(meta, width);
+  s.width = width;
+  s.geo = g;
+  const height = Math.ceil(M.t + g.plotH + M.b);
+  const dpr = window.devicePixelRatio || 1;
+  const cv = s.canvas;
+  if (cv.width !== Math.round(width * dpr) || cv.height !== Math.round(height * dpr)) {
+    cv.width = Math.round(width * dpr);
+    cv.height = Math.round(height * dpr);
+    cv.style.width = `${width}px`;
+    cv.style.height = `${height}px`;
+  }
+  const ctx = cv.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+
+  // cells: one pixel each in an offscreen image, scaled up without smoothing
+  const state = s.cols.state;
+  const lut = meta.colours.map(rgb);
+  const pad = lut[lut.length - 1];
+  const img = new ImageData(meta.cols, meta.rows);
+  const px = img.data;
+  const total = meta.rows * meta.cols;
+  for (let i = 0; i < total; i++) {
+    const c = i < state.length ? lut[state[i]] || pad : pad;
+    const o = i * 4;
+    px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
+  }
+  if (!s.off) s.off = document.createElement("canvas");
+  s.off.width = meta.cols;
+  s.off.height = meta.rows;
+  s.off.getContext("2d").putImageData(img, 0, 0);
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(s.off, M.l, M.t, g.plotW, g.plotH);
+  if (g.cw >= 6 && g.ch >= 6) { // gaps between big cells, as a grid of thin white lines
+    ctx.fillStyle = meta.colours[meta.colours.length - 1];
+    for (let c = 1; c < meta.cols; c++) ctx.fillRect(M.l + c * g.cw - 0.5, M.t, 1, g.plotH);
+    for (let r = 1; r < meta.rows; r++) ctx.fillRect(M.l, M.t + r * g.ch - 0.5, g.plotW, 1);
+  }
+  axes(ctx, meta, g);
+
+  s.draws += 1;
+  s.root.dataset.draws = String(s.draws);
+  s.root.dataset.digest = digest(state);
+  s.root.dataset.rows = String(meta.rows);
+  s.root.dataset.cols = String(meta.cols);
+  hover(s);
+}
+
+function every(px, minPx) { // label every k-th row/column, k a power of two
+  let k = 1;
+  while (k * px < minPx) k *= 2;
+  return k;
+}
+
+function axes(ctx, meta, g) {
+  const slotsPerCell = meta.run * meta.block_size;
+  ctx.font = FONT;
+  ctx.fillStyle = INK;
+  ctx.strokeStyle = "#e6eaf1";
+  ctx.textBaseline = "middle";
+  ctx.textAlign = "right";
+  const kr = every(g.ch, 18);
+  for (let r = 0; r < meta.rows; r += kr) {
+    const y = M.t + (r + 0.5) * g.ch;
+    const addr = (meta.start + r * meta.cols * meta.run) * meta.block_size;
+    ctx.fillText(fmt(addr), M.l - 9, y);
+    ctx.fillRect(M.l - 6, y - 0.5, 5, 1);
+  }
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  const kc = every(g.cw, 64);
+  for (let c = 0; c < meta.cols; c += kc) {
+    const x = M.l + (c + 0.5) * g.cw;
+    ctx.fillText(fmt(c * slotsPerCell), x, M.t + g.plotH + 5);
+  }
+  ctx.font = '11px "Source Sans", sans-serif';
+  ctx.fillText("+ slots", M.l + g.plotW / 2, M.t + g.plotH + 25);
+  ctx.save();
+  ctx.translate(12, M.t + g.plotH / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textBaseline = "middle";
+  ctx.fillText("slot address of row", 0, 0);
+  ctx.restore();
+}
+
+function line(parent, parts) { // parts: [text, bold?] pairs; text only, never HTML
+  const div = document.createElement("div");
+  for (const [text, bold] of parts) {
+    const el = document.createElement(bold ? "b" : "span");
+    el.textContent = text;
+    div.appendChild(el);
+  }
+  parent.appendChild(div);
+}
+
+function hover(s) {
+  const { meta, geo: g, tip } = s;
+  if (!s.mouse || !meta || !g) { tip.hidden = true; return; }
+  const [x, y] = s.mouse;
+  const c = Math.floor((x - M.l) / g.cw);
+  const r = Math.floor((y - M.t) / g.ch);
+  const i = r * meta.cols + c;
+  if (c < 0 || r < 0 || c >= meta.cols || r >= meta.rows || i >= meta.cells) {
+    tip.hidden = true;
+    return;
+  }
+  const label = meta.labels[s.cols.state[i]];
+  const first = meta.start + i * meta.run;
+  tip.replaceChildren();
+  if (meta.run === 1) {
+    const owner = s.cols.owner[i];
+    line(tip, [[`block ${fmt(first)}: `], [label, true]]);
+    line(tip, [[`owner seq ${owner < 0 ? "none" : owner}`]]);
+    line(tip, [[`filled ${s.cols.filled[i]} / ${s.cols.allocated[i]} slots`]]);
+    line(tip, [[`refcount ${s.cols.refcount[i]}`]]);
+  } else {
+    const last = Math.min(first + meta.run, meta.stop) - 1;
+    line(tip, [[`blocks ${fmt(first)}-${fmt(last)}: mostly `], [label, true]]);
+    meta.count_columns.forEach((name, k) => {
+      const n = s.cols[name][i];
+      if (n > 0) line(tip, [[`${meta.labels[k]}: ${n}`]]);
+    });
+  }
+  tip.hidden = false;
+  const w = tip.offsetWidth;
+  const left = x + 14 + w > g.width ? x - 14 - w : x + 14;
+  tip.style.left = `${Math.max(0, left)}px`;
+  tip.style.top = `${Math.max(0, y - 10)}px`;
+}
+
+export default function (component) {
+  const { data, parentElement } = component;
+  let s = parentElement.__kvmap;
+  if (!s) {
+    s = setup(parentElement);
+    parentElement.__kvmap = s;
+  }
+  const meta = data.meta;
+  const cols = { state: column(data.cells, "state") };
+  const extra = meta.run === 1 ? ["owner", "filled", "allocated", "refcount"]
+    : meta.count_columns;
+  for (const name of extra) cols[name] = column(data.cells, name);
+  s.meta = meta;
+  s.cols = cols;
+  s.title.textContent = meta.title;
+  s.sub.textContent = meta.subtitle;
+  s.canvas.setAttribute("aria-label",
+    `${meta.title}: ${meta.subtitle}. ${meta.summary}`);
+  paint(s);
+}
