@@ -5,6 +5,7 @@ Not a page: app.py registers only the page scripts by name.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import zlib
@@ -173,6 +174,14 @@ def zoom(key: str) -> tuple[float, float]:
                      (0.0, 100.0), step=0.5, key=key)
 
 
+def zoom_range(start: int, stop: int, num_blocks: int) -> tuple[float, float]:
+    """Blocks [start, stop) of a map as the zoom slider's (lo, hi) in % of its capacity,
+    widened outward to the slider's 0.5% steps so every block asked for stays shown."""
+    lo = math.floor(200 * max(0, start) / num_blocks) / 2
+    hi = math.ceil(200 * min(num_blocks, stop) / num_blocks) / 2
+    return lo, max(hi, lo + 0.5)
+
+
 def block_range(bm, lo: float, hi: float) -> tuple[int, int]:
     n = bm.num_blocks
     start = min(n - 1, int(lo / 100 * n))
@@ -185,7 +194,9 @@ def aligned_max_cells(bms: list, lo: float, hi: float) -> int:
     return max(1, min(vh.DEFAULT_MAX_CELLS, *(b - a for a, b in spans)))
 
 
-def blockmap_canvas(data: dict, key: str) -> None:
+def blockmap_canvas(data: dict, key: str, on_zoom=None) -> None:
     """A block map on the canvas renderer (data from blockcanvas.canvas_data). The key keeps
-    the element mounted across reruns: new data repaints it in place."""
-    _BLOCKMAP(data=data, key=key)
+    the element mounted across reruns: new data repaints it in place. `on_zoom` (no
+    arguments) is called when a range is dragged on it or it is double-clicked; the range is
+    then `st.session_state[key].zoom` ({"start", "stop"} in blocks, or {"reset": True})."""
+    _BLOCKMAP(data=data, key=key, on_zoom_change=on_zoom or (lambda: None))

@@ -17,6 +17,7 @@ HISTORY_EVERY_S = 5.0  # the time series and the failure feed change slowly: red
 BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 HISTORY_POINTS = 300  # per lane and series: one per second of the window
 HISTORY_SHOWN = "live_history_shown"
+ZOOM_KEY = "live_zoom"
 
 
 def controls() -> None:
@@ -65,8 +66,23 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
         start, stop = common.block_range(bm, lo, hi)
         # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
         # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
+        key = f"live_heat_{i}"
         common.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
-                                              title=lane), key=f"live_heat_{i}")
+                                              title=lane), key=key,
+                               on_zoom=lambda: zoom_to(key, bm.num_blocks))
+
+
+def zoom_to(key: str, num_blocks: int) -> None:
+    """Callback: a range dragged on a heatmap becomes the zoom slider's range (% of the
+    lane's capacity, widened to the slider's 0.5% steps); a double click shows everything."""
+    z = st.session_state[key].zoom
+    if not isinstance(z, dict):
+        return
+    if z.get("reset"):
+        st.session_state[ZOOM_KEY] = (0.0, 100.0)
+        return
+    lo, hi = common.zoom_range(int(z["start"]), int(z["stop"]), num_blocks)
+    st.session_state[ZOOM_KEY] = (lo, hi)
 
 
 def live_run(run: str | None, is_live: bool) -> str | None:
@@ -105,7 +121,7 @@ def draw(r, lanes: list[str]) -> None:
     if not ready:
         st.info("Waiting for the first block map from the collector...")
         return
-    lo, hi = common.zoom("live_zoom")
+    lo, hi = common.zoom(ZOOM_KEY)
     max_cells = common.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())

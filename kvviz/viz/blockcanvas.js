@@ -10,6 +10,10 @@
 // data.cells: Arrow table, one row per cell: state, then owner/filled/allocated/refcount
 //             (run == 1) or n_<state> (run > 1)
 //
+// Drag across cells to zoom: the component sends a "zoom" trigger {start, stop} (blocks, stop
+// exclusive) that the page turns into its address-range slider; a double click sends
+// {reset: true}. The selection is drawn on an overlay canvas, the map is not repainted.
+//
 // The root element carries data-draws (paints so far), data-digest (a hash of the state
 // column) and data-rows / data-cols, for tests and benchmarks.
 
@@ -42,21 +46,87 @@ function setup(parent) {
   plot.className = "kvmap-plot";
   const canvas = document.createElement("canvas");
   canvas.setAttribute("role", "img");
+  const overlay = document.createElement("canvas");
+  overlay.className = "kvmap-overlay";
   const tip = document.createElement("div");
   tip.className = "kvmap-tip";
   tip.hidden = true;
-  plot.append(canvas, tip);
-  root.append(title, sub, plot);
+  plot.append(canvas, overlay, tip);
+  const hint = document.createElement("div");
+  hint.className = "kvmap-hint";
+  hint.textContent = "Drag across cells to zoom into that address range; double-click: " +
+    "the whole map.";
+  root.append(title, sub, plot, hint);
   parent.appendChild(root);
-  const s = { root, title, sub, plot, canvas, tip, meta: null, cols: null, mouse: null,
-              width: 0, geo: null, draws: 0 };
-  canvas.addEventListener("mousemove", (e) => { s.mouse = [e.offsetX, e.offsetY]; hover(s); });
+  const s = { root, title, sub, plot, canvas, overlay, tip, meta: null, cols: null,
+              mouse: null, width: 0, geo: null, draws: 0, drag: null, send: null };
+  canvas.addEventListener("mousemove", (e) => {
+    s.mouse = [e.offsetX, e.offsetY];
+    if (s.drag) { s.drag.i1 = cellAt(s, e.offsetX, e.offsetY, true); selection(s); }
+    hover(s);
+  });
   canvas.addEventListener("mouseleave", () => { s.mouse = null; hover(s); });
+  canvas.addEventListener("mousedown", (e) => {
+    const i = e.button === 0 ? cellAt(s, e.offsetX, e.offsetY, false) : -1;
+    if (i >= 0) { s.drag = { i0: i, i1: i }; e.preventDefault(); }
+  });
+  s.onUp = () => {
+    const d = s.drag;
+    s.drag = null;
+    selection(s);
+    if (!d || d.i0 === d.i1 || !s.send) return;
+    const m = s.meta;
+    const a = Math.min(d.i0, d.i1);
+    const b = Math.max(d.i0, d.i1);
+    s.send("zoom", { start: m.start + a * m.run,
+                     stop: Math.min(m.stop, m.start + (b + 1) * m.run) });
+  };
+  window.addEventListener("mouseup", s.onUp);
+  canvas.addEventListener("dblclick", () => { if (s.send) s.send("zoom", { reset: true }); });
   s.resize = new ResizeObserver(() => {
     if (s.meta && root.clientWidth !== s.width) paint(s);
   });
   s.resize.observe(root);
   return s;
+}
+
+function cellAt(s, x, y, clamp) { // the cell index under (x, y); -1 outside unless clamped
+  const { meta, geo: g } = s;
+  if (!meta || !g) return -1;
+  let c = Math.floor((x - M.l) / g.cw);
+  let r = Math.floor((y - M.t) / g.ch);
+  if (clamp) {
+    c = Math.max(0, Math.min(meta.cols - 1, c));
+    r = Math.max(0, Math.min(meta.rows - 1, r));
+    return Math.min(meta.cells - 1, r * meta.cols + c);
+  }
+  if (c < 0 || r < 0 || c >= meta.cols || r >= meta.rows) return -1;
+  const i = r * meta.cols + c;
+  return i < meta.cells ? i : -1;
+}
+
+function selection(s) { // the dragged range, in reading order, shaded on the overlay
+  const { overlay: ov, canvas: cv, meta, geo: g } = s;
+  if (ov.width !== cv.width || ov.height !== cv.height) {
+    ov.width = cv.width;
+    ov.height = cv.height;
+    ov.style.width = cv.style.width;
+    ov.style.height = cv.style.height;
+  }
+  const ctx = ov.getContext("2d");
+  const dpr = window.devicePixelRatio || 1;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, ov.width, ov.height);
+  if (!s.drag || !meta || !g) return;
+  const a = Math.min(s.drag.i0, s.drag.i1);
+  const b = Math.max(s.drag.i0, s.drag.i1);
+  ctx.fillStyle = "rgba(255, 75, 75, 0.30)";
+  ctx.strokeStyle = "rgba(200, 30, 30, 0.9)";
+  for (let r = Math.floor(a / meta.cols); r <= Math.floor(b / meta.cols); r++) {
+    const c0 = r === Math.floor(a / meta.cols) ? a % meta.cols : 0;
+    const c1 = r === Math.floor(b / meta.cols) ? b % meta.cols : meta.cols - 1;
+    ctx.fillRect(M.l + c0 * g.cw, M.t + r * g.ch, (c1 - c0 + 1) * g.cw, g.ch);
+  }
 }
 
 function column(table, name) {
@@ -174,15 +244,10 @@ function line(parent, parts) { // parts: [text, bold?] pairs; text only, never H
 
 function hover(s) {
   const { meta, geo: g, tip } = s;
-  if (!s.mouse || !meta || !g) { tip.hidden = true; return; }
+  if (!s.mouse || !meta || !g || s.drag) { tip.hidden = true; return; }
   const [x, y] = s.mouse;
-  const c = Math.floor((x - M.l) / g.cw);
-  const r = Math.floor((y - M.t) / g.ch);
-  const i = r * meta.cols + c;
-  if (c < 0 || r < 0 || c >= meta.cols || r >= meta.rows || i >= meta.cells) {
-    tip.hidden = true;
-    return;
-  }
+  const i = cellAt(s, x, y, false);
+  if (i < 0) { tip.hidden = true; return; }
   const label = meta.labels[s.cols.state[i]];
   const first = meta.start + i * meta.run;
   tip.replaceChildren();
@@ -208,7 +273,7 @@ function hover(s) {
 }
 
 export default function (component) {
-  const { data, parentElement } = component;
+  const { data, parentElement, setTriggerValue } = component;
   let s = parentElement.__kvmap;
   if (!s) {
     s = setup(parentElement);
@@ -221,9 +286,16 @@ export default function (component) {
   for (const name of extra) cols[name] = column(data.cells, name);
   s.meta = meta;
   s.cols = cols;
+  s.send = setTriggerValue;
   s.title.textContent = meta.title;
   s.sub.textContent = meta.subtitle;
   s.canvas.setAttribute("aria-label",
     `${meta.title}: ${meta.subtitle}. ${meta.summary}`);
   paint(s);
+  return () => { // on unmount: nothing left listening, a later mount starts afresh
+    window.removeEventListener("mouseup", s.onUp);
+    s.resize.disconnect();
+    s.root.remove();
+    delete parentElement.__kvmap;
+  };
 }

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.browser,
 sync_api = pytest.importorskip("playwright.sync_api")
 
 SHOTS = Path(os.environ.get("KVVIZ_SCREENSHOTS") or ROOT / ".pytest-screenshots")
-HEAT = ".kvmap canvas"  # the Live page's canvas heatmaps (kvviz.viz.blockcanvas)
+HEAT = ".kvmap canvas[role=img]"  # the Live page's canvas heatmaps (kvviz.viz.blockcanvas)
 PLOTLY_HEAT = ".heatmaplayer image"  # Replay's plotly heatmap
 # distinct colours painted on a canvas (sampled on a grid): a blank canvas has one
 COLOURS = """(cv) => {
@@ -93,6 +93,21 @@ def test_live_heatmap_renders_and_changes(browser, app):
     page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[1].dataset.draws > "
                            f"{draws}", timeout=5_000)
     assert tip.is_visible() and tip.inner_text().startswith("block")
+    # drag across cells: the page zooms to that address range; a double click undoes it
+    sub = page.locator(".kvmap-sub").nth(1)
+    assert sub.inner_text().startswith("blocks 0-")
+    page.mouse.move(box["x"] + 150, box["y"] + 40)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 300, box["y"] + 60, steps=5)
+    page.mouse.up()
+    page.wait_for_function("() => !document.querySelectorAll('.kvmap-sub')[1].textContent"
+                           ".startsWith('blocks 0-')", timeout=10_000)
+    first = int(sub.inner_text().split()[1].split("-")[0].replace(",", ""))
+    assert first > 0, sub.inner_text()
+    assert page.get_by_text("Zoom: address range shown").count() == 1
+    page.mouse.dblclick(box["x"] + 150, box["y"] + 40)
+    page.wait_for_function("() => document.querySelectorAll('.kvmap-sub')[1].textContent"
+                           ".startsWith('blocks 0-')", timeout=10_000)
     page.mouse.move(0, 0)
     page.wait_for_selector("text=Admission failures", timeout=30_000)  # the history follows
     page.wait_for_timeout(1500)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import html
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
 from kvviz import cellstate as cs
@@ -106,6 +108,19 @@ def test_zoom_narrows_the_address_range(runs):
     no_exception(at)
     meta, _ = canvases(at)[1]
     assert meta["subtitle"].startswith("blocks 128-255 of 512;")
+
+
+@pytest.mark.parametrize(("start", "stop", "n", "want"), [
+    (0, 512, 512, (0.0, 100.0)), (128, 256, 512, (25.0, 50.0)),
+    (100, 101, 1000, (10.0, 10.5)),  # one block: at least one 0.5% step
+    (3, 7, 1000, (0.0, 1.0)),  # widened outward to whole steps
+    (-5, 10**9, 1000, (0.0, 100.0)),  # clamped to the map
+])
+def test_a_dragged_block_range_becomes_the_zoom_slider_range(start, stop, n, want):
+    lo, hi = common.zoom_range(start, stop, n)
+    assert (lo, hi) == want
+    shown = common.block_range(SimpleNamespace(num_blocks=n), lo, hi)
+    assert shown[0] <= max(0, start) and shown[1] >= min(n, stop)  # every block asked for
 
 
 def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
