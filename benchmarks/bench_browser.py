@@ -24,7 +24,7 @@ import psutil  # noqa: E402
 from appserver import launch, serve  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-HEAT = ".kvmap canvas"  # the Live heatmap (kvviz.viz.blockcanvas)
+HEAT = ".kvmap canvas[role=img]"  # the Live heatmap (kvviz.viz.blockcanvas)
 DRAWS = ".kvmap"  # its root: data-draws counts repaints
 
 

@@ -1,5 +1,7 @@
-"""Heatmap builder speed: blockmap_cells / blockmap_figure for 4k .. 1M blocks (target: 1M
-blocks in <= 50 ms). Prints one JSON line per size. `python benchmarks/bench_heatmap.py`."""
+"""Heatmap builder speed: blockmap_cells / blockmap_figure (plotly: Replay, Node) and
+canvas_data (the Live page's canvas, plus the Arrow bytes Streamlit makes of its cells) for
+4k .. 1M blocks (target: 1M blocks in <= 50 ms). Prints one JSON line per size.
+`python benchmarks/bench_heatmap.py`."""
 from __future__ import annotations
 
 import json
@@ -7,8 +9,10 @@ import statistics
 import time
 
 import numpy as np
+import pyarrow as pa
 
 from kvviz.blockmap import FREE, BlockMap
+from kvviz.viz.blockcanvas import canvas_data
 from kvviz.viz.heatmap import blockmap_cells, blockmap_figure
 
 
@@ -32,6 +36,15 @@ def busy_map(n: int, seed: int = 0) -> BlockMap:
                     ~owned & (rng.random(n) < 0.1), 16, 0, "paged:16", False)
 
 
+def arrow_bytes(data: dict) -> bytes:
+    """The cells as an Arrow IPC stream, as Streamlit sends a component's DataFrame."""
+    table = pa.Table.from_pandas(data["cells"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 def median_ms(fn, repeat: int) -> float:
     fn()
     times = []
@@ -51,6 +64,10 @@ def main() -> None:
             "cells_ms": round(median_ms(lambda bm=bm: blockmap_cells(bm), 20), 2),
             "figure_ms": round(median_ms(lambda bm=bm: blockmap_figure(bm), 20), 2),
             "figure_json_kb": round(len(fig.to_json()) / 1024, 1),
+            "canvas_ms": round(median_ms(lambda bm=bm: canvas_data(bm), 20), 2),
+            "canvas_arrow_ms": round(median_ms(
+                lambda bm=bm: arrow_bytes(canvas_data(bm)), 20), 2),
+            "canvas_arrow_kb": round(len(arrow_bytes(canvas_data(bm))) / 1024, 1),
         }))
 
 
