@@ -15,7 +15,12 @@ collector and ONE writer process for N cycles of six slices (--slice s each): of
 10 Hz, off, control (off too). Each sampled (or control) slice's step rate is compared with
 the mean of its two unsampled neighbours; the median, the mean and its 95% confidence
 interval over the N ratios are reported. The control shows the method's own bias and spread.
-The first sample of a slice carries the events of the unsampled slice before it too.
+Events: in a running collector each sample carries the events of one period. Here the
+events of the unsampled slices before a sampled slice would all land in its first sample (for
+the 4 Hz slices, which follow off + control + off, 1.5 s of events: the writer would store 4x
+the steady rate during them). So the first sample of a sampled slice carries the events of
+the last period only (what was logged in the final 1/hz s of the slice before); the older ones
+are skipped unstored. --keep-backlog restores the earlier behaviour (all of them).
 
     python benchmarks/bench_collector_overhead.py [--steps 4000] [--rounds 3] [--blocks 262144]
                                                   [--mode process|thread|inline]
@@ -89,13 +94,20 @@ def interleaved(a: argparse.Namespace, tmp: Path) -> None:
     plan = [0.0, 4.0, 0.0, 10.0, 0.0, -1.0] * a.interleave + [0.0]
     rates: list[float] = []
     restarts: set[int] = set()
+    mark = None  # (sim, event cursor) one period of the next sampled slice before its start
     per_sample: dict[float, list[float]] = {4.0: [], 10.0: [], -1.0: [0.0]}
     t0 = time.perf_counter()
     for i, hz in enumerate(plan):
         period = 1.0 / hz if hz > 0 else float("inf")
         start = time.perf_counter()
         end, next_sample, steps = start + a.slice, start if hz > 0 else float("inf"), 0
+        if hz > 0 and mark is not None and mark[0] is sim and not a.keep_backlog:
+            col._cursor = max(col._cursor, mark[1])  # skip the backlog: one period's events
+        nxt = plan[i + 1] if i + 1 < len(plan) else 0.0
+        mark_at, mark = (end - 1.0 / nxt if nxt > 0 else float("inf")), None
         while (now := time.perf_counter()) < end:
+            if mark is None and now >= mark_at:
+                mark = (sim, len(sim.events))
             if now >= next_sample:
                 sink.put(col._batch(now - t0))
                 per_sample[hz].append(time.perf_counter() - now)
@@ -141,6 +153,8 @@ def main() -> None:
     p.add_argument("--interleave", type=int, default=0, metavar="N",
                    help="N cycles of slices off / 4 Hz / off / 10 Hz / off / control (see above)")
     p.add_argument("--slice", type=float, default=1.0, help="--interleave slice length, s")
+    p.add_argument("--keep-backlog", action="store_true", help="--interleave: the first "
+                   "sample of a sampled slice carries every event since the last sample")
     a = p.parse_args()
     if a.interleave:
         with tempfile.TemporaryDirectory() as d:

@@ -99,10 +99,11 @@ class SampleWriter:
         """Start the writer process; return once it has created the file (its first sample
         id), or raise what it raised (StoreError for an unwritable --out) with no file left."""
         self._path = spec.path
+        self._nice = store_process.writer_nice()  # a bad KVVIZ_WRITER_NICE: ValueError here
         ctx = multiprocessing.get_context("spawn")  # never fork a process with threads / CUDA
         data_r, self._data = ctx.Pipe(duplex=False)
         self._back, back_w = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=store_process.main, args=(spec, data_r, back_w),
+        self._proc = ctx.Process(target=store_process.main, args=(spec, data_r, back_w, self._nice),
                                  name="kvviz-store-writer", daemon=True)
         self._proc.start()
         data_r.close()  # the child's ends: its death is our EOF, ours is its
@@ -152,6 +153,7 @@ class SampleWriter:
 
     def _send_loop(self) -> None:
         """Writes each message to the pipe: blocks (without the GIL) while the child is busy."""
+        store_process.lower_priority(self._nice)
         broken = False
         while True:
             item = self._q.get()
