@@ -14,8 +14,8 @@ Why a process: a writer *thread* runs a few hundred short numpy / zlib / SQLite 
 sample, each releasing and re-taking the GIL, and the engine loop (many tiny numpy calls) then
 waits up to the 5 ms switch interval at every hand-off (a GIL convoy: +60-75% engine time at
 4 Hz). The process has its own GIL; the engine thread only pickles the batch structure (the
-arrays go out of band) and a small sender thread writes the bytes to the pipe, blocked in one
-system call without the GIL.
+arrays go out of band) and a small sender thread writes the message to the pipe with one
+`writev`, blocked in that system call without the GIL (store_process: wire format).
 
 Modes: "process" (the collector; takes a StoreSpec and opens the RunWriter in the child),
 "thread" (the former design: a writer thread in this process) and "inline" (everything in
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -67,6 +68,8 @@ class SampleWriter:
     def __init__(self, store: RunWriter | StoreSpec, hooks: list[Hook] | None = None,
                  max_pending: int = 4, mode: str | None = None) -> None:
         mode = mode or ("process" if isinstance(store, StoreSpec) else "thread")
+        if mode == "process" and not hasattr(os, "writev"):  # not POSIX: no vectored pipe I/O
+            mode = "thread"
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {list(MODES)}, got {mode!r}")
         if mode == "process" and not isinstance(store, StoreSpec):
@@ -102,6 +105,7 @@ class SampleWriter:
         self._nice = store_process.writer_nice()  # a bad KVVIZ_WRITER_NICE: ValueError here
         ctx = multiprocessing.get_context("spawn")  # never fork a process with threads / CUDA
         data_r, self._data = ctx.Pipe(duplex=False)
+        store_process.widen(self._data)
         self._back, back_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=store_process.main, args=(spec, data_r, back_w, self._nice),
                                  name="kvviz-store-writer", daemon=True)
