@@ -188,3 +188,21 @@ def _is_live(a: PagedAllocator, seq_id: int) -> bool:
     except KeyError:
         return False
     return True
+
+
+def test_snapshot_fills_blocks_held_ahead_of_the_writes_with_nothing():
+    a = PagedAllocator(64, 4)
+    assert a.admit(1, 5, reserve_tokens=20).ok  # 5 blocks: one full, one partly, 3 ahead
+    assert a.admit(2, 8, reserve_tokens=8).ok  # written to the end of its last block
+    assert a.admit(3, 4, reserve_tokens=12).ok  # one full block, two ahead
+
+    def fills(seq: int) -> list[int]:
+        return a.snapshot().filled[a.block_table(seq)].tolist()
+
+    assert (fills(1), fills(2), fills(3)) == ([4, 1, 0, 0, 0], [4, 4], [4, 0, 0])
+    assert a.append(1, 6).ok  # 11 tokens: into the reserved blocks
+    assert a.append(3, 1).ok
+    assert (fills(1), fills(3)) == ([4, 4, 3, 0, 0], [4, 1, 0])
+    bm = a.snapshot()
+    assert (bm.allocated[bm.owner >= 0] == 4).all() and (bm.allocated[bm.owner < 0] == 0).all()
+    assert bm.filled.dtype == bm.allocated.dtype == np.int32
