@@ -1,6 +1,8 @@
 """Live: the demo collector's KV cache, redrawn every second, lanes side by side."""
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 from kvviz import live
@@ -66,10 +68,10 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
         start, stop = common.block_range(bm, lo, hi)
         # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
         # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
-        key = f"live_heat_{i}"
+        key = f"live_heat_{i}"  # the callback holds the block count, not the map
         common.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
                                               title=lane), key=key,
-                               on_zoom=lambda: zoom_to(key, bm.num_blocks))
+                               on_zoom=partial(zoom_to, key, bm.num_blocks))
 
 
 def zoom_to(key: str, num_blocks: int) -> None:

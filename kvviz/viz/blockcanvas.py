@@ -54,15 +54,15 @@ def canvas_data(
     """
     c = vh.blockmap_cells(bm, start, stop, max_cells=max_cells)
     ncell = -(-(c.stop - c.start) // c.run)
+    per_state = c.counts.reshape(-1, cellstate.NUM_STATES)[:ncell]
     cols = {"state": c.state.reshape(-1)[:ncell]}
     if c.run == 1:
-        detail = c.detail.reshape(-1, len(DETAIL_COLUMNS))[:ncell]
-        names, values = DETAIL_COLUMNS, detail
+        names, values = DETAIL_COLUMNS, c.detail.reshape(-1, len(DETAIL_COLUMNS))[:ncell]
     else:
-        names, values = COUNT_COLUMNS, c.counts.reshape(-1, cellstate.NUM_STATES)[:ncell]
+        names, values = COUNT_COLUMNS, per_state
     for j, name in enumerate(names):
         cols[name] = narrow(values[:, j])
-    counts = c.counts.reshape(-1, cellstate.NUM_STATES)[:ncell].sum(axis=0)
+    counts = per_state.sum(axis=0)
     span = c.stop - c.start
     per_cell = vh.cell_unit(c.run, bm.block_size)
     meta = {
