@@ -209,16 +209,15 @@ class EngineCollector:
                     message = "workload exhausted"
                     break
                 self._restart(now, sink)
+            if pace and now < steps * pace:  # paced: wait for this step's time or a sample
+                time.sleep(max(0.0, min(steps * pace, next_sample) - now))
+                continue
             self.sim.step(time_s=now - self._loop_t0)
             steps += 1
             if now >= line_t + 1.0:
                 if not c.quiet:
                     print(self.status_line(now, (steps - line_steps) / (now - line_t)), flush=True)
                 line_t, line_steps = now, steps
-            if pace:
-                wait = t0 + steps * pace - time.perf_counter()
-                if wait > 0:
-                    time.sleep(min(wait, period))
         sink.put(self._batch(time.perf_counter() - t0))  # the final state, always recorded
         return status, message
 

@@ -67,6 +67,25 @@ def tail_waste_tokens(bm: BlockMap) -> int:
     return int(gap[partial].sum(dtype=np.int64))
 
 
+def dense_ids(*ids: np.ndarray) -> tuple[list[np.ndarray], int]:
+    """Map sequence ids to 0..n-1 (same id, same index) across arrays; returns (indices, n).
+
+    Cost is bounded by the number of ids, not by the largest id (ids keep growing under
+    --loop): an offset by the smallest id when the ids are dense, else a sort.
+    """
+    flat = [np.asarray(a, np.int64).ravel() for a in ids]
+    sizes = [a.size for a in flat]
+    total = sum(sizes)
+    if total == 0:
+        return [np.zeros(0, np.int64) for _ in flat], 0
+    lo = min(int(a.min()) for a in flat if a.size)
+    hi = max(int(a.max()) for a in flat if a.size)
+    if hi - lo < 4 * total + 1024:
+        return [a - lo for a in flat], hi - lo + 1
+    uniq, inv = np.unique(np.concatenate(flat), return_inverse=True)
+    return np.split(inv, np.cumsum(sizes)[:-1]), int(uniq.size)
+
+
 def slack_split(bm: BlockMap) -> tuple[int, int] | None:
     """(reserved, internal) when the map carries final lengths, else None."""
     if bm.final_seq is None or bm.final_len is None:
@@ -79,24 +98,25 @@ def slack_split(bm: BlockMap) -> tuple[int, int] | None:
     if bm.final_held is not None:  # exact: what each sequence holds beyond its final length
         internal = int(np.maximum(0, bm.final_held - bm.final_len).sum())
         return slack - internal, internal
-    n = int(max(owners.max(), bm.final_seq.max(initial=-1))) + 1
+    (owners, finals), n = dense_ids(owners, bm.final_seq)
     alloc = np.bincount(owners, weights=bm.allocated[owned], minlength=n)
     written = np.bincount(owners, weights=bm.filled[owned], minlength=n)
     final = np.zeros(n, np.float64)
-    final[bm.final_seq.astype(np.int64)] = bm.final_len
-    live = np.unique(owners)
+    final[finals] = bm.final_len
+    live = np.flatnonzero(np.bincount(owners, minlength=n))
     # A sequence never writes past its final length: what it holds beyond that is internal.
     internal = np.maximum(0.0, alloc[live] - np.maximum(final[live], written[live])).sum()
     return slack - int(internal), int(internal)
 
 
 def live_sequences(bm: BlockMap) -> int:
-    """Distinct owners (a scatter into a scratch mask: much cheaper than np.unique)."""
+    """Distinct owners (a scatter into a scratch mask sized by the id span, not the max id)."""
     owners = bm.owner[bm.owner != FREE]
     if owners.size == 0:
         return 0
-    seen = np.zeros(int(owners.max()) + 1, np.bool_)
-    seen[owners] = True
+    (idx,), n = dense_ids(owners)
+    seen = np.zeros(n, np.bool_)
+    seen[idx] = True
     return int(np.count_nonzero(seen))
 
 

@@ -118,3 +118,15 @@ def test_trace_replay_and_hooks(tmp_path: Path) -> None:
     assert collector.run() == "finished"
     assert seen and {"sample_id", "t", "lane", "used_tokens", "running"} <= set(seen[0])
     assert len(RunReader(tmp_path / "tr.db").events(kinds=["finished"])) == 4
+
+
+def test_pacing_cap_holds_when_sampling_is_faster_than_stepping(tmp_path: Path) -> None:
+    # --hz above --steps-per-s: the sampling sleeps must not let the engine step early.
+    out = tmp_path / "paced.db"
+    assert collect("--mode", "sim", "--quiet", "--steps-per-s", "10", "--hz", "25",
+                   "--duration", "1.5", "--out", str(out), "--rate", "inf") == 0
+    r = RunReader(out)
+    s = r.samples()
+    assert s.step.max() <= 10 * s.t.max() + 1  # one step at t=0, then one per 0.1 s
+    assert s.step.max() >= 5  # and it does step
+    assert s.groupby("lane").size().min() >= 20  # while sampling at 25 Hz

@@ -148,3 +148,21 @@ def test_blockmap_coerces_dtypes():
 def test_blockmap_equality_compares_contents():
     assert bmap(**LINE) == bmap(**LINE)
     assert bmap(**LINE) != bmap(**LINE, contiguous=False)
+
+
+@pytest.mark.parametrize("shift", [10**8, 2**31 - 1000])
+def test_metrics_do_not_depend_on_how_large_owner_ids_are(shift):
+    # Under --loop ids keep growing; metrics must equal those of the same map with small ids.
+    owner = np.array([3, 3, F, 5, 5, 5, F, 9, F, 3])
+    small = bmap(owner, [1, 1, 0, 1, 1, 0, 0, 1, 0, 0], allocated=[1] * 2 + [0] + [1] * 3
+                 + [0, 1, 0, 1])
+    small = replace(small, final_seq=np.array([3, 5, 9]), final_len=np.array([2, 3, 1]))
+    big = replace(small, owner=np.where(owner == F, F, owner - 3 + shift).astype(np.int32),
+                  final_seq=small.final_seq - 3 + shift)
+    assert metrics.compute(big) == metrics.compute(small)
+
+
+def test_dense_ids_are_bounded_by_the_number_of_ids_for_sparse_ids():
+    (a, b), n = metrics.dense_ids(np.array([7, 2**31 - 2, 7]), np.array([2**31 - 2, 0]))
+    assert n == 3
+    assert a[0] == a[2] and a[1] == b[0] and len({a[0], a[1], b[1]}) == 3
