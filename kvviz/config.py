@@ -198,6 +198,25 @@ class LaneSpec:
             return cls("contiguous", 1, placement=placement, reserve=reserve)
         raise ValueError(f"lane: {text!r}: allocator must be 'paged' or 'contiguous'")
 
+    def describe(self) -> str:
+        """The lane in words, e.g. 'paged, blocks of 16 slots: any free block serves'."""
+        if self.allocator == "paged":
+            return (f"paged, blocks of {self.block_size} slots"
+                    + (", prefix caching" if self.prefix_caching else "")
+                    + ": any free block serves")
+        return (f"contiguous, {self.placement} placement, reserves {self.reserve} length up "
+                "front: needs one free range")
+
+
+def lane_caption(name: str) -> str:
+    """A lane's name in words; 'paged:16#2' (the same spec given twice) says 'second lane'."""
+    label, _, copy = name.partition("#")
+    try:
+        text = LaneSpec.parse(label).describe()
+    except ValueError:
+        return name
+    return f"{text} (lane #{copy} with this setting)" if copy else text
+
 
 @dataclass(frozen=True)
 class EngineConfig:

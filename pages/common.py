@@ -16,7 +16,7 @@ from typing import NamedTuple
 import streamlit as st
 
 from kvviz import live
-from kvviz.config import LaneSpec
+from kvviz.config import LaneSpec, lane_caption  # noqa: F401 (pages call common.lane_caption)
 from kvviz.errors import KvvizError
 from kvviz.viz import blockcanvas, theme
 from kvviz.viz import heatmap as vh
@@ -150,17 +150,6 @@ def collector_status_box() -> live.CollectorStatus:
     else:
         st.info("Collector not started.", icon=":material/info:")
     return s
-
-
-def lane_caption(lane: str) -> str:
-    kind = lane.split(":")
-    if kind[0] == "paged":
-        return (f"paged, blocks of {kind[1]} slots" + (", prefix caching" if "prefix" in kind
-                                                        else "") + ": any free block serves")
-    if kind[0] == "contiguous":
-        return (f"contiguous, {kind[1] if len(kind) > 1 else 'first-fit'} placement, reserves "
-                f"{kind[2] if len(kind) > 2 else 'max'} length up front: needs one free range")
-    return lane
 
 
 def headline_metrics(row) -> None:

@@ -12,6 +12,7 @@ from kvviz.config import (
     LaneSpec,
     ModelShape,
     WorkloadConfig,
+    lane_caption,
     model_preset,
 )
 
@@ -139,3 +140,15 @@ def test_make_allocator_rejects_capacity_below_one_block():
 
 def test_default_rate_is_all_at_once():
     assert math.isinf(WorkloadConfig().rate)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("paged:16", "paged, blocks of 16 slots: any free block serves"),
+    ("paged:16#2", "paged, blocks of 16 slots: any free block serves (lane #2 with this setting)"),
+    ("paged:32:prefix", "paged, blocks of 32 slots, prefix caching: any free block serves"),
+    ("contiguous:buddy:pow2#3", "contiguous, buddy placement, reserves pow2 length up front: "
+                                "needs one free range (lane #3 with this setting)"),
+    ("not-a-lane", "not-a-lane"),
+])
+def test_lane_caption_names_the_spec_and_the_copy(name, words):
+    assert lane_caption(name) == words
