@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 import streamlit as st
+from streamlit import config as st_config
 
 from kvviz import live
 from kvviz.config import LaneSpec, lane_caption  # noqa: F401 (pages call common.lane_caption)
@@ -92,6 +93,12 @@ def _lanes_of(run: str | None) -> list[str]:
         r.close()
 
 
+def under_apptest() -> bool:
+    """True inside streamlit.testing's AppTest. It patches streamlit.config.get_option;
+    st.get_option was bound at import and still reads False there."""
+    return bool(st_config.get_option("global.appTest"))
+
+
 def enter_through_app(page: str) -> None:
     """On a fresh server, a link straight to a page runs it without app.py: Streamlit's old
     pages/ mode (its nav lists every file in pages/). Go through app.py once instead; it then
@@ -101,7 +108,7 @@ def enter_through_app(page: str) -> None:
     except ImportError:  # a Streamlit that moved it: nothing to fix
         return
     # AppTest re-enters the old mode on every run by design; it is not a browser session.
-    if PagesManager.uses_pages_directory and not st.get_option("global.appTest"):
+    if PagesManager.uses_pages_directory and not under_apptest():
         st.session_state[WANTED_KEY] = page
         st.switch_page("app.py")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 from pagehelpers import decode, heatmaps, no_exception, page
+from streamlit.testing.v1 import AppTest
 
 from kvviz import live
 from kvviz.viz import heatmap as vh
@@ -70,3 +71,16 @@ def test_play_advances_the_cursor(runs):
     at.run()
     assert at.slider(key="replay_t").value > t0
     assert at.button[0].label == "Pause"
+
+
+
+def test_pages_know_when_they_run_under_apptest(tmp_path):
+    # The bounce through app.py is for browser sessions; under AppTest it would lose widget
+    # values on every rerun, so the check must see AppTest's patched option.
+    script = tmp_path / "probe.py"
+    script.write_text("import streamlit as st\nfrom pages import common\n"
+                      "st.write(f'apptest={common.under_apptest()}')\n")
+    at = AppTest.from_file(str(script)).run()
+    no_exception(at)
+    assert at.markdown[0].value == "apptest=True"
+    assert not common.under_apptest()  # and outside it, False
