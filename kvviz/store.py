@@ -131,12 +131,14 @@ class RunWriter:
             self._thin()
 
     def _drop(self, where: str, params: tuple) -> None:
+        """Delete the maps matching `where`, except each lane's latest. Cost: the rows matched
+        (one seek for a single sample_id), so retention is O(1) per sample."""
         keep = [s for s, _ in self._latest.values()]
-        marks = ", ".join("?" * len(keep))
-        self.conn.execute(f"DELETE FROM blockmaps WHERE ({where}) AND sample_id NOT IN ({marks})",
-                          (*params, *keep))
-        self._map_bytes = int(self.conn.execute(
-            "SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps").fetchone()[0])
+        cond = f"({where}) AND sample_id NOT IN ({', '.join('?' * len(keep))})"
+        gone = self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps WHERE {cond}",
+                                 (*params, *keep)).fetchone()[0]
+        self.conn.execute(f"DELETE FROM blockmaps WHERE {cond}", (*params, *keep))
+        self._map_bytes -= int(gone)
 
     def _thin(self) -> None:
         """Keep every stride-th map per lane (plus each lane's latest); double the stride."""

@@ -31,10 +31,12 @@ CREATE TABLE run (id INTEGER PRIMARY KEY CHECK (id = 1), app TEXT NOT NULL,
 CREATE TABLE samples (sample_id INTEGER PRIMARY KEY, t REAL NOT NULL, step INTEGER NOT NULL,
   lane TEXT NOT NULL, {", ".join(c for c in SAMPLE_COLS[3:])});
 CREATE INDEX samples_lane_t ON samples (lane, t);
+CREATE INDEX samples_t ON samples (t);
 CREATE TABLE blockmaps (sample_id INTEGER PRIMARY KEY, {", ".join(MAP_COLS[1:])});
 CREATE INDEX blockmaps_lane_t ON blockmaps (lane, t);
 CREATE TABLE events (event_id INTEGER PRIMARY KEY, {", ".join(EVENT_COLS)});
 CREATE INDEX events_t ON events (t);
+CREATE INDEX events_kind ON events (kind);
 CREATE TABLE device_memory (row_id INTEGER PRIMARY KEY, t REAL NOT NULL);
 """
 

@@ -56,17 +56,25 @@ class RunReader:
             raise StoreError(f"{self.path}: run metadata is not valid JSON ({exc})") from None
 
     def lanes(self) -> list[str]:
+        """The run header's lanes, then any other lane that has samples. Cost: one index
+        seek per distinct lane (a skip scan of samples_lane_t), not a scan of the samples."""
         names = [str(x["name"]) for x in self.meta.get("lanes", []) if "name" in x]
-        seen = [r[0] for r in self._q("SELECT DISTINCT lane FROM samples")]
+        seen = [r[0] for r in self._q(
+            "WITH RECURSIVE l(name) AS (SELECT MIN(lane) FROM samples UNION ALL "
+            "SELECT (SELECT MIN(lane) FROM samples WHERE lane > l.name) FROM l "
+            "WHERE l.name IS NOT NULL) SELECT name FROM l WHERE name IS NOT NULL")]
         return names + [n for n in seen if n not in names]
 
     def last_t(self) -> float | None:
-        """Time of the newest sample (None when there is none): one indexed lookup."""
-        row = self._q("SELECT MAX(t) FROM samples")
+        """Time of the newest sample (None when there is none). Samples are written in time
+        order, so it is the last row: one seek on the primary key."""
+        row = self._q("SELECT t FROM samples ORDER BY sample_id DESC LIMIT 1")
         return None if not row or row[0][0] is None else float(row[0][0])
 
     def samples(self, lane: str | None = None, since_t: float | None = None) -> pd.DataFrame:
-        """One row per lane per sample, in time order; since_t is exclusive."""
+        """One row per lane per sample, in time order; since_t is exclusive. Cost: the rows
+        returned (an index range on (lane, t), or on t; recordings written before that index
+        existed scan all samples when no lane is given)."""
         where, params = codec.where(lane=lane, since_t=since_t)
         return self._df(f"SELECT * FROM samples{where} ORDER BY sample_id", params)
 
@@ -102,8 +110,10 @@ class RunReader:
                         "ORDER BY sample_id", (lane,))
 
     def _map(self, where: str, params: tuple) -> tuple[BlockMap, float] | None:
+        # (t, sample_id) order: the index (lane, t) holds it (rowid last), so the newest
+        # matching map is one seek, with no sort over the lane's maps and their blobs.
         rows = self._q(f"SELECT {', '.join(MAP_COLS)} FROM blockmaps WHERE {where} "
-                       "ORDER BY sample_id DESC LIMIT 1", params)
+                       "ORDER BY t DESC, sample_id DESC LIMIT 1", params)
         if not rows:
             return None
         r = dict(zip(MAP_COLS, rows[0]))
@@ -126,10 +136,11 @@ class RunReader:
         return got[0]
 
     def blockmap_at(self, lane: str, t: float) -> tuple[BlockMap, float] | None:
-        """The latest kept map of `lane` at or before time t, with its time."""
+        """The latest kept map of `lane` at or before time t, with its time. One index seek."""
         return self._map("lane = ? AND t <= ?", (lane, float(t)))
 
     def latest_blockmap(self, lane: str) -> tuple[BlockMap, float] | None:
+        """The newest kept map of `lane`, with its time. One index seek."""
         return self._map("lane = ?", (lane,))
 
     def summary(self) -> dict:

@@ -1,0 +1,93 @@
+"""The one harness every benchmark script uses: the same flags, medians, interleaved A/B, JSON.
+
+Each script builds its parser with `parser(doc)` (flags `--repeats N`, `--json`, `--quick`),
+times callables with `median_s` or, when it compares variants, with `interleaved` (rounds
+alternate the variants, so this VM's drift of 10-40% over minutes hits every side alike),
+and prints every result with `emit` (one JSON object per line with `--json`, else a table
+row). `machine()` describes where a figure was measured; every JSON line carries it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+
+def parser(doc: str | None, repeats: int = 5) -> argparse.ArgumentParser:
+    """An ArgumentParser with the shared flags; the doc's first line is its description."""
+    ap = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=doc)
+    ap.add_argument("--repeats", type=int, default=repeats,
+                    help=f"timed runs per variant; the median is reported (default {repeats})")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes, to check that the script runs (figures not comparable)")
+    return ap
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    for mod in ("numpy", "torch", "streamlit"):
+        if mod in sys.modules:
+            out[mod] = getattr(sys.modules[mod], "__version__", "?")
+    return out
+
+
+def median_s(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall seconds of `repeats` calls of fn, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def interleaved(variants: dict[str, Callable[[], object]], rounds: int,
+                warmup: int = 1) -> dict[str, list[float]]:
+    """Wall seconds of each variant per round; every round runs every variant once, in an
+    order rotated by the round number."""
+    names = list(variants)
+    for _ in range(warmup):
+        for n in names:
+            variants[n]()
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(max(1, rounds)):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            t0 = time.perf_counter()
+            variants[n]()
+            out[n].append(time.perf_counter() - t0)
+    return out
+
+
+def emit(args: argparse.Namespace, record: dict, text: str | None = None) -> None:
+    """Print one result: a JSON line (with the machine) under --json, else `text` or a
+    `key=value` line."""
+    if args.json:
+        print(json.dumps({**record, "machine": machine()}), flush=True)
+    else:
+        print(text if text is not None else "  ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
+            flush=True)
