@@ -1,4 +1,4 @@
-"""Processes that run things and sample them into the store (kvviz/store.py).
+"""Processes that run things and sample them into the store (kvviz/store/writer.py).
 
 `python -m collectors` is `kvviz collect`: the engine collector (engine_collector.py) with its
 writer process (sampler.py, store_process.py), NVML (nvml.py) and torch/process memory

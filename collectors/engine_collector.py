@@ -25,7 +25,7 @@ from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, Worklo
 from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",

@@ -39,7 +39,7 @@ from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
 from kvviz.metrics import compute
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 
 Hook = Callable[[dict], None]
 MODES = ("process", "thread", "inline")

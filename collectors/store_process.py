@@ -25,12 +25,10 @@ messages are small and use `Connection.send`.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 import signal
 import struct
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -72,7 +70,7 @@ class StoreSpec(NamedTuple):
     blockmap_budget_bytes: int = 200 * 2**20
 
     def open(self):
-        from kvviz.store import RunWriter
+        from kvviz.store.writer import RunWriter
 
         return RunWriter(self.path, self.meta, overwrite=self.overwrite,
                          blockmap_budget_bytes=self.blockmap_budget_bytes)
@@ -157,21 +155,6 @@ def widen(conn) -> None:
         pass
 
 
-def _skip_pandas() -> None:
-    """kvviz.store imports pandas for its reader only; this process never reads. A lazy module
-    (stdlib LazyLoader) keeps ~0.4 s of imports off the collector's start."""
-    if "pandas" in sys.modules:
-        return
-    spec = importlib.util.find_spec("pandas")
-    if spec is None or spec.loader is None:
-        return
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["pandas"] = mod
-    loader.exec_module(mod)
-
-
 def _error(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc) or type(exc).__name__
 
@@ -184,7 +167,6 @@ def main(spec: StoreSpec, rx, tx, nice: int = 0) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     lower_priority(nice)
-    _skip_pandas()
     try:
         w = spec.open()
     except BaseException as exc:

@@ -67,7 +67,7 @@ def resolve_run(root: Path, name: str) -> Path:
 
 def open_run(root: Path, name: str):
     """A kvviz.store.RunReader for recording `name` (raises StoreError / KvvizError)."""
-    from kvviz.store import RunReader  # the store pulls in pandas; keep this module light
+    from kvviz.store.reader import RunReader  # the store pulls in pandas; keep this module light
 
     return RunReader(resolve_run(root, name))
 

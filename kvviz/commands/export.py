@@ -27,8 +27,8 @@ def _outdir(d: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz.store import RunReader
-    from kvviz.store_codec import BLOB_COLS  # encoded arrays: binary, so Parquet only
+    from kvviz.store.reader import RunReader
+    from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")

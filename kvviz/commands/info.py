@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz.store import RunReader
+    from kvviz.store.reader import RunReader
 
     r = RunReader(args.run)
     try:

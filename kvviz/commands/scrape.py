@@ -43,7 +43,7 @@ class StoreSink:
     def __init__(self, path: Path, url: str, *, nvml: str = "auto", scrape: dict | None = None,
                  ) -> None:
         from kvviz.node.scrape import is_loopback_host
-        from kvviz.store import RunWriter
+        from kvviz.store.writer import RunWriter
 
         host = urllib.parse.urlsplit(url).hostname or ""
         use_nvml = nvml == "always" or (nvml == "auto" and is_loopback_host(host))

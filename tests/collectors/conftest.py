@@ -11,7 +11,7 @@ import pytest
 
 from kvviz.cli import main
 from kvviz.errors import StoreError
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_SIM = ["--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20"]

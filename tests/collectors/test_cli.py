@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 from .conftest import FAST_SIM, collect
 

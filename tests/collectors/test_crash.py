@@ -6,7 +6,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 from .conftest import FAST_SIM, spawn, wait_for_samples
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collectors.nvml import NvmlProbe
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 from .conftest import collect
 

@@ -15,7 +15,7 @@ from collectors.sampler import Batch, SampleWriter, StoreSpec
 from kvviz.cli import build_parser
 from kvviz.commands.collect import build
 from kvviz.errors import StoreError
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 from .conftest import FAST_SIM, ROOT
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from collectors.torch_snapshots import TorchSnapshots, snapshot_path
-from kvviz.store import RunReader
+from kvviz.store.reader import RunReader
 
 from .conftest import FAST_SIM, collect
 

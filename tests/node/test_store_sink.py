@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvviz.cli import main
-from kvviz.store import RunReader, RunWriter
-from kvviz.store_codec import NODE_COLS
+from kvviz.store.reader import RunReader
+from kvviz.store.schema import NODE_COLS
+from kvviz.store.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from recordings import make_sim, meta_for, sample  # noqa: E402
 
-from kvviz.store import RunWriter  # noqa: E402
+from kvviz.store.writer import RunWriter  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.metrics import compute
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 from kvviz.workload import generate
 
 LANES = ("contiguous:first-fit:max", "paged:16")
@@ -62,7 +62,7 @@ def write_recording(path: Path, *, steps: int = 300, every: int = 20, **kw) -> P
 
 
 def failure_times(path: Path) -> list[float]:
-    from kvviz.store import RunReader
+    from kvviz.store.reader import RunReader
 
     r = RunReader(path)
     try:

@@ -15,7 +15,8 @@ import pytest
 from pagehelpers import ROOT, decode, figures, heatmaps, no_exception, page, rerun_until
 
 from kvviz.node import scrape_process
-from kvviz.store import RunReader, RunWriter
+from kvviz.store.reader import RunReader
+from kvviz.store.writer import RunWriter
 
 sys.path.insert(0, str(ROOT / "tests"))
 from node.fakes import FakeNode  # noqa: E402

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pagehelpers import figures, no_exception, page
 
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 
 
 def test_unavailable_nvml_is_explained(runs):

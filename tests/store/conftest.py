@@ -8,7 +8,7 @@ import pytest
 from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.metrics import compute
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 from kvviz.workload import generate
 
 LANES = ("contiguous:first-fit:max", "paged:16")

@@ -1,4 +1,4 @@
-"""Block map encodings (kvviz/mapcodec.py): decode(encode(bm)) == bm for any map, in both of
+"""Block map encodings (kvviz/store/mapcodec.py): decode(encode(bm)) == bm for any map, in both of
 rle-zlib-2's modes; rle-zlib-1 maps (written by earlier kvviz) still decode."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.blockmap import BlockMap, empty_blockmap
-from kvviz.mapcodec import DENSE_RUNS, PLANES, decode, encode
+from kvviz.store.mapcodec import DENSE_RUNS, PLANES, decode, encode
 
 
 def roundtrip(bm: BlockMap) -> BlockMap:
@@ -192,7 +192,8 @@ def test_reader_opens_format_2_maps(tmp_path) -> None:
     """A recording of format 2 (rle-zlib-1 maps) reads through RunReader unchanged."""
     import sqlite3
 
-    from kvviz.store import RunReader, RunWriter
+    from kvviz.store.reader import RunReader
+    from kvviz.store.writer import RunWriter
 
     bm = lockstep(512, 16)
     path = tmp_path / "old.db"

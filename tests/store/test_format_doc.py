@@ -37,7 +37,7 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
     from kvviz.engine import Simulation
     from kvviz.metrics import compute
-    from kvviz.store import RunWriter
+    from kvviz.store.writer import RunWriter
     from kvviz.workload import generate
     from tests.store.test_codec import lockstep
 
@@ -57,7 +57,7 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     w.add_sample(1.0, 20, "paged:16", compute(bm).as_dict(), bm)
     w.add_events(sim.events.since(0)[0])
     w.close("finished")
-    from kvviz.mapcodec import encode
+    from kvviz.store.mapcodec import encode
     assert json.loads(encode(bm).layout)["arrays"]["owner"]["nibbles"] == [1]  # format 4
     out = run_example(path)
     used = int(bm.filled.sum())
@@ -70,7 +70,7 @@ def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
     import shutil
     import sqlite3
 
-    from kvviz.store import RunReader
+    from kvviz.store.reader import RunReader
     from tests.store.test_codec import store_as_format_2
 
     src, sim = recording

@@ -9,7 +9,8 @@ import pytest
 
 from kvviz.errors import StoreError
 from kvviz.metrics import compute
-from kvviz.store import RunReader, RunWriter
+from kvviz.store.reader import RunReader
+from kvviz.store.writer import RunWriter
 
 from .conftest import record
 

@@ -11,8 +11,9 @@ import pytest
 
 from kvviz.engine.events import Event, EventColumns
 from kvviz.errors import StoreError
-from kvviz.store import RunReader, RunWriter
-from kvviz.store_events import CHUNK_COLS, decode_chunk
+from kvviz.store.events import CHUNK_COLS, decode_chunk
+from kvviz.store.reader import RunReader
+from kvviz.store.writer import RunWriter
 
 COLS = ["t", "step", "lane", "kind", "seq_id", "reason", "need_tokens", "free_tokens",
         "largest_hole_tokens", "count"]

@@ -10,7 +10,7 @@ smallest unsigned dtype that holds it, zlib-compressed:
 
 Live KV maps are mostly long runs (a sequence's full blocks, a contiguous reservation, free
 space), so this is small and costs time per run, not per block. Version 2 stores every array
-as kvviz.arraycodec does (byte-shuffled; large arrays one zlib stream per byte plane, stored,
+as kvviz.store.arraycodec does (byte-shuffled; large arrays one zlib stream per byte plane, stored,
 nibble-packed or deflated as suits each) and adds a per-plane mode for maps where joint runs
 degenerate (more than 1 run per DENSE_RUNS blocks, e.g. a paged pool whose sequences grew in
 lockstep, so that every block starts a run): each plane is then run-length coded on its own
@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvviz import arraycodec as ac
 from kvviz.blockmap import BlockMap
+from kvviz.store import arraycodec as ac
 
 ENCODING = "rle-zlib-2"
 ENCODINGS = ("rle-zlib-1", "rle-zlib-2")

@@ -6,7 +6,7 @@ matching sees the mostly-constant high bytes together) and deflated with zlib. A
 becomes one zlib stream per byte plane, each deflated (Z_RLE, or Huffman coding alone where
 runs are absent) or stored when a sample shows deflate would barely shrink it; a run-free
 plane whose values are all below 16 is stored two values per byte ("nibbles", format 4).
-All of it is plain zlib, so numpy and the standard library read it. kvviz.mapcodec decides
+All of it is plain zlib, so numpy and the standard library read it. kvviz.store.mapcodec decides
 which arrays a block map becomes.
 """
 from __future__ import annotations

@@ -7,7 +7,8 @@ sample), CPU that on a 2-vCPU machine slowed the engine next to it (docs/BENCHMA
 zlib-compressed numpy columns: ~50x cheaper to write, ~10x smaller); the kinds a user queries
 one by one (admit_failed, preempted, rejected, evicted) stay rows of `events`. Every event
 has a run-wide `event_id` in engine order, in either table, so a reader merges them back into
-one ordered stream (`read`). Layout: docs/FORMAT.md.
+one ordered stream (event_frames.read, the reader's side). Layout: docs/FORMAT.md.
+Standard library and numpy only: the writer process imports it.
 """
 from __future__ import annotations
 
@@ -16,11 +17,9 @@ import zlib
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
-from kvviz import store_codec as codec
 from kvviz.engine.events import KIND_CODE, EventColumns
-from kvviz.store_codec import EVENT_COLS as ROW_COLS  # `events` columns after event_id
+from kvviz.store.schema import EVENT_COLS as ROW_COLS  # `events` columns after event_id
 
 CHUNK_KINDS = ("admitted", "finished")
 CHUNK_ENCODING = "cols-zlib-1"
@@ -93,60 +92,6 @@ def decode_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
         raise ValueError(f"event chunk holds {len(raw)} bytes, expected "
                          f"{8 * n * len(CHUNK_COLS)} for {n} events")
     return {c: np.frombuffer(raw, d, n, 8 * n * k) for k, (c, d) in enumerate(CHUNK_COLS)}
-
-
-def read(query: Callable[[str, tuple], list[tuple]], df: Callable[[str, tuple], pd.DataFrame],
-         chunks: bool, lane: str | None, kinds: list[str] | None, since_t: float | None,
-         limit: int | None) -> pd.DataFrame:
-    """Events from both tables in engine order (event_id); filters as RunReader.events.
-    `query` / `df` run SQL on the recording; `chunks`: the file has event_chunks."""
-    where, row_params = codec.where(lane=lane, kind=kinds, since_t=since_t)
-    cols = ", ".join(("event_id", *ROW_COLS))
-    if limit is None:
-        rows = df(f"SELECT {cols} FROM events{where} ORDER BY event_id", row_params)
-    else:
-        rows = df(f"SELECT * FROM (SELECT {cols} FROM events{where} ORDER BY event_id DESC "
-                  f"LIMIT ?) ORDER BY event_id", (*row_params, int(limit)))
-    parts = [rows] if len(rows) else []
-    if chunks and (kinds is None or set(kinds) & set(CHUNK_KINDS)):
-        parts += _read_chunks(query, lane, kinds, since_t, limit)
-    if not parts:
-        return rows.drop(columns="event_id")
-    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    out = out.sort_values("event_id", kind="stable")
-    if limit is not None:
-        out = out.tail(int(limit))
-    return out.drop(columns="event_id").reset_index(drop=True)
-
-
-def _read_chunks(query: Callable, lane: str | None, kinds: list[str] | None,
-                 since_t: float | None, limit: int | None) -> list[pd.DataFrame]:
-    where, params = codec.where("t_last", lane=lane, kind=kinds, since_t=since_t)
-    sql = f"SELECT lane, kind, n, encoding, data FROM event_chunks{where} ORDER BY chunk_id"
-    if limit is None:
-        found = query(sql, tuple(params))
-    else:  # newest chunks first, until they hold `limit` events
-        found, have = [], 0
-        for row in query(sql + " DESC", tuple(params)):
-            found.append(row)
-            have += int(row[2])
-            if have >= limit:
-                break
-        found.reverse()
-    out = []
-    for lane, kind, n, encoding, data in found:
-        try:
-            c = decode_chunk(int(n), encoding, data)
-        except ValueError as exc:
-            raise ValueError(f"{lane} {kind} events: {exc}") from None
-        frame = pd.DataFrame({"event_id": c["event_id"], "t": c["t"], "step": c["step"],
-                              "lane": lane, "kind": kind, "seq_id": c["seq_id"], "reason": None,
-                              "need_tokens": c["need_tokens"], "free_tokens": c["free_tokens"],
-                              "largest_hole_tokens": 0, "count": 1})
-        if since_t is not None:
-            frame = frame[frame["t"] > since_t]
-        out.append(frame)
-    return out
 
 
 def count(query: Callable[[str, tuple], list[tuple]], chunks: bool) -> int:

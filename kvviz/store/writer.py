@@ -15,13 +15,14 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from kvviz import FORMAT_VERSION, __version__, store_events
-from kvviz import store_codec as codec
+from kvviz import FORMAT_VERSION, __version__
 from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
-from kvviz.store_codec import MAP_COLS, NODE_SCHEMA, STATUSES
-from kvviz.store_reader import RunReader  # noqa: F401  (kvviz.store exports both classes)
+from kvviz.store import events as store_events
+from kvviz.store import mapcodec
+from kvviz.store import schema as codec
+from kvviz.store.schema import MAP_COLS, NODE_SCHEMA, STATUSES
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -114,11 +115,11 @@ class RunWriter:
         return sid
 
     def _add_blockmap(self, sid: int, t: float, step: int, lane: str, bm: BlockMap) -> None:
-        enc = codec.encode(bm)
+        enc = mapcodec.encode(bm)
         idx = self._map_idx.get(lane, 0)
         self._map_idx[lane] = idx + 1
         row = (sid, lane, t, step, idx, enc.num_blocks, bm.block_size, bm.bytes_per_token,
-               bm.label, int(bm.contiguous), codec.ENCODING, enc.runs, enc.layout, enc.nbytes,
+               bm.label, int(bm.contiguous), mapcodec.ENCODING, enc.runs, enc.layout, enc.nbytes,
                *(enc.blobs[k] for k in codec.BLOB_COLS),
                int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)

@@ -1,6 +1,6 @@
 """The recording format: table layout, file checks and the SQL helpers (docs/FORMAT.md).
 
-Block map encodings live in kvviz/mapcodec.py.
+Block map encodings live in mapcodec.py. Standard library and numpy only.
 """
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kvviz import FORMAT_VERSION
 from kvviz.errors import StoreError
-from kvviz.mapcodec import ENCODING, ENCODINGS, FINALS, PLANES, decode, encode  # noqa: F401
 from kvviz.metrics import Metrics
+from kvviz.store.mapcodec import FINALS, PLANES
 
 APP_ID = 0x6B76767A  # "kvvz" in PRAGMA application_id: tells our files from other SQLite files
 STATUSES = ("running", "finished", "stopped", "error")
