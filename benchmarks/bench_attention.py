@@ -1,4 +1,4 @@
-"""Decode-attention benchmarks beyond `kvviz bench attention`. JSON lines on stdout.
+"""Decode attention and real mode: the one attention benchmark (`--json`: JSON lines).
 
     python benchmarks/bench_attention.py target --preset cpu [--sweep]   # the issue's targets
     python benchmarks/bench_attention.py target --preset h200 [--sweep]  # (CUDA)
@@ -6,18 +6,16 @@
     python benchmarks/bench_attention.py cpu-breakdown                   # paged time, by part
     python benchmarks/bench_attention.py triton-configs                  # CUDA launch configs
     python benchmarks/bench_attention.py sdpa-backends                   # CUDA baseline choices
+    python benchmarks/bench_attention.py real-mode [--device cuda --model llama-3-8b
+        --seqs 64 --context 1024 --duration 60]     # RealKV decode steps/s through the pools
+`kvviz bench attention` is the same paged-vs-contiguous measurement as a CLI command.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-
+import harness
 import torch
 import torch.nn.functional as F
 
@@ -30,8 +28,11 @@ PRESETS = {
 }
 
 
+ARGS = None  # the parsed flags (--json decides how emit prints)
+
+
 def emit(row: dict) -> None:
-    print(json.dumps(row), flush=True)
+    harness.emit(ARGS, row)
 
 
 def target(args) -> None:
@@ -210,22 +211,51 @@ def sdpa_backends(args) -> None:
         emit(_summary(f"sdpa {name or 'default'}", runs, kv_bytes))
 
 
+def real_mode(args) -> None:
+    """Real mode's decode step rate: RealKV.on_decode over a full running batch through the
+    project's allocators (kvviz.kv.bench.bench_real); on CUDA also peak memory."""
+    from kvviz.kv.bench import bench_real
+
+    row = bench_real(args.model, args.seqs, args.context, args.steps, args.duration,
+                     args.device, args.allocator, args.block_size, "auto")
+    if args.device == "cuda":
+        row["torch_max_allocated"] = torch.cuda.max_memory_allocated()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+            row.update(nvml_used_bytes=int(mem.used), nvml_total_bytes=int(mem.total))
+        except Exception as exc:  # noqa: BLE001 - no NVML here: say so in the output
+            row["nvml_error"] = repr(exc)[:200]
+    emit(row)
+
+
+MODES = {"target": target, "cpu-options": cpu_options, "cpu-breakdown": cpu_breakdown,
+         "triton-configs": triton_configs, "sdpa-backends": sdpa_backends, "real-mode": real_mode}
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("target", "cpu-options", "cpu-breakdown", "triton-configs",
-                                    "sdpa-backends"))
+    global ARGS
+    p = harness.parser(__doc__, repeats=0)
+    p.add_argument("mode", choices=tuple(MODES))
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     p.add_argument("--sweep", action="store_true", help="target: block sizes 1..256")
     p.add_argument("--flex", action="store_true", help="cpu-options: also compiled FlexAttention")
-    p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
-    args = p.parse_args()
+    real = p.add_argument_group("real-mode")
+    real.add_argument("--model", default="tiny-cpu")
+    real.add_argument("--seqs", type=int, default=64)
+    real.add_argument("--context", type=int, default=300)
+    real.add_argument("--steps", type=int, default=200)
+    real.add_argument("--duration", type=float, default=None)
+    real.add_argument("--device", default="cpu")
+    real.add_argument("--allocator", choices=("paged", "contiguous"), default="paged")
+    real.add_argument("--block-size", type=int, default=16)
+    ARGS = args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    {"target": target, "cpu-options": cpu_options, "cpu-breakdown": cpu_breakdown,
-     "triton-configs": triton_configs,
-     "sdpa-backends": sdpa_backends}[args.mode](args)
+    MODES[args.mode](args)
 
 
 if __name__ == "__main__":

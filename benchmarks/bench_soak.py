@@ -4,11 +4,12 @@
 
 Builds a small recording with the real collector (`kvviz collect --mode sim`, ~1,000 sample
 rows, both demo lanes), then a large one whose history is the small one repeated back in time
-with SQL (same last five minutes, `--samples` rows, block maps kept for every 20th copy as
-retention would). On each it times, interleaved: every reader query the Live tick makes
-(`lanes`, `last_t`, `latest_blockmap` per lane, the headline sample, the 5-minute history,
-the failure feed) and the whole Live page run under Streamlit's AppTest (both fragments).
-Target: the large recording's tick <= 1.2x the small one's. Also times a full Replay open.
+with SQL, all older than the last five minutes, which stay the same (`--samples` rows; block
+maps kept for every 20th copy, as retention would). On each it times, interleaved: every
+reader query the Live tick makes (`lanes`, `last_t`, `latest_blockmap` per lane, the
+headline sample, the 5-minute history, the failure feed) and the whole Live page run under
+Streamlit's AppTest (both fragments). Target: the large recording's tick <= 1.2x the small
+one's. Also times opening the Replay page on the large recording (target: a few seconds).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 import harness
+
+WINDOW_S = 300.0  # older copies end before the last five minutes: those stay the small one's
 
 
 def build_small(path: Path, seconds: float) -> Path:
@@ -58,7 +61,8 @@ def inflate(small: Path, large: Path, rows: int) -> int:
             key, cols = keyed[t], _cols(conn, t)
             top = conn.execute(f"SELECT COALESCE(MAX({key}), 0) FROM s.{t}").fetchone()[0]
             sel = [f"{c} + {(copies - k) * (top if t != 'blockmaps' else sid)}" if c == key
-                   else f"t - {k * span}" if c == "t" else c for c in cols]
+                   else f"t - {k * span + (WINDOW_S if k else 0)}" if c == "t" else c
+                   for c in cols]
             conn.execute(f"INSERT INTO main.{t} ({', '.join(cols)}) "
                          f"SELECT {', '.join(sel)} FROM s.{t}")
     if conn.execute("SELECT 1 FROM s.sqlite_master WHERE name = 'event_chunks'").fetchone():
@@ -74,7 +78,7 @@ def inflate(small: Path, large: Path, rows: int) -> int:
 
 
 def reader_queries(path: Path):
-    from kvviz.store import RunReader
+    from kvviz.store.reader import RunReader
 
     def run() -> None:
         r = RunReader(path)
@@ -91,7 +95,7 @@ def reader_queries(path: Path):
     return run
 
 
-def live_tick(runs: Path, name: str):
+def live_tick(runs: Path, name: str, page: str = "live.py"):
     import logging
     import os
 
@@ -100,12 +104,12 @@ def live_tick(runs: Path, name: str):
     from streamlit.testing.v1 import AppTest
 
     def run() -> None:
-        at = AppTest.from_file(str(harness.ROOT / "pages" / "live.py"), default_timeout=120)
+        at = AppTest.from_file(str(harness.ROOT / "pages" / page), default_timeout=120)
         at.session_state["kvviz_run"] = name
         at.session_state["live_history_shown"] = True  # draw the history fragment too
         at.run()
         if at.exception:
-            raise SystemExit(f"the Live page failed: {at.exception[0].message}")
+            raise SystemExit(f"{page} failed: {at.exception[0].message}")
     return run
 
 
@@ -126,7 +130,9 @@ def main() -> None:
         res = harness.interleaved({"queries_small": reader_queries(runs / "small.db"),
                                    "queries_large": reader_queries(runs / "large.db"),
                                    "tick_small": live_tick(runs, "small.db"),
-                                   "tick_large": live_tick(runs, "large.db")}, a.repeats)
+                                   "tick_large": live_tick(runs, "large.db"),
+                                   "replay_large": live_tick(runs, "large.db", "replay.py")},
+                                  a.repeats)
         med = {k: statistics.median(v) for k, v in res.items()}
         rec = {"bench": "soak", "samples_small": rows["small.db"],
                "samples_large": rows["large.db"], "copies": copies,

@@ -6,28 +6,27 @@ sequences grew one block each in turn, so every block is its own run: rle-zlib-2
 mode), the same pool with its blocks in random order, plus the all-free map. "write" is one
 RunWriter.add_sample with the map plus commit (WAL, synchronous=NORMAL).
 
-    python benchmarks/bench_store.py [--blocks 1048576] [--repeats 20]
+    python benchmarks/bench_store.py [--blocks 1048576] [--repeats 20] [--json]
+
+Target: encode + write <= 10 ms for 1M blocks.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kvviz.alloc import PagedAllocator  # noqa: E402
-from kvviz.blockmap import BlockMap, empty_blockmap  # noqa: E402
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig  # noqa: E402
-from kvviz.engine import Simulation  # noqa: E402
-from kvviz.store import RunWriter  # noqa: E402
-from kvviz.store_codec import encode  # noqa: E402
+from kvviz.alloc import PagedAllocator
+from kvviz.blockmap import BlockMap, empty_blockmap
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.engine import Simulation
+from kvviz.store.mapcodec import encode
+from kvviz.store.writer import RunWriter
 from kvviz.workload import generate  # noqa: E402
 
 
@@ -72,7 +71,7 @@ def random_order_map(blocks: int) -> BlockMap:
                     ls.block_size, 1, ls.label, False)
 
 
-def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
+def bench(a, name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
     enc_t = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -89,24 +88,30 @@ def bench(name: str, bm: BlockMap, repeats: int, tmp: Path) -> None:
     raw = sum(getattr(bm, k).nbytes for k in ("owner", "filled", "allocated", "refcount",
                                                "cached"))
     mode = json.loads(e.layout)["mode"]
-    print(f"{name:>8}: {bm.num_blocks} blocks, {e.runs} runs ({mode}), "
-          f"used {(bm.owner >= 0).mean():.0%}"
-          f" | encode {1e3 * statistics.median(enc_t):.2f} ms, encode+write+commit "
-          f"{1e3 * statistics.median(wr_t):.2f} ms (median of {repeats}) | {e.nbytes} bytes "
-          f"stored ({e.nbytes / bm.num_blocks:.3f} B/block, raw {raw / e.nbytes:.0f}x larger)")
+    harness.emit(a, {"bench": "store", "map": name, "blocks": bm.num_blocks, "runs": e.runs,
+                     "layout": mode, "encode_ms": 1e3 * statistics.median(enc_t),
+                     "encode_write_ms": 1e3 * statistics.median(wr_t), "bytes": e.nbytes,
+                     "raw_ratio": raw / e.nbytes},
+                 f"{name:>8}: {bm.num_blocks} blocks, {e.runs} runs ({mode}), "
+                 f"used {(bm.owner >= 0).mean():.0%}"
+                 f" | encode {1e3 * statistics.median(enc_t):.2f} ms, encode+write+commit "
+                 f"{1e3 * statistics.median(wr_t):.2f} ms (median of {repeats}) | {e.nbytes} "
+                 f"bytes stored ({e.nbytes / bm.num_blocks:.3f} B/block, raw "
+                 f"{raw / e.nbytes:.0f}x larger)")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = harness.parser(__doc__, repeats=20)
     p.add_argument("--blocks", type=int, default=1 << 20)
-    p.add_argument("--repeats", type=int, default=20)
     a = p.parse_args()
+    if a.quick:
+        a.blocks, a.repeats = 1 << 14, 3
     with tempfile.TemporaryDirectory() as d:
         for name, bm in (("free", empty_blockmap(a.blocks, 16)), ("engine", engine_map(a.blocks)),
                          ("churned", churned_map(a.blocks)),
                          ("lockstep", lockstep_map(a.blocks)),
                          ("random", random_order_map(a.blocks))):
-            bench(name, bm, a.repeats, Path(d))
+            bench(a, name, bm, a.repeats, Path(d))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@
 # time budget runs short. Everything lands in $OUT; $OUT/summary.txt is the short version.
 #   1 correctness: Triton kernels on CUDA vs SDPA (pytest tests/kv, or the case runner)
 #   2 attention at the H200 target: batch 64, context 4096, 32 q / 8 kv heads, d 128, bf16
-#   3 real mode for 60 s (kvviz collect --mode real if it exists, else
-#     benchmarks/bench_real_mode.py with the llama-3-8b shape, real allocator or a fake one)
+#   3 real mode for 60 s (kvviz collect --mode real, else
+#     benchmarks/bench_attention.py real-mode with the llama-3-8b shape)
 #   4 block-size sweep 1..256 at the target shape
 #   5 contiguous baseline per SDPA backend; 6 Triton launch-config sweep
 # An NVML sampler runs throughout ($OUT/nvml.csv); the summary gives peak memory per stage.
@@ -104,10 +104,8 @@ if python -m kvviz collect --help > "$OUT/collect_help.txt" 2>&1 \
 fi
 if [ $REAL_DONE = 0 ]; then
   # llama-3-8b shape: 32 layers, 8 kv heads, bf16; 64 sequences up to 2048 tokens (~17 GB pool)
-  stage real_bench 100 python benchmarks/bench_real_mode.py --device cuda --duration 60 \
-    --seqs 64 --context 1024 --model llama-3-8b \
-    || stage real_fake 100 python benchmarks/bench_real_mode.py --device cuda --duration 60 \
-      --seqs 64 --context 1024 --model llama-3-8b --allocator fake
+  stage real_bench 100 python benchmarks/bench_attention.py real-mode --json --device cuda \
+    --duration 60 --seqs 64 --context 1024 --model llama-3-8b
 fi
 grep -h -E '"steps_per_s"|steps/s' "$OUT"/real_*.log 2>/dev/null | tail -n 3 \
   | tee -a "$OUT/summary.txt"
@@ -121,8 +119,8 @@ for line in sys.stdin:
     r = json.loads(line)
     print(f\"block {r['block_size']:>4}: paged {r['paged_ms']} ms ratio {r['ratio']} {r['gbps']} GB/s\")
 " | tee -a "$OUT/summary.txt"
-stage sdpa_backends 40 python benchmarks/bench_attention.py sdpa-backends
-stage triton_configs 120 python benchmarks/bench_attention.py triton-configs
+stage sdpa_backends 40 python benchmarks/bench_attention.py sdpa-backends --json
+stage triton_configs 120 python benchmarks/bench_attention.py triton-configs --json
 
 kill "$SAMPLER" 2>/dev/null
 python - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"

@@ -1,4 +1,6 @@
-"""Engine step rate with sampling into the store at 0 (none), 4 and 10 Hz.
+"""The collector's cost to the engine: step rate while sampling, and one sample's parts.
+
+overhead (default): engine step rate with sampling into the store at 0 (none), 4 and 10 Hz.
 
 One sim-mode paged lane of 256k blocks (block 16, 4M slots), a busy seeded stream, the real
 collector path (EngineCollector._batch -> SampleWriter.put -> the store writer process, or
@@ -9,7 +11,7 @@ alternate configs and the median wall time is reported. "start" is the SampleWri
 construction (process mode: spawning the writer, which opens the file), i.e. the delay
 before the first sample.
 
---interleave N: this VM's speed drifts by 10-40% over seconds (a fixed CPU loop varies that
+interleave: this VM's speed drifts by 10-40% over seconds (a fixed CPU loop varies that
 much), more than the effect measured, so separate runs cannot resolve 2%. This mode runs ONE
 collector and ONE writer process for N cycles of six slices (--slice s each): off, 4 Hz, off,
 10 Hz, off, control (off too). Each sampled (or control) slice's step rate is compared with
@@ -20,11 +22,16 @@ events of the unsampled slices before a sampled slice would all land in its firs
 the 4 Hz slices, which follow off + control + off, 1.5 s of events: the writer would store 4x
 the steady rate during them). So the first sample of a sampled slice carries the events of
 the last period only (what was logged in the final 1/hz s of the slice before); the older ones
-are skipped unstored. --keep-backlog restores the earlier behaviour (all of them).
+are skipped unstored. --keep-backlog stores all of them instead.
+snapshot: the engine thread's share of one sample on the same 256k-block lane (1,024 running):
+`PagedAllocator.snapshot()` and the collector's whole per-lane sample, medians over
+--repeats samples taken between bursts of 300 engine steps.
 
-    python benchmarks/bench_collector_overhead.py [--steps 4000] [--rounds 3] [--blocks 262144]
-                                                  [--mode process|thread|inline]
-    python benchmarks/bench_collector_overhead.py --interleave 100 --slice 0.5 --requests 3000000
+    python benchmarks/bench_collector.py overhead [--steps 4000] [--repeats 3] [--blocks 262144]
+                                         [--mode process|thread|inline]
+    python benchmarks/bench_collector.py interleave [--cycles 100] [--slice 0.5]
+                                         [--requests 3000000]
+    python benchmarks/bench_collector.py snapshot [--repeats 40]
 """
 from __future__ import annotations
 
@@ -36,11 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
-from collectors.sampler import MODES, SampleWriter, StoreSpec  # noqa: E402
-from kvviz.cli import build_parser  # noqa: E402
-from kvviz.commands.collect import build  # noqa: E402
+from collectors.sampler import MODES, SampleWriter, StoreSpec
+from kvviz.cli import build_parser
+from kvviz.commands.collect import build
 
 
 def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
@@ -91,7 +98,7 @@ def interleaved(a: argparse.Namespace, tmp: Path) -> None:
         sim.step(time_s=0.0)
     # -1: a control slice, unsampled like its neighbours: its "slowdown" shows the method's
     # own spread (it should be ~0)
-    plan = [0.0, 4.0, 0.0, 10.0, 0.0, -1.0] * a.interleave + [0.0]
+    plan = [0.0, 4.0, 0.0, 10.0, 0.0, -1.0] * a.cycles + [0.0]
     rates: list[float] = []
     restarts: set[int] = set()
     mark = None  # (sim, event cursor) one period of the next sampled slice before its start
@@ -132,62 +139,104 @@ def interleaved(a: argparse.Namespace, tmp: Path) -> None:
         mean = statistics.fmean(ratios)
         half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5
         name = "control" if hz < 0 else f"hz {hz:4.0f}"
-        print(f"{name}: slowdown median {100 * statistics.median(ratios):+.1f}%, mean "
-              f"{100 * mean:+.1f}% (95% CI of the mean {100 * (mean - half):+.1f}% to "
-              f"{100 * (mean + half):+.1f}%; quartiles {100 * q[0]:+.1f}% / {100 * q[2]:+.1f}%; "
-              f"{len(ratios)} slices), engine thread per sample median "
-              f"{1e3 * statistics.median(per_sample[hz]):.2f} ms")
-    print(f"{len(restarts)} stream restarts (slices around them dropped)")
-    print(f"unsampled slices: median {statistics.median(rates[::2]):.0f} steps/s")
+        harness.emit(a, {"bench": "collector-interleave", "hz": hz, "slices": len(ratios),
+                         "slowdown_median": statistics.median(ratios), "slowdown_mean": mean,
+                         "ci95": [mean - half, mean + half],
+                         "per_sample_ms": 1e3 * statistics.median(per_sample[hz])},
+                     f"{name}: slowdown median {100 * statistics.median(ratios):+.1f}%, mean "
+                     f"{100 * mean:+.1f}% (95% CI of the mean {100 * (mean - half):+.1f}% to "
+                     f"{100 * (mean + half):+.1f}%; quartiles {100 * q[0]:+.1f}% / "
+                     f"{100 * q[2]:+.1f}%; {len(ratios)} slices), engine thread per sample "
+                     f"median {1e3 * statistics.median(per_sample[hz]):.2f} ms")
+    harness.emit(a, {"bench": "collector-interleave", "restarts": len(restarts),
+                     "unsampled_steps_per_s": statistics.median(rates[::2])},
+                 f"{len(restarts)} stream restarts (slices around them dropped); unsampled "
+                 f"slices: median {statistics.median(rates[::2]):.0f} steps/s")
+
+
+def snapshot(a: argparse.Namespace, tmp: Path) -> None:
+    args = build_parser("collect").parse_args(
+        ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
+         str(a.blocks * 16), "--rate", "inf", "--requests", "1000000", "--max-num-seqs",
+         str(a.max_num_seqs), "--quiet", "--out", str(tmp / "unused.db")])
+    col = build(args)  # built, never opened: no writer here
+    sim, lane = col.sim, col.sim.lanes[0]
+    for _ in range(3000):
+        sim.step(time_s=0.0)
+    snap, sample = [], []
+    for _ in range(a.repeats):
+        for _ in range(300):
+            sim.step(time_s=0.0)
+        t0 = time.perf_counter()
+        lane.alloc.snapshot()
+        t1 = time.perf_counter()
+        col._lane_sample(lane, 1.0)
+        snap.append(t1 - t0)
+        sample.append(time.perf_counter() - t1)
+    harness.emit(a, {"bench": "collector-snapshot", "blocks": a.blocks,
+                     "running": int(lane.run_ids.size),
+                     "snapshot_ms": 1e3 * statistics.median(snap),
+                     "lane_sample_ms": 1e3 * statistics.median(sample)})
+
+
+def overhead(a: argparse.Namespace, tmp: Path) -> None:
+    hzs = [0.0, 4.0, 10.0]
+    walls: dict[float, list[float]] = {hz: [] for hz in hzs}
+    cpus: dict[float, list[float]] = {hz: [] for hz in hzs}
+    counts: dict[float, int] = {}
+    loop_ms: dict[float, list[float]] = {hz: [] for hz in hzs}
+    starts: list[float] = []
+    for r in range(a.repeats):
+        for hz in hzs[r % 3:] + hzs[:r % 3]:  # rotate: no config always runs first
+            w, n, in_loop, start, cpu = one(a.blocks, a.steps, hz, tmp, a.max_num_seqs, a.mode,
+                                            a.requests)
+            walls[hz].append(w)
+            cpus[hz].append(cpu)
+            counts[hz] = n
+            loop_ms[hz].append(1e3 * in_loop / max(1, n))
+            starts.append(start)
+    base, base_cpu = statistics.median(walls[0.0]), statistics.median(cpus[0.0])
+    lo, hi = min(walls[0.0]), max(walls[0.0])
+    harness.emit(a, {"bench": "collector-overhead", "mode": a.mode,
+                     "start_s": statistics.median(starts), "spread": hi / lo - 1},
+                 f"mode {a.mode}: start (SampleWriter construction) median "
+                 f"{statistics.median(starts):.3f} s; hz 0 wall over {a.repeats} rounds: "
+                 f"{lo:.3f}-{hi:.3f} s (run-to-run spread {100 * (hi / lo - 1):.1f}%)")
+    for hz in hzs:
+        med, cpu = statistics.median(walls[hz]), statistics.median(cpus[hz])
+        harness.emit(a, {"bench": "collector-overhead", "hz": hz, "steps_per_s": a.steps / med,
+                         "samples": counts[hz], "slowdown": med / base - 1,
+                         "engine_cpu": cpu / base_cpu - 1,
+                         "per_sample_ms": statistics.median(loop_ms[hz])},
+                     f"hz {hz:4.0f}: {a.steps / med:8.0f} steps/s  ({counts[hz]} samples, "
+                     f"median of {a.repeats}: {med:.3f} s)  slowdown {100 * (med / base - 1):+.1f}%"
+                     f"  engine thread CPU {100 * (cpu / base_cpu - 1):+.1f}%, per sample "
+                     f"{statistics.median(loop_ms[hz]):.2f} ms")
+
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = harness.parser(__doc__, repeats=3)
+    p.add_argument("case", nargs="?", default="overhead",
+                   choices=["overhead", "interleave", "snapshot"])
     p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--blocks", type=int, default=262144)
     p.add_argument("--max-num-seqs", type=int, default=1024)
     p.add_argument("--requests", type=int, default=20000,
                    help="requests in the stream (all at t=0); more requests allow more --steps")
     p.add_argument("--mode", choices=MODES, default="process", help="where the store is "
                    "written (default: process, as `kvviz collect` does)")
-    p.add_argument("--interleave", type=int, default=0, metavar="N",
-                   help="N cycles of slices off / 4 Hz / off / 10 Hz / off / control (see above)")
-    p.add_argument("--slice", type=float, default=1.0, help="--interleave slice length, s")
-    p.add_argument("--keep-backlog", action="store_true", help="--interleave: the first "
+    p.add_argument("--cycles", type=int, default=100,
+                   help="interleave: cycles of slices off / 4 Hz / off / 10 Hz / off / control")
+    p.add_argument("--slice", type=float, default=1.0, help="interleave: slice length, s")
+    p.add_argument("--keep-backlog", action="store_true", help="interleave: the first "
                    "sample of a sampled slice carries every event since the last sample")
     a = p.parse_args()
-    if a.interleave:
-        with tempfile.TemporaryDirectory() as d:
-            interleaved(a, Path(d))
-        return
+    if a.quick:
+        a.steps, a.blocks, a.cycles, a.slice, a.repeats = 300, 16384, 3, 0.2, 2
     with tempfile.TemporaryDirectory() as d:
-        hzs = [0.0, 4.0, 10.0]
-        walls: dict[float, list[float]] = {hz: [] for hz in hzs}
-        cpus: dict[float, list[float]] = {hz: [] for hz in hzs}
-        counts: dict[float, int] = {}
-        loop_ms: dict[float, list[float]] = {hz: [] for hz in hzs}
-        starts: list[float] = []
-        for r in range(a.rounds):
-            for hz in hzs[r % 3:] + hzs[:r % 3]:  # rotate: no config always runs first
-                w, n, in_loop, start, cpu = one(a.blocks, a.steps, hz, Path(d),
-                                                a.max_num_seqs, a.mode, a.requests)
-                walls[hz].append(w)
-                cpus[hz].append(cpu)
-                counts[hz] = n
-                loop_ms[hz].append(1e3 * in_loop / max(1, n))
-                starts.append(start)
-        print(f"mode {a.mode}: start (SampleWriter construction) median "
-              f"{statistics.median(starts):.3f} s, max {max(starts):.3f} s")
-        base, base_cpu = statistics.median(walls[0.0]), statistics.median(cpus[0.0])
-        lo, hi = min(walls[0.0]), max(walls[0.0])
-        print(f"hz 0 wall over {a.rounds} rounds: {lo:.3f}-{hi:.3f} s (run-to-run spread "
-              f"{100 * (hi / lo - 1):.1f}%)")
-        for hz in hzs:
-            med, cpu = statistics.median(walls[hz]), statistics.median(cpus[hz])
-            print(f"hz {hz:4.0f}: {a.steps / med:8.0f} steps/s  ({counts[hz]} samples, median of "
-                  f"{a.rounds}: {med:.3f} s)  slowdown {100 * (med / base - 1):+.1f}%  engine "
-                  f"thread CPU {100 * (cpu / base_cpu - 1):+.1f}%, per sample "
-                  f"{statistics.median(loop_ms[hz]):.2f} ms")
+        {"overhead": overhead, "interleave": interleaved, "snapshot": snapshot}[a.case](
+            a, Path(d))
+
 
 if __name__ == "__main__":
     main()
