@@ -44,7 +44,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 @dataclass(frozen=True)
 class ScrapeAllow:
-    """Parsed KVVIZ_SCRAPE_ALLOW. `anything` when the variable is unset, empty or has `*`."""
+    """Parsed KVVIZ_SCRAPE_ALLOW. `anything` when the variable is unset, has no entry or `*`."""
 
     names: frozenset[str] = frozenset()
     nets: tuple[IpNet, ...] = ()
@@ -71,6 +71,8 @@ class ScrapeAllow:
                 raise ScrapeNotAllowedError(
                     f"{SCRAPE_ALLOW_ENV}: {entry!r} is neither a host name nor an address/CIDR")
             names.add(entry)
+        if not names and not nets:  # only commas and spaces: as if unset
+            return cls()
         return cls(frozenset(names), tuple(nets), anything=False, source=text)
 
     @classmethod
