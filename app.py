@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz.node.trust import ALLOWED_HOSTS_ENV, allowed_hosts_from_env, dashboard_host_ok
+from kvviz.node.trust import dashboard_host_ok
 from kvviz.node.trust import plain_markdown as md
 
 HERE = Path(__file__).parent
@@ -28,10 +28,10 @@ nav = st.navigation([st.Page(f, title=t, icon=i, default=k == 0)
                      for k, (f, t, i) in enumerate(found)])
 host = st.context.headers.get("host")
 if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
-                         extra=allowed_hosts_from_env()):
+                         extra=st.get_option("server.allowedHosts") or ()):
     st.error(f"Refused: this dashboard does not answer to the host name {md(host)}. If you "
-             f"reach it through that name on purpose, add it to {ALLOWED_HOSTS_ENV} "
-             "(comma-separated) and restart.", icon=":material/gpp_bad:")
+             "reach it through that name on purpose, start it with "
+             "`--server.allowedHosts NAME` (README, Security).", icon=":material/gpp_bad:")
     st.stop()
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
 wanted = st.session_state.pop("kvviz_wanted_page", None)  # see pages/common.enter_through_app

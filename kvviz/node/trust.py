@@ -2,7 +2,10 @@
 
 - Host check (DNS rebinding): a page on an attacker's domain that resolves to 127.0.0.1 talks
   to the dashboard with that domain as Host. Only loopback hosts, the address the server binds
-  and the names in KVVIZ_ALLOWED_HOSTS are served (as Jupyter's server does).
+  and the names in Streamlit's `server.allowedHosts` are served (as Jupyter's server does).
+  Streamlit itself refuses the websocket of any other Host once that list is set
+  (.streamlit/config.toml sets it to the loopback names); app.py checks again, which also
+  covers a server started without that config file.
 - Scrape allow-list: KVVIZ_SCRAPE_ALLOW (comma-separated host names and addresses/CIDRs;
   unset: any host) bounds what the Node and Fleet pages and `kvviz scrape` contact. A name is
   matched as written; an address or CIDR is matched against the address actually connected to
@@ -23,7 +26,6 @@ from dataclasses import dataclass
 from kvviz.errors import KvvizError
 
 SCRAPE_ALLOW_ENV = "KVVIZ_SCRAPE_ALLOW"
-ALLOWED_HOSTS_ENV = "KVVIZ_ALLOWED_HOSTS"
 IpNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 _NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*$")
 _WILDCARDS = {"0.0.0.0", "::", ""}
@@ -132,7 +134,8 @@ def dashboard_host_ok(host_header: str | None, *, server_address: str | None = N
     """May a browser request carrying this Host header drive the dashboard?
 
     Yes for loopback addresses and `localhost` (and `*.localhost`), for the address the server
-    binds, and for the `extra` names (KVVIZ_ALLOWED_HOSTS; `*` allows all). When the server
+    binds, and for the `extra` names (server.allowedHosts: `*` allows all, `*.example.com`
+    any subdomain). When the server
     binds every interface (0.0.0.0, :: or unset, Streamlit's default), any IP-literal Host is
     also served: DNS rebinding needs a name. No header at all (not a browser: AppTest, bare
     mode) passes.
@@ -143,6 +146,8 @@ def dashboard_host_ok(host_header: str | None, *, server_address: str | None = N
     allowed = {e.strip().lower().rstrip(".") for e in extra if e.strip()}
     if "*" in allowed or host in allowed:
         return True
+    if any(p.startswith("*.") and host.endswith(p[1:]) for p in allowed):
+        return True
     if host == "localhost" or host.endswith(".localhost"):
         return True
     addr = _ip(host)
@@ -152,11 +157,6 @@ def dashboard_host_ok(host_header: str | None, *, server_address: str | None = N
     if bind and host == bind.rstrip("."):
         return True
     return addr is not None and bind in _WILDCARDS
-
-
-def allowed_hosts_from_env(env: Mapping[str, str] | None = None) -> list[str]:
-    text = (os.environ if env is None else env).get(ALLOWED_HOSTS_ENV, "")
-    return [e for e in text.split(",") if e.strip()]
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$=^&\"'])")

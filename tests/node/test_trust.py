@@ -106,6 +106,8 @@ def test_fleet_outside_the_list_is_refused(closed_port_url, monkeypatch):
     ("gpu7:8501", "0.0.0.0", (), False),
     ("gpu7:8501", "0.0.0.0", ("GPU7",), True),
     ("anything.example", "127.0.0.1", ("*",), True),
+    ("a.dash.example", "127.0.0.1", ("*.dash.example",), True),
+    ("dash.example.attacker.example", "127.0.0.1", ("*.dash.example",), False),
     (None, "127.0.0.1", (), True),  # no header: not a browser request
 ])
 def test_dashboard_host_check(host, bind, extra, ok):

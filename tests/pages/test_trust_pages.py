@@ -40,7 +40,7 @@ def test_foreign_host_is_refused_before_any_page_runs(runs, monkeypatch):
     forge_host(monkeypatch, "rebind.attacker.example:8501")
     at = page("app.py")
     no_exception(at)
-    assert "Refused" in errors(at) and "KVVIZ_ALLOWED_HOSTS" in errors(at)
+    assert "Refused" in errors(at) and "server.allowedHosts" in errors(at)
     assert not at.title and not at.get("plotly_chart")
 
 
@@ -52,11 +52,28 @@ def test_loopback_hosts_are_served(runs, monkeypatch, host):
     assert "Refused" not in errors(at) and at.title
 
 
-def test_a_host_named_in_kvviz_allowed_hosts_is_served(runs, monkeypatch):
+@pytest.fixture
+def allowed_hosts():
+    """Set server.allowedHosts (as `--server.allowedHosts` would) for one test."""
+    from streamlit import config
+
+    old = config.get_option("server.allowedHosts")
+    yield lambda hosts: config.set_option("server.allowedHosts", hosts)
+    config.set_option("server.allowedHosts", old)
+
+
+def test_a_host_named_in_server_allowed_hosts_is_served(runs, monkeypatch, allowed_hosts):
     forge_host(monkeypatch, "dash.example:8501")
-    monkeypatch.setenv("KVVIZ_ALLOWED_HOSTS", "gpu7, dash.example")
+    allowed_hosts(["localhost", "dash.example"])
     at = page("app.py")
     assert "Refused" not in errors(at) and at.title
+
+
+def test_the_app_refuses_even_when_streamlit_checks_nothing(runs, monkeypatch, allowed_hosts):
+    forge_host(monkeypatch, "rebind.attacker.example:8501")
+    allowed_hosts([])  # Streamlit's default: any Host
+    at = page("app.py")
+    assert "Refused" in errors(at) and not at.title
 
 
 def write_node_run(path: Path, message: str, text: str | None = None) -> None:
