@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from kvviz.errors import KvvizError
 from kvviz.node import http
+from kvviz.node.scrape import check_seconds
 from kvviz.node.trust import ScrapeNotAllowedError
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -62,6 +63,7 @@ def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FleetError(f"{prom_url!r}: not an http(s) Prometheus server URL")
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    _check_timeout(timeout_s)
     try:
         answer = http.get(url, timeout_s=timeout_s, max_bytes=_MAX_BODY,
                           accept="application/json")
@@ -83,6 +85,13 @@ def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         raise FleetError(f"{base}: answer to {promql!r} is not JSON "
                          f"({type(exc).__name__})") from exc
     return _vector(doc, base, promql)
+
+
+def _check_timeout(timeout_s: float) -> None:
+    try:
+        check_seconds("fleet timeout", timeout_s)
+    except KvvizError as exc:
+        raise FleetError(str(exc)) from None
 
 
 def _vector(doc: object, base: str, promql: str) -> list[tuple[dict[str, str], float]]:
@@ -113,6 +122,7 @@ def list_nodes(prom_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[F
     up: dict[tuple[str, str], bool] = {}
     engines: dict[tuple[str, str], set[str]] = {}
     found: dict[tuple[str, str], dict[str, list[float]]] = {}
+    _check_timeout(timeout_s)
     end = time.monotonic() + timeout_s
     for promql, (engine, what) in FLEET_QUERIES.items():
         left = end - time.monotonic()

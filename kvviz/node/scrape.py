@@ -48,6 +48,20 @@ def normalize_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+MAX_SECONDS = 7 * 86400.0  # a week: anything longer is a typo (and overflows socket timeouts)
+
+
+def check_seconds(what: str, value: float, *, zero: bool = False,
+                  most: float = MAX_SECONDS) -> None:
+    """Raise KvvizError unless `value` is a finite number of seconds in (0, most]
+    ([0, most] with `zero`)."""
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and (
+        value >= 0 if zero else value > 0) and value <= most
+    if not ok:
+        low = ">= 0" if zero else "> 0"
+        raise KvvizError(f"{what} must be {low} and at most {most:g} s, got {value!r}")
+
+
 def _fetch(url: str, timeout_s: float, max_bytes: int) -> str:
     """The body as text. Raises TimeoutError, GarbledMetricsError, _HttpStatusError,
     ScrapeNotAllowedError or OSError/HTTPException/ValueError."""
@@ -81,6 +95,7 @@ def scrape_once(
                           latency_s=time.monotonic() - m0)
 
     check_scrape_url(url)
+    check_seconds("scrape timeout", timeout_s)
     try:
         text = _fetch(url, timeout_s, max_bytes)
     except (GarbledMetricsError, http.BodyTooLargeError) as exc:
@@ -142,12 +157,10 @@ class Scraper:
         max_samples: int | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        if not interval_s > 0:
-            raise KvvizError(f"scrape interval must be > 0 s, got {interval_s}")
-        if duration_s is not None and duration_s < 0:
-            raise KvvizError(f"scrape duration must be >= 0 s, got {duration_s}")
-        if not timeout_s > 0:
-            raise KvvizError(f"scrape timeout must be > 0 s, got {timeout_s}")
+        check_seconds("scrape interval", interval_s)
+        if duration_s is not None:
+            check_seconds("scrape duration", duration_s, zero=True, most=1e9)
+        check_seconds("scrape timeout", timeout_s)
         self.url = normalize_url(url)
         check_scrape_url(self.url)
         self.sink = sink
