@@ -48,7 +48,7 @@ KNOWN_METRICS: tuple[KnownMetric, ...] = (
     KnownMetric("vllm:gpu_prefix_cache_hits", "vllm", "counter", "sum", "prefix_hits_total",
                 "older name of prefix_cache_hits"),
     KnownMetric("vllm:gpu_prefix_cache_hit_rate", "vllm", "gauge", "mean", "prefix_hit_rate",
-                "v0 engine's own prefix-cache hit rate, 0..1"),
+                "v0 engine's own prefix-cache hit rate, 0..1; -1 means prefix caching is off"),
     KnownMetric("vllm:cache_config_info", "vllm", "info", "info", "block_size,num_gpu_blocks",
                 "cache configuration in labels: block_size, num_gpu_blocks, cache_dtype, ..."),
     # SGLang
