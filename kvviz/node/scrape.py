@@ -62,6 +62,14 @@ def check_seconds(what: str, value: float, *, zero: bool = False,
         raise KvvizError(f"{what} must be {low} and at most {most:g} s, got {value!r}")
 
 
+def printable(text: str, max_chars: int = 500) -> str:
+    """One line of text safe for a terminal: control characters (escape sequences, newlines)
+    as \\xNN, cut at `max_chars`. Messages carry text the node chose (an HTTP reason)."""
+    out = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256
+                  else f"\\u{ord(c):04x}" for c in text[:max_chars])
+    return out + ("..." if len(text) > max_chars else "")
+
+
 def _fetch(url: str, timeout_s: float, max_bytes: int) -> str:
     """The body as text. Raises TimeoutError, GarbledMetricsError, _HttpStatusError,
     ScrapeNotAllowedError or OSError/HTTPException/ValueError."""
@@ -91,7 +99,7 @@ def scrape_once(
     t0, m0 = clock(), time.monotonic()
 
     def failed(status: NodeStatus, message: str) -> NodeSample:
-        return NodeSample(time=t0, url=url, status=status, message=message,
+        return NodeSample(time=t0, url=url, status=status, message=printable(message),
                           latency_s=time.monotonic() - m0)
 
     check_scrape_url(url)

@@ -1,10 +1,14 @@
 """The scrape timeout is a deadline for the whole request, whatever the server does."""
 from __future__ import annotations
 
+import socket
+import threading
 import time
 import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvviz.node.fleet import FleetError, list_nodes, query
 from kvviz.node.promtext import NodeStatus
@@ -64,3 +68,46 @@ def test_scrape_loop_goes_on_after_a_hostile_answer(hostile):
     n = Scraper(hostile.url("/continue-flood"), got.append, interval_s=0.05,
                 timeout_s=0.2, max_samples=3).run()
     assert n == 3 and [s.status for s in got] == [NodeStatus.TIMEOUT] * 3
+
+
+def _serve_once(payload: bytes) -> tuple[str, threading.Thread]:
+    """A listener on 127.0.0.1 that answers one request with `payload`, then closes."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    lsock.settimeout(5.0)
+
+    def serve() -> None:
+        with lsock:
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(payload)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{lsock.getsockname()[1]}/metrics", thread
+
+
+_HEADS = st.sampled_from([b"", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.0 100 Continue\r\n\r\n",
+                          b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                          b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                          b"HTTP/1.1 302 Found\r\nLocation: gopher://x\r\n\r\n",
+                          b"HTTP/1.1 \x1b[31m200\r\n\r\n"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(_HEADS, st.binary(max_size=300))
+def test_any_answer_gives_a_sample_within_the_deadline(head, tail):
+    url, thread = _serve_once(head + tail)
+    t0 = time.monotonic()
+    s = scrape_once(url, timeout_s=TIMEOUT_S, max_bytes=CAP)
+    assert time.monotonic() - t0 < TIMEOUT_S + 1.0
+    assert s.message.isprintable()
+    thread.join(2.0)
