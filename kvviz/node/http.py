@@ -68,17 +68,22 @@ class _Guard:
     def passed(self) -> bool:
         return self.expired or time.monotonic() >= self.end
 
-    def watch(self, conn: http.client.HTTPConnection) -> None:
-        sock = conn.sock
-        if sock is None:
-            return
+    def connect(self, host: str, address: tuple[str, int], timeout: object = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        """socket.create_connection within the deadline; the socket is watched from then on
+        (TLS handshake included) and its peer checked against the allow-list."""
+        sock = socket.create_connection(address, self.remaining(), source_address)
         with self._lock:
             self._socks.append(sock)
             late = self.expired
         if late:
             _shutdown(sock)
-        peer = sock.getpeername()[0]
-        self.allow.check_peer(conn.host, str(peer))
+        try:
+            self.allow.check_peer(host, str(sock.getpeername()[0]))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def _fire(self) -> None:
         with self._lock:
@@ -98,26 +103,13 @@ def _shutdown(sock: socket.socket) -> None:
         pass  # already closed or never connected
 
 
-class _GuardedHTTP(http.client.HTTPConnection):
-    def __init__(self, *args, guard: _Guard, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._guard = guard
-
-    def connect(self) -> None:
-        self.timeout = self._guard.remaining()
-        super().connect()
-        self._guard.watch(self)
-
-
-class _GuardedHTTPS(http.client.HTTPSConnection):
-    def __init__(self, *args, guard: _Guard, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._guard = guard
-
-    def connect(self) -> None:
-        self.timeout = self._guard.remaining()
-        super().connect()
-        self._guard.watch(self)
+def _guarded(cls: type[http.client.HTTPConnection], guard: _Guard, *args, **kwargs,
+             ) -> http.client.HTTPConnection:
+    """An http.client connection whose sockets come from `guard.connect`."""
+    conn = cls(*args, **kwargs)
+    conn.timeout = guard.remaining()
+    conn._create_connection = functools.partial(guard.connect, conn.host)  # type: ignore
+    return conn
 
 
 class _HttpHandler(urllib.request.HTTPHandler):
@@ -126,7 +118,8 @@ class _HttpHandler(urllib.request.HTTPHandler):
         self._guard = guard
 
     def http_open(self, req):
-        return self.do_open(functools.partial(_GuardedHTTP, guard=self._guard), req)
+        return self.do_open(functools.partial(_guarded, http.client.HTTPConnection,
+                                              self._guard), req)
 
 
 class _HttpsHandler(urllib.request.HTTPSHandler):
@@ -135,7 +128,9 @@ class _HttpsHandler(urllib.request.HTTPSHandler):
         self._guard = guard
 
     def https_open(self, req):
-        return self.do_open(functools.partial(_GuardedHTTPS, guard=self._guard), req)
+        return self.do_open(functools.partial(_guarded, http.client.HTTPSConnection,
+                                              self._guard), req,
+                            context=self._context)
 
 
 class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):

@@ -35,6 +35,12 @@ def test_scrape_of_a_hostile_server_ends_within_timeout_plus_one_second(hostile,
     assert s.message
 
 
+def test_https_to_a_server_that_never_completes_the_handshake_ends_in_time(hostile):
+    t0 = time.monotonic()
+    s = scrape_once(hostile.url("/never").replace("http://", "https://"), timeout_s=TIMEOUT_S)
+    assert s.status == NodeStatus.TIMEOUT and time.monotonic() - t0 < TIMEOUT_S + 1.0
+
+
 @pytest.mark.parametrize("path", ["/endless-body", "/huge-body", "/long-header",
                                   "/endless-headers"])
 def test_memory_of_a_flooding_server_stays_under_the_body_cap(hostile, path):
