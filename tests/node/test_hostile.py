@@ -117,3 +117,22 @@ def test_any_answer_gives_a_sample_within_the_deadline(head, tail):
     assert time.monotonic() - t0 < TIMEOUT_S + 1.0
     assert s.message.isprintable()
     thread.join(2.0)
+
+
+def test_dashboard_stop_ends_a_scrape_of_a_hostile_node_as_stopped(hostile, tmp_path):
+    from kvviz.node.scrape_process import ScrapeProcess
+    from kvviz.store import RunReader
+
+    proc = ScrapeProcess(tmp_path)
+    out = proc.start(hostile.url("/drip-status"), interval_s=0.2, timeout_s=1.0)
+    end = time.monotonic() + 30
+    while proc.status().last_message.count("timeout") < 1 and time.monotonic() < end:
+        time.sleep(0.2)  # at least one scrape gave up, the next one is under way
+    t0 = time.monotonic()
+    proc.stop()  # SIGTERM; SIGKILL only after 5 s
+    assert time.monotonic() - t0 < 1.0 + 1.0
+    r = RunReader(out)
+    try:
+        assert r.status == "stopped"
+    finally:
+        r.close()
