@@ -56,11 +56,17 @@ class FleetNode:
 def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
           ) -> list[tuple[dict[str, str], float]]:
     """Instant vector query -> [(labels, value)]. NaN stays NaN. Raises FleetError."""
-    base = prom_url.strip().rstrip("/")
+    base = prom_url.strip()
     if "://" not in base:
         base = "http://" + base
-    parts = urllib.parse.urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    base = base.rstrip("/")  # after the scheme: "http://" stays a URL with no host
+    try:
+        parts = urllib.parse.urlsplit(base)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not 0..65535)
+    except ValueError as exc:
+        raise FleetError(f"{prom_url!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(
+            not c.isprintable() or c.isspace() for c in parts.netloc):
         raise FleetError(f"{prom_url!r}: not an http(s) Prometheus server URL")
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     _check_timeout(timeout_s)

@@ -39,11 +39,17 @@ def normalize_url(url: str) -> str:
     url = url.strip()
     if "://" not in url:
         url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not 0..65535)
+    except ValueError as exc:
+        raise NodeUrlError(f"{url!r}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
         raise NodeUrlError(f"{url!r}: only http:// and https:// metrics endpoints are scraped")
     if not parts.hostname:
         raise NodeUrlError(f"{url!r}: no host")
+    if any(not c.isprintable() or c.isspace() for c in parts.netloc):
+        raise NodeUrlError(f"{url!r}: spaces or control characters in the host")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 

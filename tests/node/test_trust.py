@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.fleet import FleetError, list_nodes
@@ -137,3 +137,34 @@ def test_plain_markdown_escapes_every_active_character(text):
 
 def test_plain_markdown_of_an_image_link():
     assert plain_markdown("![p](http://x/pixel)") == r"\!\[p\]\(http\://x/pixel\)"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=80), st.text(max_size=60))
+@example("http://[", "")
+@example("gpu7:99999", "")
+@example("gpu7:x", "gpu7")
+@example("a b:80", "")
+def test_any_typed_url_and_allow_list_give_a_url_or_one_clear_error(url, allow):
+    from kvviz.errors import KvvizError
+    from kvviz.node.scrape import normalize_url
+    from kvviz.node.trust import check_scrape_url
+
+    try:
+        check_scrape_url(normalize_url(url), env={"KVVIZ_SCRAPE_ALLOW": allow})
+    except KvvizError as exc:
+        assert str(exc)
+
+
+@pytest.mark.parametrize("url", ["http://[", "prom:99999", "prom:x", "ftp://prom",
+                                 "http://a b:9090", "http://"])
+def test_a_malformed_fleet_url_is_one_clear_error_before_contacting(url):
+    with pytest.raises(FleetError, match="URL"):
+        list_nodes(url, timeout_s=0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.none(), st.text(max_size=60)), st.text(max_size=20),
+       st.lists(st.text(max_size=12), max_size=3))
+def test_any_host_header_gives_a_yes_or_no(host, bind, extra):
+    assert dashboard_host_ok(host, server_address=bind, extra=extra) in (True, False)
