@@ -16,7 +16,6 @@ from kvviz.errors import KvvizError
 from kvviz.node import list_nodes
 from kvviz.node import scrape_process as sp
 from kvviz.node.promtext import pool_rows
-from kvviz.node.trust import check_scrape_url
 from kvviz.node.trust import plain_markdown as md
 from kvviz.torchsnap import DEFAULT_MAX_BYTES, loads_snapshot, summarize
 from kvviz.torchsnap.safe_pickle import read_capped
@@ -138,7 +137,6 @@ def fleet_tab() -> None:
     if st.button("List nodes", key="fleet_go", icon=":material/search:"):
         st.session_state["node_fleet"] = None
         try:
-            check_scrape_url(url if "://" in url else "http://" + url.strip())
             st.session_state["node_fleet"] = (url, vn.fleet_table(list_nodes(url)))
         except (KvvizError, ValueError) as exc:
             st.error(f"Cannot list nodes from {md(repr(url))}: {md(exc)}",

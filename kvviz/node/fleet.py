@@ -83,7 +83,7 @@ def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     except (OSError, httplib.HTTPException, ValueError) as exc:
         raise FleetError(f"{base}: cannot reach Prometheus ({exc})") from exc
     body = answer.body  # Prometheus sends its error JSON with 400/422/503 too
-    if answer.status != 200 and not body:
+    if not 200 <= answer.status < 300 and not body:
         raise FleetError(f"{base}: HTTP {answer.status} for query {promql!r}")
     try:
         doc = json.loads(body)

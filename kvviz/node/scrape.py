@@ -81,7 +81,7 @@ def _fetch(url: str, timeout_s: float, max_bytes: int) -> str:
     ScrapeNotAllowedError or OSError/HTTPException/ValueError."""
     answer = http.get(url, timeout_s=timeout_s, max_bytes=max_bytes,
                       accept="text/plain;version=0.0.4")
-    if answer.status != 200:
+    if not 200 <= answer.status < 300:
         raise _HttpStatusError(f"HTTP {answer.status} {answer.reason}")
     try:
         return answer.body.decode("utf-8")
