@@ -113,9 +113,10 @@ def vllm_pools(by_name: dict[str, Rows]) -> list[PoolRow]:
                       or pick(by_name, "vllm:gpu_cache_usage_perc"), "engine", fraction=True)
     run = _per_pool(pick(by_name, "vllm:num_requests_running"), "engine")
     wait = _per_pool(pick(by_name, "vllm:num_requests_waiting"), "engine")
+    hybrid = bool(_vllm_hybrid(by_name))  # blocks x block_size is no capacity in tokens then
     out = []
     for pool in sorted(set(blocks) | set(usage) | set(run) | set(wait)):
-        cap = blocks[pool] * block_size if pool in blocks and block_size else None
+        cap = blocks[pool] * block_size if pool in blocks and block_size and not hybrid else None
         u = usage.get(pool)
         out.append(PoolRow(pool, as_int(cap), None if u is None or not cap else u * cap, u,
                            as_int(run.get(pool)), as_int(wait.get(pool))))

@@ -75,7 +75,7 @@ def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                           accept="application/json")
     except TimeoutError as exc:
         raise FleetError(f"{base}: no complete answer to {promql!r} within "
-                         f"{timeout_s:g}s") from exc
+                         f"{timeout_s:.3g}s") from exc
     except http.BodyTooLargeError as exc:
         raise FleetError(f"{base}: answer to {promql!r} larger than {_MAX_BODY} bytes") from exc
     except ScrapeNotAllowedError as exc:

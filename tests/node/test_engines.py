@@ -135,3 +135,7 @@ def test_any_exposition_gives_a_json_safe_sample_or_a_garbled_error(text):
                 "num_gpu_blocks", "kv_pools", "preempted_recent"):
         assert d[key] is None or (isinstance(d[key], int) and abs(d[key]) <= INT64_MAX)
     pool_rows(s.raw)
+
+
+def test_vllm_hybrid_pools_carry_no_token_capacity():
+    assert [r.capacity_tokens for r in pool_rows(parse(VLLM_HYBRID).raw)] == [None]
