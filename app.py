@@ -1,9 +1,15 @@
-"""kvviz dashboard: `streamlit run app.py` (binds 127.0.0.1, see .streamlit/config.toml)."""
+"""kvviz dashboard: `streamlit run app.py` (binds 127.0.0.1, see .streamlit/config.toml).
+
+Every script run goes through this file, so the Host check (DNS rebinding, see
+kvviz.node.trust and README "Security") here guards every page and every widget action."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import streamlit as st
+
+from kvviz.node.trust import dashboard_host_ok
+from kvviz.node.trust import plain_markdown as md
 
 HERE = Path(__file__).parent
 # (file, title, icon): registered only when the file exists, so the app runs at every stage.
@@ -20,6 +26,13 @@ st.set_page_config(page_title="kvviz", page_icon=":material/grid_view:", layout=
 found = [(f, t, i) for f, t, i in PAGES if (HERE / f).is_file()]
 nav = st.navigation([st.Page(f, title=t, icon=i, default=k == 0)
                      for k, (f, t, i) in enumerate(found)])
+host = st.context.headers.get("host")
+if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
+                         extra=st.get_option("server.allowedHosts") or ()):
+    st.error(f"Refused: this dashboard does not answer to the host name {md(host)}. If you "
+             "reach it through that name on purpose, start it with "
+             "`--server.allowedHosts NAME` (README, Security).", icon=":material/gpp_bad:")
+    st.stop()
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
 wanted = st.session_state.pop("kvviz_wanted_page", None)  # see pages/common.enter_through_app
 if wanted in {f for f, _, _ in found}:

@@ -1,13 +1,22 @@
 """Node: a real serving node's /metrics over time, a fleet via Prometheus, and a torch CUDA
-memory snapshot (loaded with kvviz.torchsnap's safe loader, never pickle.load)."""
+memory snapshot (loaded with kvviz.torchsnap's safe loader, never pickle.load).
+
+Text that comes from outside (node messages, scraped bodies, Prometheus errors, URLs, file
+names) is never rendered as Markdown: it goes through `md` (escaped) or st.code / tables."""
 from __future__ import annotations
 
+import html
+import math
+
+import pandas as pd
 import streamlit as st
 
 from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node import list_nodes
 from kvviz.node import scrape_process as sp
+from kvviz.node.promtext import pool_rows
+from kvviz.node.trust import plain_markdown as md
 from kvviz.torchsnap import DEFAULT_MAX_BYTES, loads_snapshot, summarize
 from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
@@ -42,16 +51,16 @@ def scrape_controls() -> None:
         try:
             st.session_state[RUN_KEY] = proc.start(url, every).name
         except (KvvizError, ValueError, OSError) as exc:
-            st.error(f"Cannot scrape {url!r}: {exc}", icon=":material/error:")
+            st.error(f"Cannot scrape {md(repr(url))}: {md(exc)}", icon=":material/error:")
     if stop.button("Stop", key="node_stop", icon=":material/stop:"):
         proc.stop()
     s = proc.status()
     if s.state == "running":
-        st.success(f"Scraping `{s.url}` (pid {s.pid}) into `{s.recording}`",
+        st.success(f"Scraping {md(s.url)} (pid {s.pid}) into {md(s.recording)}",
                    icon=":material/radio_button_checked:")
     elif s.state == "stopped":
-        st.warning(f"Scrape of `{s.url}` ended (exit code {s.returncode}); `{s.recording}` "
-                   "keeps what it recorded.", icon=":material/stop_circle:")
+        st.warning(f"Scrape of {md(s.url)} ended (exit code {s.returncode}); "
+                   f"{md(s.recording)} keeps what it recorded.", icon=":material/stop_circle:")
         if s.last_message:
             st.code(s.last_message, language=None)
 
@@ -62,15 +71,23 @@ def node_panel(run: str) -> None:
         if r is None:
             return
         df = r.node_samples()
-        st.caption(f"`{run}`: node `{r.meta.get('url', '?')}`, recording {r.status}")
+        st.caption(f"{md(run)}: node {md(r.meta.get('url', '?'))}, recording {md(r.status)}")
         if df.empty:
             st.info("No scrape recorded yet.", icon=":material/hourglass_empty:")
             return
         last = df.iloc[-1]
         counts = ", ".join(f"{k} {v}" for k, v in vn.status_counts(df).items())
-        text = f"Last scrape: **{last['status']}** {last.get('message') or ''} ({counts})"
+        text = (f"Last scrape: **{md(last['status'])}** {md(last.get('message') or '')} "
+                f"({md(counts)})")
         (st.success if last["status"] == "ok" else st.warning)(text)
-        metrics_rows(vn.headlines(vn.latest_ok(df)))
+        latest = vn.latest_ok(df)
+        metrics_rows(node_headlines(latest))
+        if latest is not None and isinstance(latest.get("capacity_caveat"), str) \
+                and latest["capacity_caveat"]:
+            st.caption(f"KV capacity: {md(latest['capacity_caveat'])}")
+        pools_table(r, latest)
+        if "message" in df:  # plotly renders some HTML in hover text
+            df = df.assign(message=df["message"].fillna("").astype(str).map(html.escape))
         st.plotly_chart(vn.node_figure(df), key="node_figure")
         mem = r.device_memory()
         reason = vg.nvml_reason(mem, r.meta)
@@ -78,6 +95,26 @@ def node_panel(run: str) -> None:
             st.plotly_chart(vg.device_memory_figure(mem), key="node_gpu")
         else:
             st.caption(f"Local GPU memory (NVML) not recorded: {reason}")
+
+
+def node_headlines(latest) -> list:
+    """vn.headlines, with "off" as the hit rate when the node says prefix caching is off."""
+    heads = vn.headlines(latest)
+    off = latest is not None and latest.get("prefix_caching_off") in (1, True)
+    return [h._replace(value="off", help="the node runs with prefix caching disabled")
+            if off and h.label == "Prefix hit rate" else h for h in heads]
+
+
+def pools_table(r, latest) -> None:
+    """Per-pool numbers (vLLM DP engines, SGLang attention-DP ranks) when there are several."""
+    if latest is None or not (latest.get("kv_pools") or 0) > 1:
+        return
+    t = float(latest["t"])
+    raw = r.node_samples(since_t=math.nextafter(t, -math.inf), raw=True)  # since_t is exclusive
+    rows = pool_rows(raw["raw"].iloc[0]) if not raw.empty and "raw" in raw else []
+    if rows:
+        st.caption(f"{len(rows)} KV pools (DP engines or attention-DP ranks), summed above")
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
 def node_tab() -> None:
@@ -102,10 +139,11 @@ def fleet_tab() -> None:
         try:
             st.session_state["node_fleet"] = (url, vn.fleet_table(list_nodes(url)))
         except (KvvizError, ValueError) as exc:
-            st.error(f"Cannot list nodes from {url!r}: {exc}", icon=":material/error:")
+            st.error(f"Cannot list nodes from {md(repr(url))}: {md(exc)}",
+                     icon=":material/error:")
     got = st.session_state.get("node_fleet")
     if got:
-        st.caption(f"Nodes known to `{got[0]}` (fragmentation: kvviz collectors, worst lane)")
+        st.caption(f"Nodes known to {md(got[0])} (fragmentation: kvviz collectors, worst lane)")
         if got[1].empty:
             st.info("This Prometheus server scrapes no targets and has no KV series.")
         st.dataframe(got[1], hide_index=True)
@@ -137,7 +175,7 @@ def snapshot_tab() -> None:
             return
         snap = loads_snapshot(src[1], name=src[0])
     except (KvvizError, ValueError, OSError) as exc:
-        st.error(f"Refused: {exc}", icon=":material/gpp_bad:")
+        st.error(f"Refused: {md(exc)}", icon=":material/gpp_bad:")
         return
     summary = summarize(snap)
     metrics_rows(vs.headlines(summary))

@@ -3,8 +3,15 @@ and list the nodes a Prometheus server knows. Stdlib + prometheus_client; no tor
 """
 from __future__ import annotations
 
+from kvviz.node.engines import PoolRow
 from kvviz.node.fleet import FleetError, FleetNode, list_nodes
-from kvviz.node.promtext import GarbledMetricsError, NodeSample, NodeStatus, sample_from_text
+from kvviz.node.promtext import (
+    GarbledMetricsError,
+    NodeSample,
+    NodeStatus,
+    pool_rows,
+    sample_from_text,
+)
 from kvviz.node.scrape import (
     JsonlSink,
     NodeUrlError,
@@ -14,9 +21,10 @@ from kvviz.node.scrape import (
     scrape_once,
     with_rates,
 )
+from kvviz.node.trust import ScrapeAllow, ScrapeNotAllowedError
 
 __all__ = [
     "FleetError", "FleetNode", "GarbledMetricsError", "JsonlSink", "NodeSample", "NodeStatus",
-    "NodeUrlError", "Scraper", "list_nodes", "normalize_url", "read_jsonl", "sample_from_text",
-    "scrape_once", "with_rates",
+    "NodeUrlError", "PoolRow", "ScrapeAllow", "ScrapeNotAllowedError", "Scraper", "list_nodes",
+    "normalize_url", "pool_rows", "read_jsonl", "sample_from_text", "scrape_once", "with_rates",
 ]

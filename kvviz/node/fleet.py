@@ -1,18 +1,23 @@
 """The nodes a Prometheus server knows, with their KV usage, via its HTTP API (/api/v1/query).
 
 One instant query per metric; results are grouped by (instance, job). `up` lists every
-scrape target, so a node that is down still appears (up=False, no KV numbers).
+scrape target, so a node that is down still appears (up=False, no KV numbers). `timeout_s` is
+a deadline for the whole listing (all queries together), and the host must pass
+KVVIZ_SCRAPE_ALLOW.
 """
 from __future__ import annotations
 
+import http.client as httplib
 import json
 import math
-import urllib.error
+import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 
 from kvviz.errors import KvvizError
-from kvviz.node.scrape import http_opener
+from kvviz.node import http
+from kvviz.node.scrape import check_seconds
+from kvviz.node.trust import ScrapeNotAllowedError
 
 DEFAULT_TIMEOUT_S = 5.0
 _MAX_BODY = 64 * 1024 * 1024
@@ -51,29 +56,48 @@ class FleetNode:
 def query(prom_url: str, promql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
           ) -> list[tuple[dict[str, str], float]]:
     """Instant vector query -> [(labels, value)]. NaN stays NaN. Raises FleetError."""
-    base = prom_url.strip().rstrip("/")
+    base = prom_url.strip()
     if "://" not in base:
         base = "http://" + base
-    parts = urllib.parse.urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    base = base.rstrip("/")  # after the scheme: "http://" stays a URL with no host
+    try:
+        parts = urllib.parse.urlsplit(base)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not 0..65535)
+    except ValueError as exc:
+        raise FleetError(f"{prom_url!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(
+            not c.isprintable() or c.isspace() for c in parts.netloc):
         raise FleetError(f"{prom_url!r}: not an http(s) Prometheus server URL")
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    _check_timeout(timeout_s)
     try:
-        with http_opener(url).open(url, timeout=timeout_s) as resp:
-            body = resp.read(_MAX_BODY + 1)
-    except urllib.error.HTTPError as exc:
-        body = exc.read(_MAX_BODY + 1)  # Prometheus sends its error JSON with 400/422/503
-        if not body:
-            raise FleetError(f"{base}: HTTP {exc.code} for query {promql!r}") from exc
-    except (OSError, ValueError) as exc:
+        answer = http.get(url, timeout_s=timeout_s, max_bytes=_MAX_BODY,
+                          accept="application/json")
+    except TimeoutError as exc:
+        raise FleetError(f"{base}: no complete answer to {promql!r} within "
+                         f"{timeout_s:.3g}s") from exc
+    except http.BodyTooLargeError as exc:
+        raise FleetError(f"{base}: answer to {promql!r} larger than {_MAX_BODY} bytes") from exc
+    except ScrapeNotAllowedError as exc:
+        raise FleetError(f"{base}: {exc}") from exc
+    except (OSError, httplib.HTTPException, ValueError) as exc:
         raise FleetError(f"{base}: cannot reach Prometheus ({exc})") from exc
-    if len(body) > _MAX_BODY:
-        raise FleetError(f"{base}: answer to {promql!r} larger than {_MAX_BODY} bytes")
+    body = answer.body  # Prometheus sends its error JSON with 400/422/503 too
+    if not 200 <= answer.status < 300 and not body:
+        raise FleetError(f"{base}: HTTP {answer.status} for query {promql!r}")
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FleetError(f"{base}: answer to {promql!r} is not JSON ({exc})") from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FleetError(f"{base}: answer to {promql!r} is not JSON "
+                         f"({type(exc).__name__})") from exc
     return _vector(doc, base, promql)
+
+
+def _check_timeout(timeout_s: float) -> None:
+    try:
+        check_seconds("fleet timeout", timeout_s)
+    except KvvizError as exc:
+        raise FleetError(str(exc)) from None
 
 
 def _vector(doc: object, base: str, promql: str) -> list[tuple[dict[str, str], float]]:
@@ -104,13 +128,18 @@ def list_nodes(prom_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[F
     up: dict[tuple[str, str], bool] = {}
     engines: dict[tuple[str, str], set[str]] = {}
     found: dict[tuple[str, str], dict[str, list[float]]] = {}
+    _check_timeout(timeout_s)
+    end = time.monotonic() + timeout_s
     for promql, (engine, what) in FLEET_QUERIES.items():
-        for labels, value in query(prom_url, promql, timeout_s=timeout_s):
+        left = end - time.monotonic()
+        if left <= 0:
+            raise FleetError(f"{prom_url}: listing not complete within {timeout_s:g}s")
+        for labels, value in query(prom_url, promql, timeout_s=left):
             key = (labels.get("instance", ""), labels.get("job", ""))
             if what == "up":
                 up[key] = up.get(key, False) or value == 1.0
                 continue
-            if math.isnan(value):
+            if not math.isfinite(value):
                 continue
             engines.setdefault(key, set()).add(engine)
             found.setdefault(key, {}).setdefault(what, []).append(value)

@@ -5,7 +5,8 @@ says how the label sets of one metric become one number for the node:
   sum   - counts that add up across engines (requests, counters, capacity)
   mean  - fractions (usage, hit rate), averaged; promtext weights usage by capacity when it can
   info  - value is always 1, the payload is in the labels (vLLM's cache_config_info)
-Tensor-parallel ranks share one KV cache, so series with a tp_rank other than "0" are skipped.
+Tensor-parallel ranks share one KV cache, so of each label set only the lowest tp_rank is read;
+SGLang's attention-DP ranks (label dp_rank) each own a pool and are summed (kvviz.node.engines).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ KNOWN_METRICS: tuple[KnownMetric, ...] = (
     KnownMetric("vllm:gpu_prefix_cache_hits", "vllm", "counter", "sum", "prefix_hits_total",
                 "older name of prefix_cache_hits"),
     KnownMetric("vllm:gpu_prefix_cache_hit_rate", "vllm", "gauge", "mean", "prefix_hit_rate",
-                "v0 engine's own prefix-cache hit rate, 0..1"),
+                "v0 engine's own prefix-cache hit rate, 0..1; -1 means prefix caching is off"),
     KnownMetric("vllm:cache_config_info", "vllm", "info", "info", "block_size,num_gpu_blocks",
                 "cache configuration in labels: block_size, num_gpu_blocks, cache_dtype, ..."),
     # SGLang
@@ -65,6 +66,16 @@ KNOWN_METRICS: tuple[KnownMetric, ...] = (
                 "requests waiting in the queue"),
     KnownMetric("sglang:cache_hit_rate", "sglang", "gauge", "mean", "prefix_hit_rate",
                 "radix (prefix) cache hit rate, 0..1"),
+    KnownMetric("sglang:num_retracted_requests", "sglang", "counter", "sum",
+                "preemptions_total", "cumulative retractions: SGLang's preemptions (running "
+                "requests sent back to the queue because the KV pool ran out)"),
+    KnownMetric("sglang:num_retracted_reqs", "sglang", "gauge", "sum", "preempted_recent",
+                "requests retracted since the scheduler's previous metrics report (reset "
+                "after each report, so not a total)"),
+    KnownMetric("sglang:swa_token_usage", "sglang", "gauge", "mean", "capacity_caveat",
+                "sliding-window pool usage: present only for hybrid (SWA) models"),
+    KnownMetric("sglang:mamba_usage", "sglang", "gauge", "mean", "capacity_caveat",
+                "Mamba state pool usage: present only for hybrid (Mamba) models"),
 )
 
 BY_NAME: dict[str, KnownMetric] = {m.name: m for m in KNOWN_METRICS}

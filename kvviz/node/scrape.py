@@ -1,31 +1,31 @@
 """Scrape a serving node's /metrics: one shot (`scrape_once`) or a loop (`Scraper`).
 
 Neither ever raises because of the node: an unreachable, slow or garbled endpoint becomes a
-NodeSample whose status says so, and the loop keeps going. Only a bad URL (user input) raises.
+NodeSample whose status says so, and the loop keeps going. Only a bad URL (user input) raises,
+or one outside KVVIZ_SCRAPE_ALLOW (ScrapeNotAllowedError). The timeout is a deadline for the
+whole request (kvviz.node.http).
 """
 from __future__ import annotations
 
-import http.client
-import ipaddress
+import http.client as httplib
 import json
 import math
-import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
 from kvviz.errors import KvvizError
+from kvviz.node import http
+from kvviz.node.http import is_loopback_host  # noqa: F401 (re-export)
 from kvviz.node.promtext import GarbledMetricsError, NodeSample, NodeStatus, sample_from_text
+from kvviz.node.trust import ScrapeNotAllowedError, check_scrape_url
 
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # a vLLM /metrics body is typically 50-500 KB
-_CHUNK = 64 * 1024
 
 Sink = Callable[[NodeSample], None]
 
@@ -39,69 +39,58 @@ def normalize_url(url: str) -> str:
     url = url.strip()
     if "://" not in url:
         url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not 0..65535)
+    except ValueError as exc:
+        raise NodeUrlError(f"{url!r}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https"):
         raise NodeUrlError(f"{url!r}: only http:// and https:// metrics endpoints are scraped")
     if not parts.hostname:
         raise NodeUrlError(f"{url!r}: no host")
+    if any(not c.isprintable() or c.isspace() for c in parts.netloc):
+        raise NodeUrlError(f"{url!r}: spaces or control characters in the host")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+MAX_SECONDS = 7 * 86400.0  # a week: anything longer is a typo (and overflows socket timeouts)
 
 
-class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            raise urllib.error.HTTPError(newurl, code, f"redirect to {newurl!r} refused",
-                                         headers, fp)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+def check_seconds(what: str, value: float, *, zero: bool = False,
+                  most: float = MAX_SECONDS) -> None:
+    """Raise KvvizError unless `value` is a finite number of seconds in (0, most]
+    ([0, most] with `zero`)."""
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and (
+        value >= 0 if zero else value > 0) and value <= most
+    if not ok:
+        low = ">= 0" if zero else "> 0"
+        raise KvvizError(f"{what} must be {low} and at most {most:g} s, got {value!r}")
 
 
-def http_opener(url: str) -> urllib.request.OpenerDirector:
-    """urllib opener that follows only http(s) redirects and never proxies loopback hosts."""
-    handlers: list = [_HttpOnlyRedirects()]
-    if is_loopback_host(urllib.parse.urlsplit(url).hostname or ""):
-        handlers.append(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener(*handlers)
+def printable(text: str, max_chars: int = 500) -> str:
+    """One line of text safe for a terminal: control characters (escape sequences, newlines)
+    as \\xNN, cut at `max_chars`. Messages carry text the node chose (an HTTP reason)."""
+    out = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256
+                  else f"\\u{ord(c):04x}" for c in text[:max_chars])
+    return out + ("..." if len(text) > max_chars else "")
 
 
 def _fetch(url: str, timeout_s: float, max_bytes: int) -> str:
-    """The body as text. Raises TimeoutError, GarbledMetricsError or OSError/HTTP errors."""
-    deadline = time.monotonic() + timeout_s
-    opener = http_opener(url)
-    req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    with opener.open(req, timeout=timeout_s) as resp:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            if time.monotonic() > deadline:  # a trickling server is cut at the deadline
-                raise TimeoutError(f"body not complete after {timeout_s:g}s")
-            chunk = resp.read1(_CHUNK)  # whatever arrived: lets the deadline bite
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise GarbledMetricsError(f"body larger than {max_bytes} bytes")
-            chunks.append(chunk)
+    """The body as text. Raises TimeoutError, GarbledMetricsError, _HttpStatusError,
+    ScrapeNotAllowedError or OSError/HTTPException/ValueError."""
+    answer = http.get(url, timeout_s=timeout_s, max_bytes=max_bytes,
+                      accept="text/plain;version=0.0.4")
+    if not 200 <= answer.status < 300:
+        raise _HttpStatusError(f"HTTP {answer.status} {answer.reason}")
     try:
-        return b"".join(chunks).decode("utf-8")
+        return answer.body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GarbledMetricsError(f"body is not UTF-8 text ({exc})") from exc
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    if isinstance(exc, (TimeoutError, socket.timeout)):
-        return True
-    reason = getattr(exc, "reason", None)
-    return isinstance(reason, (TimeoutError, socket.timeout))
+class _HttpStatusError(Exception):
+    pass
 
 
 def scrape_once(
@@ -116,24 +105,28 @@ def scrape_once(
     t0, m0 = clock(), time.monotonic()
 
     def failed(status: NodeStatus, message: str) -> NodeSample:
-        return NodeSample(time=t0, url=url, status=status, message=message,
+        return NodeSample(time=t0, url=url, status=status, message=printable(message),
                           latency_s=time.monotonic() - m0)
 
+    check_scrape_url(url)
+    check_seconds("scrape timeout", timeout_s)
     try:
         text = _fetch(url, timeout_s, max_bytes)
-    except GarbledMetricsError as exc:
+    except (GarbledMetricsError, http.BodyTooLargeError) as exc:
         return failed(NodeStatus.GARBLED, str(exc))
-    except urllib.error.HTTPError as exc:
-        return failed(NodeStatus.UNREACHABLE, f"HTTP {exc.code} {exc.reason}")
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        if _is_timeout(exc):
-            return failed(NodeStatus.TIMEOUT, f"no answer within {timeout_s:g}s")
+    except (_HttpStatusError, ScrapeNotAllowedError) as exc:  # the latter: a redirect
+        return failed(NodeStatus.UNREACHABLE, str(exc))
+    except TimeoutError:
+        return failed(NodeStatus.TIMEOUT, f"no complete answer within {timeout_s:g}s")
+    except (OSError, httplib.HTTPException, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         return failed(NodeStatus.UNREACHABLE, f"{type(reason).__name__}: {reason}")
     try:
         sample = sample_from_text(text, url=url, time=t0)
     except GarbledMetricsError as exc:
         return failed(NodeStatus.GARBLED, str(exc))
+    except Exception as exc:  # a parser bug must not end the scrape loop: report, go on
+        return failed(NodeStatus.GARBLED, f"cannot read the body ({type(exc).__name__}: {exc})")
     return replace(sample, latency_s=time.monotonic() - m0)
 
 
@@ -178,13 +171,12 @@ class Scraper:
         max_samples: int | None = None,
         stop: threading.Event | None = None,
     ) -> None:
-        if not interval_s > 0:
-            raise KvvizError(f"scrape interval must be > 0 s, got {interval_s}")
-        if duration_s is not None and duration_s < 0:
-            raise KvvizError(f"scrape duration must be >= 0 s, got {duration_s}")
-        if not timeout_s > 0:
-            raise KvvizError(f"scrape timeout must be > 0 s, got {timeout_s}")
+        check_seconds("scrape interval", interval_s)
+        if duration_s is not None:
+            check_seconds("scrape duration", duration_s, zero=True, most=1e9)
+        check_seconds("scrape timeout", timeout_s)
         self.url = normalize_url(url)
+        check_scrape_url(self.url)
         self.sink = sink
         self.interval_s = interval_s
         self.duration_s = duration_s

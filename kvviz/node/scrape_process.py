@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvviz.node.scrape import normalize_url
+from kvviz.node.trust import check_scrape_url
 from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
 
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
@@ -36,8 +37,10 @@ class ScrapeProcess(LoggedProcess):
         self.recording: Path | None = None
 
     def start(self, url: str, interval_s: float = 2.0, timeout_s: float = 3.0) -> Path:
-        """Stop any running scrape and start one of `url`; NodeUrlError for a bad URL."""
+        """Stop any running scrape and start one of `url`; NodeUrlError for a bad URL,
+        ScrapeNotAllowedError for a host outside KVVIZ_SCRAPE_ALLOW."""
         url = normalize_url(url)
+        check_scrape_url(url)
         if not (interval_s > 0 and timeout_s > 0):
             raise ValueError("scrape interval and timeout must be > 0 s")
         with self._lock:

@@ -29,7 +29,8 @@ def counter_text(n: int) -> str:
 class FakeNode:
     """Routes: /metrics (vLLM), /sglang/metrics, /counter, /flaky (every 2nd request 503),
     /slow (sleeps SLOW_S), /trickle (a byte every 0.1 s), /garbled (HTML), /binary, /error,
-    /moved (302 to /metrics), /moved-to-file (302 to file://)."""
+    /moved (302 to /metrics), /moved-to-file (302 to file://), /moved-to-ip (302 to the same
+    server spelled 127.0.0.1)."""
 
     def __init__(self) -> None:
         self.hits: dict[str, int] = {}
@@ -90,9 +91,12 @@ class FakeNode:
                           ctype="text/html")
             elif path == "/binary":
                 self.send(h, bytes(range(128, 256)), ctype="application/octet-stream")
-            elif path in ("/moved", "/moved-to-file"):
+            elif path in ("/moved", "/moved-to-file", "/moved-to-ip"):
                 h.send_response(302)
-                h.send_header("Location", "/metrics" if path == "/moved" else "file:///etc/passwd")
+                h.send_header("Location", {
+                    "/moved": "/metrics", "/moved-to-file": "file:///etc/passwd",
+                    "/moved-to-ip": f"http://127.0.0.1:{self.server.server_address[1]}/metrics",
+                }[path])
                 h.send_header("Content-Length", "0")
                 h.end_headers()
             elif path == "/error":

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from kvviz.errors import KvvizError
 from kvviz.node.promtext import NodeSample, NodeStatus
 from kvviz.node.scrape import (
     JsonlSink,
@@ -15,6 +16,8 @@ from kvviz.node.scrape import (
     scrape_once,
     with_rates,
 )
+
+from . import fakes
 
 
 @pytest.mark.parametrize("given, expected", [
@@ -158,3 +161,23 @@ def test_jsonl_round_trip_ignores_torn_last_line(fake_node, tmp_path):
         fh.write('{"time": 1, "url"')  # a writer killed mid-line
     back = read_jsonl(path)
     assert len(back) == 2 and back[1].preemptions_per_s is not None
+
+
+@pytest.mark.parametrize("kw", [dict(timeout_s=float("inf")), dict(timeout_s=float("nan")),
+                                dict(interval_s=float("inf")), dict(duration_s=float("nan")),
+                                dict(timeout_s=1e9), dict(duration_s=-1.0)])
+def test_scraper_refuses_seconds_that_are_not_finite_or_out_of_range(kw):
+    with pytest.raises(KvvizError, match="must be"):
+        Scraper("localhost:9", lambda s: None, **kw)
+
+
+def test_scrape_once_refuses_an_infinite_timeout():
+    with pytest.raises(KvvizError, match="scrape timeout"):
+        scrape_once("localhost:9", timeout_s=float("inf"))
+
+
+def test_an_infinite_count_does_not_end_the_scrape_loop(fake_node, monkeypatch):
+    monkeypatch.setattr(fakes, "VLLM_TEXT", "vllm:num_requests_running{engine=\"0\"} +Inf\n")
+    got = []
+    Scraper(fake_node.url("/metrics"), got.append, interval_s=0.01, max_samples=3).run()
+    assert [s.status for s in got] == [NodeStatus.OK] * 3 and got[0].num_running is None
