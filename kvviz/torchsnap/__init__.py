@@ -4,6 +4,7 @@ Needs numpy only; torch is not imported.
 """
 from __future__ import annotations
 
+from kvviz.torchsnap.errors import PickleLimitError
 from kvviz.torchsnap.safe_pickle import (
     DEFAULT_MAX_BYTES,
     Snapshot,
@@ -23,7 +24,8 @@ from kvviz.torchsnap.summary import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_BYTES", "Snapshot", "SnapshotCells", "SnapshotFormatError", "SnapshotSummary",
+    "DEFAULT_MAX_BYTES", "PickleLimitError", "Snapshot", "SnapshotCells", "SnapshotFormatError",
+    "SnapshotSummary",
     "UnsafePickleError", "load_snapshot", "loads_snapshot", "parse_snapshot", "safe_loads",
     "segment_blockmap", "snapshot_cells", "summarize",
 ]

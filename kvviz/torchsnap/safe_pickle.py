@@ -17,7 +17,8 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvviz.errors import KvvizError
+from kvviz.torchsnap.errors import SnapshotFormatError, UnsafePickleError
+from kvviz.torchsnap.opscan import scan_pickle
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PROTO = 0x80  # the PROTO opcode that opens every protocol >= 2 pickle
@@ -25,14 +26,6 @@ ALLOWED_PROTOCOLS = range(2, 6)
 ALLOWED_TYPES = (type(None), bool, int, float, str, bytes, bytearray, list, tuple, dict, set,
                  frozenset)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
-
-
-class UnsafePickleError(KvvizError):
-    """The pickle asks for something other than builtin containers and scalars."""
-
-
-class SnapshotFormatError(KvvizError, ValueError):
-    """Not a usable snapshot file: not a pickle, truncated, too large, or wrong structure."""
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -68,6 +61,7 @@ def safe_loads(data: bytes, *, name: str = "pickle") -> object:
         raise SnapshotFormatError(f"{name}: not a pickle (protocol 2-5 pickles start with 0x80)")
     if data[1] not in ALLOWED_PROTOCOLS:
         raise SnapshotFormatError(f"{name}: pickle protocol {data[1]} not supported (2-5)")
+    scan_pickle(data, name=name)  # bounds nesting and hashing before anything is built
     buf = io.BytesIO(data)
     try:
         obj = _RestrictedUnpickler(buf).load()
