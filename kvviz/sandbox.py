@@ -81,7 +81,8 @@ def _reference(func) -> tuple[str, str]:
 
 def run_limited(func, *args, mem_mb: float = 1024, cpu_s: float = 20.0, wall_s: float = 20.0,
                 label: str = "") -> object:
-    """func(*args) in a limited child: its result, or SandboxError. label prefixes messages."""
+    """func(*args) in a limited child: its result, or SandboxError. label (a file name)
+    prefixes the sandbox's own messages; the parser's own error comes back as it was."""
     out = run_limited_outcome(func, *args, mem_mb=mem_mb, cpu_s=cpu_s, wall_s=wall_s,
                               label=label)
     if out.error is not None:
@@ -117,7 +118,7 @@ def run_limited_outcome(func, *args, mem_mb: float = 1024, cpu_s: float = 20.0,
             value, error = _verdict(d, status, usage, timed_out, mem_mb, cpu_s, wall_s)
         except (OSError, ValueError) as exc:  # a result the child wrote badly
             value, error = None, SandboxError(f"unreadable result ({exc})", "exit")
-        if error is not None:
+        if error is not None and error.kind != "error":  # the parser's own names its input
             error = SandboxError(prefix + str(error), error.kind, error.error_type)
         return Outcome(value, error, rss, elapsed)
 

@@ -65,13 +65,14 @@ def format_table(summary, name: str, show_all: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz.torchsnap import DEFAULT_MAX_BYTES, load_snapshot, summarize
+    from kvviz.torchsnap import DEFAULT_MAX_BYTES, load_snapshot_sandboxed, summarize
     from kvviz.torchsnap.safe_pickle import SnapshotFormatError
 
     if args.max_mb is not None and not args.max_mb > 0:
         raise SnapshotFormatError(f"--max-mb must be > 0, got {args.max_mb}")
     max_bytes = DEFAULT_MAX_BYTES if args.max_mb is None else int(args.max_mb * 1024 * 1024)
-    summary = summarize(load_snapshot(args.file, max_bytes=max_bytes))
+    # parsed in a child with memory/CPU/time limits: no file can take this process down
+    summary = summarize(load_snapshot_sandboxed(args.file, max_bytes=max_bytes))
     if args.json:
         print(json.dumps({"file": str(args.file), **summary.to_dict()}))
     else:

@@ -175,9 +175,11 @@ def scan_pickle(data: bytes, *, name: str = "pickle", max_depth: int = MAX_DEPTH
             pos += _FIXED[op]
             stack.append(_SCALAR)
             objects += 1
-        elif op == 0x28:  # MARK
+        elif op == 0x28:  # MARK: opens a container, so it counts as a level
             meta.append(stack)
             stack = []
+            if len(meta) > max_depth:
+                s.fail(f"pickle nests deeper than {max_depth} levels", at)
         elif op in (0x75, 0x65, 0x90, 0x73, 0x61):  # SETITEMS APPENDS ADDITEMS SETITEM APPEND
             if op in (0x73, 0x61):
                 if len(stack) < (3 if op == 0x73 else 2):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def read_capped(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The file's bytes, refusing (before reading them) files larger than max_bytes."""
     p = Path(path)
-    size = p.stat().st_size
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+        raise SnapshotFormatError(f"{p}: not a regular file")
+    size = st.st_size
     if size > max_bytes:
         raise SnapshotFormatError(
             f"{p}: {size:,} bytes is over the {max_bytes:,}-byte limit for a snapshot")
