@@ -58,12 +58,16 @@ class Outcome:
 
     value: object
     error: SandboxError | None
-    peak_rss_bytes: int  # the child's peak resident memory (getrusage of the child)
+    peak_rss_bytes: int  # the child's peak resident memory after exec (VmHWM; see _wait)
     wall_s: float
 
 
+def _seconds(s: float) -> str:
+    return f"{s:g}" if s == round(s, 1) else f"{s:.1f}"
+
+
 def _mem_text(mb: float) -> str:
-    return f"{mb / 1024:g} GiB" if mb >= 1024 else f"{mb:g} MiB"
+    return f"{mb / 1024:.3g} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
 
 
 def _reference(func) -> tuple[str, str]:
@@ -110,12 +114,12 @@ def run_limited_outcome(func, *args, mem_mb: float = 1024, cpu_s: float = 20.0,
             proc = subprocess.Popen([sys.executable, "-m", "kvviz.sandbox", tmp], env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err)
-        status, usage, timed_out = _wait(proc, t0 + wall_s)
+        status, usage, timed_out, polled = _wait(proc, t0 + wall_s)
         elapsed = time.monotonic() - t0
-        rss = usage.ru_maxrss * 1024
+        rss = max(polled, _reported_peak(d))
         prefix = f"{label}: " if label else ""
         try:
-            value, error = _verdict(d, status, usage, timed_out, mem_mb, cpu_s, wall_s)
+            value, error = _verdict(d, status, usage, rss, timed_out, mem_mb, cpu_s, wall_s)
         except (OSError, ValueError) as exc:  # a result the child wrote badly
             value, error = None, SandboxError(f"unreadable result ({exc})", "exit")
         if error is not None and error.kind != "error":  # the parser's own names its input
@@ -123,13 +127,35 @@ def run_limited_outcome(func, *args, mem_mb: float = 1024, cpu_s: float = 20.0,
         return Outcome(value, error, rss, elapsed)
 
 
-def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, object, bool]:
-    """(wait status, resource usage, timed out), reaping the child with wait4."""
-    pause, timed_out = 0.002, False
+def _peak_rss(pid: int | str) -> int:
+    """VmHWM of a live process, bytes (0 once it is gone). Not getrusage's ru_maxrss: that
+    keeps the high-water mark of the parent's memory the child was forked with."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _reported_peak(d: Path) -> int:
+    try:
+        return int((d / "peak").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, object, bool, int]:
+    """(wait status, resource usage, timed out, peak RSS seen while polling), reaping the
+    child with wait4. Polls every 2-50 ms."""
+    pause, timed_out, peak = 0.002, False, 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
+        peak = max(peak, _peak_rss(proc.pid))
         if time.monotonic() >= deadline:
             proc.kill()
             _, status, usage = os.wait4(proc.pid, 0)
@@ -138,21 +164,22 @@ def _wait(proc: subprocess.Popen, deadline: float) -> tuple[int, object, bool]:
         time.sleep(pause)
         pause = min(pause * 1.5, 0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return status, usage, timed_out
+    return status, usage, timed_out, peak
 
 
-def _verdict(d: Path, status: int, usage, timed_out: bool, mem_mb: float, cpu_s: float,
-             wall_s: float) -> tuple[object, SandboxError | None]:
+def _verdict(d: Path, status: int, usage, rss: int, timed_out: bool, mem_mb: float,
+             cpu_s: float, wall_s: float) -> tuple[object, SandboxError | None]:
     memory = SandboxError(f"the parser ran out of its {_mem_text(mem_mb)} memory limit",
                           "memory")
     if timed_out:
-        return None, SandboxError(f"the parser took longer than {wall_s:g} s", "timeout")
+        return None, SandboxError(f"the parser took longer than {_seconds(wall_s)} s", "timeout")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         cpu = usage.ru_utime + usage.ru_stime
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= int(-(-cpu_s // 1))):
-            return None, SandboxError(f"the parser used more than its {cpu_s:g} s of CPU", "cpu")
-        if sig == signal.SIGKILL and usage.ru_maxrss * 1024 >= mem_mb * 2**20:
+            return None, SandboxError(
+                f"the parser used more than its {_seconds(cpu_s)} s of CPU", "cpu")
+        if sig == signal.SIGKILL and rss >= 0.9 * mem_mb * 2**20:
             return None, memory  # the kernel's OOM killer
         name = signal.Signals(sig).name if sig in signal.valid_signals() else "?"
         return None, SandboxError(f"the parser crashed (signal {sig}, {name})", "signal")
@@ -253,6 +280,8 @@ def _child(tmp: str) -> int:
         _write_json(d / "error.json", {"kind": "error", "type": type(exc).__name__,
                                        "message": str(exc)[:4000]})
         return 1
+    finally:
+        (d / "peak").write_text(str(_peak_rss("self")))
     return 0
 
 

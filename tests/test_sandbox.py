@@ -67,9 +67,11 @@ def test_unbounded_allocation_is_the_memory_limit():
     assert e.value.kind == "memory"
 
 
-def test_peak_memory_of_the_child_stays_near_its_limit():
+def test_peak_memory_is_the_childs_own_and_stays_near_its_limit():
     out = run_limited_outcome(grow_forever, mem_mb=256, wall_s=30)
-    assert out.error is not None and out.peak_rss_bytes < (256 + 200) * 2**20
+    assert out.error is not None and 200 * 2**20 < out.peak_rss_bytes < (256 + 200) * 2**20
+    small = run_limited_outcome(parse_ok, "a", 1)  # not the parent's memory (fork + exec)
+    assert small.error is None and small.peak_rss_bytes < 200 * 2**20
 
 
 def test_endless_loop_is_the_cpu_limit():
