@@ -51,7 +51,8 @@ def realistic(segments: int, blocks: int = 200, frames: int = 20) -> bytes:
 def inputs() -> dict[str, bytes | None]:
     rows = {"legit: small snapshot (tests/torchsnap/snaps.py)":
             pickle.dumps(make_snapshot(), protocol=4),
-            "legit: 50 segments x 200 blocks x 20 frames": realistic(50)}
+            "legit: 50 segments x 200 blocks x 20 frames": realistic(50),
+            "legit: 200 segments x 200 blocks x 20 frames (~ the upload limit)": realistic(200)}
     rows.update({name: build() for name, (build, _) in bombs.BOMBS.items()})
     return rows
 

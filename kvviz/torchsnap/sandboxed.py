@@ -5,10 +5,11 @@ wall: whatever a file does to the parser (an unforeseen C recursion, a hash floo
 growth), the caller gets one SandboxError naming the file, never a dead server. The child
 sends back the validated Snapshot as plain lists (JSON), rebuilt here into the same records.
 
-Limits grow with the file: a snapshot needs ~10x its size in memory and 0.2-0.6 s per MB to
-read (docs/RELIABILITY.md), so a file of S MiB gets max(1 GiB, 512 MiB + 24 S) of memory and
-20 s + 1 s/MiB of CPU and wall time. Results (and refusals) are cached by content hash / file
-identity, so a page that reruns does not parse the same file again.
+Limits grow with the file: a snapshot needs ~10x its size in memory and 0.2-0.7 s per MB to
+read (docs/RELIABILITY.md), so a file of S MiB gets max(1 GiB, 512 MiB + 24 S) of memory,
+20 s + 1 s/MiB of CPU and 30 s + 2 s/MiB of wall time (room for a loaded machine). Results
+(and refusals) are cached by content hash / file identity, so a page that reruns does not
+parse the same file again.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ _CACHE_SIZE = 8
 def parse_limits(nbytes: int) -> dict[str, float]:
     """mem_mb, cpu_s and wall_s for parsing a snapshot of nbytes bytes."""
     mib = nbytes / 2**20
-    return {"mem_mb": max(1024.0, 512 + 24 * mib), "cpu_s": 20 + mib, "wall_s": 20 + mib}
+    return {"mem_mb": max(1024.0, 512 + 24 * mib), "cpu_s": 20 + mib, "wall_s": 30 + 2 * mib}
 
 
 def snapshot_to_plain(snap: Snapshot) -> dict:
