@@ -29,11 +29,17 @@ ALLOWED_TYPES = (type(None), bool, int, float, str, bytes, bytearray, list, tupl
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """Names from the file, made safe to print on one line (no control characters)."""
+    return str(text)[:limit].encode("unicode_escape").decode("ascii")
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         raise UnsafePickleError(
-            f"refused to load global {module}.{name}: a memory snapshot holds only builtin "
-            "containers and scalars, so this file is not one (or it was tampered with)")
+            f"refused to load global {_shown(module)}.{_shown(name)}: a memory snapshot holds "
+            "only builtin containers and scalars, so this file is not one (or it was tampered "
+            "with)")
 
     def persistent_load(self, pid: object):
         raise UnsafePickleError(f"refused persistent id {str(pid)[:80]!r}")

@@ -91,3 +91,13 @@ def test_any_bytes_are_a_result_or_one_refusal(body, flips):
         safe_loads(bytes(data))
     except KvvizError:
         pass
+
+
+def test_a_global_name_with_control_characters_is_shown_escaped():
+    name = "evil\n\x1b[31mred"
+    raw = name.encode()
+    data = (b"\x80\x04\x8c\x02os\x8c" + bytes([len(raw)]) + raw + b"\x93)R.")
+    with pytest.raises(KvvizError) as e:
+        safe_loads(data)
+    assert "\n" not in str(e.value) and "\x1b" not in str(e.value)
+    assert "os.evil\\n\\x1b[31mred" in str(e.value)

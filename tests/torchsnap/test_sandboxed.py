@@ -1,9 +1,13 @@
 """Snapshots parsed in a limited child: same records, and any bomb is one error line."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvviz.cli import main
 from kvviz.sandbox import SandboxError
@@ -59,3 +63,28 @@ def test_a_second_look_at_the_same_bytes_does_not_parse_again(monkeypatch):
     first = loads_snapshot_sandboxed(data, name="c")
     monkeypatch.setattr(sb, "run_limited", lambda *a, **k: pytest.fail("parsed twice"))
     assert loads_snapshot_sandboxed(data, name="c") is first
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.one_of(
+    st.binary(max_size=300).map(lambda b: b"\x80\x04" + b),
+    st.tuples(st.integers(0, 10_000), st.integers(0, 255)).map(
+        lambda f: (lambda d: d[:f[0] % len(d)] + bytes([f[1]]) + d[f[0] % len(d) + 1:])(
+            dumps(make_snapshot()))),
+    st.sampled_from([bombs.deep_tuple_dict_key, bombs.deep_list, bombs.tuple_dag_key,
+                     bombs.deep_marks]).flatmap(lambda b: st.integers(1, 400).map(b)),
+))
+def test_any_file_is_a_summary_or_one_error_line(data):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "x.pickle")
+        with open(path, "wb") as f:
+            f.write(data)
+        with contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(["torch-snapshot", path, "--json"])
+    assert code in (0, 2)
+    if code == 2:
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvviz torch-snapshot: error:")
