@@ -130,7 +130,7 @@ def scan_pickle(data: bytes, *, name: str = "pickle", max_depth: int = MAX_DEPTH
     meta: list[list[int]] = []
     unpack = struct.unpack_from
     objects = 0
-    memo = s.memo
+    memo, cells = s.memo, s.cells
     while True:
         if pos >= n:
             s.fail("pickle is truncated (no STOP opcode)", pos, bad)
@@ -147,6 +147,25 @@ def scan_pickle(data: bytes, *, name: str = "pickle", max_depth: int = MAX_DEPTH
             if not stack:
                 s.fail("pickle is corrupt (MEMOIZE on an empty stack)", at, bad)
             memo.append(stack[-1])
+        # fast paths for what a snapshot is made of; the general branches below agree with them
+        elif op == 0x68 and pos < n and data[pos] < len(memo):  # BINGET
+            stack.append(memo[data[pos]])
+            pos += 1
+        elif op == 0x7D or op == 0x5D:  # EMPTY_DICT, EMPTY_LIST: a cell of depth 1
+            cells.append(_SCALAR + 1)
+            stack.append(~(len(cells) - 1))
+            objects += 1
+        elif op == 0x28 and len(meta) < max_depth:  # MARK
+            meta.append(stack)
+            stack = []
+        elif (op == 0x75 or op == 0x65) and meta and meta[-1] and meta[-1][-1] < 0 \
+                and stack.count(_SCALAR) == len(stack):
+            # SETITEMS / APPENDS of scalars into a dict/list cell: its depth stays >= 1
+            if op == 0x75:
+                s.hash_budget -= len(stack) // 2
+                if s.hash_budget < 0:
+                    s.hashed([], at)
+            stack = meta.pop()
         elif op in _SIZED:
             fmt, w = _SIZED[op]
             if pos + w > n:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from kvviz.torchsnap.safe_pickle import (
 
 _CACHE: OrderedDict[tuple, Snapshot | SandboxError] = OrderedDict()
 _CACHE_SIZE = 8
+_CACHE_LOCK = threading.Lock()  # the dashboard's sessions share it; parses run outside it
 
 
 def parse_limits(nbytes: int) -> dict[str, float]:
@@ -74,17 +76,20 @@ def parse_file_plain(path: str, max_bytes: int) -> dict:
 
 
 def _cached(key: tuple, name: str, nbytes: int, func, *args) -> Snapshot:
-    got = _CACHE.get(key)
+    with _CACHE_LOCK:
+        got = _CACHE.get(key)
+        if got is not None:
+            _CACHE.move_to_end(key)
     if got is None:
         try:
             plain = run_limited(func, *args, label=name, **parse_limits(nbytes))
             got = snapshot_from_plain(plain, name)
         except SandboxError as exc:
             got = exc
-        _CACHE[key] = got
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    _CACHE.move_to_end(key)
+        with _CACHE_LOCK:
+            _CACHE[key] = got
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
     if isinstance(got, SandboxError):
         raise SandboxError(str(got), got.kind, got.error_type)
     return got
