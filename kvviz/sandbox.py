@@ -114,7 +114,12 @@ def run_limited_outcome(func, *args, mem_mb: float = 1024, cpu_s: float = 20.0,
             proc = subprocess.Popen([sys.executable, "-m", "kvviz.sandbox", tmp], env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err)
-        status, usage, timed_out, polled = _wait(proc, t0 + wall_s)
+        try:
+            status, usage, timed_out, polled = _wait(proc, t0 + wall_s)
+        except BaseException:  # e.g. Ctrl-C in the parent: leave no child behind
+            proc.kill()
+            proc.wait()
+            raise
         elapsed = time.monotonic() - t0
         rss = max(polled, _reported_peak(d))
         prefix = f"{label}: " if label else ""
