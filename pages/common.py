@@ -28,6 +28,9 @@ LIVE = "live collector"
 READ_ERRORS = (KvvizError, sqlite3.Error, OSError, ValueError, KeyError, IndexError,
                zlib.error, json.JSONDecodeError)
 RUN_KEY = "kvviz_run"
+# Largest upload, MiB (Streamlit's "MB"): the server refuses more (HTTP 413), so it must equal
+# server.maxUploadSize in .streamlit/config.toml (tests/torchsnap/test_upload_limit.py checks).
+UPLOAD_MAX_MB = 50
 WANTED_KEY = "kvviz_wanted_page"
 # The Live page's heatmap renderer (kvviz.viz.blockcanvas): registered once per process, as
 # this module is imported once. isolate_styles=False: no shadow root, so the page's own

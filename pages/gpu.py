@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node.scrape_process import snapshot_files
-from kvviz.torchsnap import load_snapshot, summarize
+from kvviz.torchsnap import load_snapshot_sandboxed, summarize
 from kvviz.viz import gpu as vg
 from kvviz.viz import torchsnap as vs
 from pages import common
@@ -84,7 +84,7 @@ def torch_snapshots(run: str | None) -> None:
         return
     pick = st.selectbox("Snapshot", files, key="gpu_torchsnap")
     try:  # the restricted loader: a snapshot file is a pickle, never pickle.load it
-        snap = load_snapshot(live.runs_dir() / pick)
+        snap = load_snapshot_sandboxed(live.runs_dir() / pick)  # in a limited child process
     except KvvizError as exc:
         st.error(f"{pick}: {exc}")
         return

@@ -17,7 +17,7 @@ from kvviz.node import list_nodes
 from kvviz.node import scrape_process as sp
 from kvviz.node.promtext import pool_rows
 from kvviz.node.trust import plain_markdown as md
-from kvviz.torchsnap import DEFAULT_MAX_BYTES, loads_snapshot, summarize
+from kvviz.torchsnap import loads_snapshot_sandboxed, summarize
 from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
@@ -152,14 +152,15 @@ def fleet_tab() -> None:
 def snapshot_source() -> tuple[str, bytes] | None:
     hook = st.session_state.get(SNAPSHOT_KEY)
     up = st.file_uploader("torch.cuda.memory._snapshot() pickle", type=["pickle", "pkl"],
-                          max_upload_size=DEFAULT_MAX_BYTES // 2**20, key="snap_upload")
+                          max_upload_size=common.UPLOAD_MAX_MB, key="snap_upload")
     files = sp.snapshot_files(live.runs_dir())
     pick = st.selectbox("... or a snapshot in runs/", ["-", *files], key="snap_pick")
     if hook is not None:
         return hook
     if up is not None:
-        if up.size > DEFAULT_MAX_BYTES:
-            raise KvvizError(f"{up.name}: {up.size:,} bytes is over the 256 MiB limit")
+        if up.size > common.UPLOAD_MAX_MB * 2**20:
+            raise KvvizError(f"{up.name}: {up.size:,} bytes is over the "
+                             f"{common.UPLOAD_MAX_MB} MB upload limit")
         return up.name, up.getvalue()
     if pick != "-":
         return pick, read_capped(live.runs_dir() / pick)
@@ -173,7 +174,7 @@ def snapshot_tab() -> None:
         src = snapshot_source()
         if src is None:
             return
-        snap = loads_snapshot(src[1], name=src[0])
+        snap = loads_snapshot_sandboxed(src[1], name=src[0])  # in a limited child process
     except (KvvizError, ValueError, OSError) as exc:
         st.error(f"Refused: {md(exc)}", icon=":material/gpp_bad:")
         return

@@ -26,8 +26,14 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def shown(text: str) -> str:
+    """Text from the file, safe for a terminal: control characters escaped."""
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+
+
 def format_table(summary, name: str, show_all: bool = False) -> str:
     hb = human_bytes
+    name = shown(name)
     segs = list(summary.segments)
     if not show_all and len(segs) > MAX_ROWS:
         segs = sorted(segs, key=lambda s: -s.free)[:MAX_ROWS]
@@ -37,8 +43,9 @@ def format_table(summary, name: str, show_all: bool = False) -> str:
     lines = [f"{name}: {len(summary.segments)} segments, {hb(summary.reserved)} reserved", head]
     for s in segs:
         dev = "-" if s.device is None else str(s.device)
+        kind = shown(s.segment_type[:5])
         lines.append(
-            f"{s.index:>4} {dev:>3} {s.address:>#14x} {s.segment_type[:5]:>5} {hb(s.total):>10} "
+            f"{s.index:>4} {dev:>3} {s.address:>#14x} {kind:>5} {hb(s.total):>10} "
             f"{hb(s.allocated):>10} {s.holes:>5} {hb(s.free):>10} {hb(s.largest_hole):>12} "
             f"{hb(s.rounding_waste):>10} {s.external_fragmentation:>8.3f}")
     if len(segs) < len(summary.segments):
@@ -54,7 +61,8 @@ def format_table(summary, name: str, show_all: bool = False) -> str:
     lines.append(f"external fragmentation index  {summary.external_fragmentation:.3f}"
                  "  (1 - largest hole / free)")
     for pool, p in summary.pools.items():
-        lines.append(f"  {pool:<6} pool: {p['segments']} segments, {hb(p['reserved'])} reserved, "
+        lines.append(f"  {shown(pool):<6} pool: {p['segments']} segments, "
+                     f"{hb(p['reserved'])} reserved, "
                      f"{hb(p['free'])} free, largest hole {hb(p['largest_hole'])}, "
                      f"index {p['external_fragmentation']:.3f}")
     if summary.uncovered:
@@ -65,13 +73,14 @@ def format_table(summary, name: str, show_all: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz.torchsnap import DEFAULT_MAX_BYTES, load_snapshot, summarize
+    from kvviz.torchsnap import DEFAULT_MAX_BYTES, load_snapshot_sandboxed, summarize
     from kvviz.torchsnap.safe_pickle import SnapshotFormatError
 
     if args.max_mb is not None and not args.max_mb > 0:
         raise SnapshotFormatError(f"--max-mb must be > 0, got {args.max_mb}")
     max_bytes = DEFAULT_MAX_BYTES if args.max_mb is None else int(args.max_mb * 1024 * 1024)
-    summary = summarize(load_snapshot(args.file, max_bytes=max_bytes))
+    # parsed in a child with memory/CPU/time limits: no file can take this process down
+    summary = summarize(load_snapshot_sandboxed(args.file, max_bytes=max_bytes))
     if args.json:
         print(json.dumps({"file": str(args.file), **summary.to_dict()}))
     else:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvviz.errors import KvvizError
+from kvviz.torchsnap.errors import SnapshotFormatError, UnsafePickleError
+from kvviz.torchsnap.opscan import scan_pickle
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PROTO = 0x80  # the PROTO opcode that opens every protocol >= 2 pickle
@@ -27,19 +29,17 @@ ALLOWED_TYPES = (type(None), bool, int, float, str, bytes, bytearray, list, tupl
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
-class UnsafePickleError(KvvizError):
-    """The pickle asks for something other than builtin containers and scalars."""
-
-
-class SnapshotFormatError(KvvizError, ValueError):
-    """Not a usable snapshot file: not a pickle, truncated, too large, or wrong structure."""
+def _shown(text: str, limit: int = 80) -> str:
+    """Names from the file, made safe to print on one line (no control characters)."""
+    return str(text)[:limit].encode("unicode_escape").decode("ascii")
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         raise UnsafePickleError(
-            f"refused to load global {module}.{name}: a memory snapshot holds only builtin "
-            "containers and scalars, so this file is not one (or it was tampered with)")
+            f"refused to load global {_shown(module)}.{_shown(name)}: a memory snapshot holds "
+            "only builtin containers and scalars, so this file is not one (or it was tampered "
+            "with)")
 
     def persistent_load(self, pid: object):
         raise UnsafePickleError(f"refused persistent id {str(pid)[:80]!r}")
@@ -48,7 +48,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def read_capped(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The file's bytes, refusing (before reading them) files larger than max_bytes."""
     p = Path(path)
-    size = p.stat().st_size
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+        raise SnapshotFormatError(f"{p}: not a regular file")
+    size = st.st_size
     if size > max_bytes:
         raise SnapshotFormatError(
             f"{p}: {size:,} bytes is over the {max_bytes:,}-byte limit for a snapshot")
@@ -68,6 +71,7 @@ def safe_loads(data: bytes, *, name: str = "pickle") -> object:
         raise SnapshotFormatError(f"{name}: not a pickle (protocol 2-5 pickles start with 0x80)")
     if data[1] not in ALLOWED_PROTOCOLS:
         raise SnapshotFormatError(f"{name}: pickle protocol {data[1]} not supported (2-5)")
+    scan_pickle(data, name=name)  # bounds nesting and hashing before anything is built
     buf = io.BytesIO(data)
     try:
         obj = _RestrictedUnpickler(buf).load()

@@ -12,7 +12,7 @@ from streamlit.runtime.context import ContextProxy
 
 from kvviz.node import scrape_process
 from kvviz.node.promtext import sample_from_text
-from kvviz.store import RunWriter
+from kvviz.store.writer import RunWriter
 
 sys.path.insert(0, str(ROOT / "tests"))
 from node.fakes import FIXTURES  # noqa: E402

@@ -73,3 +73,12 @@ def test_refused_files_exit_2(tmp_path, capsys, kind, why):
 
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["torch-snapshot", str(tmp_path / "nope.pickle")]) == 2
+
+
+def test_text_from_the_file_cannot_drive_the_terminal(tmp_path, capsys):
+    snap = make_snapshot()
+    snap["segments"][0]["segment_type"] = "\x1b[2J\x1b]0;pwned\x07"
+    path = _write(tmp_path, "esc.pickle", dumps(snap))
+    assert main(["torch-snapshot", path]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out
