@@ -32,6 +32,17 @@ class Shares:
     def pressure_steps(self) -> int:
         return int(self.pressure["steps"])
 
+    def counters(self) -> dict[str, int]:
+        """The running sums as cumulative integers (slot-steps): the share averages over any
+        span of steps are differences of two readings divided by steps * capacity. Keys:
+        share_steps, pressure_steps, {used,reserved,internal,free}_slot_steps and the same
+        with `_pressure` appended."""
+        out = {"share_steps": int(self.every["steps"]), "pressure_steps": self.pressure_steps}
+        for k in SHARE_KEYS:
+            out[f"{k}_slot_steps"] = int(self.every[k])
+            out[f"{k}_slot_steps_pressure"] = int(self.pressure[k])
+        return out
+
     def _means(self, acc: dict) -> dict[str, float] | None:
         steps = acc["steps"]
         if not steps:
