@@ -89,9 +89,10 @@ def allocators_tab(source: tuple, capacity: int) -> None:
     df = vc.summary_frame(run_lanes(source, lanes, capacity), ENGINE.step_ms)
     st.plotly_chart(vc.shares_figure(df), key="compare_shares")
     st.caption("Two bars per lane: the shares averaged over all of the lane's steps, and over "
-               f"its {vc.PRESSURE} (waiting for the batch limit or the prefill token budget "
-               "with memory free does not count). A lane that never was under memory "
-               "pressure says so: it has no second bar.")
+               "its memory-pressure steps, the steps where the head-of-line request was refused "
+               "for memory (CAPACITY or FRAGMENTATION) or a sequence was preempted (waiting for "
+               "the batch limit or the prefill token budget with memory free does not count). "
+               "A lane that never was under memory pressure says so and has no second bar.")
     st.caption("Used: KV written by live requests. Reserved: held, will be written before the "
                "request ends. Internal: held, never written (over-reservation, tail of the last "
                "block). Free: in no one's hands, though a contiguous allocator may not be able "

@@ -28,8 +28,6 @@ SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)
 SHARE_COLOURS = (theme.STATES[cellstate.USED].colour, theme.STATES[cellstate.RESERVED].colour,
                  "#d1495b", theme.STATES[cellstate.FREE].colour)
 FAILURES = ("capacity", "fragmentation", "policy")
-PRESSURE = ("memory pressure: steps where the head-of-line request was refused for memory "
-            "(CAPACITY or FRAGMENTATION) or a sequence was preempted")
 NEVER = "never under memory pressure"
 DEFAULT_LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2",
                  "contiguous:buddy:exact", "paged:16")
