@@ -178,7 +178,7 @@ class Lane:
         if self.cfg.watermark > 0 and self.reserve is None and running:
             keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
         free_after = np.zeros(cands.size, np.int64)
-        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep, free_after)
+        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep, out_free=free_after)
         admitted, lens = cands[:k], n[:k]
         self._pop(k)
         if k:
