@@ -202,8 +202,9 @@ class Lane:
     def _reject(self, rid: int, adm: Admission | None = None) -> None:
         """`rejected`: the request cannot fit even when nothing else runs. The event carries
         the allocator's answer for what it would have to place: the reservation (contiguous)
-        or the final length (paged), rounded to cells / blocks / a power of two, so
-        need_tokens > capacity >= free_tokens and the reason is CAPACITY."""
+        or the final length (paged), rounded to cells / blocks / a power of two. That need
+        exceeds the capacity (or, with nothing running, the free total), so the reason is
+        CAPACITY."""
         if adm is None:
             whole = int(self.final_len[rid])
             if self.reserve is not None:
