@@ -25,11 +25,13 @@ from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, Worklo
 from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
+from kvviz.engine.shares import Shares
 from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
-                "admit_failures_policy", "tokens_generated")
+                "admit_failures_policy", "tokens_generated",
+                *Shares(1).counters())  # memory-pressure steps and share sums (Live)
 EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
 
 
@@ -58,7 +60,8 @@ def _counters(lane: Lane) -> dict:
     f = lane.failures
     return {"preemptions": lane.preemptions, "admit_failures_capacity": f["CAPACITY"],
             "admit_failures_fragmentation": f["FRAGMENTATION"],
-            "admit_failures_policy": f["POLICY"], "tokens_generated": lane.tokens_generated}
+            "admit_failures_policy": f["POLICY"], "tokens_generated": lane.tokens_generated,
+            **lane.shares.counters()}
 
 
 class EngineCollector:

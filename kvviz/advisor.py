@@ -38,7 +38,7 @@ class BenchError(KvvizError):
 
 class MemoryPoint(NamedTuple):
     block_size: int
-    tail_waste_share: float  # of capacity, mean over steps under pressure
+    tail_waste_share: float  # of capacity, mean over memory-pressure steps (else all steps)
     internal_share: float
     admit_failures: int  # CAPACITY + FRAGMENTATION + POLICY
     preemptions: int
@@ -71,8 +71,12 @@ def sweep_labels(block_sizes: Iterable[int] = BLOCK_SIZES, prefix: bool = False)
 
 def memory_point(summary: dict) -> MemoryPoint:
     """Read one lane summary of kvviz.engine.Simulation.run."""
-    return MemoryPoint(int(summary["block_size"]), float(summary["tail_waste_share"]),
-                       float(summary["internal_share"]),
+    every = summary.get("all_steps_shares") or {}  # a lane never under memory pressure
+    tail = summary["tail_waste_share"]
+    internal = summary["internal_share"]
+    return MemoryPoint(int(summary["block_size"]),
+                       float(every["tail_waste"] if tail is None else tail),
+                       float(every["internal"] if internal is None else internal),
                        int(sum(summary["admit_failures"].values())),
                        int(summary["preemptions"]), int(summary["steps"]))
 

@@ -88,15 +88,22 @@ def allocators_tab(source: tuple, capacity: int) -> None:
         return
     df = vc.summary_frame(run_lanes(source, lanes, capacity), ENGINE.step_ms)
     st.plotly_chart(vc.shares_figure(df), key="compare_shares")
+    st.caption("Two bars per lane: the shares averaged over all of the lane's steps, and over "
+               "its memory-pressure steps, the steps where the head-of-line request was refused "
+               "for memory (CAPACITY or FRAGMENTATION) or a sequence was preempted (waiting for "
+               "the batch limit or the prefill token budget with memory free does not count). "
+               "A lane that never was under memory pressure says so and has no second bar.")
     st.caption("Used: KV written by live requests. Reserved: held, will be written before the "
                "request ends. Internal: held, never written (over-reservation, tail of the last "
                "block). Free: in no one's hands, though a contiguous allocator may not be able "
                f"to place anything in it. The breakdown follows the memory-waste figure of "
                f"{PAPER}.")
     st.plotly_chart(vc.failures_figure(df), key="compare_failures")
-    st.caption("CAPACITY: too few free slots in total. FRAGMENTATION: enough in total, no hole "
-               "large enough (contiguous only). POLICY: memory was there, the scheduler "
-               "refused (watermark, batch limit). Counted once per blocked request and reason.")
+    st.caption("CAPACITY: fewer free slots in total than the allocator would have to place "
+               "(the reservation rounded up to whole blocks or cells; a power of two for "
+               "buddy). FRAGMENTATION: enough in total, no placement (contiguous only). "
+               "POLICY: a placement existed, the scheduler refused (watermark, batch limit). "
+               "Counted once per blocked request and reason.")
     st.plotly_chart(vc.throughput_figure(df), key="compare_throughput")
     st.dataframe(vc.display_table(df), hide_index=True)
 

@@ -8,6 +8,7 @@ import streamlit as st
 from kvviz import live
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
 from kvviz.viz import blockcanvas as vc
+from kvviz.viz import pressure as vp
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
@@ -161,6 +162,13 @@ def draw_history(r, lanes: list[str]) -> None:
     st.html(vl.shares_legend_html())
     for col, lane in zip(st.columns(len(lanes)), lanes):
         col.vega_lite_chart(*vl.shares_chart(window, lane), theme=None)
+        span = vp.span_shares(samples, lane)  # exact averages over the window's steps
+        if span is not None:
+            col.caption(vp.span_text(span))
+    st.caption("The charts show the state at each sample. The averages under them are over the "
+               "engine steps of the window: all steps, and memory-pressure steps (the "
+               "head-of-line request refused for memory, CAPACITY or FRAGMENTATION, or a "
+               "preemption; waiting for the batch limit with memory free does not count).")
     st.html(theme.lanes_legend_html(lanes))
     charts = vl.over_time_charts(window, lanes)
     for row in (charts[:2], charts[2:]):

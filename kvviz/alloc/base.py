@@ -16,13 +16,21 @@ from kvviz.blockmap import BlockMap
 
 
 class Reason(str, enum.Enum):
-    CAPACITY = "CAPACITY"  # free slots in total < need: a true out-of-memory
+    """Why a request was refused. `need` is what the allocator would have to place: the
+    request's reservation rounded up to whole blocks or cells (a power of two of cells for
+    buddy), which is `Admission.need_tokens`."""
+
+    CAPACITY = "CAPACITY"  # free slots in total < need: no layout could serve it
     FRAGMENTATION = "FRAGMENTATION"  # free total >= need, but no placement (contiguous only)
-    POLICY = "POLICY"  # memory exists, the scheduler refused (watermark, batch limits)
+    POLICY = "POLICY"  # a placement exists, the scheduler refused (watermark, batch limits)
 
 
 class Admission(NamedTuple):
-    """Outcome of admit / append / check. Never a negative number as a signal."""
+    """Outcome of admit / append / check. Never a negative number as a signal.
+
+    need_tokens: the slots the allocator has to place (rounded to its blocks / cells / power
+    of two); reason CAPACITY iff not ok and free_tokens < need_tokens.
+    """
 
     ok: bool
     reason: Reason | None
@@ -97,11 +105,14 @@ class Allocator(ABC):
     def admit_many(
         self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
         prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,
+        out_free: np.ndarray | None = None,
     ) -> int:
         """Admit a FCFS prefix of the candidates; return how many were admitted.
 
         Stops at the first candidate that does not fit, or whose admission would leave fewer
-        than `keep_free_tokens` free (a watermark). Implementations vectorize this.
+        than `keep_free_tokens` free (a watermark). If `out_free` (int64, one per candidate)
+        is given, out_free[i] receives the free total right after the i-th admission.
+        Implementations vectorize this.
         """
         for i in range(len(seq_ids)):
             n = int(num_tokens[i])
@@ -110,8 +121,11 @@ class Allocator(ABC):
                 chk = self.check(n, r)
                 if not chk.ok or chk.free_tokens - self.footprint_tokens(n, r) < keep_free_tokens:
                     return i
-            if not self.admit(int(seq_ids[i]), n, r, prefixes[i] if prefixes else None).ok:
+            adm = self.admit(int(seq_ids[i]), n, r, prefixes[i] if prefixes else None)
+            if not adm.ok:
                 return i
+            if out_free is not None:
+                out_free[i] = adm.free_tokens
         return len(seq_ids)
 
     def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:

@@ -51,14 +51,15 @@ class ContiguousAllocator(Allocator):
         g = self.block_size
         return Usage(self.cells * g, self._used, self._held_cells * g, 0, 0)
 
-    def _answer(self, ok: bool, need: int, fail_reason: bool = True) -> Admission:
+    def _answer(self, ok: bool, need_cells: int) -> Admission:
+        """need_cells: the cells the placement must find (rounded: whole cells, buddy's
+        power of two). CAPACITY when fewer cells are free in total, else FRAGMENTATION."""
         g = self.block_size
-        free = self._place.free_cells * g
-        largest = self._place.largest() * g
+        free = self._place.free_cells
         reason = None
-        if not ok and fail_reason:
-            reason = Reason.CAPACITY if free < need else Reason.FRAGMENTATION
-        return Admission(ok, reason, need, free, largest)
+        if not ok:
+            reason = Reason.CAPACITY if free < need_cells else Reason.FRAGMENTATION
+        return Admission(ok, reason, need_cells * g, free * g, self._place.largest() * g)
 
     def seq_allocated_tokens(self, seq_ids: np.ndarray) -> np.ndarray:
         return self._size[self._rows.rows(seq_ids)] * self.block_size
@@ -86,22 +87,22 @@ class ContiguousAllocator(Allocator):
         return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size
 
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
-        need, cells = self._cells_for(num_tokens, reserve_tokens)
-        return self._answer(self._place.largest() >= cells, need)
+        cells = self._cells_for(num_tokens, reserve_tokens)[1]
+        return self._answer(self._place.largest() >= cells, cells)
 
     # ---- verbs -----------------------------------------------------------------------------
     def admit(
         self, seq_id: int, num_tokens: int, reserve_tokens: int | None = None,
         prefix: PrefixKey | None = None,
     ) -> Admission:
-        need, cells = self._cells_for(num_tokens, reserve_tokens)
+        cells = self._cells_for(num_tokens, reserve_tokens)[1]
         if seq_id < 0:
             raise ValueError(f"seq_id must be >= 0, got {seq_id}")
         if 0 <= seq_id < self._rows.row_of_seq.shape[0] and self._rows.row_of_seq[seq_id] >= 0:
             raise ValueError(f"seq_id {seq_id} is already live")
         start = self._place.place(cells)
         if start is None:
-            return self._answer(False, need)
+            return self._answer(False, cells)
         row, grew = self._rows.add(seq_id)
         if grew:
             n = self._rows.capacity
@@ -111,7 +112,7 @@ class ContiguousAllocator(Allocator):
         self._owner[start : start + cells] = seq_id
         self._used += num_tokens
         self._held_cells += cells
-        return self._answer(True, need)
+        return self._answer(True, cells)
 
     def append(self, seq_id: int, num_tokens: int = 1) -> Admission:
         if num_tokens < 1:
@@ -123,13 +124,13 @@ class ContiguousAllocator(Allocator):
         if extra > 0:
             start = int(self._start[row])
             if not self._place.grow(start, size, extra):
-                return self._answer(False, extra * self.block_size)
+                return self._answer(False, extra)
             self._owner[start + size : start + size + extra] = seq_id
             self._size[row] = size + extra
             self._held_cells += extra
         self._len[row] = end
         self._used += num_tokens
-        return self._answer(True, num_tokens)
+        return self._answer(True, max(0, extra))
 
     def append_batch(self, seq_ids: np.ndarray) -> np.ndarray:
         seq_ids = np.asarray(seq_ids, np.int64)

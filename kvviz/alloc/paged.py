@@ -59,8 +59,10 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         return self._pool.free_count
 
     def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
-        free = self._free_blocks() * self.block_size
-        return Admission(ok, reason, need_tokens, free, free)
+        """need_tokens is reported rounded up to whole blocks (what must be placed)."""
+        bs = self.block_size
+        free = self._free_blocks() * bs
+        return Admission(ok, reason, -(-need_tokens // bs) * bs, free, free)
 
     def usage(self) -> Usage:
         bs = self.block_size

@@ -19,10 +19,11 @@ class PagedBatchVerbs:
     def admit_many(
         self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
         prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,
+        out_free: np.ndarray | None = None,
     ) -> int:
         if self.prefix_caching and prefixes and any(p is not None for p in prefixes):
             return super().admit_many(seq_ids, num_tokens, reserve_tokens, prefixes,
-                                      keep_free_tokens)
+                                      keep_free_tokens, out_free)
         seq_ids = np.asarray(seq_ids, np.int64)
         n = np.asarray(num_tokens, np.int64)
         if n.size and n.min() < 1:
@@ -41,6 +42,8 @@ class PagedBatchVerbs:
         if self._rows.is_live(ids).any():
             raise ValueError(f"seq_id {int(ids[self._rows.is_live(ids)][0])} is already live")
         total = int(cum[k - 1])
+        if out_free is not None:  # no sharing here: each admission takes its blocks from free
+            out_free[:k] = (self._free_blocks() - cum[:k]) * bs
         blocks = self._take(total)
         if k <= 8:  # a few sequences: scalar slices beat a dozen vectorized passes
             self._admit_few(ids.tolist(), n.tolist(), nb.tolist(), blocks)

@@ -140,14 +140,41 @@ def run(a: argparse.Namespace) -> int:
         return 0
     print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens, {sim.step_no} steps "
           f"({sim.time_s:.1f} simulated s), {sim.wall_seconds:.2f} s wall")
-    head = (f"{'lane':<28}{'used':>7}{'resv':>7}{'intern':>7}{'free':>7}{'tail':>7}"
-            f"{'extfrag':>8}{'CAP':>6}{'FRAG':>6}{'POL':>6}{'preempt':>8}{'steps':>7}")
-    print(head)
+    print(format_table(rows))
+    return 0
+
+
+SHARE_COLS = ("used", "reserved", "internal", "free")
+FOOTER = ("Shares of KV capacity, time-averaged over the lane's steps. 'all steps': every step. "
+          "'memory pressure': only steps\nwhere the head-of-line request was refused for memory "
+          "(CAPACITY or FRAGMENTATION) or a sequence was preempted;\nwaiting for the batch "
+          "limit or the prefill token budget with memory free is not memory pressure.")
+
+
+def _share_cells(shares: dict, tail: float, efi: float) -> str:
+    return ("".join(f"{shares[k]:>7.1%}" for k in SHARE_COLS)
+            + f"{tail:>7.1%}{efi:>8.2f}")
+
+
+def format_table(rows: list[dict]) -> str:
+    """The per-lane table: counts, shares over all steps and over memory-pressure steps."""
+    lines = [f"{'lane / averaged over':<26}{'steps':>18}{'used':>7}{'resv':>7}{'intern':>7}"
+             f"{'free':>7}{'tail':>7}{'extfrag':>8}{'CAP':>6}{'FRAG':>6}{'POL':>6}{'preempt':>8}"]
     for r in rows:
         f = r["admit_failures"]
-        print(f"{r['lane']:<28}{r['used_share']:>7.1%}{r['reserved_share']:>7.1%}"
-              f"{r['internal_share']:>7.1%}{r['free_share']:>7.1%}{r['tail_waste_share']:>7.1%}"
-              f"{r['external_frag_index_mean']:>8.2f}{f['capacity']:>6}{f['fragmentation']:>6}"
-              f"{f['policy']:>6}{r['preemptions']:>8}{r['steps']:>7}")
-    print("shares are time-averaged over steps with requests waiting (memory under pressure)")
-    return 0
+        every = r["all_steps_shares"]
+        lines.append(r["lane"])
+        lines.append(f"{'  all steps':<26}{r['steps']:>18}"
+                     + _share_cells(every, every["tail_waste"], every["external_frag_index"])
+                     + f"{f['capacity']:>6}{f['fragmentation']:>6}{f['policy']:>6}"
+                       f"{r['preemptions']:>8}")
+        n = r["pressure_steps"]
+        if not n:
+            lines.append(f"{'  memory pressure':<26}{0:>18}  never under memory pressure")
+            continue
+        frac = f"{n} ({n / max(1, r['steps']):.1%})"
+        pressure = {k: r[f"{k}_share"] for k in SHARE_COLS}
+        lines.append(f"{'  memory pressure':<26}{frac:>18}" + _share_cells(
+            pressure, r["tail_waste_share"], r["external_frag_index_mean"]))
+    lines.append(FOOTER)
+    return "\n".join(lines)

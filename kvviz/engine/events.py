@@ -148,7 +148,7 @@ class EventLog:
         a["count"][i] = count
 
     def add_many(self, time_s: float, step: int, lane: int, kind: int, seq_ids: np.ndarray,
-                 need_tokens: np.ndarray | int = 0, free_tokens: int = 0) -> None:
+                 need_tokens: np.ndarray | int = 0, free_tokens: np.ndarray | int = 0) -> None:
         """One event per sequence id, all at the same time and step, in the given order."""
         k = len(seq_ids)
         if not k:

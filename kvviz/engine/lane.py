@@ -75,6 +75,7 @@ class Lane:
         self.too_big = allocator.footprints(final) > cap
         self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
         self.shares = Shares(cap)
+        self._memory_pressure = False  # this step: head refused for memory, or a preemption
 
     @property
     def finished(self) -> bool:
@@ -90,6 +91,8 @@ class Lane:
                                 adm.need_tokens, adm.free_tokens, adm.largest_hole_tokens)
 
     def _fail(self, rid: int, adm: Admission) -> None:
+        if adm.reason is not Reason.POLICY:
+            self._memory_pressure = True
         key = (rid, adm.reason.value)
         if key != self._last_fail:  # one event per (request, reason) while it stays blocked
             self._last_fail = key
@@ -138,11 +141,8 @@ class Lane:
             rid = self.front[0] if self.front else self.next_new
             if not self.too_big[rid]:
                 break
-            m = int(self.final_len[rid])
             self._pop(1)
-            self.rejected += 1
-            self._event("rejected", rid, Admission(False, Reason.CAPACITY, m,
-                                                   self.alloc.usage().free_tokens, 0))
+            self._reject(rid)
             waiting -= 1
         if not waiting or rid in self._just_preempted:
             return none, none
@@ -177,27 +177,41 @@ class Lane:
         keep = 0
         if self.cfg.watermark > 0 and self.reserve is None and running:
             keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
-        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep)
+        free_after = np.zeros(cands.size, np.int64)
+        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep, out_free=free_after)
         admitted, lens = cands[:k], n[:k]
         self._pop(k)
         if k:
             self._last_fail = None
             self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["admitted"],
-                                 admitted, lens, self.alloc.usage().free_tokens)
+                                 admitted, lens, free_after[:k])
         if k < cands.size:
             rid, m = int(cands[k]), int(n[k])
             r = None if reserve is None else int(reserve[k])
             adm = self._refuse_head(rid, m, r, policy=True)
             if not adm.ok and adm.reason is not Reason.POLICY and running == 0 and k == 0:
                 self._pop(1)  # nothing runs, nothing will free memory: it can never fit
-                self.rejected += 1
-                self._event("rejected", rid, adm)
+                self._reject(rid, adm)
         elif self.waiting_count and running + k >= self.cfg.max_num_seqs:
             head = self._head(1)
             m = int(self.w.prompt[head[0]] + self.generated[head[0]])
             r = None if self.reserve is None else max(m, int(self.reserve[head[0]]))
             self._refuse_head(int(head[0]), m, r, policy=True)
         return admitted, lens
+
+    def _reject(self, rid: int, adm: Admission | None = None) -> None:
+        """`rejected`: the request cannot fit even when nothing else runs. The event carries
+        the allocator's answer for what it would have to place: the reservation (contiguous)
+        or the final length (paged), rounded to cells / blocks / a power of two. That need
+        exceeds the capacity (or, with nothing running, the free total), so the reason is
+        CAPACITY."""
+        if adm is None:
+            whole = int(self.final_len[rid])
+            if self.reserve is not None:
+                whole = max(whole, int(self.reserve[rid]))
+            adm = self.alloc.check(whole)
+        self.rejected += 1
+        self._event("rejected", rid, adm)
 
     def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
         if new.size:
@@ -227,6 +241,7 @@ class Lane:
             self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
             self._just_preempted.update(lost.tolist())
             self.preemptions += int(lost.size)
+            self._memory_pressure = True
             self._keep(keep)
             ids = self.run_ids
         self.run_len += 1
@@ -251,9 +266,7 @@ class Lane:
         if u.evictions != self._evictions_seen:
             self._event("evicted", -1, count=u.evictions - self._evictions_seen)
             self._evictions_seen = u.evictions
-        pressure = self.waiting_count > 0
-        if not self.shares.wants(pressure):
-            return
+        pressure, self._memory_pressure = self._memory_pressure, False
         ids = self.run_ids
         internal = 0
         tail = 0

@@ -1,11 +1,15 @@
 """Where a lane's memory goes, as running sums over engine steps (no per-step snapshot).
 
-Shares of capacity are averaged over the steps when at least one request was waiting (memory
-under pressure); when no step was, over all steps. used + reserved + internal + free = 1.
+Every step is added to the all-steps sums; a memory-pressure step (the head-of-line request
+was refused for memory, CAPACITY or FRAGMENTATION, or a sequence was preempted) is also added
+to the pressure sums. Steps where requests wait only for the batch limit or the prefill token
+budget, with memory free, are not pressure steps. used + reserved + internal + free = 1 in
+both averages. Cost: a few integer additions per step.
 """
 from __future__ import annotations
 
 FIELDS = ("used", "reserved", "internal", "free", "tail", "efi")
+SHARE_KEYS = ("used", "reserved", "internal", "free")  # all_steps_shares' four shares
 
 
 class Shares:
@@ -14,13 +18,9 @@ class Shares:
         self.pressure = dict.fromkeys(("steps", *FIELDS), 0)
         self.every = dict.fromkeys(("steps", *FIELDS), 0)
 
-    def wants(self, pressure: bool) -> bool:
-        """Whether this step counts: always under pressure; otherwise only until the first
-        pressure step (after it, all-steps sums are never reported)."""
-        return pressure or not self.pressure["steps"]
-
     def add(self, pressure: bool, *, used: int, reserved: int, internal: int, free: int,
             tail: int, efi: float) -> None:
+        """One step's state; `pressure`: this step was a memory-pressure step."""
         vals = {"used": used, "reserved": reserved, "internal": internal, "free": free,
                 "tail": tail, "efi": efi}
         for acc in ((self.pressure, self.every) if pressure else (self.every,)):
@@ -32,16 +32,37 @@ class Shares:
     def pressure_steps(self) -> int:
         return int(self.pressure["steps"])
 
-    def summary(self) -> dict[str, float]:
-        acc = self.pressure if self.pressure["steps"] else self.every
-        steps = max(1, acc["steps"])
+    def counters(self) -> dict[str, int]:
+        """The running sums as cumulative integers (slot-steps): the share averages over any
+        span of steps are differences of two readings divided by steps * capacity. Keys:
+        share_steps, pressure_steps, {used,reserved,internal,free}_slot_steps and the same
+        with `_pressure` appended."""
+        out = {"share_steps": int(self.every["steps"]), "pressure_steps": self.pressure_steps}
+        for k in SHARE_KEYS:
+            out[f"{k}_slot_steps"] = int(self.every[k])
+            out[f"{k}_slot_steps_pressure"] = int(self.pressure[k])
+        return out
+
+    def _means(self, acc: dict) -> dict[str, float] | None:
+        steps = acc["steps"]
+        if not steps:
+            return None
         denom = steps * self.capacity
-        return {
-            "used_share": acc["used"] / denom,
-            "reserved_share": acc["reserved"] / denom,
-            "internal_share": acc["internal"] / denom,
-            "free_share": acc["free"] / denom,
-            "tail_waste_share": acc["tail"] / denom,
-            "external_frag_index_mean": acc["efi"] / steps,
-            "pressure_steps": self.pressure_steps,
-        }
+        out = {k: acc[k] / denom for k in SHARE_KEYS}
+        out["tail_waste"] = acc["tail"] / denom
+        out["external_frag_index"] = acc["efi"] / steps
+        return out
+
+    def summary(self) -> dict:
+        """Pressure averages under the flat keys (None when no step was under memory
+        pressure); `all_steps_shares` the same over every step counted."""
+        p = self._means(self.pressure)
+        every = self._means(self.every) or dict.fromkeys((*SHARE_KEYS, "tail_waste",
+                                                          "external_frag_index"), 0.0)
+        flat = {"used_share": "used", "reserved_share": "reserved",
+                "internal_share": "internal", "free_share": "free",
+                "tail_waste_share": "tail_waste", "external_frag_index_mean": "external_frag_index"}
+        out: dict = {k: None if p is None else p[v] for k, v in flat.items()}
+        out["pressure_steps"] = self.pressure_steps
+        out["all_steps_shares"] = every
+        return out

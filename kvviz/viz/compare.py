@@ -2,6 +2,8 @@
 
 Shares follow the PagedAttention paper's memory-waste breakdown (Kwon et al., SOSP'23):
 used (KV written), reserved (held, will be written), internal (held, never written), free.
+Each is time-averaged twice: over all of a lane's steps (`all_<key>`) and over its
+memory-pressure steps (`<key>`, NaN when the lane never was under memory pressure).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)
 SHARE_COLOURS = (theme.STATES[cellstate.USED].colour, theme.STATES[cellstate.RESERVED].colour,
                  "#d1495b", theme.STATES[cellstate.FREE].colour)
 FAILURES = ("capacity", "fragmentation", "policy")
+NEVER = "never under memory pressure"
 DEFAULT_LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2",
                  "contiguous:buddy:exact", "paged:16")
 
@@ -56,13 +59,19 @@ def lane_options() -> list[str]:
 
 
 def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
-    """One row per lane: shares, failures by class, preemptions, throughput."""
+    """One row per lane: shares over memory-pressure steps (NaN if none) and over all steps
+    (`all_` prefix), pressure steps and their fraction, failures by class, preemptions,
+    throughput."""
     rows = []
     for s in summaries:
         sim_s = s["steps"] * step_ms / 1000.0
+        every = s["all_steps_shares"]
         row = {"lane": s["lane"]}
-        row.update({k: float(s[k]) for k, _ in SHARES})
-        row["tail_waste_share"] = float(s["tail_waste_share"])
+        row.update({k: np.nan if s[k] is None else float(s[k]) for k, _ in SHARES})
+        row.update({f"all_{k}": float(every[k.removesuffix("_share")]) for k, _ in SHARES})
+        row["all_tail_waste_share"] = float(every["tail_waste"])
+        row["pressure_steps"] = int(s["pressure_steps"])
+        row["pressure_fraction"] = s["pressure_steps"] / s["steps"] if s["steps"] else 0.0
         row.update({f: int(s["admit_failures"].get(f, 0)) for f in FAILURES})
         row.update(preemptions=int(s["preemptions"]), rejected=int(s["rejected"]),
                    steps=int(s["steps"]), tokens=int(s["tokens_generated"]),
@@ -75,9 +84,13 @@ def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
     """The summary with readable headers and shares in percent."""
     out = pd.DataFrame({"lane": df["lane"]})
+    out["memory-pressure steps"] = df["pressure_steps"]
+    out["memory-pressure steps %"] = (100 * df["pressure_fraction"]).round(1)
     for k, label in SHARES:
-        out[f"{label.split(' (')[0].lower()} %"] = (100 * df[k]).round(1)
-    out["tail waste %"] = (100 * df["tail_waste_share"]).round(1)
+        name = label.split(" (")[0].lower()
+        out[f"{name} % (all steps)"] = (100 * df[f"all_{k}"]).round(1)
+        out[f"{name} % (memory pressure)"] = (100 * df[k]).round(1)  # empty if never
+    out["tail waste % (all steps)"] = (100 * df["all_tail_waste_share"]).round(1)
     for f in FAILURES:
         out[f"{f} failures"] = df[f]
     out["preemptions"] = df["preemptions"]
@@ -99,20 +112,34 @@ def _lane_height(n: int) -> int:
     return 150 + 38 * n
 
 
+def share_rows(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Two bars per lane: its all-steps average, then its memory-pressure average (no bar,
+    and a label saying so, when the lane never was under memory pressure)."""
+    labels, cols = [], {k: [] for k, _ in SHARES}
+    for _, r in df.iterrows():
+        labels.append(f"{r['lane']} · all {int(r['steps'])} steps")
+        n = int(r["pressure_steps"])
+        labels.append(f"{r['lane']} · {NEVER}" if n == 0 else
+                      f"{r['lane']} · memory pressure: {n} steps ({r['pressure_fraction']:.1%})")
+        for k, _ in SHARES:
+            cols[k] += [float(r[f"all_{k}"]), float(r[k])]
+    return np.array(labels, dtype=object), pd.DataFrame(cols)
+
+
 def shares_figure(df: pd.DataFrame) -> go.Figure:
-    """Stacked horizontal bars: used / reserved / internal / free share of capacity per lane."""
-    lanes = df["lane"].to_numpy()
+    """Stacked horizontal bars: used / reserved / internal / free share of capacity, per lane
+    averaged over all steps and over memory-pressure steps."""
+    labels, vals = share_rows(df)
     fig = go.Figure()
     for (key, label), colour in zip(SHARES, SHARE_COLOURS):
-        vals = df[key].to_numpy(np.float64)
-        fig.add_bar(y=lanes, x=vals, name=label, orientation="h", marker_color=colour,
-                    marker_line=dict(color="#999999", width=0.5),
+        fig.add_bar(y=labels, x=vals[key].to_numpy(np.float64), name=label, orientation="h",
+                    marker_color=colour, marker_line=dict(color="#999999", width=0.5),
                     hovertemplate=f"%{{y}}<br>{label}: %{{x:.1%}}<extra></extra>")
     fig.update_layout(barmode="stack")
     fig.update_xaxes(range=[0, 1.005], tickformat=".0%", title="share of KV capacity")
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, "Where the KV memory goes (mean over steps with requests waiting)",
-                   _lane_height(len(lanes)))
+    return _layout(fig, "Where the KV memory goes: mean over all steps, and over "
+                   "memory-pressure steps", _lane_height(len(labels)))
 
 
 def failures_figure(df: pd.DataFrame) -> go.Figure:

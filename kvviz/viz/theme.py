@@ -60,9 +60,9 @@ STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end"
 
 FAILURE_COLOURS = {"CAPACITY": "#c0392b", "FRAGMENTATION": "#d4a017", "POLICY": "#7f8c8d"}
 FAILURE_MEANING = {
-    "CAPACITY": "not enough free slots in total: a true out-of-memory",
-    "FRAGMENTATION": "enough free slots in total, but no hole large enough",
-    "POLICY": "memory was there, the scheduler refused (watermark, batch limit)",
+    "CAPACITY": "fewer free slots in total than the rounded need: a true out-of-memory",
+    "FRAGMENTATION": "enough free slots in total, but no placement (no hole large enough)",
+    "POLICY": "a placement existed, the scheduler refused (watermark, batch limit)",
 }
 SHARE_COLOURS = {"used": STATES[cellstate.USED].colour,
                  "slack": STATES[cellstate.RESERVED].colour,

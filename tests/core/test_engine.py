@@ -120,12 +120,13 @@ def test_failure_counts_match_the_events():
             assert count == sum(e.reason == reason.upper() for e in evs), (x["lane"], reason)
 
 
-def test_the_four_shares_sum_to_one():
+def test_the_four_shares_sum_to_one_over_all_steps_and_over_pressure_steps():
     for x in sim(workload(20.0)).run(max_steps=MAX_STEPS):
-        total = x["used_share"] + x["reserved_share"] + x["internal_share"] + x["free_share"]
-        assert total == pytest.approx(1.0), x["lane"]
-        assert min(x["used_share"], x["reserved_share"], x["internal_share"],
-                   x["free_share"]) >= 0
+        every = x["all_steps_shares"]
+        pressure = {k: x[f"{k}_share"] for k in ("used", "reserved", "internal", "free")}
+        for shares in (every, pressure) if x["pressure_steps"] else (every,):
+            assert sum(shares[k] for k in pressure) == pytest.approx(1.0), x["lane"]
+            assert min(shares[k] for k in pressure) >= 0
 
 
 def test_max_reservation_fails_on_capacity_and_exact_sizes_fragment():

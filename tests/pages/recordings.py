@@ -37,7 +37,8 @@ def sample(writer: RunWriter, sim: Simulation, t: float, prev_tokens: dict[str, 
         m.update(preemptions=ln.preemptions, tokens_generated=toks,
                  tokens_per_s=(toks - prev_tokens.get(ln.name, 0)) / dt if dt else 0.0,
                  running=int(ln.run_ids.size), waiting=ln.waiting_count,
-                 **{f"admit_failures_{k.lower()}": v for k, v in ln.failures.items()})
+                 **{f"admit_failures_{k.lower()}": v for k, v in ln.failures.items()},
+                 **ln.shares.counters())
         prev_tokens[ln.name] = toks
         writer.add_sample(t, sim.step_no, ln.name, m, bm if with_maps else None)
 

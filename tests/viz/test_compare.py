@@ -32,15 +32,38 @@ def test_summary_frame_has_one_row_per_lane(summaries) -> None:
     assert row["fragmentation"] == s["admit_failures"]["fragmentation"]
 
 
-def test_stacked_share_bars_equal_the_summaries_and_sum_to_one(summaries) -> None:
+def test_stacked_share_bars_are_all_steps_then_pressure_averages_summing_to_one(
+        summaries) -> None:
     fig = vc.shares_figure(vc.summary_frame(summaries, STEP_MS))
     assert fig.layout.barmode == "stack"
     assert [t.name for t in fig.data] == [label for _, label in vc.SHARES]
-    stack = np.vstack([np.asarray(t.x, np.float64) for t in fig.data])  # [shares, lanes]
+    stack = np.vstack([np.asarray(t.x, np.float64) for t in fig.data])  # [shares, 2 * lanes]
+    labels = list(fig.data[0].y)
     for i, s in enumerate(summaries):
-        assert stack[:, i] == pytest.approx([s[k] for k, _ in vc.SHARES])
-    assert stack.sum(axis=0) == pytest.approx(np.ones(len(LANES)), abs=1e-6)
+        every = s["all_steps_shares"]
+        assert stack[:, 2 * i] == pytest.approx([every[k.removesuffix("_share")]
+                                                 for k, _ in vc.SHARES])
+        assert stack[:, 2 * i + 1] == pytest.approx([s[k] for k, _ in vc.SHARES])
+        n = s["pressure_steps"]
+        assert labels[2 * i] == f"{s['lane']} · all {s['steps']} steps"
+        assert labels[2 * i + 1] == (f"{s['lane']} · memory pressure: {n} steps "
+                                     f"({n / s['steps']:.1%})")
+    assert stack.sum(axis=0) == pytest.approx(np.ones(2 * len(LANES)), abs=1e-6)
     assert all(isinstance(t.x, np.ndarray) for t in fig.data)
+
+
+def test_a_lane_never_under_memory_pressure_gets_no_pressure_bar_and_says_so() -> None:
+    w = generate(WorkloadConfig("alpaca-like", num_requests=20, rate=5.0, seed=1))
+    (s,) = Simulation(w, [LaneSpec.parse("paged:16")],
+                      CacheConfig(capacity_tokens=1 << 16)).run()
+    assert s["pressure_steps"] == 0
+    fig = vc.shares_figure(vc.summary_frame([s], STEP_MS))
+    assert list(fig.data[0].y) == ["paged:16 · all " f"{s['steps']} steps",
+                                   "paged:16 · never under memory pressure"]
+    assert all(np.isnan(np.asarray(t.x)[1]) for t in fig.data)
+    t = vc.display_table(vc.summary_frame([s], STEP_MS))
+    assert t["memory-pressure steps"].iloc[0] == 0
+    assert np.isnan(t["used % (memory pressure)"].iloc[0])
 
 
 def test_failure_bars_are_the_counts_by_class(summaries) -> None:
@@ -63,7 +86,11 @@ def test_throughput_bars_and_steps_text(summaries) -> None:
 
 def test_display_table_is_in_percent(summaries) -> None:
     t = vc.display_table(vc.summary_frame(summaries, STEP_MS))
-    assert t["used %"].iloc[0] == pytest.approx(round(100 * summaries[0]["used_share"], 1))
+    s = summaries[0]
+    assert t["used % (memory pressure)"].iloc[0] == pytest.approx(round(100 * s["used_share"], 1))
+    assert t["used % (all steps)"].iloc[0] == pytest.approx(
+        round(100 * s["all_steps_shares"]["used"], 1))
+    assert t["memory-pressure steps"].iloc[0] == s["pressure_steps"]
     assert {"fragmentation failures", "preemptions", "steps to finish"} <= set(t.columns)
 
 
