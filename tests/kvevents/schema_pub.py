@@ -6,22 +6,21 @@ Map form (current vLLM): Structs tagged by "type" encoded as maps. Envelope: arr
 from __future__ import annotations
 
 import threading
-from typing import Union
 
 import msgspec
 import zmq
 
 
 class ABlockStored(msgspec.Struct, array_like=True, tag="BlockStored"):
-    block_hashes: list[Union[int, bytes]]
-    parent_block_hash: Union[int, bytes, None]
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
     token_ids: list[int]
     block_size: int
-    lora_id: Union[int, None]
+    lora_id: int | None
 
 
 class ABlockRemoved(msgspec.Struct, array_like=True, tag="BlockRemoved"):
-    block_hashes: list[Union[int, bytes]]
+    block_hashes: list[int | bytes]
 
 
 class AAllBlocksCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared"):
@@ -29,36 +28,36 @@ class AAllBlocksCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared")
 
 
 class MBlockStored(msgspec.Struct, tag_field="type", tag="BlockStored"):
-    block_hashes: list[Union[int, bytes]]
-    parent_block_hash: Union[int, bytes, None]
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
     token_ids: list[int]
     block_size: int
-    lora_id: Union[int, None] = None
-    medium: Union[str, None] = "GPU"
-    lora_name: Union[str, None] = None
+    lora_id: int | None = None
+    medium: str | None = "GPU"
+    lora_name: str | None = None
     group_idx: int = 0
 
 
 class MBlockRemoved(msgspec.Struct, tag_field="type", tag="BlockRemoved"):
-    block_hashes: list[Union[int, bytes]]
-    medium: Union[str, None] = "GPU"
+    block_hashes: list[int | bytes]
+    medium: str | None = "GPU"
     group_idx: int = 0
 
 
 class MAllBlocksCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared"):
-    medium: Union[str, None] = None
+    medium: str | None = None
 
 
 class ArrayBatch(msgspec.Struct, array_like=True):
     ts: float
     events: list
-    data_parallel_rank: Union[int, None] = None
+    data_parallel_rank: int | None = None
 
 
 class MapBatch(msgspec.Struct):
     ts: float
     events: list
-    data_parallel_rank: Union[int, None] = None
+    data_parallel_rank: int | None = None
 
 
 def store(hashes, parent, block_size=4, enc="map", tokens=None):
