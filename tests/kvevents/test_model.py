@@ -18,9 +18,9 @@ _ev = st.one_of(
 def _consistent(f: Forest) -> None:
     assert f.cached_tokens == sum(f.ntok[h] for h in f.parent)
     kids: dict = {}
-    for h, p in f.parent.items():
-        kids.setdefault(p, set()).add(h)
-    assert {p: k for p, k in f.children.items() if k} == kids
+    for p in f.parent.values():
+        kids[p] = kids.get(p, 0) + 1
+    assert f.nkids == kids
     assert set(f.stored_t) == set(f.parent) == set(f.ntok)
 
 
@@ -66,6 +66,13 @@ def test_divergence_depth_is_where_prompts_branch():
     f.store([4], 3, None, 4, 0.0)
     f.store([5], 3, None, 4, 0.0)
     assert f.divergence_depths() == [3]
+
+
+def test_subtree_blocks_count_what_depends_on_a_prefix():
+    f = Forest()
+    f.store([1, 2, 3], None, None, 4, 0.0)
+    f.store([4], 2, None, 4, 0.0)
+    assert f.subtree_blocks() == {1: 4, 2: 3, 3: 1, 4: 1}
 
 
 def test_lifetimes_run_from_store_to_removal():

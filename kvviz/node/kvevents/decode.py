@@ -103,8 +103,71 @@ def decode_event(obj: Any) -> tuple[Event, str | None]:
     return Event(UNKNOWN, [], None, None, 0, None, 0, obj), None
 
 
+# ---- the fast path: typed decoding in msgspec (C) for the four well-formed layouts -------------
+# Field names follow Event; `name=` gives the wire name of map-form fields. A payload that does
+# not fit (an unknown tag, a malformed field, extra positional fields) takes the slow path.
+_H = int | bytes
+
+
+_RENAME = {"hashes": "block_hashes", "parent": "parent_block_hash", "group": "group_idx"}
+
+
+def _typed(array: bool) -> tuple:
+    """The envelope Structs (array, map) of one event form (array_like tagged or "type"-map)."""
+    opts: dict = ({"array_like": True} if array else
+                  {"tag_field": "type", "rename": _RENAME})
+    opt_h = _H | None
+    stored = msgspec.defstruct("Stored", [
+        ("hashes", list[_H], []), ("parent", opt_h, None), ("token_ids", list[int] | None, None),
+        ("block_size", int, 0), ("lora_id", int | None, None), ("medium", str | None, None),
+        ("lora_name", str | None, None), ("extra_keys", Any, None), ("group", int, 0)],
+        tag="BlockStored", gc=False, **opts)
+    removed = msgspec.defstruct("Removed", [
+        ("hashes", list[_H], []), ("medium", str | None, None), ("group", int, 0)],
+        tag="BlockRemoved", gc=False, **opts)
+    cleared = msgspec.defstruct("Cleared", [("medium", str | None, None)],
+                                tag="AllBlocksCleared", gc=False, **opts)
+    stored.kind, removed.kind, cleared.kind = STORED, REMOVED, CLEARED
+    cleared.hashes, cleared.group = [], 0
+    ev = list[stored | removed | cleared]  # type: ignore[valid-type]
+    env = [("ts", float), ("events", ev), ("data_parallel_rank", int | None, None)]
+    return (msgspec.defstruct("ArrayEnv", env, array_like=True, gc=False),
+            msgspec.defstruct("MapEnv", env, gc=False))
+
+
+_FAST = [(msgspec.msgpack.Decoder(env), "array" if arr else "map")
+         for arr in (False, True) for env in _typed(arr)]
+
+
+def _fast(payload: bytes) -> DecodedBatch | None:
+    for i, (dec, enc) in enumerate(_FAST):
+        try:
+            b = dec.decode(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        if i:  # try the layout that worked first next time
+            _FAST.insert(0, _FAST.pop(i))
+        if b.data_parallel_rank is not None and b.data_parallel_rank < 0:
+            return None
+        _fixup(b.events)
+        return DecodedBatch(b.ts, b.data_parallel_rank, b.events,
+                            enc if b.events else "empty", 0)
+    return None
+
+
+def _fixup(events: list) -> None:
+    """Block size from the token ids where a BlockStored does not send it."""
+    for e in events:
+        if e.kind == STORED and not e.block_size and e.token_ids and e.hashes:
+            e.block_size = len(e.token_ids) // len(e.hashes)
+
+
 def decode(payload: bytes) -> DecodedBatch:
-    """Decode one payload; raises Undecodable when it is not an EventBatch."""
+    """Decode one payload; raises Undecodable when it is not an EventBatch. Typed events
+    (the fast path) carry the same attributes as Event."""
+    fast = _fast(payload)
+    if fast is not None:
+        return fast
     try:
         obj = _decoder.decode(payload)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:

@@ -49,10 +49,10 @@ def _churn(name: str, f: Forest) -> str | None:
     if not hot:
         return None
     total = sum(hot.values())
-    branchy = sum(1 for h in hot if len(f.branches.get(h, ())) >= 2)
+    branchy = sum(1 for h in hot if f.nkids.get(h, 0) >= 2)
     return (f"{name}: {len(hot)} blocks were evicted and stored again {CHURN_MIN_RESTORES} "
-            f"times or more ({total} re-stores in all; {branchy} of them are prefixes that "
-            f"several prompts continue): hot prefixes are being evicted and recomputed. The "
+            f"times or more ({total} re-stores in all; {branchy} of them now continued by "
+            f"several cached blocks): hot prefixes are being evicted and recomputed. The "
             f"cache is smaller than the working set of shared prefixes.")
 
 

@@ -7,8 +7,8 @@ duplicate), BlockRemoved drops (an unknown hash is counted, never fatal), AllBlo
 empties. A removed block's children keep their parent hash (they show as orphans).
 
 Invariants (tests/kvevents/test_model.py):
-  cached_tokens == sum(ntok[h] for h in parent); children[p] == {h : parent[h] == p} restricted
-  to cached h; the forest after any event sequence equals one rebuilt from scratch.
+  cached_tokens == sum(ntok[h] for h in parent); nkids[p] == #{cached h : parent[h] == p};
+  the forest after any event sequence equals one rebuilt from scratch.
 """
 from __future__ import annotations
 
@@ -34,13 +34,12 @@ class Forest:
         self.parent: dict[Any, Any] = {}  # cached hash -> parent hash (None: a root)
         self.ntok: dict[Any, int] = {}
         self.stored_t: dict[Any, float] = {}
-        self.children: dict[Any, set] = defaultdict(set)  # parent -> cached children
+        self.nkids: dict[Any, int] = {}  # parent hash -> cached children (> 0 only)
         self.cached_tokens = 0
         self.stored = self.removed = self.duplicates = self.unknown_removals = 0
         self.cleared = 0
         self.evictions: dict[Any, int] = defaultdict(int)  # hash -> times removed
         self.restores: dict[Any, int] = defaultdict(int)  # hash -> stored again after removal
-        self.branches: dict[Any, set] = defaultdict(set)  # hash -> every child hash ever seen
         self.root_tokens: dict[Any, tuple] = {}  # root hash -> its token ids
         self.lifetimes: list[float] = []
         self.block_size = 0
@@ -51,19 +50,18 @@ class Forest:
         if block_size:
             self.block_size = block_size
         p = parent
+        cached, ntok, stored_t, nkids = self.parent, self.ntok, self.stored_t, self.nkids
+        self.stored += len(hashes)
         for i, h in enumerate(hashes):
-            self.stored += 1
-            if p is not None and p in self.parent:
-                self.branches[p].add(h)
-            if h in self.parent:
+            if h in cached:
                 self.duplicates += 1
             else:
                 if h in self.evictions:
                     self.restores[h] += 1
-                self.parent[h] = p
-                self.ntok[h] = bs
-                self.stored_t[h] = t
-                self.children[p].add(h)
+                cached[h] = p
+                ntok[h] = bs
+                stored_t[h] = t
+                nkids[p] = nkids.get(p, 0) + 1
                 self.cached_tokens += bs
                 if p is None and token_ids and len(self.root_tokens) < ROOT_TOKENS_KEPT:
                     self.root_tokens[h] = tuple(token_ids[i * bs:(i + 1) * bs])
@@ -77,11 +75,11 @@ class Forest:
                 continue
             self.removed += 1
             self.evictions[h] += 1
-            kids = self.children.get(p)
-            if kids is not None:
-                kids.discard(h)
-                if not kids:
-                    del self.children[p]
+            k = self.nkids[p] - 1
+            if k:
+                self.nkids[p] = k
+            else:
+                del self.nkids[p]
             self.cached_tokens -= self.ntok.pop(h)
             life = t - self.stored_t.pop(h)
             if len(self.lifetimes) >= LIFETIMES_KEPT:
@@ -93,7 +91,7 @@ class Forest:
         self.parent.clear()
         self.ntok.clear()
         self.stored_t.clear()
-        self.children.clear()
+        self.nkids.clear()
         self.cached_tokens = 0
 
     # ---- derived --------------------------------------------------------------------------
@@ -122,7 +120,18 @@ class Forest:
         """Depths (in blocks) at which cached prompts diverge: each cached block with >= 2
         cached children contributes its depth."""
         d = self.depths()
-        return [d[p] for p, kids in self.children.items() if p in d and len(kids) >= 2]
+        return [d[p] for p, k in self.nkids.items() if p in d and k >= 2]
+
+    def subtree_blocks(self) -> dict[Any, int]:
+        """Cached blocks in each cached block's subtree (itself included): how much cached
+        content depends on that prefix (its reuse)."""
+        d = self.depths()
+        size = dict.fromkeys(self.parent, 1)
+        for h in sorted(self.parent, key=d.__getitem__, reverse=True):
+            p = self.parent[h]
+            if p in size and p != h:
+                size[p] += size[h]
+        return size
 
 
 _MISSING = object()
@@ -149,16 +158,21 @@ class CacheModel:
             self.t_first = t
         sec = int(t - self.t_first)
         line = self.timeline[(stream, sec)]
+        near: dict[tuple, Forest] = {}  # (medium, group) -> forest, for this batch
         for ev in events:
             kind = ev.kind
-            if kind == STORED:
-                self.forest(ForestKey(stream, rank, ev.medium or "GPU", ev.group)).store(
-                    ev.hashes, ev.parent, ev.token_ids, ev.block_size, t)
-                line[0] += len(ev.hashes)
-            elif kind == REMOVED:
-                self.forest(ForestKey(stream, rank, ev.medium or "GPU", ev.group)).remove(
-                    ev.hashes, t)
-                line[1] += len(ev.hashes)
+            if kind == STORED or kind == REMOVED:
+                mg = (ev.medium, ev.group)
+                f = near.get(mg)
+                if f is None:
+                    f = near[mg] = self.forest(ForestKey(stream, rank, ev.medium or "GPU",
+                                                         ev.group))
+                if kind == STORED:
+                    f.store(ev.hashes, ev.parent, ev.token_ids, ev.block_size, t)
+                    line[0] += len(ev.hashes)
+                else:
+                    f.remove(ev.hashes, t)
+                    line[1] += len(ev.hashes)
             elif kind == CLEARED:
                 for k, f in self.forests.items():
                     if k.stream == stream and k.dp_rank == rank and (
