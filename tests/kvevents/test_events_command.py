@@ -111,3 +111,34 @@ def test_any_arguments_give_a_result_or_one_clear_error(tmp_path, argv):
     except SystemExit as exc:  # argparse: usage + one error line
         code = exc.code
     assert code in (0, 2)
+
+
+def test_kvviz_collect_publishes_what_kvviz_events_records(tmp_path):
+    port = free_base_port(2)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    ev = subprocess.Popen([sys.executable, "-m", "kvviz", "events", f"tcp://127.0.0.1:{port}",
+                           "--duration", "10", "--json", "--quiet", "--out",
+                           str(tmp_path / "e.db")], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)  # listens first: ZMQ reconnects
+    try:
+        time.sleep(1.5)
+        col = subprocess.run([sys.executable, "-m", "kvviz", "collect", "--mode", "sim",
+                              "--lane", "paged:16:prefix", "--prefix-sharing", "0.8", "--rate",
+                              "50", "--kv-events", f"tcp://127.0.0.1:{port}",
+                              "--kv-events-format", "sglang", "--duration", "3", "--quiet",
+                              "--out", str(tmp_path / "c.db")], env=env, capture_output=True,
+                             text=True, timeout=60)
+    finally:
+        out, err = ev.communicate(timeout=30)
+    assert col.returncode == 0, col.stderr
+    assert ev.returncode == 0, err
+    s = json.loads(out)
+    assert s["encoding"] == "array" and s["stored_blocks"] > 0 and s["cached_blocks"] > 0
+
+
+def test_collect_kv_events_needs_a_prefix_caching_lane(tmp_path, capsys):
+    out = tmp_path / "c.db"
+    code = main(["collect", "--mode", "sim", "--lane", "paged:16", "--kv-events",
+                 "tcp://127.0.0.1:1", "--duration", "1", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert "no lane caches prefixes" in capsys.readouterr().err

@@ -152,3 +152,21 @@ def test_an_unreachable_endpoint_says_it_cannot_connect():
 def test_bad_endpoints_are_refused_with_one_message(bad):
     with pytest.raises(ValueError, match="expected tcp://"):
         SubscriberConfig((bad,))
+
+
+def test_a_late_subscriber_takes_earlier_batches_from_the_replay_buffer():
+    port = free_base_port(2)
+    pub = SchemaPublisher(_ep(port), replay=_ep(port + 1))
+    try:
+        pub.send(payload([store([1, 2], None)]))  # nobody listens yet
+        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
+        try:
+            wait_connected(sub)
+            pub.send(payload([store([3], 2)]))
+            drain(sub, lambda: sub.streams[0].batches == 2)
+            (s,) = sub.summary()
+            assert s["cached_blocks"] == 3 and s["replayed_batches"] == 1 and s["gaps"] == 0
+        finally:
+            sub.close()
+    finally:
+        pub.close()

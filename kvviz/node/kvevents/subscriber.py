@@ -3,7 +3,8 @@
 A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq above last + 1
 is a gap (filled from the ROUTER replay socket when one is given: request `[b"", start_seq]`,
 answers `(seq, payload)` frames, then seq -1), a seq below the last one is a publisher restart
-(its cache starts empty: the stream's forests are cleared), a repeated seq is ignored. Every
+(its cache starts empty: the stream's forests are cleared), a repeated seq is ignored. A
+subscriber that joins late asks the replay socket for the batches before its first one. Every
 message is recorded raw; what does not decode is counted ("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 """
@@ -186,7 +187,9 @@ class Subscriber:
             return
         seq = int.from_bytes(seq_b, "big", signed=True)
         last = st.last_seq
-        if last is not None:
+        if last is None and seq > 0 and st.replay:  # joined late: take what the buffer holds
+            self._replay(st, 0, seq - 1, t)
+        elif last is not None:
             if seq == last:
                 return
             if seq < last:
