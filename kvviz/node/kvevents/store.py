@@ -133,3 +133,23 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
             continue
         model.apply(sid, rank_of.get(sid, 0) if b.dp_rank is None else b.dp_rank, b.events, t)
     return model, last
+
+
+def stream_counts(conn: sqlite3.Connection) -> dict[int, dict]:
+    """Per stream, counted from the rows so far (a live recording has no summary yet)."""
+    out: dict[int, dict] = {}
+    for sid, ok, ev, ns, nr, nc, rep, bad in conn.execute(
+            "SELECT stream_id, SUM(status = 'ok'), SUM(n_events), SUM(n_stored), "
+            "SUM(n_removed), SUM(n_cleared), SUM(replayed), SUM(status = 'undecodable') "
+            "FROM kv_batches GROUP BY stream_id"):
+        out[sid] = {"batches": ok, "events": ev, "stored_blocks": ns, "removed_blocks": nr,
+                    "cleared": nc, "replayed_batches": rep, "undecodable": bad}
+    for sid, kind, n, lost in conn.execute(
+            "SELECT stream_id, kind, COUNT(*), SUM(last_seq - first_seq + 1 - filled * "
+            "(last_seq - first_seq + 1)) FROM kv_gaps GROUP BY stream_id, kind"):
+        d = out.setdefault(sid, {})
+        if kind == "gap":
+            d["gaps"], d["lost_batches"] = n, lost
+        else:
+            d["restarts"] = n
+    return out
