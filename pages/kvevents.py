@@ -108,6 +108,11 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
                                     ("evicted", f.removed), ("duplicates", f.duplicates),
                                     ("cleared", f.cleared)]):
             c.metric(t, f"{v:,}")
+        life, div = f.median_lifetime(), sorted(f.divergence_depths())
+        st.text(f"Median block lifetime (store to eviction): "
+                f"{'none evicted yet' if life is None else f'{life:.1f} s'}; prompts diverge "
+                f"at block {div[len(div) // 2] if div else '-'} (median of {len(div)} branch "
+                f"points); {f.unknown_removals} removals of blocks never seen stored.")
         colour = st.radio("Colour", ["evictions", "age_s"], horizontal=True, key="kve_colour")
         table = vk.forest_table(f, now=max(f.stored_t.values(), default=0.0))
         st.plotly_chart(vk.forest_figure(table, colour), key="kve_forest_fig")

@@ -80,3 +80,18 @@ def test_lifetimes_run_from_store_to_removal():
     f.store([1], None, None, 4, 1.0)
     f.remove([1], 3.5)
     assert f.lifetimes == [2.5] and f.evictions[1] == 1
+
+
+def test_evicted_hash_memory_is_bounded(monkeypatch):
+    from kvviz.node.kvevents import model
+
+    monkeypatch.setattr(model, "EVICTIONS_KEPT", 10)
+    f = Forest()
+    f.store([1], None, None, 4, 0.0)
+    for _ in range(3):  # block 1 churns
+        f.remove([1], 1.0)
+        f.store([1], None, None, 4, 2.0)
+    for h in range(100, 130):
+        f.store([h], None, None, 4, 0.0)
+        f.remove([h], 1.0)
+    assert len(f.evictions) <= 11 and f.evictions[1] == 3

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from tests.kvevents.conftest import drain, free_base_port, wait_connected
@@ -170,3 +172,24 @@ def test_a_late_subscriber_takes_earlier_batches_from_the_replay_buffer():
             sub.close()
     finally:
         pub.close()
+
+
+def test_a_host_that_does_not_resolve_is_named():
+    sub = Subscriber(SubscriberConfig(("tcp://no-such-host.invalid:5557",)))
+    try:
+        sub.poll(50)
+        ((definitive, msg),) = sub.problems().values()
+        assert not definitive and "does not resolve" in msg
+    finally:
+        sub.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=30) | st.sampled_from(["tcp://127.0.0.1:1", "ipc:///tmp/x",
+                                                          "tcp://[::1]:9", "tcp://*:1"]),
+                min_size=1, max_size=3), st.integers(-2, 70))
+def test_any_endpoint_list_is_accepted_or_refused_with_one_message(eps, ranks):
+    try:
+        SubscriberConfig(tuple(eps), ranks)
+    except ValueError as exc:
+        assert str(exc) and "\n" not in str(exc)

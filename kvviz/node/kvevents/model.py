@@ -20,6 +20,7 @@ from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
 
 LIFETIMES_KEPT = 100_000  # most recent block lifetimes kept per forest
 ROOT_TOKENS_KEPT = 50_000  # first blocks whose token ids are kept (for seed/prefix diagnoses)
+EVICTIONS_KEPT = 1_000_000  # evicted hashes remembered; past this, those evicted once go
 
 
 class ForestKey(NamedTuple):
@@ -75,6 +76,8 @@ class Forest:
                 continue
             self.removed += 1
             self.evictions[h] += 1
+            if len(self.evictions) > EVICTIONS_KEPT:
+                self._forget_cold()
             k = self.nkids[p] - 1
             if k:
                 self.nkids[p] = k
@@ -85,6 +88,11 @@ class Forest:
             if len(self.lifetimes) >= LIFETIMES_KEPT:
                 del self.lifetimes[: LIFETIMES_KEPT // 2]
             self.lifetimes.append(life)
+
+    def _forget_cold(self) -> None:
+        """Keep the memory of a day-long stream bounded: forget blocks evicted only once."""
+        hot = {h: n for h, n in self.evictions.items() if n > 1}
+        self.evictions = defaultdict(int, hot)
 
     def clear(self) -> None:
         self.cleared += 1
@@ -115,6 +123,12 @@ class Forest:
                 d += 1
                 out[y] = d
         return out
+
+    def median_lifetime(self) -> float | None:
+        """Median seconds from store to eviction of the recent evictions (None: none yet)."""
+        if not self.lifetimes:
+            return None
+        return sorted(self.lifetimes)[len(self.lifetimes) // 2]
 
     def divergence_depths(self) -> list[int]:
         """Depths (in blocks) at which cached prompts diverge: each cached block with >= 2

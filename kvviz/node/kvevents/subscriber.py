@@ -10,6 +10,7 @@ ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a 
 """
 from __future__ import annotations
 
+import socket
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -304,8 +305,7 @@ class Subscriber:
                 out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
                                      f"messages, none a KV-event batch: {st.last_error})")
             elif not st.connected:
-                out[st.sid] = (False, f"{st.endpoint}: cannot connect (nothing listens there, or "
-                                      "it is unreachable)")
+                out[st.sid] = (False, f"{st.endpoint}: cannot connect ({_why_not(st.endpoint)})")
             else:
                 out[st.sid] = (False, f"{st.endpoint}: connected, but no KV events yet (is the "
                                       "engine started with KV events enabled, and busy?)")
@@ -328,3 +328,13 @@ class Subscriber:
             st.monitor.close()
             st.sock.close()
         self.ctx.term()
+
+
+def _why_not(endpoint: str) -> str:
+    u = urllib.parse.urlsplit(endpoint)
+    if u.scheme == "tcp" and u.hostname:
+        try:
+            socket.getaddrinfo(u.hostname, u.port)
+        except (OSError, UnicodeError) as exc:
+            return f"the host {u.hostname!r} does not resolve: {exc}"
+    return "nothing listens there, or it is unreachable"
