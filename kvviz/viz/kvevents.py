@@ -57,10 +57,17 @@ def forest_figure(df: pd.DataFrame, colour: str = "evictions") -> go.Figure:
     if df.empty:
         fig.update_layout(title="No cached blocks", height=200)
         return fig
+    roots = df["parent"] == ""
+    top = pd.DataFrame({"id": ["all"], "parent": [""], "depth": [0],
+                        "subtree_tokens": [int(df.loc[roots, "subtree_tokens"].sum())],
+                        "subtree_blocks": [int(df.loc[roots, "subtree_blocks"].sum())],
+                        "evictions": [0], "age_s": [0.0]})
+    df = pd.concat([top, df.assign(parent=df["parent"].where(~roots, "all"))],
+                   ignore_index=True)
     c = df[colour].to_numpy(np.float64)
     fig.add_trace(go.Icicle(
         ids=df["id"], parents=df["parent"], values=df["subtree_tokens"],
-        branchvalues="total", labels=df["id"].str.slice(0, 8),
+        branchvalues="total", labels=df["id"].str.slice(-8),
         marker=dict(colors=c, colorscale="YlOrRd" if colour == "evictions" else "Blues_r",
                     colorbar=dict(title="evicted" if colour == "evictions" else "age (s)")),
         customdata=np.stack([df["depth"], df["subtree_blocks"], df["evictions"],

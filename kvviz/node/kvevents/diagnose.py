@@ -49,11 +49,12 @@ def _churn(name: str, f: Forest) -> str | None:
     if not hot:
         return None
     total = sum(hot.values())
-    branchy = sum(1 for h in hot if f.nkids.get(h, 0) >= 2)
-    return (f"{name}: {len(hot)} blocks were evicted and stored again {CHURN_MIN_RESTORES} "
-            f"times or more ({total} re-stores in all; {branchy} of them now continued by "
-            f"several cached blocks): hot prefixes are being evicted and recomputed. The "
-            f"cache is smaller than the working set of shared prefixes.")
+    worst = max(hot.values())
+    what = "1 block was" if len(hot) == 1 else f"{len(hot)} blocks were"
+    return (f"{name}: {what} evicted and stored again {CHURN_MIN_RESTORES} times or more "
+            f"({total} re-stores in all, at most {worst} for one block): hot prefixes are "
+            f"evicted and then recomputed. The cache is smaller than the working set of "
+            f"shared prefixes.")
 
 
 def diagnoses(model: CacheModel, names: dict[int, str], gaps: dict[int, tuple[int, int]] | None
