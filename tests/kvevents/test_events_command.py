@@ -136,9 +136,13 @@ def test_kvviz_collect_publishes_what_kvviz_events_records(tmp_path):
     assert s["encoding"] == "array" and s["stored_blocks"] > 0 and s["cached_blocks"] > 0
 
 
-def test_collect_kv_events_needs_a_prefix_caching_lane(tmp_path, capsys):
+def test_collect_kv_events_needs_a_prefix_caching_lane(tmp_path):
     out = tmp_path / "c.db"
-    code = main(["collect", "--mode", "sim", "--lane", "paged:16", "--kv-events",
-                 "tcp://127.0.0.1:1", "--duration", "1", "--out", str(out)])
-    assert code == 2 and not out.exists()
-    assert "no lane caches prefixes" in capsys.readouterr().err
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    r = subprocess.run([sys.executable, "-m", "kvviz", "collect", "--mode", "sim", "--lane",
+                        "paged:16", "--kv-events", "tcp://127.0.0.1:1", "--duration", "1",
+                        "--out", str(out)], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip() == ("kvviz collect: error: --kv-events: no lane caches prefixes; "
+                                "add one such as --lane paged:16:prefix")

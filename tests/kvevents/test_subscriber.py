@@ -193,3 +193,24 @@ def test_any_endpoint_list_is_accepted_or_refused_with_one_message(eps, ranks):
         SubscriberConfig(tuple(eps), ranks)
     except ValueError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+_frames = st.lists(st.binary(max_size=24) | st.sampled_from(
+    [b"", (5).to_bytes(8, "big"), (0).to_bytes(8, "big"), payload([store([1], None)]),
+     payload([remove([1]), clear()], envelope="map"), b"\x92\xcb"]), max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_frames, max_size=8))
+def test_any_message_is_counted_never_raised(messages):
+    port = free_base_port(1)
+    sub = Subscriber(SubscriberConfig((_ep(port),)))
+    try:
+        st_ = sub.streams[0]
+        for frames in messages:
+            sub.handle(st_, frames)
+        (s,) = sub.summary()
+        assert s["batches"] + s["undecodable"] <= len(messages)
+        assert s["cached_blocks"] >= 0
+    finally:
+        sub.close()

@@ -24,6 +24,7 @@ from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
 
 END_SEQ = -1
+RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -178,7 +179,8 @@ class Subscriber:
         if len(frames) != 3 or len(frames[1]) != 8:
             st.undecodable += 1
             st.last_error = f"a message of {len(frames)} frames, not [topic, seq, payload]"
-            self._record(st, -1, t, None, b"".join(frames[:4])[:1 << 20], frames[0], False)
+            self._record(st, -1, t, None, b"".join(frames[:4])[:RAW_KEPT],
+                         frames[0] if frames else None, False)
             return
         topic, seq_b, payload = frames
         if self._topic and not topic.startswith(self._topic):
@@ -211,7 +213,7 @@ class Subscriber:
         except Undecodable as exc:
             st.undecodable += 1
             st.last_error = str(exc)
-            self._record(st, seq, t, None, payload, topic, replayed)
+            self._record(st, seq, t, None, payload[:RAW_KEPT], topic, replayed)
             return
         if st.first_t is None:
             st.first_t = t
