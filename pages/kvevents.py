@@ -57,6 +57,11 @@ def kv_recordings() -> list[str]:
     return out
 
 
+def is_live(run: str) -> bool:
+    with store.connect(live.resolve_run(live.runs_dir(), run)) as conn:
+        return conn.execute("SELECT status FROM run").fetchone()[0] == "running"
+
+
 def model_of(run: str, conn):
     held = st.session_state.get(STATE)
     if held is None or held[0] != run:
@@ -66,7 +71,6 @@ def model_of(run: str, conn):
     return model
 
 
-@st.fragment(run_every=2.0)
 def panel(run: str) -> None:
     with common.guard(f"Reading {run}"):
         path = live.resolve_run(live.runs_dir(), run)
@@ -116,8 +120,11 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
         colour = st.radio("Colour", ["evictions", "age_s"], horizontal=True, key="kve_colour")
         table = vk.forest_table(f, now=max(f.stored_t.values(), default=0.0))
         st.plotly_chart(vk.forest_figure(table, colour), key="kve_forest_fig")
-        st.caption("Top prefixes by the cached content that depends on them")
-        st.dataframe(vk.top_prefixes(table), hide_index=True)
+        top, churn = st.columns(2)
+        top.caption("Top prefixes by the cached content that depends on them")
+        top.dataframe(vk.top_prefixes(table), hide_index=True)
+        churn.caption("Prefixes evicted and then stored again (recomputed), most often first")
+        churn.dataframe(vk.churned_prefixes(f), hide_index=True)
     st.plotly_chart(vk.timeline_figure(timeline, names), key="kve_timeline")
     gap_counts = {s["stream_id"]: (s.get("gaps") or 0, s.get("lost_batches") or 0)
                   for s in summaries}
@@ -142,4 +149,8 @@ if not runs:
             "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
 else:
     pick = st.selectbox("Recording", runs, key="kve_pick")
-    panel(pick)
+    with common.guard(f"Reading {pick}"):
+        if is_live(pick):  # still being written: follow it
+            st.fragment(run_every=2.0)(panel)(pick)
+        else:
+            panel(pick)

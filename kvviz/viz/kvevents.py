@@ -106,6 +106,15 @@ def top_prefixes(df: pd.DataFrame, n: int = 15) -> pd.DataFrame:
                 "age_s"]].reset_index(drop=True)
 
 
+def churned_prefixes(f: Forest, n: int = 15) -> pd.DataFrame:
+    """Blocks stored again after an eviction, most often first: prefixes being recomputed
+    (cached now or not)."""
+    rows = sorted(f.restores.items(), key=lambda kv: -kv[1])[:n]
+    return pd.DataFrame([(hash_label(h), k, f.evictions.get(h, 0), h in f.parent)
+                         for h, k in rows],
+                        columns=["id", "stored again", "evicted", "cached now"])
+
+
 def overlap_figure(names: Sequence[str], matrix: Sequence[Sequence[float]]) -> go.Figure:
     """Row a, column b: share of a's cached blocks that b also caches (by hash)."""
     z = np.asarray(matrix, np.float64)

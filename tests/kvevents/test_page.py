@@ -64,3 +64,15 @@ def test_remote_text_is_never_markdown(kv_runs):
     for md in at.markdown:
         assert "tcp://" not in md.value
     assert json.dumps(_texts(at))  # diagnoses are st.text
+
+
+def test_a_live_recording_is_followed(kv_runs):
+    w = write_kv_recording(kv_runs / "live.db", free_base_port(2), close=False)
+    w.commit()
+    try:
+        at = page(PAGE)
+        no_exception(at)
+        assert any(f["data"] and f["data"][0]["type"] == "icicle" for f in figures(at))
+        assert "2 batches lost" in " ".join(_texts(at))
+    finally:
+        w.close()
