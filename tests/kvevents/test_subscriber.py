@@ -214,3 +214,12 @@ def test_any_message_is_counted_never_raised(messages):
         assert s["cached_blocks"] >= 0
     finally:
         sub.close()
+
+
+def test_a_restart_right_after_the_first_batch_is_seen(one):
+    pub, sub = one
+    pub.send(payload([store([1], None)]))
+    pub.send(payload([store([9], None)]), seq=0)
+    drain(sub, lambda: sub.streams[0].batches == 2)
+    (s,) = sub.summary()
+    assert s["restarts"] == 1 and s["cached_blocks"] == 1

@@ -2,10 +2,11 @@
 
 A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq above last + 1
 is a gap (filled from the ROUTER replay socket when one is given: request `[b"", start_seq]`,
-answers `(seq, payload)` frames, then seq -1), a seq below the last one is a publisher restart
-(its cache starts empty: the stream's forests are cleared), a repeated seq is ignored. A
-subscriber that joins late asks the replay socket for the batches before its first one. Every
-message is recorded raw; what does not decode is counted ("undecodable"), never raised.
+answers `(seq, payload)` frames, then seq -1), a seq below the last one (or the same seq with
+another payload) is a publisher restart (its cache starts empty: the stream's forests are
+cleared), the same message twice is ignored. A subscriber that joins late asks the replay
+socket for the batches before its first one. Every message is recorded raw; what does not
+decode is counted ("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 """
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Stream:
     monitor: zmq.Socket
     connected: bool = False
     last_seq: int | None = None
+    last_payload: bytes = b""
     encoding: str | None = None
     first_t: float | None = None
     batches: int = 0
@@ -193,9 +195,9 @@ class Subscriber:
         if last is None and seq > 0 and st.replay:  # joined late: take what the buffer holds
             self._replay(st, 0, seq - 1, t)
         elif last is not None:
-            if seq == last:
-                return
-            if seq < last:
+            if seq == last and payload == st.last_payload:
+                return  # the same batch twice
+            if seq <= last:
                 st.restarts += 1
                 self._gap(st, t, "restart", seq, last, False)
                 for f in (f for k, f in self.model.forests.items() if k.stream == st.sid):
@@ -204,7 +206,7 @@ class Subscriber:
             elif seq > last + 1:
                 self._fill(st, t, last + 1, seq - 1)
         self._ingest(st, seq, payload, topic, t, False)
-        st.last_seq = seq
+        st.last_seq, st.last_payload = seq, payload
 
     def _ingest(self, st: Stream, seq: int, payload: bytes, topic: bytes | None, t: float,
                 replayed: bool) -> None:
