@@ -158,6 +158,7 @@ class CacheModel:
         self.forests: dict[ForestKey, Forest] = {}
         self.timeline: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
         self.t_first: float | None = None
+        self._last_seq: dict[int, int] = {}  # used by store.load_model
 
     def forest(self, key: ForestKey) -> Forest:
         f = self.forests.get(key)
@@ -192,6 +193,13 @@ class CacheModel:
                     if k.stream == stream and k.dp_rank == rank and (
                             ev.medium is None or k.medium == ev.medium):
                         f.clear()
+
+    def restart(self, stream: int) -> None:
+        """The stream's publisher restarted: its caches are empty (not a cleared event)."""
+        for k, f in self.forests.items():
+            if k.stream == stream:
+                f.clear()
+                f.cleared -= 1
 
     def of_stream(self, stream: int) -> list[tuple[ForestKey, Forest]]:
         return [(k, f) for k, f in self.forests.items() if k.stream == stream]

@@ -123,10 +123,14 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
     model = model if model is not None else CacheModel()
     rank_of = dict(conn.execute("SELECT stream_id, dp_rank FROM kv_streams").fetchall())
     last = after_batch
-    for bid, sid, t, payload in conn.execute(
-            "SELECT batch_id, stream_id, t, payload FROM kv_batches WHERE batch_id > ? AND "
+    seqs = model._last_seq  # per stream, to see restarts as the subscriber did
+    for bid, sid, seq, t, payload in conn.execute(
+            "SELECT batch_id, stream_id, seq, t, payload FROM kv_batches WHERE batch_id > ? AND "
             "status = 'ok' ORDER BY batch_id", (after_batch,)):
         last = bid
+        if sid in seqs and seq <= seqs[sid]:  # a publisher restart: its cache is empty
+            model.restart(sid)
+        seqs[sid] = seq
         try:
             b = decode(payload)
         except Undecodable:

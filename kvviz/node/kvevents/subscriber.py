@@ -200,9 +200,7 @@ class Subscriber:
             if seq <= last:
                 st.restarts += 1
                 self._gap(st, t, "restart", seq, last, False)
-                for f in (f for k, f in self.model.forests.items() if k.stream == st.sid):
-                    f.clear()
-                    f.cleared -= 1  # a restart, not an AllBlocksCleared event
+                self.model.restart(st.sid)
             elif seq > last + 1:
                 self._fill(st, t, last + 1, seq - 1)
         self._ingest(st, seq, payload, topic, t, False)
