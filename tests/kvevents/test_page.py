@@ -76,3 +76,38 @@ def test_a_live_recording_is_followed(kv_runs):
         assert "2 batches lost" in " ".join(_texts(at))
     finally:
         w.close()
+
+
+def test_recording_started_from_the_page_shows_the_stream(kv_runs):
+    import threading
+    import time
+
+    from pagehelpers import rerun_until
+
+    from tests.kvevents.schema_pub import SchemaPublisher, payload, store
+
+    port = free_base_port(1)
+    pub = SchemaPublisher(f"tcp://127.0.0.1:{port}")
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.is_set():
+            pub.send(payload([store([i], i - 1 if i else None)]))
+            i += 1
+            time.sleep(0.1)
+    th = threading.Thread(target=feed, daemon=True)
+    th.start()
+    try:
+        at = page(PAGE)
+        at.text_input(key="kve_eps").input(f"tcp://127.0.0.1:{port}")
+        at.button(key="kve_start").click().run()
+        no_exception(at)
+        rerun_until(at, lambda a: any(f["data"] and f["data"][0]["type"] == "icicle"
+                                      for f in figures(a)), timeout_s=60)
+        at.button(key="kve_stop").click().run()
+        no_exception(at)
+    finally:
+        stop.set()
+        th.join()
+        pub.close()  # a recorder left running by a failure ends at exit (atexit)

@@ -3,6 +3,7 @@ runs directory. Arguments are checked here first, so a bad endpoint is one error
 process; only the endpoints the user typed are contacted."""
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ class Recorder:
         self.proc: subprocess.Popen | None = None
         self.recording: str | None = None
         self.log: Path | None = None
+        atexit.register(self.stop)  # the server's exit ends the recording it started
 
     def start(self, endpoints: list[str], dp_ranks: int = 1, replay: list[str] | None = None,
               topic: str = "") -> str:
