@@ -24,8 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--replay", action="append", default=None, metavar="ENDPOINT",
       help="the publisher's ROUTER replay address, used to fill gaps (one per endpoint)")
     a("--topic", default="", help="only messages whose topic starts with this (default: all)")
-    a("--out", type=Path, default=Path("runs/events.db"), metavar="FILE",
-      help="recording to create (default runs/events.db; never overwritten)")
+    a("--out", type=Path, default=None, metavar="FILE",
+      help="recording to create (default runs/events-<UTC time>.db; never overwritten)")
     a("--duration", type=float, default=None, metavar="S",
       help="stop after S seconds (default: until Ctrl-C / SIGTERM)")
     a("--json", action="store_true", help="print one JSON object per stream when stopping")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--duration: must be > 0, got {args.duration}")
     cfg = SubscriberConfig(tuple(args.endpoints), args.dp_ranks, tuple(args.replay or ()),
                            args.topic)
-    out: Path = args.out
+    out: Path = args.out or Path("runs") / time.strftime("events-%Y%m%dT%H%M%SZ.db", time.gmtime())
     if out.exists():
         raise KvvizError(f"--out {out}: already exists (choose another name)")
     if out.is_dir() or not out.parent.is_dir():
