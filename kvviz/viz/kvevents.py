@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from kvviz.node.kvevents.model import Forest
 
@@ -81,19 +82,32 @@ def forest_figure(df: pd.DataFrame, colour: str = "evictions") -> go.Figure:
     return fig
 
 
-def timeline_figure(rows: Sequence[tuple], names: dict[int, str]) -> go.Figure:
-    """rows: (stream id, second, stored, removed). Stores up, removals down."""
-    fig = go.Figure()
+def timeline_figure(rows: Sequence[tuple], names: dict[int, str],
+                    max_rows: int = 8) -> go.Figure:
+    """rows: (stream id, second, stored, removed). One panel per stream (shared time axis;
+    streams past max_rows are summed into the last panel): stores up, evictions down."""
     df = pd.DataFrame(list(rows), columns=["stream", "s", "stored", "removed"])
-    for sid, g in df.groupby("stream", sort=True):
-        name = names.get(int(sid), str(sid))
-        fig.add_trace(go.Bar(x=g["s"].to_numpy(), y=g["stored"].to_numpy(np.int64),
-                             name=f"{name} stored"))
-        fig.add_trace(go.Bar(x=g["s"].to_numpy(), y=-g["removed"].to_numpy(np.int64),
-                             name=f"{name} evicted"))
-    fig.update_layout(barmode="relative", height=300, margin=dict(l=0, r=0, t=30, b=0),
-                      title="Blocks stored (up) and evicted (down) per second",
-                      xaxis_title="seconds since the recording started", yaxis_title="blocks")
+    ids = sorted(df["stream"].unique().tolist())
+    if len(ids) > max_rows:
+        rest = ids[max_rows - 1:]
+        df.loc[df["stream"].isin(rest), "stream"] = rest[0]
+        df = df.groupby(["stream", "s"], as_index=False).sum()
+        names = {**names, rest[0]: f"{len(rest)} more streams"}
+        ids = ids[:max_rows]
+    n = max(1, len(ids))
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[names.get(int(i), str(i)) for i in ids] or None)
+    for r, sid in enumerate(ids, start=1):
+        g = df[df["stream"] == sid]
+        x = g["s"].to_numpy()
+        fig.add_trace(go.Bar(x=x, y=g["stored"].to_numpy(np.int64), name="stored",
+                             marker_color="#2b6cb0", showlegend=r == 1), row=r, col=1)
+        fig.add_trace(go.Bar(x=x, y=-g["removed"].to_numpy(np.int64), name="evicted",
+                             marker_color="#c0392b", showlegend=r == 1), row=r, col=1)
+    fig.update_layout(barmode="relative", height=120 + 140 * n,
+                      margin=dict(l=0, r=0, t=50, b=0),
+                      title="Blocks stored (up) and evicted (down) per second, per stream")
+    fig.update_xaxes(title_text="seconds since the recording started", row=n, col=1)
     return fig
 
 

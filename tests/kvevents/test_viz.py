@@ -47,3 +47,11 @@ def test_overlap_is_the_share_of_a_streams_blocks_another_holds():
 
 def test_an_empty_forest_draws_an_empty_figure():
     assert not vk.forest_figure(vk.forest_table(Forest(), 0.0)).data
+
+
+def test_the_timeline_has_a_panel_per_stream_and_folds_the_rest():
+    rows = [(sid, s, 3, 1) for sid in range(1, 12) for s in range(3)]
+    fig = vk.timeline_figure(rows, {}, max_rows=4)
+    assert len(fig.data) == 8  # stored + evicted per panel
+    assert fig.layout.annotations[-1].text == "8 more streams"
+    assert list(fig.data[-2].y) == [24, 24, 24]  # 8 streams x 3 blocks
