@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 
+from kvviz.node.kvevents.endpoints import endpoint_for_rank
 from kvviz.node.kvevents.publisher import Publisher, removed, stored
-from kvviz.node.kvevents.subscriber import endpoint_for_rank
 
 Key = tuple[int, int]  # (prefix group, block index in the prompt)
 VOCAB = 32_000

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvviz.node.kvevents.subscriber import SubscriberConfig
+from kvviz.node.kvevents.endpoints import SubscriberConfig
 
 
 class Recorder:

@@ -11,9 +11,7 @@ ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a 
 """
 from __future__ import annotations
 
-import socket
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,59 +19,17 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode
+from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
+    SubscriberConfig,
+    check_endpoint,
+    endpoint_for_rank,
+    why_not_connected,
+)
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
 
 END_SEQ = -1
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
-
-
-def endpoint_for_rank(endpoint: str, rank: int) -> str:
-    """DP rank r publishes on the endpoint's port + r (tcp only)."""
-    if rank == 0:
-        return endpoint
-    u = urllib.parse.urlsplit(endpoint)
-    if u.scheme != "tcp" or u.port is None:
-        raise ValueError(f"{endpoint}: --dp-ranks needs tcp://HOST:PORT endpoints")
-    return f"tcp://{u.hostname if ':' not in (u.hostname or '') else f'[{u.hostname}]'}:" \
-           f"{u.port + rank}"
-
-
-def check_endpoint(endpoint: str) -> str:
-    u = urllib.parse.urlsplit(endpoint)
-    if u.scheme == "ipc" and (u.netloc or u.path):
-        return endpoint
-    if u.scheme != "tcp":
-        raise ValueError(f"{endpoint!r}: expected tcp://HOST:PORT (or ipc://PATH)")
-    try:
-        port = u.port
-    except ValueError:
-        port = None
-    if not u.hostname or port is None or u.hostname == "*":
-        raise ValueError(f"{endpoint!r}: expected tcp://HOST:PORT with a host and a port")
-    return endpoint
-
-
-@dataclass(frozen=True)
-class SubscriberConfig:
-    endpoints: tuple[str, ...]
-    dp_ranks: int = 1
-    replay: tuple[str, ...] = ()  # one per endpoint, or none
-    topic: str = ""
-    replay_timeout_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not self.endpoints:
-            raise ValueError("give at least one endpoint")
-        if self.dp_ranks < 1:
-            raise ValueError(f"--dp-ranks: must be >= 1, got {self.dp_ranks}")
-        if self.replay and len(self.replay) != len(self.endpoints):
-            raise ValueError(f"--replay: give one per endpoint ({len(self.endpoints)}), got "
-                             f"{len(self.replay)}")
-        for e in (*self.endpoints, *self.replay):
-            check_endpoint(e)
-        for e in self.endpoints:
-            endpoint_for_rank(e, self.dp_ranks - 1)
 
 
 @dataclass
@@ -307,7 +263,8 @@ class Subscriber:
                 out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
                                      f"messages, none a KV-event batch: {st.last_error})")
             elif not st.connected:
-                out[st.sid] = (False, f"{st.endpoint}: cannot connect ({_why_not(st.endpoint)})")
+                why = why_not_connected(st.endpoint)
+                out[st.sid] = (False, f"{st.endpoint}: cannot connect ({why})")
             else:
                 out[st.sid] = (False, f"{st.endpoint}: connected, but no KV events yet (is the "
                                       "engine started with KV events enabled, and busy?)")
@@ -331,12 +288,3 @@ class Subscriber:
             st.sock.close()
         self.ctx.term()
 
-
-def _why_not(endpoint: str) -> str:
-    u = urllib.parse.urlsplit(endpoint)
-    if u.scheme == "tcp" and u.hostname:
-        try:
-            socket.getaddrinfo(u.hostname, u.port)
-        except (OSError, UnicodeError) as exc:
-            return f"the host {u.hostname!r} does not resolve: {exc}"
-    return "nothing listens there, or it is unreachable"
