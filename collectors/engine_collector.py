@@ -69,6 +69,7 @@ class EngineCollector:
         self.cfg = cfg
         self.kv_factory = kv_factory  # real mode: allocator -> RealKV
         self.hooks: list[Hook] = []  # each called with every sample record (engine thread)
+        self.sim_hooks: list[Callable] = []  # (sim, t) before each sample (kv-events publisher)
         self.stop_reason: str | None = None
         self.loop_no = 0
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
@@ -150,6 +151,8 @@ class EngineCollector:
         return read
 
     def _batch(self, t: float) -> Batch:
+        for hook in self.sim_hooks:
+            hook(self.sim, t)
         return Batch(t, [self._lane_sample(ln, t) for ln in self.sim.lanes], self._new_events(),
                      self._device())
 

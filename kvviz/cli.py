@@ -16,6 +16,7 @@ COMMANDS = {
     "export": "export",
     "scrape": "scrape",
     "torch-snapshot": "torch_snapshot",
+    "events": "events",
 }
 
 

@@ -58,6 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--torch-snapshot-every", type=float, default=None, metavar="S",
       help="CUDA only: write a torch memory snapshot of this process every S seconds "
            "to <run>-torchsnap-<n>.pickle beside the recording")
+    a("--kv-events", default=None, metavar="ENDPOINT",
+      help="publish the paged prefix lanes' KV events like vLLM (e.g. tcp://127.0.0.1:5557; "
+           "lane k on port + k)")
+    a("--kv-events-replay", default=None, metavar="ENDPOINT",
+      help="with --kv-events: a ROUTER replay endpoint (e.g. tcp://127.0.0.1:5558)")
+    a("--kv-events-format", choices=("vllm", "sglang"), default="vllm",
+      help="event encoding: vllm (maps tagged by type) or sglang (tagged arrays)")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -147,6 +154,11 @@ def build(args: argparse.Namespace):
             raise KvvizError("--metrics-port: the Prometheus exporter (collectors/prometheus.py) "
                              "is not available in this build") from None
         exporter.attach(collector, args.metrics_port, args.metrics_address)
+    if getattr(args, "kv_events", None):
+        from kvviz.node.kvevents import engine_source
+
+        collector.kv_publishers = engine_source.attach(
+            collector, args.kv_events, args.kv_events_replay, args.kv_events_format)
     if args.torch_snapshot_every is not None:
         from collectors import torch_snapshots
 
@@ -160,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
     if not c.quiet:
         print(f"recording to {c.out} ({c.mode} mode on {c.device}, model {c.model.name}, lanes "
               f"{', '.join(ln.name for ln in collector.sim.lanes)}); Ctrl-C stops", flush=True)
-    status = collector.run()
+    try:
+        status = collector.run()
+    finally:
+        for lp in getattr(collector, "kv_publishers", ()):
+            lp.pub.close()
     if not c.quiet:
         print(f"{c.out}: {status}", flush=True)
     return 0

@@ -1,0 +1,122 @@
+"""`kvviz events ENDPOINT...`: subscribe to serving engines' KV-event streams and record them."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from kvviz.errors import KvvizError
+
+HELP = "record the KV-cache event streams (ZeroMQ) of vLLM / SGLang / TensorRT-LLM nodes"
+WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
+COMMIT_S = 0.5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("endpoints", nargs="+", metavar="ENDPOINT",
+      help="a publisher's address, e.g. tcp://10.0.0.7:5557 (one per pod)")
+    a("--dp-ranks", type=int, default=1, metavar="N",
+      help="data-parallel ranks per endpoint: rank r publishes on port + r (default 1)")
+    a("--replay", action="append", default=None, metavar="ENDPOINT",
+      help="the publisher's ROUTER replay address, used to fill gaps (one per endpoint)")
+    a("--topic", default="", help="only messages whose topic starts with this (default: all)")
+    a("--out", type=Path, default=None, metavar="FILE",
+      help="recording to create (default runs/events-<UTC time>.db; never overwritten)")
+    a("--duration", type=float, default=None, metavar="S",
+      help="stop after S seconds (default: until Ctrl-C / SIGTERM)")
+    a("--json", action="store_true", help="print one JSON object per stream when stopping")
+    a("--quiet", action="store_true", help="no per-second status line")
+
+
+def _meta(args: argparse.Namespace, t0: float) -> dict:
+    from kvviz import FORMAT_VERSION, __version__
+
+    return {"mode": "kv-events", "device": "node", "lanes": [],
+            "kv_events": {"endpoints": args.endpoints, "dp_ranks": args.dp_ranks,
+                          "replay": args.replay or [], "topic": args.topic},
+            "versions": {"kvviz": __version__, "format_version": FORMAT_VERSION},
+            "started_unix": t0}
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvviz.node.kvevents.store import KvEventWriter
+    from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+    from kvviz.store.writer import RunWriter
+
+    if args.duration is not None and not args.duration > 0:
+        raise ValueError(f"--duration: must be > 0, got {args.duration}")
+    cfg = SubscriberConfig(tuple(args.endpoints), args.dp_ranks, tuple(args.replay or ()),
+                           args.topic)
+    out: Path = args.out or Path("runs") / time.strftime("events-%Y%m%dT%H%M%SZ.db", time.gmtime())
+    if out.exists():
+        raise KvvizError(f"--out {out}: already exists (choose another name)")
+    if out.is_dir() or not out.parent.is_dir():
+        if out.parent == Path("runs") and not out.parent.exists():
+            out.parent.mkdir()
+        else:
+            raise KvvizError(f"--out {out}: directory {out.parent} does not exist")
+    t0 = time.time()
+    writer = RunWriter(out, _meta(args, t0))
+    stop: list[str] = []
+    old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    status, message, sub = "finished", "duration reached", None
+    try:
+        kv = KvEventWriter(writer.conn)
+        sub = Subscriber(cfg, kv)
+        status, message = _loop(args, sub, kv, writer, stop)
+    except BaseException as exc:
+        status, message = "error", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if sub is not None:
+            for st, summ in zip(sub.streams, sub.summary()):
+                kv.set_stream(st.sid, st.encoding, st.first_t, summ)
+            kv.flush()
+            sub.close()
+        writer.close(status, message)
+    if status == "error":
+        print(f"kvviz events: error: {message}", file=sys.stderr)
+        return 2
+    if args.json and sub is not None:
+        for summ in sub.summary():
+            print(json.dumps(summ), flush=True)
+    return 0
+
+
+def _loop(args, sub, kv, writer, stop: list[str]) -> tuple[str, str]:
+    start = time.monotonic()
+    warned: set[int] = set()
+    last_commit = last_line = start
+    while True:
+        sub.poll(50)
+        now = time.monotonic()
+        if now - last_commit >= COMMIT_S:
+            kv.flush()
+            writer.commit()
+            last_commit = now
+        if now - start >= WAIT_S and len(warned) < len(sub.streams):
+            probs = sub.problems()
+            if probs and len(probs) == len(sub.streams) and all(d for d, _ in probs.values()):
+                return "error", "; ".join(m for _, m in probs.values())
+            for sid, (_, msg) in probs.items():
+                if sid not in warned:
+                    print(f"kvviz events: warning: {msg}", file=sys.stderr, flush=True)
+                    warned.add(sid)
+            warned |= {st.sid for st in sub.streams if st.batches}
+        if args.duration is not None and now - start >= args.duration:
+            return "finished", "duration reached"
+        if stop:
+            return "stopped", f"stopped by {stop[-1]}"
+        if not args.quiet and now - last_line >= 1.0:
+            last_line = now
+            parts = [f"{s['endpoint']}: {s['events']} ev, {s['cached_blocks']} cached, "
+                     f"{s['gaps']} gaps" for s in sub.summary()]
+            print(f"[{now - start:6.1f}s] " + " | ".join(parts), file=sys.stderr, flush=True)
+

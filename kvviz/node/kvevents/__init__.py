@@ -1,0 +1,12 @@
+"""KV-cache event streams of serving engines (vLLM, SGLang, TensorRT-LLM) over ZeroMQ.
+
+decode.py    payload (msgpack EventBatch, map or array form) -> normalized events
+model.py     the prefix-cache forest rebuilt per (stream, dp rank, medium, group)
+diagnose.py  plain-sentence diagnoses of one or many streams
+store.py     the kv_* tables of a recording (writer: numpy/stdlib; reader re-decodes)
+endpoints.py   addresses: checks, DP rank r at port + r, why one is unreachable
+subscriber.py  SUB sockets, seq tracking, gaps, replay, restarts
+publisher.py   kvviz's own vLLM/SGLang-compatible publisher (PUB + ROUTER replay)
+engine_source.py  the engine's paged prefix cache -> BlockStored / BlockRemoved
+Wire format: docs/FORMAT.md, "KV-event streams".
+"""

@@ -1,0 +1,229 @@
+"""The prefix cache of a serving node, rebuilt from its KV-event stream.
+
+One Forest per (stream, dp rank, medium, group): the cached blocks as hash -> parent hash,
+tokens per block, when each was stored. The stream has no physical block ids and no request
+ids, so the forest is exactly what the events say: BlockStored adds (a hash already cached is a
+duplicate), BlockRemoved drops (an unknown hash is counted, never fatal), AllBlocksCleared
+empties. A removed block's children keep their parent hash (they show as orphans).
+
+Invariants (tests/kvevents/test_model.py):
+  cached_tokens == sum(ntok[h] for h in parent); nkids[p] == #{cached h : parent[h] == p};
+  the forest after any event sequence equals one rebuilt from scratch.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
+
+LIFETIMES_KEPT = 100_000  # most recent block lifetimes kept per forest
+ROOT_TOKENS_KEPT = 50_000  # first blocks whose token ids are kept (for seed/prefix diagnoses)
+EVICTIONS_KEPT = 1_000_000  # evicted hashes remembered; past this, those evicted once go
+
+
+class ForestKey(NamedTuple):
+    stream: int
+    dp_rank: int
+    medium: str
+    group: int
+
+
+class Forest:
+    def __init__(self) -> None:
+        self.parent: dict[Any, Any] = {}  # cached hash -> parent hash (None: a root)
+        self.ntok: dict[Any, int] = {}
+        self.stored_t: dict[Any, float] = {}
+        self.nkids: dict[Any, int] = {}  # parent hash -> cached children (> 0 only)
+        self.cached_tokens = 0
+        self.stored = self.removed = self.duplicates = self.unknown_removals = 0
+        self.cleared = 0
+        self.evictions: dict[Any, int] = defaultdict(int)  # hash -> times removed
+        self.restores: dict[Any, int] = defaultdict(int)  # hash -> stored again after removal
+        self.root_tokens: dict[Any, tuple] = {}  # root hash -> its token ids
+        self.lifetimes: list[float] = []
+        self.block_size = 0
+
+    def store(self, hashes: list, parent: Any, token_ids: list | None, block_size: int,
+              t: float) -> None:
+        bs = block_size or self.block_size
+        if block_size:
+            self.block_size = block_size
+        p = parent
+        cached, ntok, stored_t, nkids = self.parent, self.ntok, self.stored_t, self.nkids
+        self.stored += len(hashes)
+        for i, h in enumerate(hashes):
+            if h in cached:
+                self.duplicates += 1
+            else:
+                if h in self.evictions:
+                    self.restores[h] += 1
+                cached[h] = p
+                ntok[h] = bs
+                stored_t[h] = t
+                nkids[p] = nkids.get(p, 0) + 1
+                self.cached_tokens += bs
+                if p is None and token_ids and len(self.root_tokens) < ROOT_TOKENS_KEPT:
+                    self.root_tokens[h] = tuple(token_ids[i * bs:(i + 1) * bs])
+            p = h
+
+    def remove(self, hashes: list, t: float) -> None:
+        for h in hashes:
+            p = self.parent.pop(h, _MISSING)
+            if p is _MISSING:
+                self.unknown_removals += 1
+                continue
+            self.removed += 1
+            self.evictions[h] += 1
+            if len(self.evictions) > EVICTIONS_KEPT:
+                self._forget_cold()
+            k = self.nkids[p] - 1
+            if k:
+                self.nkids[p] = k
+            else:
+                del self.nkids[p]
+            self.cached_tokens -= self.ntok.pop(h)
+            life = t - self.stored_t.pop(h)
+            if len(self.lifetimes) >= LIFETIMES_KEPT:
+                del self.lifetimes[: LIFETIMES_KEPT // 2]
+            self.lifetimes.append(life)
+
+    def _forget_cold(self) -> None:
+        """Keep the memory of a day-long stream bounded: forget blocks evicted only once."""
+        hot = {h: n for h, n in self.evictions.items() if n > 1}
+        self.evictions = defaultdict(int, hot)
+
+    def clear(self) -> None:
+        self.cleared += 1
+        self.parent.clear()
+        self.ntok.clear()
+        self.stored_t.clear()
+        self.nkids.clear()
+        self.cached_tokens = 0
+
+    # ---- derived --------------------------------------------------------------------------
+    def depths(self) -> dict[Any, int]:
+        """Depth of every cached block (1 = a root or an orphan whose parent is not cached)."""
+        out: dict[Any, int] = {}
+        n = len(self.parent)
+        for h in self.parent:
+            chain = []
+            x = h
+            while x not in out:
+                chain.append(x)
+                p = self.parent.get(x)
+                if p is None or p not in self.parent or len(chain) > n:  # a root, or a cycle
+                    out[x] = 1
+                    chain.pop()
+                    break
+                x = p
+            d = out[x]
+            for y in reversed(chain):
+                d += 1
+                out[y] = d
+        return out
+
+    def median_lifetime(self) -> float | None:
+        """Median seconds from store to eviction of the recent evictions (None: none yet)."""
+        if not self.lifetimes:
+            return None
+        return sorted(self.lifetimes)[len(self.lifetimes) // 2]
+
+    def divergence_depths(self) -> list[int]:
+        """Depths (in blocks) at which cached prompts diverge: each cached block with >= 2
+        cached children contributes its depth."""
+        d = self.depths()
+        return [d[p] for p, k in self.nkids.items() if p in d and k >= 2]
+
+    def subtree_blocks(self) -> dict[Any, int]:
+        """Cached blocks in each cached block's subtree (itself included): how much cached
+        content depends on that prefix (its reuse)."""
+        d = self.depths()
+        size = dict.fromkeys(self.parent, 1)
+        for h in sorted(self.parent, key=d.__getitem__, reverse=True):
+            p = self.parent[h]
+            if p in size and p != h:
+                size[p] += size[h]
+        return size
+
+
+_MISSING = object()
+
+
+class CacheModel:
+    """All forests of a set of streams, fed event by event (or batch by batch)."""
+
+    def __init__(self) -> None:
+        self.forests: dict[ForestKey, Forest] = {}
+        self.timeline: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
+        self.t_first: float | None = None
+        self._last_seq: dict[int, int] = {}  # used by store.load_model
+
+    def forest(self, key: ForestKey) -> Forest:
+        f = self.forests.get(key)
+        if f is None:
+            f = self.forests[key] = Forest()
+        return f
+
+    def apply(self, stream: int, dp_rank: int | None, events: Iterable[Event], t: float) -> None:
+        """Apply one batch's events received at time t (seconds, any origin)."""
+        rank = dp_rank or 0
+        if self.t_first is None:
+            self.t_first = t
+        sec = int(t - self.t_first)
+        line = self.timeline[(stream, sec)]
+        near: dict[tuple, Forest] = {}  # (medium, group) -> forest, for this batch
+        for ev in events:
+            kind = ev.kind
+            if kind == STORED or kind == REMOVED:
+                mg = (ev.medium, ev.group)
+                f = near.get(mg)
+                if f is None:
+                    f = near[mg] = self.forest(ForestKey(stream, rank, ev.medium or "GPU",
+                                                         ev.group))
+                if kind == STORED:
+                    f.store(ev.hashes, ev.parent, ev.token_ids, ev.block_size, t)
+                    line[0] += len(ev.hashes)
+                else:
+                    f.remove(ev.hashes, t)
+                    line[1] += len(ev.hashes)
+            elif kind == CLEARED:
+                for k, f in self.forests.items():
+                    if k.stream == stream and k.dp_rank == rank and (
+                            ev.medium is None or k.medium == ev.medium):
+                        f.clear()
+
+    def restart(self, stream: int) -> None:
+        """The stream's publisher restarted: its caches are empty (not a cleared event)."""
+        for k, f in self.forests.items():
+            if k.stream == stream:
+                f.clear()
+                f.cleared -= 1
+
+    def of_stream(self, stream: int) -> list[tuple[ForestKey, Forest]]:
+        return [(k, f) for k, f in self.forests.items() if k.stream == stream]
+
+    def cached_blocks(self, stream: int) -> int:
+        return sum(len(f.parent) for _, f in self.of_stream(stream))
+
+    def cached_tokens(self, stream: int) -> int:
+        return sum(f.cached_tokens for _, f in self.of_stream(stream))
+
+
+def rebuild(events: Iterable[Event]) -> dict[Any, Any]:
+    """The cached hash -> parent map after `events`, computed the plain way (reference for
+    tests and for verifying a recording): replay stores and removals over one dict."""
+    cache: dict[Any, Any] = {}
+    for ev in events:
+        if ev.kind == STORED:
+            p = ev.parent
+            for h in ev.hashes:
+                cache.setdefault(h, p)
+                p = h
+        elif ev.kind == REMOVED:
+            for h in ev.hashes:
+                cache.pop(h, None)
+        elif ev.kind == CLEARED:
+            cache.clear()
+    return cache

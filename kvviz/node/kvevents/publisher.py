@@ -1,0 +1,97 @@
+"""kvviz's own KV-event publisher, compatible with vLLM's (and SGLang's array form).
+
+A PUB socket sends `[topic, seq (8-byte big-endian), payload]`; a ROUTER socket (optional)
+answers `[b"", start_seq]` with `[b"", seq, payload]` for every buffered batch from start_seq,
+then `[b"", -1, b""]`. Formats: "vllm" = array envelope `[ts, events, dp_rank]` with events as
+maps tagged by "type"; "sglang" = the same envelope with tagged-array events. Binds loopback
+unless the endpoint says otherwise. The replay socket is served by its own thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import msgspec
+import zmq
+
+FORMATS = ("vllm", "sglang")
+_enc = msgspec.msgpack.Encoder()
+
+
+def stored(hashes: list, parent: Any, token_ids: list, block_size: int, fmt: str,
+           medium: str = "GPU") -> Any:
+    if fmt == "vllm":
+        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+                "token_ids": token_ids, "block_size": block_size, "lora_id": None,
+                "medium": medium}
+    return ["BlockStored", hashes, parent, token_ids, block_size, None, medium]
+
+
+def removed(hashes: list, fmt: str, medium: str = "GPU") -> Any:
+    if fmt == "vllm":
+        return {"type": "BlockRemoved", "block_hashes": hashes, "medium": medium}
+    return ["BlockRemoved", hashes, medium]
+
+
+class Publisher:
+    def __init__(self, endpoint: str, replay: str | None = None, fmt: str = "vllm",
+                 topic: str = "", dp_rank: int | None = None, buffer_steps: int = 10_000,
+                 ) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"--kv-events-format: must be one of {list(FORMATS)}, got {fmt!r}")
+        self.fmt, self.topic, self.dp_rank = fmt, topic.encode(), dp_rank
+        self.seq = 0
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 100_000)
+        self._buf: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            self.pub.bind(endpoint)
+            if replay is not None:
+                self.router = self.ctx.socket(zmq.ROUTER)
+                self.router.setsockopt(zmq.LINGER, 0)
+                self.router.bind(replay)
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name="kv-events-replay")
+                self._thread.start()
+        except zmq.ZMQError as exc:
+            self.close()
+            raise ValueError(f"--kv-events {endpoint}: cannot bind ({exc})") from None
+
+    def publish(self, events: list, ts: float | None = None) -> int:
+        """Send one batch; returns its seq."""
+        payload = _enc.encode([time.time() if ts is None else ts, events, self.dp_rank])
+        seq = self.seq
+        with self._lock:
+            self._buf.append((seq, payload))
+        self.pub.send_multipart([self.topic, seq.to_bytes(8, "big", signed=True), payload])
+        self.seq += 1
+        return seq
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self.router.poll(100):
+                continue
+            frames = self.router.recv_multipart()
+            if len(frames) < 3 or len(frames[-1]) != 8:
+                continue
+            ident, start = frames[0], int.from_bytes(frames[-1], "big", signed=True)
+            with self._lock:
+                todo = [(s, p) for s, p in self._buf if s >= start]
+            for s, p in todo:
+                self.router.send_multipart([ident, b"", s.to_bytes(8, "big", signed=True), p])
+            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+            self.router.close()
+        self.pub.close()
+        self.ctx.term()

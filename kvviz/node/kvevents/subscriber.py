@@ -1,0 +1,290 @@
+"""Subscribe to KV-event publishers: one SUB socket per (endpoint, DP rank), seq tracking.
+
+A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq above last + 1
+is a gap (filled from the ROUTER replay socket when one is given: request `[b"", start_seq]`,
+answers `(seq, payload)` frames, then seq -1), a seq below the last one (or the same seq with
+another payload) is a publisher restart (its cache starts empty: the stream's forests are
+cleared), the same message twice is ignored. A subscriber that joins late asks the replay
+socket for the batches before its first one. Every message is recorded raw; what does not
+decode is counted ("undecodable"), never raised.
+ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode
+from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
+    SubscriberConfig,
+    check_endpoint,
+    endpoint_for_rank,
+    why_not_connected,
+)
+from kvviz.node.kvevents.model import CacheModel
+from kvviz.node.kvevents.store import KvEventWriter
+
+END_SEQ = -1
+RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
+
+
+@dataclass
+class Stream:
+    sid: int
+    endpoint: str
+    dp_rank: int
+    replay: str | None
+    sock: zmq.Socket
+    monitor: zmq.Socket
+    connected: bool = False
+    last_seq: int | None = None
+    last_payload: bytes = b""
+    encoding: str | None = None
+    first_t: float | None = None
+    batches: int = 0
+    events: int = 0
+    stored_blocks: int = 0
+    removed_blocks: int = 0
+    cleared: int = 0
+    gaps: int = 0
+    lost_batches: int = 0
+    replayed_batches: int = 0
+    undecodable: int = 0
+    unknown_events: int = 0
+    restarts: int = 0
+    wrong_topic: int = 0
+    seen_topics: set = field(default_factory=set)
+    last_error: str = ""
+
+
+class Subscriber:
+    def __init__(self, cfg: SubscriberConfig, writer: KvEventWriter | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.writer = writer
+        self.clock = clock
+        self.t0 = clock()
+        self.model = CacheModel()
+        self.ctx = zmq.Context()
+        self.poller = zmq.Poller()
+        self.streams: list[Stream] = []
+        self._by_sock: dict[zmq.Socket, Stream] = {}
+        self._topic = cfg.topic.encode()
+        try:
+            for i, ep in enumerate(cfg.endpoints):
+                for r in range(cfg.dp_ranks):
+                    self._add(endpoint_for_rank(ep, r), r,
+                              endpoint_for_rank(cfg.replay[i], r) if cfg.replay else None)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, endpoint: str, rank: int, replay: str | None) -> None:
+        sock = self.ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close()
+            raise ValueError(f"{endpoint}: cannot connect ({exc})") from None
+        sock.setsockopt(zmq.SUBSCRIBE, b"")  # topics are checked here, to name a mismatch
+        sid = self.writer.add_stream(endpoint, rank, self.cfg.topic, replay) if self.writer \
+            else len(self.streams) + 1
+        st = Stream(sid, endpoint, rank, replay, sock, mon)
+        self.streams.append(st)
+        self._by_sock[sock] = st
+        self.poller.register(sock, zmq.POLLIN)
+        self.poller.register(mon, zmq.POLLIN)
+
+    # ---- receiving ------------------------------------------------------------------------
+    def poll(self, timeout_ms: int = 100, max_messages: int = 10_000) -> int:
+        """Handle what arrives within timeout_ms; returns the number of messages handled."""
+        n = 0
+        for sock, _ in self.poller.poll(timeout_ms):
+            st = self._by_sock.get(sock)
+            if st is None:
+                self._monitor_event(sock)
+                continue
+            while n < max_messages:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.handle(st, frames)
+                n += 1
+        return n
+
+    def _monitor_event(self, mon: zmq.Socket) -> None:
+        st = next(s for s in self.streams if s.monitor is mon)
+        while True:
+            try:
+                ev = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if ev["event"] == zmq.EVENT_CONNECTED:
+                st.connected = True
+            elif ev["event"] == zmq.EVENT_DISCONNECTED:
+                st.connected = False
+
+    def handle(self, st: Stream, frames: list[bytes]) -> None:
+        t = self.clock() - self.t0
+        if len(frames) != 3 or len(frames[1]) != 8:
+            st.undecodable += 1
+            st.last_error = f"a message of {len(frames)} frames, not [topic, seq, payload]"
+            self._record(st, -1, t, None, b"".join(frames[:4])[:RAW_KEPT],
+                         frames[0] if frames else None, False)
+            return
+        topic, seq_b, payload = frames
+        if self._topic and not topic.startswith(self._topic):
+            st.wrong_topic += 1
+            if len(st.seen_topics) < 8:
+                st.seen_topics.add(topic.decode("utf-8", "replace")[:80])
+            return
+        seq = int.from_bytes(seq_b, "big", signed=True)
+        last = st.last_seq
+        if last is None and seq > 0 and st.replay:  # joined late: take what the buffer holds
+            self._replay(st, 0, seq - 1, t)
+        elif last is not None:
+            if seq == last and payload == st.last_payload:
+                return  # the same batch twice
+            if seq <= last:
+                st.restarts += 1
+                self._gap(st, t, "restart", seq, last, False)
+                self.model.restart(st.sid)
+            elif seq > last + 1:
+                self._fill(st, t, last + 1, seq - 1)
+        self._ingest(st, seq, payload, topic, t, False)
+        st.last_seq, st.last_payload = seq, payload
+
+    def _ingest(self, st: Stream, seq: int, payload: bytes, topic: bytes | None, t: float,
+                replayed: bool) -> None:
+        try:
+            b = decode(payload)
+        except Undecodable as exc:
+            st.undecodable += 1
+            st.last_error = str(exc)
+            self._record(st, seq, t, None, payload[:RAW_KEPT], topic, replayed)
+            return
+        if st.first_t is None:
+            st.first_t = t
+        if st.encoding is None and b.encoding != "empty":
+            st.encoding = b.encoding
+        elif b.encoding not in ("empty", st.encoding):
+            st.encoding = "mixed"
+        ns = nr = nc = 0
+        for ev in b.events:
+            if ev.kind == STORED:
+                ns += len(ev.hashes)
+            elif ev.kind == REMOVED:
+                nr += len(ev.hashes)
+            elif ev.kind == CLEARED:
+                nc += 1
+        st.batches += 1
+        st.events += len(b.events)
+        st.stored_blocks += ns
+        st.removed_blocks += nr
+        st.cleared += nc
+        st.unknown_events += b.unknown
+        rank = st.dp_rank if b.dp_rank is None else b.dp_rank
+        self.model.apply(st.sid, rank, b.events, t)
+        if self.writer is not None:
+            self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
+                                   b.unknown, int(replayed), "ok", topic, payload))
+
+    def _record(self, st: Stream, seq: int, t: float, rank: int | None, payload: bytes,
+                topic: bytes | None, replayed: bool) -> None:
+        if self.writer is not None:
+            self.writer.add_batch((st.sid, seq, t, None, rank, 0, 0, 0, 0, 0, int(replayed),
+                                   "undecodable", topic, payload))
+
+    def _gap(self, st: Stream, t: float, kind: str, first: int, last: int, filled: bool) -> None:
+        if self.writer is not None:
+            self.writer.add_gap(st.sid, t, kind, first, last, filled)
+
+    def _fill(self, st: Stream, t: float, first: int, last: int) -> None:
+        st.gaps += 1
+        got = self._replay(st, first, last, t) if st.replay else 0
+        missing = last - first + 1 - got
+        st.lost_batches += missing
+        self._gap(st, t, "gap", first, last, missing == 0)
+
+    def _replay(self, st: Stream, first: int, last: int, t: float) -> int:
+        """Ask the replay socket for batches from `first`; ingest those up to `last`."""
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        got = 0
+        try:
+            sock.connect(st.replay)  # type: ignore[arg-type]
+            sock.send_multipart([b"", first.to_bytes(8, "big", signed=True)])
+            deadline = time.monotonic() + self.cfg.replay_timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sock.poll(int(left * 1000) + 1):
+                    st.last_error = f"replay from {st.replay}: no end marker in time"
+                    break
+                fr = sock.recv_multipart()
+                if fr and fr[0] == b"":
+                    fr = fr[1:]
+                if len(fr) < 1 or len(fr[0]) != 8:
+                    st.last_error = f"replay from {st.replay}: a malformed answer"
+                    break
+                seq = int.from_bytes(fr[0], "big", signed=True)
+                if seq == END_SEQ:
+                    break
+                if first <= seq <= last and len(fr) >= 2:
+                    self._ingest(st, seq, fr[1], None, t, True)
+                    st.replayed_batches += 1
+                    got += 1
+        except zmq.ZMQError as exc:
+            st.last_error = f"replay from {st.replay}: {exc}"
+        finally:
+            sock.close()
+        return got
+
+    # ---- reporting ------------------------------------------------------------------------
+    def problems(self) -> dict[int, tuple[bool, str]]:
+        """Streams with no decodable batch yet: sid -> (definitive, message). Definitive
+        (wrong topic, not a KV-event publisher) vs maybe-transient (not connected, quiet)."""
+        out = {}
+        for st in self.streams:
+            if st.batches:
+                continue
+            if st.wrong_topic:
+                out[st.sid] = (True, f"{st.endpoint}: messages arrive with topic(s) "
+                                     f"{sorted(st.seen_topics)}, none starting with --topic "
+                                     f"{self.cfg.topic!r}")
+            elif st.undecodable:
+                out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
+                                     f"messages, none a KV-event batch: {st.last_error})")
+            elif not st.connected:
+                why = why_not_connected(st.endpoint)
+                out[st.sid] = (False, f"{st.endpoint}: cannot connect ({why})")
+            else:
+                out[st.sid] = (False, f"{st.endpoint}: connected, but no KV events yet (is the "
+                                      "engine started with KV events enabled, and busy?)")
+        return out
+
+    def summary(self) -> list[dict]:
+        return [{"endpoint": st.endpoint, "dp_rank": st.dp_rank, "encoding": st.encoding,
+                 "batches": st.batches, "events": st.events, "stored_blocks": st.stored_blocks,
+                 "removed_blocks": st.removed_blocks, "cleared": st.cleared,
+                 "cached_blocks": self.model.cached_blocks(st.sid),
+                 "cached_tokens": self.model.cached_tokens(st.sid), "gaps": st.gaps,
+                 "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
+                 "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
+                 "restarts": st.restarts, "wrong_topic": st.wrong_topic}
+                for st in self.streams]
+
+    def close(self) -> None:
+        for st in self.streams:
+            st.sock.disable_monitor()
+            st.monitor.close()
+            st.sock.close()
+        self.ctx.term()
+

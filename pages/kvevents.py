@@ -1,0 +1,156 @@
+"""KV events: a serving node's prefix cache rebuilt from its KV-event stream (recorded by
+`kvviz events`, or started here), and a fleet of streams side by side."""
+from __future__ import annotations
+
+import streamlit as st
+
+from kvviz import live
+from kvviz.errors import KvvizError
+from kvviz.node.kvevents import diagnose, store
+from kvviz.node.kvevents.recorder import Recorder
+from kvviz.viz import kvevents as vk
+from pages import common
+
+STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
+
+
+@st.cache_resource(show_spinner=False)
+def recorder() -> Recorder:
+    return Recorder(live.runs_dir())
+
+
+def record_controls() -> None:
+    rec = recorder()
+    with st.expander("Record a node's KV-event stream", expanded=False):
+        eps = st.text_input("Endpoints (space-separated)", key="kve_eps",
+                            placeholder="tcp://10.0.0.7:5557 tcp://10.0.0.8:5557")
+        c1, c2, c3 = st.columns(3)
+        ranks = c1.number_input("DP ranks per endpoint", 1, 64, 1, key="kve_ranks")
+        replay = c2.text_input("Replay endpoints (optional)", key="kve_replay")
+        topic = c3.text_input("Topic", key="kve_topic")
+        go, stop = st.columns(2)
+        if go.button("Start recording", key="kve_start", icon=":material/play_arrow:"):
+            try:
+                st.session_state["kve_run"] = rec.start(eps.split(), int(ranks),
+                                                         replay.split() or None, topic)
+            except (KvvizError, ValueError, OSError) as exc:
+                st.error(f"Cannot record: {exc}", icon=":material/error:")
+        if stop.button("Stop", key="kve_stop", icon=":material/stop:"):
+            rec.stop()
+        state, code, text = rec.state()
+        if state != "idle":
+            st.text(f"{state} (exit code {code})" if code is not None else
+                    f"recording into {rec.recording}")
+            if text:
+                st.code(text, language=None)
+
+
+def kv_recordings() -> list[str]:
+    out = []
+    for f in live.list_runs(live.runs_dir()):
+        try:
+            with store.connect(f.path) as conn:
+                if store.has_kv_events(conn):
+                    out.append(f.name)
+        except (OSError, store.sqlite3.Error):
+            continue
+    return out
+
+
+def is_live(run: str) -> bool:
+    with store.connect(live.resolve_run(live.runs_dir(), run)) as conn:
+        return conn.execute("SELECT status FROM run").fetchone()[0] == "running"
+
+
+def model_of(run: str, conn):
+    held = st.session_state.get(STATE)
+    if held is None or held[0] != run:
+        held = (run, 0, None)
+    model, last = store.load_model(conn, held[1], held[2])
+    st.session_state[STATE] = (run, last, model)
+    return model
+
+
+def panel(run: str) -> None:
+    with common.guard(f"Reading {run}"):
+        path = live.resolve_run(live.runs_dir(), run)
+        with store.connect(path) as conn:
+            streams = store.streams(conn)
+            counts = store.stream_counts(conn)
+            gaps = store.gaps(conn)
+            timeline = store.timeline(conn)
+            model = model_of(run, conn)
+        names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}
+        summaries = [{**s, **counts.get(s["stream_id"], {}),
+                      "cached_blocks": model.cached_blocks(s["stream_id"]),
+                      "cached_tokens": model.cached_tokens(s["stream_id"])} for s in streams]
+        node, fleet = st.tabs(["Node", "Fleet"])
+        with node:
+            node_view(model, streams, names, summaries, gaps, timeline)
+        with fleet:
+            st.dataframe(vk.stream_table(summaries), hide_index=True)
+            ids = [s["stream_id"] for s in streams]
+            if len(ids) >= 2:
+                st.plotly_chart(vk.overlap_figure([names[i] for i in ids],
+                                                  diagnose.overlap(model, ids)), key="kve_ov")
+            else:
+                st.info("One stream: record several endpoints to compare pods.")
+
+
+def node_view(model, streams, names, summaries, gaps, timeline) -> None:
+    keys = sorted(model.forests)
+    if not keys:
+        st.info("No KV events recorded yet.", icon=":material/hourglass_empty:")
+    else:
+        label = {k: f"{names.get(k.stream, k.stream)} / {k.medium} / group {k.group}"
+                 for k in keys}
+        key = st.selectbox("Cache", keys, format_func=label.get, key="kve_forest")
+        f = model.forests[key]
+        cols = st.columns(6)
+        for c, (t, v) in zip(cols, [("cached blocks", len(f.parent)),
+                                    ("cached tokens", f.cached_tokens), ("stored", f.stored),
+                                    ("evicted", f.removed), ("duplicates", f.duplicates),
+                                    ("cleared", f.cleared)]):
+            c.metric(t, f"{v:,}")
+        life, div = f.median_lifetime(), sorted(f.divergence_depths())
+        st.text(f"Median block lifetime (store to eviction): "
+                f"{'none evicted yet' if life is None else f'{life:.1f} s'}; prompts diverge "
+                f"at block {div[len(div) // 2] if div else '-'} (median of {len(div)} branch "
+                f"points); {f.unknown_removals} removals of blocks never seen stored.")
+        colour = st.radio("Colour", ["evictions", "age_s"], horizontal=True, key="kve_colour")
+        table = vk.forest_table(f, now=max(f.stored_t.values(), default=0.0))
+        st.plotly_chart(vk.forest_figure(table, colour), key="kve_forest_fig")
+        top, churn = st.columns(2)
+        top.caption("Top prefixes by the cached content that depends on them")
+        top.dataframe(vk.top_prefixes(table), hide_index=True)
+        churn.caption("Prefixes evicted and then stored again (recomputed), most often first")
+        churn.dataframe(vk.churned_prefixes(f), hide_index=True)
+    st.plotly_chart(vk.timeline_figure(timeline, names), key="kve_timeline")
+    gap_counts = {s["stream_id"]: (s.get("gaps") or 0, s.get("lost_batches") or 0)
+                  for s in summaries}
+    restarts = {s["stream_id"]: s.get("restarts") or 0 for s in summaries}
+    st.subheader("Diagnoses")
+    found = diagnose.diagnoses(model, names, gap_counts, restarts)
+    for line in found or ["Nothing unusual found in the recorded stream."]:
+        st.text(line)  # plain text: endpoints and streams are remote data, never Markdown
+    if gaps:
+        st.caption("Sequence gaps and publisher restarts")
+        st.dataframe(gaps, hide_index=True)
+
+
+common.enter_through_app("pages/kvevents.py")
+st.title("KV events")
+st.caption("The prefix cache of vLLM / SGLang / TensorRT-LLM nodes, rebuilt from the KV-event "
+           "streams they publish over ZeroMQ (see docs/NODE.md to enable them).")
+record_controls()
+runs = kv_recordings()
+if not runs:
+    st.info("No KV-event recording yet: start one above, or run `kvviz events "
+            "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
+else:
+    pick = st.selectbox("Recording", runs, key="kve_pick")
+    with common.guard(f"Reading {pick}"):
+        if is_live(pick):  # still being written: follow it
+            st.fragment(run_every=2.0)(panel)(pick)
+        else:
+            panel(pick)

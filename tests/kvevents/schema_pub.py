@@ -1,0 +1,129 @@
+"""A test publisher written from the engines' published schemas (not from kvviz's publisher).
+
+Array form (older vLLM, SGLang, TensorRT-LLM): msgspec Structs with array_like=True, tag=True.
+Map form (current vLLM): Structs tagged by "type" encoded as maps. Envelope: array or map.
+"""
+from __future__ import annotations
+
+import threading
+
+import msgspec
+import zmq
+
+
+class ABlockStored(msgspec.Struct, array_like=True, tag="BlockStored"):
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+
+
+class ABlockRemoved(msgspec.Struct, array_like=True, tag="BlockRemoved"):
+    block_hashes: list[int | bytes]
+
+
+class AAllBlocksCleared(msgspec.Struct, array_like=True, tag="AllBlocksCleared"):
+    pass
+
+
+class MBlockStored(msgspec.Struct, tag_field="type", tag="BlockStored"):
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = "GPU"
+    lora_name: str | None = None
+    group_idx: int = 0
+
+
+class MBlockRemoved(msgspec.Struct, tag_field="type", tag="BlockRemoved"):
+    block_hashes: list[int | bytes]
+    medium: str | None = "GPU"
+    group_idx: int = 0
+
+
+class MAllBlocksCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared"):
+    medium: str | None = None
+
+
+class ArrayBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list
+    data_parallel_rank: int | None = None
+
+
+class MapBatch(msgspec.Struct):
+    ts: float
+    events: list
+    data_parallel_rank: int | None = None
+
+
+def store(hashes, parent, block_size=4, enc="map", tokens=None):
+    tok = tokens if tokens is not None else list(range(block_size * len(hashes)))
+    cls = MBlockStored if enc == "map" else ABlockStored
+    return cls(hashes, parent, tok, block_size, None)
+
+
+def remove(hashes, enc="map"):
+    return (MBlockRemoved if enc == "map" else ABlockRemoved)(hashes)
+
+
+def clear(enc="map"):
+    return MAllBlocksCleared() if enc == "map" else AAllBlocksCleared()
+
+
+def payload(events, ts=1.0, rank=None, envelope="array") -> bytes:
+    b = (ArrayBatch if envelope == "array" else MapBatch)(ts, events, rank)
+    return msgspec.msgpack.encode(b)
+
+
+class SchemaPublisher:
+    """PUB on `endpoint` (+ an optional ROUTER replay with every batch sent so far)."""
+
+    def __init__(self, endpoint: str, replay: str | None = None, topic: bytes = b"") -> None:
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.bind(endpoint)
+        self.topic, self.seq, self.sent = topic, 0, []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = None
+        if replay:
+            self.router = self.ctx.socket(zmq.ROUTER)
+            self.router.setsockopt(zmq.LINGER, 0)
+            self.router.bind(replay)
+            self.thread = threading.Thread(target=self._serve, daemon=True)
+            self.thread.start()
+
+    def send(self, data: bytes, *, drop: bool = False, seq: int | None = None) -> int:
+        """Publish (or only buffer, with drop=True: a batch the subscriber misses)."""
+        s = self.seq if seq is None else seq
+        with self.lock:
+            self.sent.append((s, data))
+        if not drop:
+            self.pub.send_multipart([self.topic, s.to_bytes(8, "big", signed=True), data])
+        self.seq = s + 1
+        return s
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            if not self.router.poll(50):
+                continue
+            ident, _empty, start = self.router.recv_multipart()
+            first = int.from_bytes(start, "big", signed=True)
+            with self.lock:
+                todo = [x for x in self.sent if x[0] >= first]
+            for s, p in todo:
+                self.router.send_multipart([ident, b"", s.to_bytes(8, "big", signed=True), p])
+            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(2)
+            self.router.close()
+        self.pub.close()
+        self.ctx.term()

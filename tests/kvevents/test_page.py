@@ -1,0 +1,113 @@
+"""pages/kvevents.py under AppTest: the forest, timeline, diagnoses and gaps of a recording."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "pages"))
+from pagehelpers import figures, no_exception, page  # noqa: E402
+
+from tests.kvevents.conftest import free_base_port  # noqa: E402
+from tests.kvevents.recordings import write_kv_recording  # noqa: E402
+
+PAGE = "pages/kvevents.py"
+
+
+@pytest.fixture
+def kv_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    st.cache_resource.clear()
+    yield tmp_path
+    st.cache_resource.clear()
+
+
+def _texts(at) -> list[str]:
+    return [t.value for t in at.text]
+
+
+def test_the_page_shows_forest_timeline_diagnoses_and_gaps(kv_runs):
+    write_kv_recording(kv_runs / "ev.db", free_base_port(2))
+    at = page(PAGE)
+    no_exception(at)
+    kinds = [f["data"][0]["type"] for f in figures(at) if f["data"]]
+    assert "icicle" in kinds and "bar" in kinds and "heatmap" in kinds
+    text = " ".join(_texts(at))
+    assert "shared prefix is never reused" in text and "block holds 16 tokens" in text
+    assert "different seeds" in text
+    assert "evicted and stored again" in text
+    assert "2 batches lost" in text
+    assert any(len(df.value) == 1 for df in at.dataframe)  # the gap table
+
+
+def test_no_recording_says_how_to_make_one(kv_runs):
+    at = page(PAGE)
+    no_exception(at)
+    assert any("kvviz events" in i.value for i in at.info)
+
+
+def test_a_bad_endpoint_is_one_error_and_the_page_stays(kv_runs):
+    at = page(PAGE)
+    at.text_input(key="kve_eps").input("http://not-zmq:1")
+    at.button(key="kve_start").click().run()
+    no_exception(at)
+    assert any("expected tcp://" in e.value for e in at.error)
+
+
+def test_remote_text_is_never_markdown(kv_runs):
+    write_kv_recording(kv_runs / "ev.db", free_base_port(2))
+    at = page(PAGE)
+    for md in at.markdown:
+        assert "tcp://" not in md.value
+    assert json.dumps(_texts(at))  # diagnoses are st.text
+
+
+def test_a_live_recording_is_followed(kv_runs):
+    w = write_kv_recording(kv_runs / "live.db", free_base_port(2), close=False)
+    w.commit()
+    try:
+        at = page(PAGE)
+        no_exception(at)
+        assert any(f["data"] and f["data"][0]["type"] == "icicle" for f in figures(at))
+        assert "2 batches lost" in " ".join(_texts(at))
+    finally:
+        w.close()
+
+
+def test_recording_started_from_the_page_shows_the_stream(kv_runs):
+    import threading
+    import time
+
+    from pagehelpers import rerun_until
+
+    from tests.kvevents.schema_pub import SchemaPublisher, payload, store
+
+    port = free_base_port(1)
+    pub = SchemaPublisher(f"tcp://127.0.0.1:{port}")
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.is_set():
+            pub.send(payload([store([i], i - 1 if i else None)]))
+            i += 1
+            time.sleep(0.1)
+    th = threading.Thread(target=feed, daemon=True)
+    th.start()
+    try:
+        at = page(PAGE)
+        at.text_input(key="kve_eps").input(f"tcp://127.0.0.1:{port}")
+        at.button(key="kve_start").click().run()
+        no_exception(at)
+        rerun_until(at, lambda a: any(f["data"] and f["data"][0]["type"] == "icicle"
+                                      for f in figures(a)), timeout_s=60)
+        at.button(key="kve_stop").click().run()
+        no_exception(at)
+    finally:
+        stop.set()
+        th.join()
+        pub.close()  # a recorder left running by a failure ends at exit (atexit)
