@@ -21,11 +21,10 @@ def jump_to_selected_failure(table) -> None:
     st.session_state[APPLIED] = rows
 
 
-def lane_at(col, lane: str, got, samples, t: float, cells: tuple, i: int) -> None:
+def lane_at(col, lane: str, got, rows, t: float, cells: tuple, i: int) -> None:
     with col:
         st.markdown(f"#### {lane}")
         st.caption(common.lane_caption(lane))
-        rows = samples[(samples["lane"] == lane) & (samples["t"] <= t)]
         if not rows.empty:
             common.headline_metrics(rows.iloc[-1])
         if got is None:
@@ -52,27 +51,35 @@ def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None
         if r is None:
             return
         with common.guard(f"Reading {run}"):
-            samples = r.samples()
+            # Seeks only: the maps and samples at t, 1,000 thinned points per lane for the
+            # over-time chart; the cost does not grow with the recording.
             maps = [r.blockmap_at(lane, t) for lane in lanes]
             have = [g[0] for g in maps if g is not None]
             cells = (lo, hi, common.aligned_max_cells(have, lo, hi) if have else 1)
             st.html(theme.legend_html())
             for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
-                lane_at(col, lane, maps[i], samples, t, cells, i)
-            st.plotly_chart(vt.over_time_figure(vt.thin(samples, 1000), lanes, mark_t=t),
+                lane_at(col, lane, maps[i], r.sample_at(lane, t), t, cells, i)
+            st.plotly_chart(vt.over_time_figure(r.samples_thinned(1000, lanes), lanes,
+                                                mark_t=t),
                             key="replay_time", theme=None)
 
 
+FEED_MAX = 5000  # failures listed (the latest); a day-long recording can hold 10^5-10^6
+
+
 def page(r, run: str, lanes: list[str]) -> None:
-    samples = r.samples()
-    if samples.empty:
+    span = r.span()
+    if span is None:
         st.info("This recording has no samples yet.")
         return
-    t0, t1 = float(samples["t"].min()), float(samples["t"].max())
+    t0, t1 = span
     if t1 <= t0:
         t1 = t0 + 1e-3
     step = max((t1 - t0) / 1000, 1e-3)
-    table = vt.failure_table(r.events(kinds=["admit_failed"]), newest_first=False)
+    with st.spinner("Reading admission failures..."):
+        total = r.count_events("admit_failed")
+        table = vt.failure_table(r.events(kinds=["admit_failed"], limit=FEED_MAX),
+                                 newest_first=False)
     table = table[table["lane"].isin(lanes)].reset_index(drop=True)
     jump_to_selected_failure(table)
     c1, c2 = st.columns([1, 5])
@@ -83,11 +90,12 @@ def page(r, run: str, lanes: list[str]) -> None:
         if not playing and st.session_state.get(T, t0) >= t1:
             st.session_state[T] = t0
         st.rerun()
-    c2.caption(f"{len(samples['t'].unique())} samples over {t1 - t0:.1f} s; status "
-               f"{r.status or 'unknown'}. Play advances {step * 10:.2f} s every half second.")
+    c2.caption(f"{t1 - t0:,.1f} s recorded; status {r.status or 'unknown'}. Play advances "
+               f"{step * 10:.2f} s every half second.")
     st.fragment(scrub, run_every=0.5 if playing else None)(run, lanes, t0, t1, step)
-    st.subheader(f"Admission failures ({len(table)})")
-    st.caption("Select a row to jump to that moment. " + " · ".join(
+    st.subheader(f"Admission failures ({total:,})")
+    shown = "" if total <= FEED_MAX else f"The latest {FEED_MAX:,} of all lanes are listed. "
+    st.caption(shown + "Select a row to jump to that moment. " + " · ".join(
         f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
     st.dataframe(table, key=TABLE, on_select="rerun", selection_mode="single-row",
                  hide_index=True, height=300,

@@ -137,3 +137,39 @@ def test_last_t_is_the_newest_sample_and_bounds_a_window(recording) -> None:
     assert not window.empty and (window["t"] >= r.last_t() - 0.5).all()
     assert len(window) < len(samples)
     r.close()
+
+
+def test_seek_queries_agree_with_the_full_table(recording) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    s = r.samples()
+    assert r.span() == (s.t.min(), s.t.max())
+    lane = r.lanes()[1]
+    for t in (s.t.min(), float(s.t.median()), s.t.max(), s.t.min() - 1):
+        at = r.sample_at(lane, t)
+        want = s[(s.lane == lane) & (s.t <= t)].tail(1)
+        assert at.sample_id.tolist() == want.sample_id.tolist()
+    ev = r.events(kinds=["admit_failed"])
+    assert r.count_events("admit_failed") == len(ev) > 0
+
+
+@pytest.mark.parametrize("points", [1, 7, 40, 10_000])
+def test_thinned_samples_are_the_last_sample_of_each_time_bucket(recording, points) -> None:
+    path, _ = recording
+    r = RunReader(path)
+    s = r.samples()
+    got = r.samples_thinned(points)
+    t0, t1 = s.t.min(), s.t.max()
+    width = (t1 - t0) / points
+    ends = [t0 + width * (b + 1) for b in range(points - 1)] + [t1]
+    want = set()
+    for lane, g in s.groupby("lane"):
+        lo = t0 - 1
+        for end in ends:
+            inside = g[(g.t > lo) & (g.t <= end)]
+            if len(inside):
+                want.add(int(inside.sample_id.iloc[-1]))
+            lo = end
+    assert set(got.sample_id) == want
+    assert got.groupby("lane").size().max() <= points
+    assert got.t.is_monotonic_increasing and list(got.columns) == list(s.columns)
