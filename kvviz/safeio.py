@@ -126,11 +126,12 @@ def is_kvviz_recording(path: Path) -> bool:
 
 
 def check_output(path: str | os.PathLike, what: str, *, overwrite: bool,
-                 is_ours: Callable[[Path], bool], kind_name: str) -> Path:
+                 is_ours: Callable[[Path], bool], kind_name: str, append: bool = False) -> Path:
     """Validate an output path before any work is done; return it as a Path.
 
-    `is_ours(path)` says whether an existing, non-empty regular file may be replaced;
-    `kind_name` names such a file in messages ("kvviz recording", "kvviz trace").
+    `is_ours(path)` says whether an existing, non-empty regular file may be replaced (or,
+    with `append`, appended to: then no --overwrite is needed); `kind_name` names such a
+    file in messages ("kvviz recording", "kvviz trace").
     """
     text = os.fspath(path)
     p = printable(text)
@@ -164,15 +165,15 @@ def check_output(path: str | os.PathLike, what: str, *, overwrite: bool,
     if not stat.S_ISREG(st.st_mode):
         raise PathError(f"{what} {p}: exists and is {_kind(st.st_mode)}; kvviz replaces only "
                         f"a regular file that is a {kind_name}")
-    if not overwrite:
+    if not (overwrite or append):
         raise PathError(f"{what} {p}: already exists (use --overwrite to replace it)")
     try:
         ours = st.st_size == 0 or is_ours(out)
     except OSError as exc:
         raise PathError(f"{what} {p}: cannot read ({_os_reason(exc)})") from None
     if not ours:
-        raise PathError(f"{what} {p}: exists and is not a {kind_name}; "
-                        "kvviz will not replace it, even with --overwrite")
+        raise PathError(f"{what} {p}: exists and is not a {kind_name}; kvviz will not "
+                        + ("append to it" if append else "replace it, even with --overwrite"))
     return out
 
 

@@ -2,28 +2,73 @@
 
 Writes samples, events, device_memory and blockmaps (Parquet keeps the encoded arrays as
 binary columns; CSV gets the block-map index only) plus run.json (metadata and status).
+Existing files are refused unless --overwrite, and then replaced only when they are an
+earlier export of the same kind (or empty); every file is written atomically.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
+from kvviz import safeio
+
 HELP = "export a recording's tables to Parquet or CSV"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_RUN_JSON = 64 * 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN.db", help="a recording written by kvviz collect")
     p.add_argument("--parquet", metavar="DIR", default=None, help="write DIR/<table>.parquet")
     p.add_argument("--csv", metavar="DIR", default=None, help="write DIR/<table>.csv")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files of an earlier export in DIR (run.json, <table>.parquet "
+                        "or .csv); no other file is ever replaced")
 
 
 def _outdir(d: str) -> Path:
     out = Path(d)
+    shown = safeio.printable(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+        raise ValueError(f"{shown}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{shown}: cannot create the directory ({exc.strerror or exc})") from None
     return out
+
+
+def _is_run_json(path: Path) -> bool:
+    try:
+        obj = json.loads(safeio.read_bytes(path, "run.json", MAX_RUN_JSON))
+    except (ValueError, RecursionError, safeio.PathError):
+        return False
+    return isinstance(obj, dict) and {"status", "format_version", "meta"} <= obj.keys()
+
+
+def _is_parquet(path: Path) -> bool:
+    return safeio.head(path, 4) == b"PAR1"
+
+
+def _is_table_csv(path: Path) -> bool:
+    """A CSV whose header is column names only (what an export writes)."""
+    first = safeio.head(path, 65536).split(b"\n", 1)[0].strip().decode("ascii", "replace")
+    names = first.split(",")
+    return bool(first) and all(_IDENT.match(n) for n in names)
+
+
+def _targets(out: Path, fmt: str, names: list[str], overwrite: bool) -> dict[str, Path]:
+    """Every file this export will write in `out`, checked before any is written."""
+    ours = _is_parquet if fmt == "parquet" else _is_table_csv
+    kind = "Parquet file" if fmt == "parquet" else "kvviz CSV export"
+    paths = {"run.json": safeio.check_output(out / "run.json", f"--{fmt}", overwrite=overwrite,
+                                             is_ours=_is_run_json, kind_name="kvviz run.json")}
+    for name in names:
+        paths[name] = safeio.check_output(out / f"{name}.{fmt}", f"--{fmt}",
+                                          overwrite=overwrite, is_ours=ours, kind_name=kind)
+    return paths
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
+    safeio.check_input_file(args.run, "recording")
     r = RunReader(args.run)
     try:
         tables = {"samples": r.samples(), "events": r.events(),
@@ -41,16 +87,24 @@ def run(args: argparse.Namespace) -> int:
                   "format_version": r.format_version, "meta": r.meta}
     finally:
         r.close()
-    for fmt, d in (("parquet", args.parquet), ("csv", args.csv)):
-        if not d:
-            continue
-        out = _outdir(d)
-        (out / "run.json").write_text(json.dumps(header, indent=1))
+    try:
+        header_text = json.dumps(header, indent=1, default=str)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{safeio.printable(args.run)}: run metadata cannot be written as "
+                         f"JSON ({type(exc).__name__})") from None
+    jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
+    plans = [(fmt, out, _targets(out, fmt, list(tables), args.overwrite)) for fmt, out in jobs]
+    for fmt, out, paths in plans:
+        safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():
             if fmt == "parquet":
-                df.to_parquet(out / f"{name}.parquet", engine="pyarrow", index=False)
+                safeio.atomic_write(paths[name], lambda tmp, df=df: df.to_parquet(
+                    tmp, engine="pyarrow", index=False), f"{name}.parquet")
             else:
-                df.drop(columns=[c for c in BLOB_COLS if c in df.columns]).to_csv(
-                    out / f"{name}.csv", index=False)
-        print(f"{out}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} + run.json")
+                data = df.drop(columns=[c for c in BLOB_COLS if c in df.columns])
+                safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
+                    tmp, index=False), f"{name}.csv")
+        shown = safeio.printable(out)
+        print(f"{shown}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} "
+              "+ run.json")
     return 0
