@@ -44,7 +44,10 @@ def int_range(lo: int, hi: int) -> _Typed:
         digits = s.lstrip("+-")
         if not digits.isdigit() or not digits.isascii() or len(digits) > MAX_INT_DIGITS:
             raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}")
-        v = int(s)
+        try:
+            v = int(s)
+        except ValueError:  # '+-5' and the like
+            raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be in [{_fmt(lo)}, {_fmt(hi)}], got {v}"
                                              if len(digits) <= 20 else
