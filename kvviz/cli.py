@@ -54,9 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     only = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help, --version, or one error line already printed
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    if extra:  # argparse would name the top parser ("kvviz: error"); name the command
+        prog = f"kvviz {args.command}" if getattr(args, "command", None) else "kvviz"
+        print(f"{prog}: error: unrecognized arguments: {printable(' '.join(extra))}",
+              file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

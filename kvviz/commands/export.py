@@ -48,26 +48,41 @@ def _is_run_json(path: Path) -> bool:
     return isinstance(obj, dict) and {"status", "format_version", "meta"} <= obj.keys()
 
 
-def _is_parquet(path: Path) -> bool:
-    return safeio.head(path, 4) == b"PAR1"
+def _is_parquet(first_col: str):
+    """A Parquet file (magic PAR1) whose schema starts with the table's first column."""
+    def check(path: Path) -> bool:
+        if safeio.head(path, 4) != b"PAR1":
+            return False
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception:  # noqa: BLE001 - any unreadable file is simply not ours
+            return False
+        return bool(names) and names[0] == first_col
+    return check
 
 
-def _is_table_csv(path: Path) -> bool:
-    """A CSV whose header is column names only (what an export writes)."""
-    first = safeio.head(path, 65536).split(b"\n", 1)[0].strip().decode("ascii", "replace")
-    names = first.split(",")
-    return bool(first) and all(_IDENT.match(n) for n in names)
+def _is_table_csv(first_col: str):
+    """A CSV whose header is column names only, starting with the table's first column."""
+    def check(path: Path) -> bool:
+        first = safeio.head(path, 65536).split(b"\n", 1)[0].strip().decode("ascii", "replace")
+        names = first.split(",")
+        return names[0] == first_col and all(_IDENT.match(n) for n in names)
+    return check
 
 
-def _targets(out: Path, fmt: str, names: list[str], overwrite: bool) -> dict[str, Path]:
+def _targets(out: Path, fmt: str, tables: dict, overwrite: bool) -> dict[str, Path]:
     """Every file this export will write in `out`, checked before any is written."""
     ours = _is_parquet if fmt == "parquet" else _is_table_csv
-    kind = "Parquet file" if fmt == "parquet" else "kvviz CSV export"
+    kind = "Parquet export of this table" if fmt == "parquet" else "kvviz CSV export"
     paths = {"run.json": safeio.check_output(out / "run.json", f"--{fmt}", overwrite=overwrite,
                                              is_ours=_is_run_json, kind_name="kvviz run.json")}
-    for name in names:
+    for name, df in tables.items():
+        first = str(df.columns[0]) if len(df.columns) else ""
         paths[name] = safeio.check_output(out / f"{name}.{fmt}", f"--{fmt}",
-                                          overwrite=overwrite, is_ours=ours, kind_name=kind)
+                                          overwrite=overwrite, is_ours=ours(first),
+                                          kind_name=kind)
     return paths
 
 
@@ -93,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{safeio.printable(args.run)}: run metadata cannot be written as "
                          f"JSON ({type(exc).__name__})") from None
     jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
-    plans = [(fmt, out, _targets(out, fmt, list(tables), args.overwrite)) for fmt, out in jobs]
+    plans = [(fmt, out, _targets(out, fmt, tables, args.overwrite)) for fmt, out in jobs]
     for fmt, out, paths in plans:
         safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():

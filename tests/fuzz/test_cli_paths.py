@@ -167,10 +167,21 @@ def test_export_never_replaces_a_foreign_file(tmp_path: Path, rec: Path) -> None
     out = tmp_path / "exp"
     out.mkdir()
     (out / "samples.parquet").write_text("my data")
-    assert "not a Parquet file" in _err(["export", str(rec), "--parquet", str(out),
-                                         "--overwrite"])
+    assert "not a Parquet export" in _err(["export", str(rec), "--parquet", str(out),
+                                           "--overwrite"])
     assert (out / "samples.parquet").read_text() == "my data"
     assert not (out / "run.json").exists()  # checked before anything was written
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_overwrite_replaces_an_earlier_export_only(tmp_path: Path, rec: Path,
+                                                          fmt) -> None:
+    out = tmp_path / "exp"
+    assert run_cli(["export", str(rec), f"--{fmt}", str(out)]).code == 0
+    assert run_cli(["export", str(rec), f"--{fmt}", str(out), "--overwrite"]).code == 0
+    (out / f"events.{fmt}").write_bytes(b"PAR1 other" if fmt == "parquet" else b"name,age\n")
+    _err(["export", str(rec), f"--{fmt}", str(out), "--overwrite"])
+    assert (out / f"events.{fmt}").read_bytes() in (b"PAR1 other", b"name,age\n")
 
 
 def test_scrape_out_refuses_a_fifo_and_a_foreign_log(tmp_path: Path) -> None:
@@ -224,3 +235,16 @@ def test_error_quoting_a_file_name_is_escaped(tmp_path: Path) -> None:
     trace = tmp_path / "t\x1b[31m.csv"
     trace.write_text("nope\n")
     assert "\\x1b[31m" in _err(["simulate", "--trace", str(trace)])
+
+
+def test_info_counts_the_node_samples_of_a_scrape_recording(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    from hostile import install_fakes
+
+    install_fakes(monkeypatch)  # a scrape of the vLLM fixture, no network
+    out = tmp_path / "node.db"
+    argv = ["scrape", "127.0.0.1:1", "--count", "2", "--interval", "0.01", "--quiet",
+            "--nvml", "never", "--out", str(out)]
+    assert run_cli(argv).code == 0
+    res = run_cli(["info", str(out)])
+    assert res.code == 0 and "2 node samples" in res.out, res.out + res.err
