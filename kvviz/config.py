@@ -9,6 +9,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # would not fit a machine, and int64 arithmetic on token counts stays exact.
 MAX_BLOCK_SIZE = 65536
 MAX_CAPACITY_TOKENS = 2**30
+MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has one entry each
 MAX_SEQ_LEN = 2**24
 MAX_REQUESTS = 10_000_000
 MAX_NUM_SEQS = 2**20
@@ -86,6 +87,10 @@ class CacheConfig:
                   f"must be >= 1, got {self.capacity_bytes}")
         _need(self.tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
               f"{self.tokens} token slots is over the limit of {MAX_CAPACITY_TOKENS}")
+        _need(self.num_blocks <= MAX_BLOCKS, "capacity_tokens",
+              f"{self.tokens} token slots in blocks of {self.block_size} is "
+              f"{self.num_blocks} blocks, over the limit of {MAX_BLOCKS}; use larger blocks "
+              "or less capacity")
         _need(self.num_blocks >= 1, "capacity_tokens",
               f"{self.tokens} tokens is below one block of {self.block_size}")
 
@@ -231,3 +236,14 @@ class EngineConfig:
         _need(0 < self.step_ms < math.inf, "step_ms", f"must be > 0 and finite, got {self.step_ms}")
         _need(2 <= self.max_seq_len <= MAX_SEQ_LEN, "max_seq_len",
               f"must be in [2, {MAX_SEQ_LEN}], got {self.max_seq_len}")
+
+
+def check_lane_blocks(lanes: tuple[LaneSpec, ...] | list[LaneSpec], capacity_tokens: int) -> None:
+    """Each lane keeps one BlockMap entry per block (a contiguous lane: per cell of
+    block_size tokens, usually 1): refuse a capacity that would exceed MAX_BLOCKS in a lane."""
+    for lane in lanes:
+        n = capacity_tokens // lane.block_size
+        _need(n <= MAX_BLOCKS, "capacity_tokens",
+              f"lane {lane.label}: {capacity_tokens} token slots is {n} cells of "
+              f"{lane.block_size}, over the limit of {MAX_BLOCKS} per lane; use less capacity"
+              + (" or larger blocks" if lane.allocator == "paged" else ""))

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from kvviz import safeio
 from kvviz.commands import argtypes as at
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_preset
+from kvviz.config import (
+    CacheConfig,
+    EngineConfig,
+    LaneSpec,
+    WorkloadConfig,
+    check_lane_blocks,
+    model_preset,
+)
 from kvviz.errors import KvvizError
 
 HELP = "run the engine live (real KV tensors or sim) and record block maps, metrics, events"
@@ -113,6 +120,7 @@ def build(args: argparse.Namespace):
     _check(args.capacity_tokens >= 1, f"--capacity-tokens: must be >= 1, got "
            f"{args.capacity_tokens}")
     lanes = tuple(LaneSpec.parse(s) for s in (args.lane or DEFAULT_LANES))
+    check_lane_blocks(lanes, args.capacity_tokens)
     device = "cpu"
     if args.mode == "real" or args.device == "cuda":
         from collectors.torch_memory import cuda_available

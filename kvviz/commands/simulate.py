@@ -18,6 +18,7 @@ from kvviz.config import (
     EngineConfig,
     LaneSpec,
     WorkloadConfig,
+    check_lane_blocks,
     model_preset,
 )
 from kvviz.engine import Simulation
@@ -115,6 +116,7 @@ def lanes_from_args(a: argparse.Namespace) -> list[LaneSpec]:
 
 def run(a: argparse.Namespace) -> int:
     lanes = lanes_from_args(a)
+    check_lane_blocks(lanes, a.capacity_tokens)
     save = None
     if a.save_trace is not None:
         save = safeio.check_output(a.save_trace, "--save-trace", overwrite=a.overwrite,
