@@ -180,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
     collector = build(args)
     c = collector.cfg
     if not c.quiet:
-        print(f"recording to {c.out} ({c.mode} mode on {c.device}, model {c.model.name}, lanes "
+        print(f"recording to {safeio.printable(c.out)} ({c.mode} mode on {c.device}, model {c.model.name}, lanes "
               f"{', '.join(ln.name for ln in collector.sim.lanes)}); Ctrl-C stops", flush=True)
     status = collector.run()
     if not c.quiet:
-        print(f"{c.out}: {status}", flush=True)
+        print(f"{safeio.printable(c.out)}: {safeio.printable(status)}", flush=True)
     return 0

@@ -92,16 +92,23 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
+    from kvviz.commands.info import DAMAGED
+    from kvviz.errors import StoreError
+
     safeio.check_input_file(args.run, "recording")
-    r = RunReader(args.run)
     try:
-        tables = {"samples": r.samples(), "events": r.events(),
-                  "device_memory": r.device_memory(),
-                  "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
-        header = {"status": r.status, "status_message": r.status_message,
-                  "format_version": r.format_version, "meta": r.meta}
-    finally:
-        r.close()
+        r = RunReader(args.run)
+        try:
+            tables = {"samples": r.samples(), "events": r.events(),
+                      "device_memory": r.device_memory(),
+                      "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
+            header = {"status": r.status, "status_message": r.status_message,
+                      "format_version": r.format_version, "meta": r.meta}
+        finally:
+            r.close()
+    except DAMAGED as exc:  # a hand-edited or damaged field the reader did not catch
+        raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
     try:
         header_text = json.dumps(header, indent=1, default=str)
     except (TypeError, ValueError, RecursionError) as exc:

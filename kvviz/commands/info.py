@@ -7,6 +7,8 @@ import json
 from kvviz import safeio
 
 HELP = "summarize a recording: lanes, duration, samples, admission failures, status"
+# what reading a hand-edited recording can raise besides StoreError (wrong types, deep JSON)
+DAMAGED = (TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         s = read_summary(args.run)
-    except (TypeError, KeyError, AttributeError, OverflowError) as exc:  # damaged fields
-        raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: {exc})") from None
+    except DAMAGED as exc:  # a hand-edited or damaged field the reader did not catch
+        raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
     if args.json:
         print(json.dumps(s, default=str))
         return 0

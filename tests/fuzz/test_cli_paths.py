@@ -248,3 +248,25 @@ def test_info_counts_the_node_samples_of_a_scrape_recording(tmp_path: Path,
     assert run_cli(argv).code == 0
     res = run_cli(["info", str(out)])
     assert res.code == 0 and "2 node samples" in res.out, res.out + res.err
+
+
+@pytest.mark.parametrize("sql, params", [
+    ("UPDATE run SET meta = '[]'", ()),
+    ("UPDATE run SET meta = ?", ('{"lanes": 5}',)),
+    ("UPDATE samples SET t = 'abc'", ()),
+    ("UPDATE run SET heartbeat_unix = 'abc'", ()),
+    ("UPDATE run SET meta = ?", ("[" * 100_000 + "]" * 100_000,)),
+    ("UPDATE run SET status = 'running\x1b[2J'", ()),
+])
+@pytest.mark.parametrize("cmd", [["info"], ["info", "--json"], ["export", "--csv", "exp"]])
+def test_hand_edited_recording_is_a_result_or_one_error(tmp_path: Path, rec: Path, sql, params,
+                                                         cmd, monkeypatch) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(rec)
+    conn.execute(sql, params)
+    conn.commit()
+    conn.close()
+    monkeypatch.chdir(tmp_path)
+    argv = [cmd[0], str(rec), *cmd[1:]]
+    check_property(cmd[0], argv, run_cli(argv))
