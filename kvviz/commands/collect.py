@@ -180,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
     collector = build(args)
     c = collector.cfg
     if not c.quiet:
-        print(f"recording to {safeio.printable(c.out)} ({c.mode} mode on {c.device}, model {c.model.name}, lanes "
-              f"{', '.join(ln.name for ln in collector.sim.lanes)}); Ctrl-C stops", flush=True)
+        print(f"recording to {safeio.printable(c.out)} ({c.mode} mode on {c.device}, model "
+              f"{c.model.name}, lanes {', '.join(ln.name for ln in collector.sim.lanes)}); "
+              "Ctrl-C stops", flush=True)
     status = collector.run()
     if not c.quiet:
         print(f"{safeio.printable(c.out)}: {safeio.printable(status)}", flush=True)
