@@ -6,6 +6,7 @@ import importlib
 import sys
 
 from kvviz.errors import KvvizError
+from kvviz.safeio import printable
 
 # command name -> module under kvviz.commands
 COMMANDS = {
@@ -21,9 +22,9 @@ COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 already; keep its format
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+    def error(self, message: str) -> None:
+        """One line `kvviz CMD: error: ...` and exit 2 (`--help` shows the usage)."""
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -53,14 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as exc:  # --help, --version, or one error line already printed
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    if extra:  # argparse would name the top parser ("kvviz: error"); name the command
+        prog = f"kvviz {args.command}" if getattr(args, "command", None) else "kvviz"
+        print(f"{prog}: error: unrecognized arguments: {printable(' '.join(extra))}",
+              file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
         return int(args._run(args) or 0)
-    except (KvvizError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        print(f"kvviz {args.command}: error: {exc}", file=sys.stderr)
+    except (KvvizError, ValueError) as exc:
+        print(f"kvviz {args.command}: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or device the user named: ENOSPC, EIO, ENAMETOOLONG ...
+        name = f" {printable(exc.filename)}:" if exc.filename else ""
+        reason = printable(exc.strerror or exc)
+        print(f"kvviz {args.command}: error:{name} {reason}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -5,6 +5,15 @@ import math
 from dataclasses import dataclass
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Upper bounds (the CLI states the same ranges in --help): beyond them arrays or loops
+# would not fit a machine, and int64 arithmetic on token counts stays exact.
+MAX_BLOCK_SIZE = 65536
+MAX_CAPACITY_TOKENS = 2**30
+MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has one entry each
+MAX_SEQ_LEN = 2**24
+MAX_REQUESTS = 10_000_000
+MAX_NUM_SEQS = 2**20
+MAX_BATCHED_TOKENS = 2**24
 
 
 def _need(cond: bool, field: str, msg: str) -> None:
@@ -66,7 +75,8 @@ class CacheConfig:
     model: ModelShape = MODEL_PRESETS["tiny-cpu"]
 
     def __post_init__(self) -> None:
-        _need(self.block_size >= 1, "block_size", f"must be >= 1, got {self.block_size}")
+        _need(1 <= self.block_size <= MAX_BLOCK_SIZE, "block_size",
+              f"must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size}")
         _need((self.capacity_tokens is None) != (self.capacity_bytes is None), "capacity",
               "give exactly one of capacity_tokens and capacity_bytes")
         if self.capacity_tokens is not None:
@@ -75,6 +85,12 @@ class CacheConfig:
         if self.capacity_bytes is not None:
             _need(self.capacity_bytes >= 1, "capacity_bytes",
                   f"must be >= 1, got {self.capacity_bytes}")
+        _need(self.tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
+              f"{self.tokens} token slots is over the limit of {MAX_CAPACITY_TOKENS}")
+        _need(self.num_blocks <= MAX_BLOCKS, "capacity_tokens",
+              f"{self.tokens} token slots in blocks of {self.block_size} is "
+              f"{self.num_blocks} blocks, over the limit of {MAX_BLOCKS}; use larger blocks "
+              "or less capacity")
         _need(self.num_blocks >= 1, "capacity_tokens",
               f"{self.tokens} tokens is below one block of {self.block_size}")
 
@@ -130,12 +146,15 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         _need(self.preset in LENGTH_PRESETS, "preset",
               f"unknown workload preset {self.preset!r}; choose one of {sorted(LENGTH_PRESETS)}")
-        _need(self.num_requests >= 1, "num_requests", f"must be >= 1, got {self.num_requests}")
+        _need(1 <= self.num_requests <= MAX_REQUESTS, "num_requests",
+              f"must be in [1, {MAX_REQUESTS}], got {self.num_requests}")
         _need(self.rate > 0, "rate", f"must be > 0 (inf for all at once), got {self.rate}")
         _need(self.arrival in ("poisson", "bursty"), "arrival",
               f"must be 'poisson' or 'bursty', got {self.arrival!r}")
-        _need(self.burstiness > 0, "burstiness", f"must be > 0, got {self.burstiness}")
-        _need(self.max_seq_len >= 2, "max_seq_len", f"must be >= 2, got {self.max_seq_len}")
+        _need(0 < self.burstiness < math.inf, "burstiness",
+              f"must be > 0 and finite, got {self.burstiness}")
+        _need(2 <= self.max_seq_len <= MAX_SEQ_LEN, "max_seq_len",
+              f"must be in [2, {MAX_SEQ_LEN}], got {self.max_seq_len}")
         _need(0.0 <= self.prefix_share <= 1.0, "prefix_share",
               f"must be in [0, 1], got {self.prefix_share}")
         _need(self.prefix_tokens >= 1, "prefix_tokens", f"must be >= 1, got {self.prefix_tokens}")
@@ -161,7 +180,8 @@ class LaneSpec:
     def __post_init__(self) -> None:
         _need(self.allocator in ("paged", "contiguous"), "allocator",
               f"must be 'paged' or 'contiguous', got {self.allocator!r}")
-        _need(self.block_size >= 1, "block_size", f"must be >= 1, got {self.block_size}")
+        _need(1 <= self.block_size <= MAX_BLOCK_SIZE, "block_size",
+              f"must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size}")
         _need(self.placement in PLACEMENTS, "placement",
               f"unknown placement {self.placement!r}; choose one of {list(PLACEMENTS)}")
         _need(self.reserve in RESERVE_POLICIES, "reserve",
@@ -227,9 +247,22 @@ class EngineConfig:
     max_seq_len: int = 2048
 
     def __post_init__(self) -> None:
-        _need(self.max_num_seqs >= 1, "max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
-        _need(self.max_batched_tokens >= 1, "max_batched_tokens",
-              f"must be >= 1, got {self.max_batched_tokens}")
+        _need(1 <= self.max_num_seqs <= MAX_NUM_SEQS, "max_num_seqs",
+              f"must be in [1, {MAX_NUM_SEQS}], got {self.max_num_seqs}")
+        _need(1 <= self.max_batched_tokens <= MAX_BATCHED_TOKENS, "max_batched_tokens",
+              f"must be in [1, {MAX_BATCHED_TOKENS}], got {self.max_batched_tokens}")
         _need(0.0 <= self.watermark < 1.0, "watermark", f"must be in [0, 1), got {self.watermark}")
-        _need(self.step_ms > 0, "step_ms", f"must be > 0, got {self.step_ms}")
-        _need(self.max_seq_len >= 2, "max_seq_len", f"must be >= 2, got {self.max_seq_len}")
+        _need(0 < self.step_ms < math.inf, "step_ms", f"must be > 0 and finite, got {self.step_ms}")
+        _need(2 <= self.max_seq_len <= MAX_SEQ_LEN, "max_seq_len",
+              f"must be in [2, {MAX_SEQ_LEN}], got {self.max_seq_len}")
+
+
+def check_lane_blocks(lanes: tuple[LaneSpec, ...] | list[LaneSpec], capacity_tokens: int) -> None:
+    """Each lane keeps one BlockMap entry per block (a contiguous lane: per cell of
+    block_size tokens, usually 1): refuse a capacity that would exceed MAX_BLOCKS in a lane."""
+    for lane in lanes:
+        n = capacity_tokens // lane.block_size
+        _need(n <= MAX_BLOCKS, "capacity_tokens",
+              f"lane {lane.label}: {capacity_tokens} token slots is {n} cells of "
+              f"{lane.block_size}, over the limit of {MAX_BLOCKS} per lane; use less capacity"
+              + (" or larger blocks" if lane.allocator == "paged" else ""))

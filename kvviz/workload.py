@@ -14,11 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from kvviz import safeio
 from kvviz.config import LENGTH_PRESETS, WorkloadConfig
 from kvviz.errors import TraceError
 
 TRACE_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_group")
 MAX_TRACE_ROWS = 1_000_000
+MAX_TRACE_BYTES = 512 * 2**20
+MAX_LINE_CHARS = 128 * 1024  # one request is a few dozen characters
+MAX_TOKENS = 2**31 - 1  # per request; int64 sums over a million rows stay exact
+MAX_ARRIVAL_S = 1e12
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,25 +98,51 @@ def _parse_row(row: dict, where: str) -> tuple[float, int, int, int]:
                 vals.append(-1)
                 continue
             raise TraceError(f"{where}: field '{f}' is missing")
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise TraceError(f"{where}: field '{f}' is not a number: {_short(raw)}")
+        text = str(raw).strip()
         try:
-            v = float(raw) if f == "arrival_s" else int(str(raw).strip())
+            if len(text) > 40:
+                raise ValueError
+            v = float(text) if f == "arrival_s" else int(text)
         except (TypeError, ValueError):
-            raise TraceError(f"{where}: field '{f}' is not a number: {raw!r}") from None
-        if f == "arrival_s" and not (math.isfinite(v) and v >= 0):
-            raise TraceError(
-                f"{where}: field 'arrival_s' must be a finite number >= 0, got {raw!r}")
-        if f in ("prompt_tokens", "output_tokens") and v < 1:
-            raise TraceError(f"{where}: field '{f}' must be >= 1, got {raw!r}")
-        if f == "prefix_group" and v < -1:
-            raise TraceError(f"{where}: field 'prefix_group' must be >= -1, got {raw!r}")
+            raise TraceError(f"{where}: field '{f}' is not a number: {_short(raw)}") from None
+        if f == "arrival_s" and not (math.isfinite(v) and 0 <= v <= MAX_ARRIVAL_S):
+            raise TraceError(f"{where}: field 'arrival_s' must be a finite number in "
+                             f"[0, {MAX_ARRIVAL_S:g}], got {_short(raw)}")
+        if f in ("prompt_tokens", "output_tokens") and not 1 <= v <= MAX_TOKENS:
+            raise TraceError(f"{where}: field '{f}' must be in [1, {MAX_TOKENS}], "
+                             f"got {_short(raw)}")
+        if f == "prefix_group" and not -1 <= v <= MAX_TOKENS:
+            raise TraceError(f"{where}: field 'prefix_group' must be in [-1, {MAX_TOKENS}], "
+                             f"got {_short(raw)}")
         vals.append(v)
     return vals[0], vals[1], vals[2], vals[3]
+
+
+def _short(v: object) -> str:
+    r = repr(v) if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__
+    return safeio.printable(r if len(r) <= 40 else r[:37] + "...")
+
+
+def _check_lines(text: str, name: str) -> None:
+    """Refuse a line longer than MAX_LINE_CHARS (names the first such line)."""
+    for i, line in enumerate(text.split("\n"), 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise TraceError(f"{name}: line {i}: {len(line):,} characters is over the "
+                             f"{MAX_LINE_CHARS:,}-character limit for one request")
 
 
 def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
                 prefix_tokens: int = 256) -> Workload:
     """Parse CSV (with a header) or JSONL. Errors name the file, the line and the field."""
+    name = safeio.printable(name)
     lines = text.lstrip("\ufeff")
+    if max(map(len, lines.split("\n"))) > MAX_LINE_CHARS:
+        _check_lines(lines, name)
+    if "\x00" in lines:
+        line = lines.count("\n", 0, lines.index("\x00")) + 1
+        raise TraceError(f"{name}: line {line}: NUL byte (not a text trace)")
     first = lines.lstrip()[:1]
     rows: list[tuple[float, int, int, int]] = []
     if first == "{":
@@ -121,7 +152,10 @@ def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{name}: line {i}: not valid JSON ({exc.msg})") from None
+                raise TraceError(f"{name}: line {i}: not valid JSON at column {exc.colno} "
+                                 f"({exc.msg})") from None
+            except RecursionError:
+                raise TraceError(f"{name}: line {i}: JSON nested too deeply") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{name}: line {i}: expected a JSON object")
             rows.append(_parse_row(obj, f"{name}: line {i}"))
@@ -134,10 +168,13 @@ def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
         if missing:
             raise TraceError(f"{name}: line 1: header lacks {', '.join(missing)} "
                              f"(expected {', '.join(TRACE_FIELDS)})")
-        for row in reader:
-            rows.append(_parse_row(row, f"{name}: line {reader.line_num}"))
-            if len(rows) > MAX_TRACE_ROWS:
-                raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
+        try:
+            for row in reader:
+                rows.append(_parse_row(row, f"{name}: line {reader.line_num}"))
+                if len(rows) > MAX_TRACE_ROWS:
+                    raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
+        except csv.Error as exc:
+            raise TraceError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
     if not rows:
         raise TraceError(f"{name}: no requests in the trace")
     arr = np.array(rows, dtype=np.float64)
@@ -150,27 +187,52 @@ def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
 
 
 def load_trace(path: str | Path, **kw) -> Workload:
+    """Read a trace: a regular file (never a FIFO or device) of at most MAX_TRACE_BYTES."""
     path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{safeio.printable(path)}: no such trace file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a UTF-8 text file (expected CSV or JSONL)") from None
+        data = safeio.read_bytes(path, "trace", MAX_TRACE_BYTES)
+    except safeio.PathError as exc:
+        raise TraceError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceError(f"{safeio.printable(path)}: line {line}: not UTF-8 text "
+                         "(expected CSV or JSONL)") from None
     return parse_trace(text, str(path), **kw)
 
 
+def is_kvviz_trace(path: Path) -> bool:
+    """Whether a file starts like a trace that dump_trace writes (CSV header or JSONL row)."""
+    first = safeio.head(path, 4096).split(b"\n", 1)[0].strip()
+    if first.startswith(",".join(TRACE_FIELDS[:3]).encode()):
+        return True
+    try:
+        obj = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and all(f in obj for f in TRACE_FIELDS[:3])
+
+
 def dump_trace(w: Workload, path: str | Path) -> None:
-    """Write CSV (.csv) or JSONL (anything else) with the four trace fields."""
+    """Write CSV (.csv) or JSONL (anything else) with the four trace fields, atomically
+    (a temporary file beside `path`, then renamed). Callers check the path first
+    (safeio.check_output): this replaces whatever is there."""
     path = Path(path)
     cols = (w.arrival_s, w.prompt, w.output, w.prefix_group)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        if path.suffix.lower() == ".csv":
-            out = csv.writer(fh)
-            out.writerow(TRACE_FIELDS)
-            for a, p, o, g in zip(*cols):
-                out.writerow([repr(float(a)), int(p), int(o), int(g)])
-        else:
-            for a, p, o, g in zip(*cols):
-                fh.write(json.dumps(dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g)))))
-                         + "\n")
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
+            if path.suffix.lower() == ".csv":
+                out = csv.writer(fh)
+                out.writerow(TRACE_FIELDS)
+                for a, p, o, g in zip(*cols):
+                    out.writerow([repr(float(a)), int(p), int(o), int(g)])
+            else:
+                for a, p, o, g in zip(*cols):
+                    row = dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g))))
+                    fh.write(json.dumps(row) + "\n")
+
+    safeio.atomic_write(path, write, "trace")

@@ -83,12 +83,12 @@ def test_single_lane_flags_build_the_named_allocator(capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--block-size", "0"], "block_size"),
+    (["--block-size", "0"], "--block-size"),
     (["--workload", "nope"], "preset"),
     (["--lane", "paged:x"], "lane"),
     (["--lane", "contiguous:first-fit:sometimes"], "reserve"),
     (["--capacity-tokens", "5"], "capacity_tokens"),
-    (["--requests", "-3"], "num_requests"),
+    (["--requests", "-3"], "--requests"),
     (["--trace", "/nonexistent/trace.csv"], "no such trace file"),
 ])
 def test_bad_input_exits_2_with_a_message_naming_the_field(capsys, args, needle):

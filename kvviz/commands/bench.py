@@ -4,9 +4,22 @@ from __future__ import annotations
 import argparse
 import json
 
+from kvviz.commands import argtypes as at
+
 HELP = "benchmark paged vs contiguous decode attention, or real-mode decode steps"
 DTYPES = ("float32", "bfloat16", "float16")
 MIN_REPEATS = 20
+BATCH = at.int_range(1, 4096)
+CONTEXT = at.int_range(2, 2**20)
+HEADS = at.int_range(1, 1024)
+HEAD_DIM = at.int_range(1, 1024)
+REPEATS = at.int_range(MIN_REPEATS, 10**6)
+WARMUP = at.int_range(0, 10**6)
+STEPS = at.int_range(1, 10**7)
+
+
+def _n(p: argparse.ArgumentParser, flag: str, typ, default, help_text: str = "") -> None:
+    p.add_argument(flag, type=typ, default=default, help=at.rng(help_text, typ))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,19 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "K/V (median of --repeats runs after warm-up). ratio = paged/contiguous, "
                        "gbps = K/V bytes read / paged time.")
     a.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    a.add_argument("--batch", type=int, default=16)
-    a.add_argument("--context", type=int, default=1024, help="tokens per sequence")
-    a.add_argument("--heads", type=int, default=8, help="query heads")
-    a.add_argument("--kv-heads", type=int, default=8)
-    a.add_argument("--head-dim", type=int, default=128)
-    a.add_argument("--block-size", type=int, default=16)
+    _n(a, "--batch", BATCH, 16)
+    _n(a, "--context", CONTEXT, 1024, "tokens per sequence")
+    _n(a, "--heads", HEADS, 8, "query heads")
+    _n(a, "--kv-heads", HEADS, 8)
+    _n(a, "--head-dim", HEAD_DIM, 128)
+    _n(a, "--block-size", at.BLOCK_SIZE, 16)
     a.add_argument("--dtype", choices=DTYPES, default="float32")
     a.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto",
                    help="paged path backend (auto: triton on CUDA, torch elsewhere)")
     a.add_argument("--contiguous-backend", choices=("auto", "torch", "triton"), default="torch",
                    help="baseline backend (default torch: SDPA over contiguous K/V)")
-    a.add_argument("--repeats", type=int, default=MIN_REPEATS, help=f">= {MIN_REPEATS}")
-    a.add_argument("--warmup", type=int, default=3)
+    _n(a, "--repeats", REPEATS, MIN_REPEATS, "timed runs")
+    _n(a, "--warmup", WARMUP, 3)
     a.add_argument("--sweep-block-sizes", action="store_true",
                    help="one result per block size 1, 2, 4, ..., 256")
     _common(a)
@@ -39,21 +52,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="Decode steps per second of real mode (RealKV with a real "
                        "allocator) over a full running batch; prefill time is not counted.")
     r.add_argument("--model", default="tiny-cpu")
-    r.add_argument("--seqs", type=int, default=64, help="running sequences")
-    r.add_argument("--context", type=int, default=300, help="typical length (start ~U[c/2, 3c/2])")
-    r.add_argument("--steps", type=int, default=200)
-    r.add_argument("--duration", type=float, default=None, help="seconds (overrides --steps)")
+    _n(r, "--seqs", BATCH, 64, "running sequences")
+    _n(r, "--context", CONTEXT, 300, "typical length (start ~U[c/2, 3c/2])")
+    _n(r, "--steps", STEPS, 200)
+    _n(r, "--duration", at.SECONDS, None, "seconds (overrides --steps)")
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     r.add_argument("--allocator", choices=("paged", "contiguous"), default="paged")
-    r.add_argument("--block-size", type=int, default=16)
+    _n(r, "--block-size", at.BLOCK_SIZE, 16)
     r.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto")
     r.add_argument("--dtype", choices=DTYPES, default=None, help="default: the model's")
     _common(r)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--seed", type=int, default=0)
+    _n(p, "--threads", at.THREADS, None, "torch CPU threads")
+    _n(p, "--seed", at.SEED, 0)
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -74,22 +87,60 @@ def _show(result: dict, as_json: bool) -> None:
               f"{result['device']}, backend {result['backend']}", flush=True)
 
 
+MAX_KV_BYTES = 64 * 2**30  # what a benchmark may allocate for K/V (paged + contiguous copy)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuse shapes whose K/V would not fit a machine, before torch allocates anything."""
+    from kvviz.config import model_preset
+
+    if args.bench_what == "attention":
+        if args.heads % args.kv_heads:
+            raise ValueError(f"--heads {args.heads} is not a multiple of --kv-heads "
+                             f"{args.kv_heads}")
+        per_token = 2 * args.kv_heads * args.head_dim * DTYPE_BYTES[args.dtype]
+        need = 2 * args.batch * (args.context + 256) * per_token
+    else:
+        shape = model_preset(args.model)
+        dtype = args.dtype or shape.dtype
+        per_token = shape.kv_bytes_per_token // DTYPE_BYTES[shape.dtype] * DTYPE_BYTES[dtype]
+        need = args.seqs * (2 * args.context + args.block_size) * per_token
+    if need > MAX_KV_BYTES:
+        raise ValueError(f"this shape needs about {need / 2**30:,.1f} GiB of K/V, over the "
+                         f"{MAX_KV_BYTES // 2**30} GiB limit; lower --batch/--seqs or --context")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.bench_what is None:
-        args._bench_parser.print_help()
-        return 2
+        raise ValueError("say what to benchmark: attention or real (see kvviz bench --help)")
+    _check_size(args)
     import torch
 
     from kvviz.kv import bench
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    try:
+        return _run(args, torch, bench)
+    except torch.OutOfMemoryError as exc:
+        raise ValueError(f"out of memory on {args.device}: {str(exc)[:200]}") from None
+
+
+def _run(args: argparse.Namespace, torch, bench) -> int:
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     if args.bench_what == "real":
-        _show(bench.bench_real(args.model, args.seqs, args.context, args.steps, args.duration,
+        res = bench.bench_real(args.model, args.seqs, args.context, args.steps, args.duration,
                                args.device, args.allocator, args.block_size, args.backend,
-                               args.dtype, args.seed), args.json)
+                               args.dtype, args.seed)
+        if res["steps"] < 1:
+            raise ValueError(f"--duration {args.duration:g}: no decode step finished in time; "
+                             "give a longer --duration or use --steps")
+        _show(res, args.json)
         return 0
     if args.repeats < MIN_REPEATS:
         raise ValueError(f"repeats: need >= {MIN_REPEATS} timed runs, got {args.repeats}")

@@ -4,14 +4,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
-import os
 import time
 from pathlib import Path
 
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_preset
+from kvviz import safeio
+from kvviz.commands import argtypes as at
+from kvviz.config import (
+    CacheConfig,
+    EngineConfig,
+    LaneSpec,
+    WorkloadConfig,
+    check_lane_blocks,
+    model_preset,
+)
 from kvviz.errors import KvvizError
 
 HELP = "run the engine live (real KV tensors or sim) and record block maps, metrics, events"
+STEPS_PER_S = at.float_range(0.0, 1e6)
+HZ = at.float_range(0.0, 100.0, lo_open=True)
+BUDGET_MB = at.float_range(0.0, 2.0**20)
+PORT = at.int_range(1, 65535)
+TORCH_THREADS = at.int_range(0, 4096)
 DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
 
 
@@ -24,40 +37,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--model", default=None,
       help="model shape preset (default: tiny-cpu on cpu, llama-3-8b on cuda)")
     a("--workload", default="sharegpt-like", help="length preset of the synthetic stream")
-    a("--requests", type=int, default=1000, help="requests per stream (default 1000)")
-    a("--rate", type=float, default=2.0,
-      help="arrivals per second of wall time (default 2; inf = all at once)")
+    a("--requests", type=at.REQUESTS, default=1000,
+      help=at.rng("requests per stream (default 1000)", at.REQUESTS))
+    a("--rate", type=at.RATE, default=2.0,
+      help=at.rng("arrivals per second of wall time (default 2; inf = all at once)", at.RATE))
     a("--arrival", default="poisson", help="poisson | bursty")
-    a("--prefix-sharing", type=float, default=0.0, metavar="SHARE",
-      help="share of requests with a common system prompt, 0..1 (default 0)")
+    a("--prefix-sharing", type=at.SHARE, default=0.0, metavar="SHARE",
+      help=at.rng("share of requests with a common system prompt (default 0)", at.SHARE))
     a("--trace", default=None, metavar="FILE", help="replay a CSV/JSONL trace instead")
     a("--lane", action="append", default=None, metavar="SPEC",
       help="allocator lane, repeatable (default: contiguous:first-fit:max and paged:16)")
-    a("--capacity-tokens", type=int, default=16384, help="KV slots per lane (default 16384)")
-    a("--max-seq-len", type=int, default=2048)
-    a("--max-num-seqs", type=int, default=256)
-    a("--seed", type=int, default=0)
-    a("--duration", type=float, default=None, metavar="S", help="seconds (default: until "
-      "stopped with Ctrl-C / SIGTERM, or the workload is exhausted)")
-    a("--steps-per-s", type=float, default=20.0,
-      help="pacing cap on engine steps per second (default 20; 0 = as fast as possible)")
-    a("--hz", type=float, default=4.0, help="samples per second (default 4)")
+    a("--capacity-tokens", type=at.CAPACITY_TOKENS, default=16384,
+      help=at.rng("KV slots per lane (default 16384)", at.CAPACITY_TOKENS))
+    a("--max-seq-len", type=at.MAX_SEQ_LEN, default=2048,
+      help=at.rng("longest prompt + output (default 2048)", at.MAX_SEQ_LEN))
+    a("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256,
+      help=at.rng("running-batch limit (default 256)", at.MAX_NUM_SEQS))
+    a("--seed", type=at.SEED, default=0, help=at.rng("workload seed (default 0)", at.SEED))
+    a("--duration", type=at.SECONDS, default=None, metavar="S", help=at.rng(
+      "seconds (default: until stopped with Ctrl-C / SIGTERM, or the workload is exhausted)",
+      at.SECONDS))
+    a("--steps-per-s", type=STEPS_PER_S, default=20.0, help=at.rng(
+      "pacing cap on engine steps per second (default 20; 0 = as fast as possible)",
+      STEPS_PER_S))
+    a("--hz", type=HZ, default=4.0, help=at.rng("samples per second (default 4)", HZ))
     a("--loop", action="store_true", help="restart a fresh seeded stream when one is exhausted")
     a("--out", default=None, metavar="PATH", help="recording (default runs/<UTC time>.db)")
-    a("--overwrite", action="store_true", help="replace an existing --out file")
-    a("--blockmap-budget-mb", type=float, default=200.0,
-      help="block-map bytes kept per run; older maps are thinned (default 200)")
+    a("--overwrite", action="store_true",
+      help="replace an existing --out file if it is a kvviz recording (or empty); any other "
+           "file, device, FIFO, symlink or directory is never replaced")
+    a("--blockmap-budget-mb", type=BUDGET_MB, default=200.0, help=at.rng(
+      "block-map bytes kept per run; older maps are thinned (default 200)", BUDGET_MB))
     a("--quiet", action="store_true", help="no per-second status line")
-    a("--metrics-port", type=int, default=None,
-      help="serve Prometheus metrics on this port (needs collectors/prometheus.py)")
+    a("--metrics-port", type=PORT, default=None, help=at.rng(
+      "serve Prometheus metrics on this port (needs collectors/prometheus.py)", PORT))
     a("--metrics-address", default="127.0.0.1", metavar="ADDR",
       help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    a("--torch-threads", type=int, default=1, metavar="N",
-      help="real mode on CPU: torch intra-op threads (default 1, so a dashboard and a "
-           "browser on the same small machine keep a core; 0 = torch's default)")
-    a("--torch-snapshot-every", type=float, default=None, metavar="S",
-      help="CUDA only: write a torch memory snapshot of this process every S seconds "
-           "to <run>-torchsnap-<n>.pickle beside the recording")
+    a("--torch-threads", type=TORCH_THREADS, default=1, metavar="N", help=at.rng(
+      "real mode on CPU: torch intra-op threads (default 1, so a dashboard and a browser on "
+      "the same small machine keep a core; 0 = torch's default)", TORCH_THREADS))
+    a("--torch-snapshot-every", type=at.SECONDS, default=None, metavar="S", help=at.rng(
+      "CUDA only: write a torch memory snapshot of this process every S seconds to "
+      "<run>-torchsnap-<n>.pickle beside the recording", at.SECONDS))
     a("--kv-events", default=None, metavar="ENDPOINT",
       help="publish the paged prefix lanes' KV events like vLLM (e.g. tcp://127.0.0.1:5557; "
            "lane k on port + k)")
@@ -77,17 +98,17 @@ def _out_path(args: argparse.Namespace) -> Path:
         out = Path("runs") / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ".db")
     else:
         out = Path(args.out)
+    shown = safeio.printable(out)
     if out.is_dir():
-        raise KvvizError(f"--out {out}: is a directory; give a file name such as {out}/run.db")
-    if out.exists() and not args.overwrite:
-        raise KvvizError(f"--out {out}: already exists (use --overwrite to replace it)")
+        raise KvvizError(f"--out {shown}: is a directory; give a file name such as "
+                         f"{shown}/run.db")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise KvvizError(f"--out {out}: cannot create directory {out.parent} ({exc})") from None
-    if not os.access(out.parent, os.W_OK):
-        raise KvvizError(f"--out {out}: directory {out.parent} is not writable")
-    return out
+        raise KvvizError(f"--out {shown}: cannot create directory "
+                         f"{safeio.printable(out.parent)} ({exc.strerror or exc})") from None
+    return safeio.check_output(out, "--out", overwrite=args.overwrite,
+                               is_ours=safeio.is_kvviz_recording, kind_name="kvviz recording")
 
 
 def build(args: argparse.Namespace):
@@ -99,13 +120,14 @@ def build(args: argparse.Namespace):
            f"--hz: must be in (0, 100], got {args.hz}")
     _check(args.steps_per_s >= 0 and math.isfinite(args.steps_per_s),
            f"--steps-per-s: must be >= 0, got {args.steps_per_s}")
-    _check(args.duration is None or args.duration > 0,
-           f"--duration: must be > 0, got {args.duration}")
-    _check(args.blockmap_budget_mb >= 0, f"--blockmap-budget-mb: must be >= 0, got "
-           f"{args.blockmap_budget_mb}")
+    _check(args.duration is None or 0 < args.duration < math.inf,
+           f"--duration: must be > 0 and finite, got {args.duration}")
+    _check(0 <= args.blockmap_budget_mb < math.inf, f"--blockmap-budget-mb: must be >= 0 and "
+           f"finite, got {args.blockmap_budget_mb}")
     _check(args.capacity_tokens >= 1, f"--capacity-tokens: must be >= 1, got "
            f"{args.capacity_tokens}")
     lanes = tuple(LaneSpec.parse(s) for s in (args.lane or DEFAULT_LANES))
+    check_lane_blocks(lanes, args.capacity_tokens)
     device = "cpu"
     if args.mode == "real" or args.device == "cuda":
         from collectors.torch_memory import cuda_available
@@ -170,13 +192,14 @@ def run(args: argparse.Namespace) -> int:
     collector = build(args)
     c = collector.cfg
     if not c.quiet:
-        print(f"recording to {c.out} ({c.mode} mode on {c.device}, model {c.model.name}, lanes "
-              f"{', '.join(ln.name for ln in collector.sim.lanes)}); Ctrl-C stops", flush=True)
+        print(f"recording to {safeio.printable(c.out)} ({c.mode} mode on {c.device}, model "
+              f"{c.model.name}, lanes {', '.join(ln.name for ln in collector.sim.lanes)}); "
+              "Ctrl-C stops", flush=True)
     try:
         status = collector.run()
     finally:
         for lp in getattr(collector, "kv_publishers", ()):
             lp.pub.close()
     if not c.quiet:
-        print(f"{c.out}: {status}", flush=True)
+        print(f"{safeio.printable(c.out)}: {safeio.printable(status)}", flush=True)
     return 0

@@ -2,28 +2,88 @@
 
 Writes samples, events, device_memory and blockmaps (Parquet keeps the encoded arrays as
 binary columns; CSV gets the block-map index only) plus run.json (metadata and status).
+Existing files are refused unless --overwrite, and then replaced only when they are an
+earlier export of the same kind (or empty); every file is written atomically.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
+from kvviz import safeio
+
 HELP = "export a recording's tables to Parquet or CSV"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_RUN_JSON = 64 * 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN.db", help="a recording written by kvviz collect")
     p.add_argument("--parquet", metavar="DIR", default=None, help="write DIR/<table>.parquet")
     p.add_argument("--csv", metavar="DIR", default=None, help="write DIR/<table>.csv")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files of an earlier export in DIR (run.json, <table>.parquet "
+                        "or .csv); no other file is ever replaced")
 
 
 def _outdir(d: str) -> Path:
     out = Path(d)
+    shown = safeio.printable(out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+        raise ValueError(f"{shown}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{shown}: cannot create the directory ({exc.strerror or exc})") from None
     return out
+
+
+def _is_run_json(path: Path) -> bool:
+    try:
+        obj = json.loads(safeio.read_bytes(path, "run.json", MAX_RUN_JSON))
+    except (ValueError, RecursionError, safeio.PathError):
+        return False
+    return isinstance(obj, dict) and {"status", "format_version", "meta"} <= obj.keys()
+
+
+def _is_parquet(first_col: str):
+    """A Parquet file (magic PAR1) whose schema starts with the table's first column."""
+    def check(path: Path) -> bool:
+        if safeio.head(path, 4) != b"PAR1":
+            return False
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except Exception:  # noqa: BLE001 - any unreadable file is simply not ours
+            return False
+        return bool(names) and names[0] == first_col
+    return check
+
+
+def _is_table_csv(first_col: str):
+    """A CSV whose header is column names only, starting with the table's first column."""
+    def check(path: Path) -> bool:
+        first = safeio.head(path, 65536).split(b"\n", 1)[0].strip().decode("ascii", "replace")
+        names = first.split(",")
+        return names[0] == first_col and all(_IDENT.match(n) for n in names)
+    return check
+
+
+def _targets(out: Path, fmt: str, tables: dict, overwrite: bool) -> dict[str, Path]:
+    """Every file this export will write in `out`, checked before any is written."""
+    ours = _is_parquet if fmt == "parquet" else _is_table_csv
+    kind = "Parquet export of this table" if fmt == "parquet" else "kvviz CSV export"
+    paths = {"run.json": safeio.check_output(out / "run.json", f"--{fmt}", overwrite=overwrite,
+                                             is_ours=_is_run_json, kind_name="kvviz run.json")}
+    for name, df in tables.items():
+        first = str(df.columns[0]) if len(df.columns) else ""
+        paths[name] = safeio.check_output(out / f"{name}.{fmt}", f"--{fmt}",
+                                          overwrite=overwrite, is_ours=ours(first),
+                                          kind_name=kind)
+    return paths
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,25 +92,41 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
-    r = RunReader(args.run)
+    from kvviz.commands.info import DAMAGED
+    from kvviz.errors import StoreError
+
+    safeio.check_input_file(args.run, "recording")
     try:
-        tables = {"samples": r.samples(), "events": r.events(),
-                  "device_memory": r.device_memory(),
-                  "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
-        header = {"status": r.status, "status_message": r.status_message,
-                  "format_version": r.format_version, "meta": r.meta}
-    finally:
-        r.close()
-    for fmt, d in (("parquet", args.parquet), ("csv", args.csv)):
-        if not d:
-            continue
-        out = _outdir(d)
-        (out / "run.json").write_text(json.dumps(header, indent=1))
+        r = RunReader(args.run)
+        try:
+            tables = {"samples": r.samples(), "events": r.events(),
+                      "device_memory": r.device_memory(),
+                      "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
+            header = {"status": r.status, "status_message": r.status_message,
+                      "format_version": r.format_version, "meta": r.meta}
+        finally:
+            r.close()
+    except DAMAGED as exc:  # a hand-edited or damaged field the reader did not catch
+        raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+    try:
+        header_text = json.dumps(header, indent=1, default=str)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{safeio.printable(args.run)}: run metadata cannot be written as "
+                         f"JSON ({type(exc).__name__})") from None
+    jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
+    plans = [(fmt, out, _targets(out, fmt, tables, args.overwrite)) for fmt, out in jobs]
+    for fmt, out, paths in plans:
+        safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():
             if fmt == "parquet":
-                df.to_parquet(out / f"{name}.parquet", engine="pyarrow", index=False)
+                safeio.atomic_write(paths[name], lambda tmp, df=df: df.to_parquet(
+                    tmp, engine="pyarrow", index=False), f"{name}.parquet")
             else:
-                df.drop(columns=[c for c in BLOB_COLS if c in df.columns]).to_csv(
-                    out / f"{name}.csv", index=False)
-        print(f"{out}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} + run.json")
+                data = df.drop(columns=[c for c in BLOB_COLS if c in df.columns])
+                safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
+                    tmp, index=False), f"{name}.csv")
+        shown = safeio.printable(out)
+        print(f"{shown}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} "
+              "+ run.json")
     return 0

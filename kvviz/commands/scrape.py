@@ -11,6 +11,8 @@ import urllib.parse
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from kvviz import safeio
+from kvviz.commands import argtypes as at
 from kvviz.errors import KvvizError
 
 HELP = "scrape a vLLM/SGLang node's Prometheus /metrics (KV usage, queue, preemptions)"
@@ -18,16 +20,19 @@ HELP = "scrape a vLLM/SGLang node's Prometheus /metrics (KV usage, queue, preemp
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", help="node metrics URL, e.g. localhost:8000 or http://h:30000/metrics")
-    p.add_argument("--interval", type=float, default=5.0, metavar="S",
-                   help="seconds between scrapes (default 5)")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="stop after this many seconds (default: until Ctrl-C)")
-    p.add_argument("--count", type=int, default=None, metavar="N",
-                   help="stop after N samples")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="S",
-                   help="give up on one scrape after this many seconds (default 3)")
+    p.add_argument("--interval", type=at.SECONDS, default=5.0, metavar="S",
+                   help=at.rng("seconds between scrapes (default 5)", at.SECONDS))
+    p.add_argument("--duration", type=at.SECONDS, default=None, metavar="S",
+                   help=at.rng("stop after this many seconds (default: until Ctrl-C)",
+                               at.SECONDS))
+    p.add_argument("--count", type=at.COUNT, default=None, metavar="N",
+                   help=at.rng("stop after N samples", at.COUNT))
+    p.add_argument("--timeout", type=at.TIMEOUT, default=3.0, metavar="S",
+                   help=at.rng("give up on one scrape after this many seconds (default 3)",
+                               at.TIMEOUT))
     p.add_argument("--out", type=Path, default=None, metavar="FILE",
-                   help="also record samples: FILE.jsonl (one JSON object a line) or FILE.db")
+                   help="also record samples: FILE.jsonl (one JSON object a line, appended "
+                        "to an existing scrape log) or FILE.db (a new recording)")
     p.add_argument("--json", action="store_true", help="print each sample as one JSON line")
     p.add_argument("--quiet", action="store_true", help="print nothing per sample")
     p.add_argument("--nvml", choices=("auto", "always", "never"), default="auto",
@@ -115,12 +120,26 @@ def _open_out(args: argparse.Namespace, url: str) -> AbstractContextManager:
     if path is None:
         return nullcontext(None)
     if path.suffix == ".jsonl":
+        safeio.check_output(path, "--out", overwrite=False, append=True,
+                            is_ours=_is_scrape_log, kind_name="kvviz scrape log")
         return JsonlSink(path)
     if path.suffix == ".db":
+        safeio.check_output(path, "--out", overwrite=False, is_ours=safeio.is_kvviz_recording,
+                            kind_name="kvviz recording")
         scrape = {"interval_s": args.interval, "timeout_s": args.timeout,
                   "duration_s": args.duration, "count": args.count}
         return open_store_sink(path, url, nvml=args.nvml, scrape=scrape)
-    raise KvvizError(f"--out {path}: expected a .jsonl or .db file")
+    raise KvvizError(f"--out {safeio.printable(path)}: expected a .jsonl or .db file")
+
+
+def _is_scrape_log(path: Path) -> bool:
+    """A JSONL file whose first line is a NodeSample written by JsonlSink."""
+    first = safeio.head(path, 65536).split(b"\n", 1)[0]
+    try:
+        obj = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and {"time", "url", "status"} <= obj.keys()
 
 
 def _pct(x: float | None) -> str:
@@ -168,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
             if recorder is not None:
                 recorder(sample)
             if not args.quiet:
-                line = json.dumps(sample.to_dict()) if args.json else format_line(sample)
+                line = (json.dumps(sample.to_dict()) if args.json
+                        else safeio.printable(format_line(sample)))
                 print(line, flush=True)
 
         scraper = Scraper(url, sink, interval_s=args.interval, duration_s=args.duration,
@@ -184,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         if stopped_by and isinstance(recorder, StoreSink):
             recorder.status, recorder.message = "stopped", f"stopped by {stopped_by[0]}"
     if not ok:
-        print(f"kvviz scrape: no successful scrape of {url} in {n} tries", file=sys.stderr)
+        print(f"kvviz scrape: no successful scrape of {safeio.printable(url)} in {n} tries",
+              file=sys.stderr)
         return 1
     return 0

@@ -5,7 +5,10 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
+from kvviz import safeio
+from kvviz.commands import argtypes as at
 from kvviz.config import (
     LENGTH_PRESETS,
     MODEL_PRESETS,
@@ -15,23 +18,15 @@ from kvviz.config import (
     EngineConfig,
     LaneSpec,
     WorkloadConfig,
+    check_lane_blocks,
     model_preset,
 )
 from kvviz.engine import Simulation
-from kvviz.workload import dump_trace, generate, load_trace
+from kvviz.workload import dump_trace, generate, is_kvviz_trace, load_trace
 
 HELP = "simulate allocators on a synthetic workload or a trace (sim mode, no tensors)"
-
-
-def _rate(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a number: {text!r} (use 'inf' for all at once)") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
+STEP_MS = at.float_range(0.0, 1e6, lo_open=True)
+WATERMARK = at.float_range(0.0, 1.0, hi_open=True)
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,20 +38,23 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--trace", metavar="FILE",
                      help="CSV or JSONL trace: arrival_s, prompt_tokens, output_tokens"
                           "[, prefix_group]")
-    g.add_argument("--requests", type=int, default=1000, metavar="N",
-                   help="number of synthetic requests (default 1000)")
-    g.add_argument("--rate", type=_rate, default=math.inf, metavar="R",
-                   help="arrivals per simulated second; 'inf' = all at time 0 (default inf)")
+    g.add_argument("--requests", type=at.REQUESTS, default=1000, metavar="N",
+                   help=at.rng("number of synthetic requests (default 1000)", at.REQUESTS))
+    g.add_argument("--rate", type=at.RATE, default=math.inf, metavar="R",
+                   help=at.rng("arrivals per simulated second; 'inf' = all at time 0 "
+                               "(default inf)", at.RATE))
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson",
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
-    g.add_argument("--seed", type=int, default=0, help="seed for the workload (default 0)")
-    g.add_argument("--max-seq-len", type=int, default=2048, metavar="N",
-                   help="clip prompt+output to this and reserve it under --reserve max "
-                        "(default 2048)")
+    g.add_argument("--seed", type=at.SEED, default=0,
+                   help=at.rng("seed for the workload (default 0)", at.SEED))
+    g.add_argument("--max-seq-len", type=at.MAX_SEQ_LEN, default=2048, metavar="N",
+                   help=at.rng("clip prompt+output to this and reserve it under --reserve max "
+                               "(default 2048)", at.MAX_SEQ_LEN))
     g.add_argument("--prefix-sharing", action="store_true",
                    help="half the requests share one of 4 system prompts of --prefix-tokens")
-    g.add_argument("--prefix-tokens", type=int, default=256, metavar="N",
-                   help="length of a shared system prompt (default 256)")
+    g.add_argument("--prefix-tokens", type=at.PREFIX_TOKENS, default=256, metavar="N",
+                   help=at.rng("length of a shared system prompt (default 256)",
+                               at.PREFIX_TOKENS))
 
 
 def workload_from_args(a: argparse.Namespace):
@@ -77,30 +75,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reserve", choices=RESERVE_POLICIES, default="max",
                    help="contiguous reservation: max = max_seq_len, pow2 = next power of two "
                         "of prompt+output, exact = prompt+output (an oracle) (default max)")
-    g.add_argument("--block-size", type=int, default=16, metavar="N",
-                   help="paged block size in tokens (default 16)")
+    g.add_argument("--block-size", type=at.BLOCK_SIZE, default=16, metavar="N",
+                   help=at.rng("paged block size in tokens (default 16)", at.BLOCK_SIZE))
     g.add_argument("--lane", action="append", metavar="SPEC", default=None,
                    help="a lane: contiguous:PLACEMENT:RESERVE or paged:BLOCK[:prefix]; "
                         "repeat to compare lanes over one request stream")
     c = p.add_argument_group("cache and engine")
-    c.add_argument("--capacity-tokens", type=int, default=1 << 20, metavar="N",
-                   help="KV capacity in token slots (default 1048576)")
+    c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS, default=1 << 20, metavar="N",
+                   help=at.rng("KV capacity in token slots (default 1048576)",
+                               at.CAPACITY_TOKENS))
     c.add_argument("--model", default="llama-3-8b", metavar="PRESET",
                    help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)}")
-    c.add_argument("--step-ms", type=float, default=20.0, metavar="MS",
-                   help="simulated time per engine step (default 20)")
-    c.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
-                   help="running-batch limit (default 256)")
-    c.add_argument("--max-batched-tokens", type=int, default=8192, metavar="N",
-                   help="prefill tokens per step (default 8192)")
-    c.add_argument("--watermark", type=float, default=0.01,
-                   help="share of capacity kept free when admitting into paged lanes "
-                        "(default 0.01)")
+    c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
+                   help=at.rng("simulated time per engine step (default 20)", STEP_MS))
+    c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",
+                   help=at.rng("running-batch limit (default 256)", at.MAX_NUM_SEQS))
+    c.add_argument("--max-batched-tokens", type=at.BATCHED_TOKENS, default=8192, metavar="N",
+                   help=at.rng("prefill tokens per step (default 8192)", at.BATCHED_TOKENS))
+    c.add_argument("--watermark", type=WATERMARK, default=0.01,
+                   help=at.rng("share of capacity kept free when admitting into paged lanes "
+                               "(default 0.01)", WATERMARK))
     add_workload_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON object per lane, one per line")
     o.add_argument("--save-trace", metavar="FILE",
-                   help="also write the request stream as a trace (.csv or .jsonl)")
+                   help="also write the request stream as a trace (.csv or .jsonl); an "
+                        "existing file is refused unless --overwrite")
+    o.add_argument("--overwrite", action="store_true",
+                   help="let --save-trace replace an existing kvviz trace (or empty file); "
+                        "any other file is never replaced")
 
 
 def lanes_from_args(a: argparse.Namespace) -> list[LaneSpec]:
@@ -113,13 +116,18 @@ def lanes_from_args(a: argparse.Namespace) -> list[LaneSpec]:
 
 def run(a: argparse.Namespace) -> int:
     lanes = lanes_from_args(a)
+    check_lane_blocks(lanes, a.capacity_tokens)
+    save = None
+    if a.save_trace is not None:
+        save = safeio.check_output(a.save_trace, "--save-trace", overwrite=a.overwrite,
+                                   is_ours=is_kvviz_trace, kind_name="kvviz trace")
     cache = CacheConfig(block_size=max(s.block_size for s in lanes),
                         capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
     engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
                           watermark=a.watermark, step_ms=a.step_ms, max_seq_len=a.max_seq_len)
     w = workload_from_args(a)
-    if a.save_trace:
-        dump_trace(w, a.save_trace)
+    if save is not None:
+        dump_trace(w, Path(save))
     sim = Simulation(w, lanes, cache, engine)
     show = sys.stderr.isatty() and not a.json
 

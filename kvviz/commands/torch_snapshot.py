@@ -4,9 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from kvviz import safeio
+from kvviz.commands import argtypes as at
+
 HELP = ("summarize a torch.cuda.memory._dump_snapshot() pickle (holes, rounding waste, "
         "fragmentation) without executing it")
 MAX_ROWS = 40
+MAX_MB = at.float_range(0.0, 4096.0, lo_open=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,8 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--all", action="store_true",
                    help=f"list every segment (default: the {MAX_ROWS} with the most free bytes)")
-    p.add_argument("--max-mb", type=float, default=None, metavar="MB",
-                   help="refuse files larger than this (default 256)")
+    p.add_argument("--max-mb", type=MAX_MB, default=None, metavar="MB",
+                   help=at.rng("refuse files larger than this (default 256)", MAX_MB))
 
 
 def human_bytes(n: float) -> str:
@@ -79,10 +83,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_mb is not None and not args.max_mb > 0:
         raise SnapshotFormatError(f"--max-mb must be > 0, got {args.max_mb}")
     max_bytes = DEFAULT_MAX_BYTES if args.max_mb is None else int(args.max_mb * 1024 * 1024)
+    safeio.check_input_file(args.file, "snapshot")  # a FIFO or device would block the read
     # parsed in a child with memory/CPU/time limits: no file can take this process down
     summary = summarize(load_snapshot_sandboxed(args.file, max_bytes=max_bytes))
     if args.json:
         print(json.dumps({"file": str(args.file), **summary.to_dict()}))
-    else:
-        print(format_table(summary, str(args.file), show_all=args.all))
+    else:  # names and segment types come from the file: escape terminal control characters
+        table = format_table(summary, str(args.file), show_all=args.all)
+        print("\n".join(safeio.printable(line) for line in table.split("\n")))
     return 0

@@ -52,9 +52,10 @@ def test_cli_bad_values_exit_2(argv, capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_cli_without_what_prints_help(capsys):
+def test_cli_without_what_is_one_error_line(capsys):
     assert main(["bench"]) == 2
-    assert "attention" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "attention" in err and len(err.splitlines()) == 1
 
 
 def test_bench_command_module_does_not_import_torch():

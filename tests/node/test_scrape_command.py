@@ -42,4 +42,4 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert main(["scrape", "localhost:1", "--interval", "0"]) == 2
     assert main(["scrape", "localhost:1", "--count", "0"]) == 2
     err = capsys.readouterr().err
-    assert "only http" in err and ".jsonl or .db" in err and "interval must be > 0" in err
+    assert "only http" in err and ".jsonl or .db" in err and "--interval: must be in" in err

@@ -1,0 +1,105 @@
+"""argparse `type=` helpers: every numeric flag is parsed here, finite and within a range.
+
+Each helper returns a callable for `type=` that raises argparse.ArgumentTypeError (so the
+CLI prints `kvviz CMD: error: argument --flag: ...` and exits 2) and carries its range in
+`.range_text`, which `rng()` appends to a flag's help so `--help` states it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+INT64_MAX = 2**63 - 1
+MAX_INT_DIGITS = 30  # longer integer text is refused before int() spends time on it
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e16:
+        return f"{int(v):,}".replace(",", "_") if abs(v) >= 100_000 else str(int(v))
+    return f"{v:g}"
+
+
+class _Typed:
+    """A named argparse type callable; argparse uses __name__ in 'invalid X value' messages."""
+
+    def __init__(self, name: str, parse: Callable[[str], object], range_text: str) -> None:
+        self.__name__ = name
+        self._parse = parse
+        self.range_text = range_text
+
+    def __call__(self, text: str) -> object:
+        return self._parse(text)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+def int_range(lo: int, hi: int) -> _Typed:
+    """An integer in [lo, hi] (both within int64)."""
+    assert -INT64_MAX <= lo <= hi <= INT64_MAX
+
+    def parse(text: str) -> int:
+        s = text.strip().replace("_", "")
+        digits = s.lstrip("+-")
+        if not digits.isdigit() or not digits.isascii() or len(digits) > MAX_INT_DIGITS:
+            raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}")
+        try:
+            v = int(s)
+        except ValueError:  # '+-5' and the like
+            raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{_fmt(lo)}, {_fmt(hi)}], got {v}"
+                                             if len(digits) <= 20 else
+                                             f"must be in [{_fmt(lo)}, {_fmt(hi)}]")
+        return v
+
+    return _Typed("int", parse, f"{_fmt(lo)}..{_fmt(hi)}")
+
+
+def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False,
+                allow_inf: bool = False) -> _Typed:
+    """A finite float in [lo, hi] (open ends as asked); 'inf' only when allow_inf."""
+    left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+    range_text = f"{left}{_fmt(lo)}, {_fmt(hi)}{right}" + (" or inf" if allow_inf else "")
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+        if math.isnan(v):
+            raise argparse.ArgumentTypeError("must be a number, got nan")
+        if math.isinf(v):
+            if allow_inf and v > 0:
+                return v
+            raise argparse.ArgumentTypeError(f"must be finite, in {range_text}, got {v}")
+        low_ok = v > lo if lo_open else v >= lo
+        high_ok = v < hi if hi_open else v <= hi
+        if not (low_ok and high_ok):
+            raise argparse.ArgumentTypeError(f"must be in {range_text}, got {v:g}")
+        return v
+
+    return _Typed("float", parse, range_text)
+
+
+def rng(help_text: str, typ: _Typed) -> str:
+    """`help_text` with the flag's accepted range appended."""
+    return f"{help_text} [range {typ.range_text}]" if help_text else f"range {typ.range_text}"
+
+
+# Shared ranges: one name per quantity, so the same flag has the same range everywhere.
+SEED = int_range(0, INT64_MAX)
+REQUESTS = int_range(1, 10_000_000)
+CAPACITY_TOKENS = int_range(1, 2**30)
+MAX_SEQ_LEN = int_range(2, 2**24)
+BLOCK_SIZE = int_range(1, 65536)
+MAX_NUM_SEQS = int_range(1, 2**20)
+BATCHED_TOKENS = int_range(1, 2**24)
+PREFIX_TOKENS = int_range(1, 2**24)
+RATE = float_range(0.0, 1e9, lo_open=True, allow_inf=True)
+SHARE = float_range(0.0, 1.0)
+SECONDS = float_range(0.0, 1e9, lo_open=True)  # a duration or an interval
+TIMEOUT = float_range(0.0, 3600.0, lo_open=True)
+THREADS = int_range(1, 4096)
+COUNT = int_range(1, 10**9)
