@@ -163,7 +163,7 @@ def test_thinned_samples_are_the_last_sample_of_each_time_bucket(recording, poin
     width = (t1 - t0) / points
     ends = [t0 + width * (b + 1) for b in range(points - 1)] + [t1]
     want = set()
-    for lane, g in s.groupby("lane"):
+    for _lane, g in s.groupby("lane"):
         lo = t0 - 1
         for end in ends:
             inside = g[(g.t > lo) & (g.t <= end)]
