@@ -6,6 +6,7 @@ under pressure); when no step was, over all steps. used + reserved + internal + 
 from __future__ import annotations
 
 FIELDS = ("used", "reserved", "internal", "free", "tail", "efi")
+EXACT_FLOAT_REPEATS = 1 << 20  # add.times above this: efi * times (may differ in the last bit)
 
 
 class Shares:
@@ -20,13 +21,20 @@ class Shares:
         return pressure or not self.pressure["steps"]
 
     def add(self, pressure: bool, *, used: int, reserved: int, internal: int, free: int,
-            tail: int, efi: float) -> None:
+            tail: int, efi: float, times: int = 1) -> None:
+        """`times` equal steps at once: integer sums exactly as `times` calls; the float efi
+        sum too while efi is 0.0 (always so when nothing is held) or times is small."""
         vals = {"used": used, "reserved": reserved, "internal": internal, "free": free,
-                "tail": tail, "efi": efi}
+                "tail": tail}
         for acc in ((self.pressure, self.every) if pressure else (self.every,)):
-            acc["steps"] += 1
+            acc["steps"] += times
             for k, v in vals.items():
-                acc[k] += v
+                acc[k] += v * times
+            if efi == 0.0 or times > EXACT_FLOAT_REPEATS:
+                acc["efi"] += efi * times
+            else:
+                for _ in range(times):
+                    acc["efi"] += efi
 
     @property
     def pressure_steps(self) -> int:
