@@ -19,6 +19,8 @@ from kvviz.store_codec import COUNTERS, EVENT_COLS, MAP_COLS, NODE_COLS, SAMPLE_
 SAMPLE_NUMERIC = ("sample_id", *(c for c in SAMPLE_COLS if c != "lane"))
 EVENT_NUMERIC = tuple(c for c in EVENT_COLS if c not in ("lane", "kind", "reason"))
 NODE_TEXT = ("url", "status", "message", "engine")
+STALE_S = 30.0  # a "running" run whose heartbeat is older: its writer was killed
+STOPPED_UNEXPECTEDLY = "stopped unexpectedly"
 
 
 class RunReader:
@@ -64,6 +66,29 @@ class RunReader:
             raise StoreError(f"{self.path}: the run header row is missing")
         (self.meta, self.status, self.status_message, self.heartbeat, self.format_version,
          self.blockmap_stride) = check.run_row(rows[0], str(self.path))
+
+    @property
+    def state(self) -> str:
+        """The status to show: "stopped unexpectedly" for a run that still says "running"
+        but whose writer has not committed for stale_after_s (it was killed)."""
+        if self.status == "running" and self.heartbeat is not None and (
+                time.time() - self.heartbeat > self.stale_after_s):
+            return STOPPED_UNEXPECTEDLY
+        return self.status
+
+    @property
+    def stale_after_s(self) -> float:
+        """STALE_S, or 3 sampling periods of a slower collector or scrape (from meta)."""
+        periods = []
+        hz = (self.meta.get("collector") or {}).get("hz") if isinstance(
+            self.meta.get("collector"), dict) else None
+        if isinstance(hz, (int, float)) and hz > 0:
+            periods.append(1.0 / hz)
+        scrape = self.meta.get("scrape")
+        every = scrape.get("interval_s") if isinstance(scrape, dict) else None
+        if isinstance(every, (int, float)) and every > 0:
+            periods.append(float(every))
+        return max([STALE_S, *(3 * p for p in periods)])
 
     def lanes(self) -> list[str]:
         names = [x["name"] for x in self.meta.get("lanes", []) if "name" in x]
@@ -210,7 +235,8 @@ class RunReader:
         node = self._span("node_samples") if self._has("node_samples") else (0, 0.0)
         n, dur = (span[0] + node[0], span[1] if span[0] else node[1])
         return {
-            "path": str(self.path), "status": self.status, "status_message": self.status_message,
+            "path": str(self.path), "status": self.status, "state": self.state,
+            "status_message": self.status_message,
             "format_version": self.format_version, "mode": self.meta.get("mode"),
             "device": self.meta.get("device"), "lanes": lanes,
             "duration_s": dur, "samples": n, "node_samples": node[0],

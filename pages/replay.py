@@ -84,7 +84,7 @@ def page(r, run: str, lanes: list[str]) -> None:
             st.session_state[T] = t0
         st.rerun()
     c2.caption(f"{len(samples['t'].unique())} samples over {t1 - t0:.1f} s; status "
-               f"{r.status or 'unknown'}. Play advances {step * 10:.2f} s every half second.")
+               f"{r.state or 'unknown'}. Play advances {step * 10:.2f} s every half second.")
     st.fragment(scrub, run_every=0.5 if playing else None)(run, lanes, t0, t1, step)
     st.subheader(f"Admission failures ({len(table)})")
     st.caption("Select a row to jump to that moment. " + " · ".join(
