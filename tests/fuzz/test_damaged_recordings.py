@@ -238,7 +238,7 @@ def apply(src: Path, dst: Path, script: list[str]) -> Path:
     return dst
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=damage())
 def test_random_field_damage_reads_or_fails_with_a_store_error(clean, tmp_path, script):
