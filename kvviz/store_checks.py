@@ -16,12 +16,24 @@ import pandas as pd
 from kvviz.errors import StoreError
 from kvviz.store_codec import STATUSES
 
+MAX_META_DEPTH = 64  # kvviz writes 3 levels; a deeper run header is hand-made
 INFLATE_CAP = 1 << 30  # no stored blob inflates past 1 GiB: a larger one is damage or a bomb
 
 
 def _kind(v: object) -> str:
     return {dict: "an object", list: "a list", str: "text", bytes: "a blob",
             type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a JSON value, without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            todo.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def meta(raw: object, where: str) -> dict:
@@ -36,6 +48,9 @@ def meta(raw: object, where: str) -> dict:
         raise StoreError(f"{where}: run metadata is not valid JSON ({exc})") from None
     if not isinstance(m, dict):
         raise StoreError(f"{where}: run metadata must be a JSON object, got {_kind(m)}")
+    if _depth(m) > MAX_META_DEPTH:  # what loads may still be too deep to print or save
+        raise StoreError(f"{where}: run metadata is nested too deeply (more than "
+                         f"{MAX_META_DEPTH} levels)")
     lanes = m.get("lanes", [])
     if not isinstance(lanes, list):
         raise StoreError(f"{where}: run metadata 'lanes' must be a list, got {_kind(lanes)}")

@@ -16,6 +16,8 @@ DAMAGE = {  # issue 13's hand edits: (SQL, words the error names)
     "meta lanes int": ("UPDATE run SET meta = '{\"lanes\": 5}'", "'lanes' must be a list"),
     "meta deep": ("UPDATE run SET meta = '" + "[" * 100_000 + "]" * 100_000 + "'",
                   "nested too deeply"),
+    "meta 900 deep": ("UPDATE run SET meta = '{\"x\": " + "[" * 900 + "]" * 900 + "}'",
+                      "more than 64 levels"),
     "samples t text": ("UPDATE samples SET t = 'abc' WHERE sample_id = 5", "column 't'"),
     "heartbeat text": ("UPDATE run SET heartbeat_unix = 'abc'", "heartbeat_unix"),
     "counter text": ("UPDATE samples SET admit_failures_policy = 'x'", "admit_failures_policy"),
