@@ -143,3 +143,25 @@ def inflate(blob: object, what: str, cap: int = INFLATE_CAP) -> bytes:
     if not d.eof:
         raise StoreError(f"{what} is truncated")
     return out
+
+
+def bounded_streams(blob: object, what: str, cap: int, step: int = 1 << 20) -> None:
+    """StoreError when the zlib streams of `blob` (one after another, as kvviz.arraycodec
+    writes them) inflate past `cap` bytes: a bomb costs at most `step` bytes of memory here.
+    Anything else wrong with the blob is left to its decoder to name."""
+    if not isinstance(blob, bytes):
+        return
+    total, rest = 0, blob
+    while rest:
+        d, buf = zlib.decompressobj(), rest
+        try:
+            while buf:
+                total += len(d.decompress(buf, step))
+                if total > cap:
+                    raise StoreError(f"{what} inflates past {cap} bytes")
+                buf = d.unconsumed_tail
+        except zlib.error:
+            return
+        if not d.eof:
+            return
+        rest = d.unused_data

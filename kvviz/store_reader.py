@@ -185,6 +185,9 @@ class RunReader:
         if r["num_blocks"] > codec.MAX_BLOCKS:
             raise StoreError(f"{what}: num_blocks {r['num_blocks']} is more than "
                              f"{codec.MAX_BLOCKS}")
+        cap = 16 * (r["num_blocks"] + r["runs"]) + 65536  # 8-byte values per block or run
+        for k in codec.BLOB_COLS:
+            check.bounded_streams(r[k], f"{what}: {k}", cap)
         try:  # stored bytes: any failure to decode them means damage, named here
             bm = codec.decode(r["num_blocks"], r["runs"], r["layout"], r, block_size=r[
                 "block_size"], bytes_per_token=r["bytes_per_token"], label=r["label"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ NAMED = {
     "maps layout list": "UPDATE blockmaps SET layout = '[]'",
     "maps layout deep": f"UPDATE blockmaps SET layout = '{DEEP}'",
     "maps layout int": "UPDATE blockmaps SET layout = 7",
+    "maps zlib bomb": "UPDATE blockmaps SET owner = zeroblob(0)",  # replaced in damage_sql
     "maps huge": "UPDATE blockmaps SET num_blocks = 1000000000000",
     "maps negative": "UPDATE blockmaps SET num_blocks = -1, runs = -5",
     "maps block size 0": "UPDATE blockmaps SET block_size = 0",
@@ -102,11 +104,18 @@ def clean(tmp_path_factory) -> Path:
                            capacity=8192)
 
 
+BOMB = zlib.compress(bytes(256 * 2**20), 9)  # 256 MiB of zeros in ~250 KB
+
+
 def damage_sql(src: Path, dst: Path, sql: str) -> Path:
     shutil.copy(src, dst)
     conn = sqlite3.connect(dst)
     try:
-        conn.executescript(sql)
+        if sql == NAMED["maps zlib bomb"]:
+            with conn:
+                conn.execute("UPDATE blockmaps SET owner = ?", (BOMB,))
+        else:
+            conn.executescript(sql)
     finally:
         conn.close()
     return dst
@@ -170,6 +179,15 @@ def test_a_hand_edited_recording_reads_or_fails_with_a_store_error(clean, tmp_pa
 @pytest.mark.parametrize("how", FILE_DAMAGE)
 def test_a_damaged_file_reads_or_fails_with_a_store_error(clean, tmp_path, how):
     read_everything(damage_file(clean, tmp_path / "d.db", how))
+
+
+def test_a_zlib_bomb_in_a_block_map_is_refused_before_it_is_inflated(clean, tmp_path):
+    r = RunReader(damage_sql(clean, tmp_path / "d.db", NAMED["maps zlib bomb"]))
+    try:
+        with pytest.raises(StoreError, match="owner inflates past"):
+            r.latest_blockmap(r.lanes()[0])
+    finally:
+        r.close()
 
 
 @pytest.mark.parametrize("sql, words", [
