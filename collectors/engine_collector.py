@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors import torch_memory
+from collectors import lifecycle, torch_memory
 from collectors.nvml import NvmlProbe
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
 from kvviz.blockmap import FREE
@@ -169,7 +169,8 @@ class EngineCollector:
 
     # ---- the loop ---------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+        why = lifecycle.stop_reason()  # the dashboard's watcher signalled: say why
+        self.stop_reason = f"stopped: {why}" if why else f"stopped by {signal.Signals(signum).name}"
 
     def run(self, writer: RunWriter | None = None) -> str:
         """Record until the duration ends, the workload is exhausted or a signal arrives.

@@ -46,6 +46,10 @@ MODES = ("process", "thread", "inline")
 READY_TIMEOUT_S = 60.0  # the writer process imports numpy + sqlite and writes the header
 __all__ = ["Batch", "Hook", "LaneSample", "SampleWriter", "StoreSpec"]
 
+class WriterFailed(StoreError, RuntimeError):
+    """The store writer failed or died: the CLI shows it as one error line (a StoreError)."""
+
+
 class LaneSample(NamedTuple):
     lane: str
     step: int
@@ -212,7 +216,7 @@ class SampleWriter:
         if self.mode == "process":
             self._poll()
         if self.error is not None:
-            raise RuntimeError(f"the store writer failed: {self.error}")
+            raise WriterFailed(f"the store writer failed: {self.error}")
         # The metrics are computed here only when a hook needs the record; else the writer
         # computes them (the same function), off the engine thread.
         here = bool(self.hooks)
@@ -234,7 +238,7 @@ class SampleWriter:
                 self.samples_written += write_batch(self.writer, *item)
             except BaseException as exc:
                 self.error = str(exc) or type(exc).__name__
-                raise RuntimeError(f"the store writer failed: {self.error}") from exc
+                raise WriterFailed(f"the store writer failed: {self.error}") from exc
         self._next_sid += len(lanes)
         self._put += len(lanes)
         for rec in records:
@@ -262,7 +266,7 @@ class SampleWriter:
             else:
                 time.sleep(0.01)
         if self.error is not None:
-            raise RuntimeError(f"the store writer failed: {self.error}")
+            raise WriterFailed(f"the store writer failed: {self.error}")
 
     def close(self, status: str, message: str = "") -> None:
         """Drain what is pending, write the final status, close the store (and its process)."""
@@ -295,7 +299,7 @@ class SampleWriter:
                     break
                 elif msg[0] == "error":
                     self.error = self.error or msg[2]
-                elif msg[0] == "gone":  # exited without closing: the run may say "running"
+                elif msg[0] == "gone":  # exited without closing: the run still says "running"
                     self.error = self.error or msg[1]
                     err = msg[1]
                     break
@@ -305,5 +309,8 @@ class SampleWriter:
                 self._proc.kill()
                 self._proc.join()
             self._release()
-        if err is not None:
-            raise StoreError(f"the store writer failed to close the run: {err}")
+        if err is None:
+            return
+        why = message if status == "error" and message else f"store writer failed: {err}"
+        if not store_process.close_orphaned(self._path, why):
+            raise WriterFailed(f"the store writer failed to close the run: {err}")

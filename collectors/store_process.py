@@ -155,6 +155,29 @@ def widen(conn) -> None:
         pass
 
 
+def close_orphaned(path: Path, message: str) -> bool:
+    """Close a run whose writer process died (SIGKILL, OOM) as "error" with `message`, from
+    the collector; only while the file still says "running". False if even that fails."""
+    import sqlite3
+    import time
+
+    try:
+        conn = sqlite3.connect(path, timeout=5, isolation_level=None)
+        try:
+            conn.execute("UPDATE run SET status = 'error', status_message = ?, "
+                         "heartbeat_unix = ? WHERE id = 1 AND status = 'running'",
+                         (message, time.time()))
+            try:  # back to one self-contained file, as RunWriter.close leaves it
+                conn.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.OperationalError:
+                pass  # a reader has it open: the WAL stays until the next writer
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return True
+
+
 def _error(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc) or type(exc).__name__
 

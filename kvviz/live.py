@@ -17,6 +17,7 @@ from kvviz.errors import KvvizError
 from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
 
 RUN_SUFFIX = ".db"
+VIEWER_SUFFIX = ".viewer"
 DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
 
 
@@ -132,23 +133,59 @@ class Collector(LoggedProcess):
         self.options: CollectorOptions | None = None
         self.started_at: float | None = None
         self.autostarted = False
+        self.viewer: Path | None = None  # touched while a tab shows the live collector
+        self._touched = 0.0
 
     def start(self, options: CollectorOptions) -> Path:
-        """Stop any running collector, start a new one writing runs/live-<time>.db."""
+        """Stop any running collector, start a new one writing runs/live-<time>.db.
+
+        The child stops by itself when this process is gone or when no viewer has touched
+        its viewer file (touch_viewer) for $KVVIZ_IDLE_STOP_S (collectors/lifecycle.py)."""
         with self._lock:
             out = unique_recording(self.root, "live", RUN_SUFFIX)
+            self._drop_viewer()
+            self.viewer = out.with_suffix(VIEWER_SUFFIX)
+            self.viewer.touch()
+            self._touched = time.monotonic()
+            env = {"KVVIZ_PARENT_PID": str(os.getpid()), "KVVIZ_VIEWER_FILE": str(self.viewer)}
             self._launch_locked([self.python, "-m", self.module, *options.argv(out)], out,
-                                self.cwd)
+                                self.cwd, env)
             self.recording, self.options, self.started_at = out, options, time.time()
             return out
 
-    def ensure_started(self, options: CollectorOptions) -> None:
-        """Start once per process (the first page view); later calls do nothing."""
+    def touch_viewer(self, every_s: float = 5.0) -> None:
+        """A tab shows the live collector: push its idle stop back (at most every `every_s`)."""
+        now = time.monotonic()
+        if self.viewer is None or now - self._touched < every_s:
+            return
+        self._touched = now
+        try:
+            os.utime(self.viewer)
+        except OSError:
+            pass  # the runs directory went away: the collector then runs to its idle stop
+
+    def _drop_viewer(self) -> None:
+        if self.viewer is not None:
+            self.viewer.unlink(missing_ok=True)
+            self.viewer = None
+
+    def stop(self) -> None:
+        super().stop()
         with self._lock:
-            if self.autostarted:
+            self._drop_viewer()
+
+    def idle_stopped(self) -> bool:
+        """The collector stopped itself because no one watched it (lifecycle's message)."""
+        return self._state()[0] == "stopped" and "no viewer for" in self.last_message()
+
+    def ensure_started(self, options: CollectorOptions) -> None:
+        """Start once per process (the first page view), and again when a viewer comes back
+        to a collector that stopped for lack of viewers; otherwise do nothing."""
+        with self._lock:
+            if self.autostarted and not self.idle_stopped():
                 return
             self.autostarted = True
-        self.start(options)
+        self.start(self.options if self.idle_stopped() and self.options else options)
 
     def restart(self, options: CollectorOptions | None = None) -> Path:
         return self.start(options or self.options or CollectorOptions())

@@ -6,6 +6,7 @@ output in a log file beside the recording, stopped at interpreter exit. No strea
 from __future__ import annotations
 
 import atexit
+import os
 import subprocess
 import threading
 import time
@@ -40,13 +41,16 @@ class LoggedProcess:
         self._log: Path | None = None
         _ALL.add(self)
 
-    def _launch_locked(self, argv: list[str], out: Path, cwd: Path) -> None:
-        """Stop the current child, then run argv with its output in out's .log."""
+    def _launch_locked(self, argv: list[str], out: Path, cwd: Path,
+                       env: dict[str, str] | None = None) -> None:
+        """Stop the current child, then run argv with its output in out's .log; `env` is
+        added to this process's environment."""
         self._stop_locked()
         self._log = out.with_suffix(".log")
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT)
+                                          stderr=subprocess.STDOUT,
+                                          env=None if env is None else {**os.environ, **env})
 
     def _stop_locked(self, timeout_s: float = 5.0) -> None:
         proc = self._proc

@@ -47,7 +47,7 @@ def panel(run: str | None) -> None:
         with common.guard(f"Reading {run}"):
             meta = r.meta
             st.caption(f"Recording `{run}`: mode **{meta.get('mode', '?')}**, device "
-                       f"**{meta.get('device', '?')}**, status {r.status or 'unknown'}")
+                       f"**{meta.get('device', '?')}**, status {r.state or 'unknown'}")
             df = r.device_memory()
             reason = vg.nvml_reason(df, meta)
             if reason:

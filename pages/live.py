@@ -113,12 +113,17 @@ def show(run: str | None, lanes: list[str], is_live: bool, draw_fn) -> None:
 @st.fragment(run_every=PANEL_EVERY_S)
 def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
     """Every second: the heatmaps and headline numbers."""
+    if is_live:
+        common.collector().touch_viewer()  # a tab watches: no idle stop (KVVIZ_IDLE_STOP_S)
     show(run, lanes, is_live, draw)
 
 
 def draw(r, lanes: list[str]) -> None:
     if r.status == "error":
         st.error(f"The collector reported an error: {r.status_message}")
+    elif r.state != r.status:  # says running, but its writer stopped committing long ago
+        st.warning(f"This recording {r.state}: it still says running, but nothing was "
+                   f"written for over {r.stale_after_s:.0f} s (its writer was killed).")
     maps = {lane: r.latest_blockmap(lane) for lane in lanes}
     ready = {k: v for k, v in maps.items() if v is not None}
     if not ready:
@@ -128,7 +133,7 @@ def draw(r, lanes: list[str]) -> None:
     max_cells = common.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())
-    st.caption(f"t = {t_now:.1f} s; status: {r.status or 'unknown'}")
+    st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}")
     for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
         lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
 

@@ -90,7 +90,7 @@ def page(r, run: str, lanes: list[str]) -> None:
         if not playing and st.session_state.get(T, t0) >= t1:
             st.session_state[T] = t0
         st.rerun()
-    c2.caption(f"{t1 - t0:,.1f} s recorded; status {r.status or 'unknown'}. Play advances "
+    c2.caption(f"{t1 - t0:,.1f} s recorded; status {r.state or 'unknown'}. Play advances "
                f"{step * 10:.2f} s every half second.")
     st.fragment(scrub, run_every=0.5 if playing else None)(run, lanes, t0, t1, step)
     st.subheader(f"Admission failures ({total:,})")

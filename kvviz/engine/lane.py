@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason
+from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
 from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
@@ -267,6 +267,10 @@ class Lane:
             self._event("evicted", -1, count=u.evictions - self._evictions_seen)
             self._evictions_seen = u.evictions
         pressure, self._memory_pressure = self._memory_pressure, False
+        self.shares.add(pressure, **self._fill(u))
+
+    def _fill(self, u: Usage) -> dict:
+        """Where the capacity is in this step (Shares.add's fields)."""
         ids = self.run_ids
         internal = 0
         tail = 0
@@ -280,8 +284,20 @@ class Lane:
         efi = 0.0
         if self.alloc.contiguous and free > 0:
             efi = 1.0 - self.alloc.check(1).largest_hole_tokens / free
-        self.shares.add(pressure, used=u.used_tokens, reserved=slack - internal,
-                        internal=internal, free=free, tail=tail, efi=efi)
+        return {"used": u.used_tokens, "reserved": slack - internal, "internal": internal,
+                "free": free, "tail": tail, "efi": efi}
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting: a step changes only the clock (and shares)."""
+        return not self.run_ids.size and not self.waiting_count
+
+    def skip_idle(self, k: int, last_time_s: float) -> None:
+        """The effect of k idle steps (the last at `last_time_s`), as stepping would have it:
+        no allocator call, no event; the all-steps shares grow by k equal steps."""
+        self.step_no += k
+        self.time_s = last_time_s
+        self.shares.add(False, times=k, **self._fill(self.alloc.usage()))
 
     def step(self, time_s: float) -> None:
         self.step_no += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 FIELDS = ("used", "reserved", "internal", "free", "tail", "efi")
 SHARE_KEYS = ("used", "reserved", "internal", "free")  # all_steps_shares' four shares
+EXACT_FLOAT_REPEATS = 1 << 20  # add.times above this: efi * times (may differ in the last bit)
 
 
 class Shares:
@@ -19,14 +20,21 @@ class Shares:
         self.every = dict.fromkeys(("steps", *FIELDS), 0)
 
     def add(self, pressure: bool, *, used: int, reserved: int, internal: int, free: int,
-            tail: int, efi: float) -> None:
-        """One step's state; `pressure`: this step was a memory-pressure step."""
+            tail: int, efi: float, times: int = 1) -> None:
+        """`times` equal steps at once (1: one step); `pressure`: they were memory-pressure
+        steps. Integer sums exactly as `times` calls; the float efi sum too while efi is 0.0
+        (always so when nothing is held) or times is small."""
         vals = {"used": used, "reserved": reserved, "internal": internal, "free": free,
-                "tail": tail, "efi": efi}
+                "tail": tail}
         for acc in ((self.pressure, self.every) if pressure else (self.every,)):
-            acc["steps"] += 1
+            acc["steps"] += times
             for k, v in vals.items():
-                acc[k] += v
+                acc[k] += v * times
+            if efi == 0.0 or times > EXACT_FLOAT_REPEATS:
+                acc["efi"] += efi * times
+            else:
+                for _ in range(times):
+                    acc["efi"] += efi
 
     @property
     def pressure_steps(self) -> int:

@@ -1,6 +1,11 @@
-"""Lanes in lockstep: one request stream, several allocators, identical arrivals."""
+"""Lanes in lockstep: one request stream, several allocators, identical arrivals.
+
+run() jumps over idle time (no lane has a request running or waiting) straight to the step
+of the next arrival, so a sparse stream costs steps with work, not simulated seconds.
+"""
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -10,7 +15,10 @@ from kvviz.alloc import make_allocator
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.engine.events import EventLog
 from kvviz.engine.lane import KVExecutor, Lane
+from kvviz.errors import KvvizError
 from kvviz.workload import Workload
+
+MAX_STEP = 2**63 - 1  # events store the step as int64
 
 
 class Simulation:
@@ -44,7 +52,45 @@ class Simulation:
 
     @property
     def time_s(self) -> float:
-        return self.step_no * self.engine.step_ms / 1000.0
+        return self._clock(self.step_no)
+
+    def _clock(self, step_no: int) -> float:
+        return step_no * self.engine.step_ms / 1000.0
+
+    def _idle_steps(self) -> int:
+        """How many of the next steps would be idle on every unfinished lane: nothing runs,
+        nothing waits, and the next request arrives only later (0 when there is work)."""
+        live = [lane for lane in self.lanes if not lane.finished]
+        if not live or not all(lane.idle for lane in live):
+            return 0
+        nxt = max(lane.arrived for lane in live)
+        if nxt >= len(self._arrival):
+            return 0
+        return self._arrival_step(float(self._arrival[nxt])) - 1 - self.step_no
+
+    def _arrival_step(self, arrival_s: float) -> int:
+        """The first step whose clock reaches `arrival_s` (as step() compares them)."""
+        try:
+            s = max(self.step_no + 1, math.ceil(arrival_s * 1000.0 / self.engine.step_ms))
+        except OverflowError:
+            s = MAX_STEP + 1
+        if s > MAX_STEP:
+            raise KvvizError(f"the next request arrives at {arrival_s:g} s, more than "
+                             f"{MAX_STEP} engine steps of {self.engine.step_ms:g} ms away: "
+                             "lower its arrival time or raise the rate")
+        while self._clock(s) < arrival_s:
+            s += 1
+        while s - 1 > self.step_no and self._clock(s - 1) >= arrival_s:
+            s -= 1
+        return s
+
+    def skip_idle(self, k: int) -> None:
+        """Advance k idle steps at once, with the same result as k calls of step()."""
+        last = self.step_no + k
+        for lane in self.lanes:
+            if not lane.finished:
+                lane.skip_idle(k, self._clock(last))
+        self.step_no = last
 
     @property
     def finished(self) -> bool:
@@ -68,6 +114,13 @@ class Simulation:
         t0 = time.perf_counter()
         total = len(self.workload)
         while not self.finished and (max_steps is None or self.step_no < max_steps):
+            idle = self._idle_steps()  # sparse arrivals: jump over the idle time
+            if idle > 0:
+                self.skip_idle(idle if max_steps is None else
+                               min(idle, max_steps - self.step_no))
+                if progress is not None:
+                    progress(min(lane.done + lane.rejected for lane in self.lanes), total)
+                continue
             self.step()
             if progress is not None and self.step_no % 256 == 0:
                 progress(min(lane.done + lane.rejected for lane in self.lanes), total)

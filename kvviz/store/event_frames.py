@@ -51,7 +51,7 @@ def _read_chunks(query: Callable, lane: str | None, kinds: list[str] | None,
     out = []
     for lane, kind, n, encoding, data in found:
         try:
-            c = decode_chunk(int(n), encoding, data)
+            c = decode_chunk(n, encoding, data)
         except ValueError as exc:
             raise ValueError(f"{lane} {kind} events: {exc}") from None
         frame = pd.DataFrame({"event_id": c["event_id"], "t": c["t"], "step": c["step"],

@@ -83,11 +83,18 @@ def write(conn: sqlite3.Connection, ev: EventColumns, first_id: int) -> int:
 def decode_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
     """One chunk's columns (CHUNK_COLS); ValueError names what is wrong."""
     if encoding != CHUNK_ENCODING:
-        raise ValueError(f"unknown event chunk encoding {encoding!r}")
-    try:
-        raw = zlib.decompress(data)
+        raise ValueError(f"unknown event chunk encoding {encoding!r:.60}")
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"event chunk count must be an integer >= 0, got {n!r:.60}")
+    if not isinstance(data, bytes):
+        raise ValueError(f"event chunk data is {type(data).__name__}, not a blob")
+    d = zlib.decompressobj()
+    try:  # at most one byte more than n events take: a larger chunk is damage
+        raw = d.decompress(data, 8 * n * len(CHUNK_COLS) + 1)
     except zlib.error as exc:
         raise ValueError(f"event chunk is not zlib data ({exc})") from None
+    if not d.eof and len(raw) <= 8 * n * len(CHUNK_COLS):
+        raise ValueError("event chunk data is truncated")
     if len(raw) != 8 * n * len(CHUNK_COLS):
         raise ValueError(f"event chunk holds {len(raw)} bytes, expected "
                          f"{8 * n * len(CHUNK_COLS)} for {n} events")
@@ -97,5 +104,8 @@ def decode_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
 def count(query: Callable[[str, tuple], list[tuple]], chunks: bool) -> int:
     n = int(query("SELECT COUNT(*) FROM events", ())[0][0])
     if chunks:
+        if query("SELECT 1 FROM event_chunks WHERE typeof(n) != 'integer' OR n < 0 LIMIT 1",
+                 ()):
+            raise ValueError("event_chunks column 'n' holds a value that is not a count")
         n += int(query("SELECT COALESCE(SUM(n), 0) FROM event_chunks", ())[0][0])
     return n

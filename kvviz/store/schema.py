@@ -14,6 +14,7 @@ from kvviz.store.mapcodec import FINALS, PLANES
 
 APP_ID = 0x6B76767A  # "kvvz" in PRAGMA application_id: tells our files from other SQLite files
 STATUSES = ("running", "finished", "stopped", "error")
+MAX_BLOCKS = 1 << 31  # a stored block map with more blocks is damaged (readers refuse it)
 COUNTERS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
             "admit_failures_policy", "tokens_generated", "tokens_per_s", "running", "waiting")
 SAMPLE_COLS = ("t", "step", "lane", *Metrics._fields, *COUNTERS)
@@ -93,7 +94,9 @@ def open_checked(path: Path) -> sqlite3.Connection:
         raise StoreError(f"{path}: damaged or truncated recording ({exc})") from None
     if row is None or row[0] != "kvviz":
         raise StoreError(f"{path}: the run header is missing; not a complete kvviz recording")
-    if int(row[1]) > FORMAT_VERSION:
+    if not isinstance(row[1], int) or isinstance(row[1], bool):
+        raise StoreError(f"{path}: run format_version must be an integer, got {row[1]!r:.60}")
+    if row[1] > FORMAT_VERSION:
         raise StoreError(f"{path}: format version {row[1]} is newer than this kvviz reads "
                          f"({FORMAT_VERSION}); upgrade kvviz")
     return conn

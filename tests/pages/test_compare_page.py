@@ -86,3 +86,13 @@ def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest) -> None:
     assert "status 3" in at.warning[0].value
     button(at, "Run block-size sweep").click().run()
     assert "Without kernel timings" in at.success[0].value
+
+
+def test_a_trace_with_an_arrival_a_billion_seconds_in_runs_to_the_end(at: AppTest) -> None:
+    at.session_state["compare_test_upload"] = (
+        "sparse.jsonl", b'{"arrival_s": 0, "prompt_tokens": 30, "output_tokens": 9}\n'
+        b'{"arrival_s": 1e9, "prompt_tokens": 30, "output_tokens": 9}\n')
+    at.run()
+    button(at, "Run comparison").click().run()  # jumps over the idle time: no spinning
+    assert not at.exception and not at.error
+    assert (at.dataframe[0].value["steps to finish"] > 5 * 10**10).all()  # past 1e9 s

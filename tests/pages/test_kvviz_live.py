@@ -115,3 +115,32 @@ def test_ensure_started_starts_once(tmp_path: Path):
 def test_nvml_probe_answers_plainly():
     probe = live.nvml_probe()
     assert probe["ok"] or probe["error"]
+
+
+def test_the_viewer_file_is_touched_by_viewers_and_removed_on_stop(tmp_path: Path):
+    coll = live.Collector(tmp_path, module=FAKE)
+    out = coll.start(live.CollectorOptions())
+    try:
+        viewer = out.with_suffix(live.VIEWER_SUFFIX)
+        assert viewer.exists()
+        os.utime(viewer, (0, 0))
+        coll.touch_viewer(every_s=0.0)
+        assert viewer.stat().st_mtime > time.time() - 60
+    finally:
+        coll.stop()
+    assert not viewer.exists()
+
+
+def test_the_live_page_touches_the_viewer_file(runs: Path):
+    from pagehelpers import no_exception, page
+
+    from pages import common
+
+    at = page("pages/live.py")
+    no_exception(at)
+    viewer = common.collector().viewer
+    assert viewer is not None and viewer.exists()
+    os.utime(viewer, (0, 0))
+    common.collector()._touched = 0.0  # let the next touch through at once
+    at.run()
+    assert viewer.stat().st_mtime > time.time() - 60

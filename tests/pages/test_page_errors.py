@@ -61,3 +61,15 @@ def test_collector_that_crashes_later_is_shown_stopped(runs: Path, monkeypatch):
     os.kill(common.collector().status().pid, signal.SIGKILL)  # the collector dies under us
     rerun_until(at, lambda a: any("Collector stopped" in w.value for w in a.warning))
     no_exception(at)
+
+
+@pytest.mark.parametrize("path", ["pages/live.py", "pages/replay.py", "pages/gpu.py"])
+def test_a_run_left_running_by_a_kill_shows_as_stopped_unexpectedly(runs: Path, path: str):
+    shutil.copy(runs / "rec.db", runs / "killed.db")
+    with sqlite3.connect(runs / "killed.db") as conn:
+        conn.execute("UPDATE run SET status = 'running', heartbeat_unix = 1000")
+    conn.close()
+    at = page(path, run="killed.db")
+    no_exception(at)
+    shown = " ".join(c.value for c in at.caption) + " ".join(w.value for w in at.warning)
+    assert "stopped unexpectedly" in shown
