@@ -4,7 +4,8 @@ Arrivals follow wall time since the start (Simulation.step(time_s=...)). Every 1
 the engine thread copies each lane's BlockMap and counters plus the new events and hands
 them to the store's writer process (collectors/sampler.py, collectors/store_process.py).
 With `loop`, an exhausted workload restarts as a fresh seeded stream; sequence ids then
-continue where the previous stream ended (offset by its size) so ids stay unique within a run.
+continue where the previous stream ended (offset by its size) so ids stay unique within a run,
+and each lane's `step` continues from the previous stream's last step (monotonic in a run).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from kvviz.workload import Workload, generate
 
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
                 "admit_failures_policy", "tokens_generated")
+NVML_UNUSED = "sim mode on the CPU: no GPU is read (NVML is probed in real mode or on cuda)"
 EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
 
 
@@ -71,6 +73,7 @@ class EngineCollector:
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
         self.nvml = NvmlProbe() if cfg.device.startswith("cuda") or cfg.mode == "real" else None
         self._base = {ln.name: dict.fromkeys(COUNTER_KEYS, 0) for ln in self.sim.lanes}
+        self._step_base = {ln.name: 0 for ln in self.sim.lanes}  # --loop: earlier streams' steps
         self._seq_offset = 0
         self._loop_t0 = 0.0
         self._cursor = 0
@@ -104,8 +107,8 @@ class EngineCollector:
                 "engine": dataclasses.asdict(c.engine), "lanes": lanes,
                 "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
                               "duration_s": c.duration_s},
-                "nvml": None if self.nvml is None else {"status": self.nvml.status,
-                                                        "reason": self.nvml.reason},
+                "nvml": ({"status": "not used", "reason": NVML_UNUSED} if self.nvml is None
+                         else {"status": self.nvml.status, "reason": self.nvml.reason}),
                 "versions": versions(c.mode), "started_unix": time.time()}
 
     # ---- sampling ---------------------------------------------------------------------------
@@ -123,7 +126,7 @@ class EngineCollector:
         self._last_tok[lane.name] = (t, tok)
         cnt["running"] = int(lane.run_ids.size)
         cnt["waiting"] = int(lane.waiting_count)
-        return LaneSample(lane.name, lane.step_no, cnt, bm)
+        return LaneSample(lane.name, lane.step_no + self._step_base[lane.name], cnt, bm)
 
     def _new_events(self) -> EventColumns:
         log = self.sim.events
@@ -132,6 +135,9 @@ class EngineCollector:
             log.trim(self._cursor)
         if self._seq_offset or self._loop_t0:
             evs = evs.shifted(self._loop_t0, self._seq_offset)
+        if self.loop_no and len(evs):  # steps continue across streams, as the samples' do
+            base = np.array([self._step_base.get(name, 0) for name in evs.lanes], np.int64)
+            evs = EventColumns({**evs.cols, "step": evs["step"] + base[evs["lane"]]}, evs.lanes)
         return evs
 
     def _device(self) -> Callable[[], list[dict]]:
@@ -142,7 +148,7 @@ class EngineCollector:
             mine = torch_memory.sample(device, kvs)
             rows = nvml.sample() if nvml is not None else [{"device_index": -1,
                                                             "nvml_status": "not used (sim mode)",
-                                                            "nvml_reason": ""}]
+                                                            "nvml_reason": NVML_UNUSED}]
             return [{**r, **mine} for r in rows]
         return read
 
@@ -156,6 +162,7 @@ class EngineCollector:
         for ln in self.sim.lanes:
             for k, v in _counters(ln).items():
                 self._base[ln.name][k] += v
+            self._step_base[ln.name] += ln.step_no
         self._seq_offset += len(self.sim.workload)
         self.loop_no += 1
         self.sim = self._new_sim()
