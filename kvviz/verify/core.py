@@ -86,10 +86,11 @@ def tables(db: sqlite3.Connection) -> set[str]:
 def load_events(db: sqlite3.Connection, rep: Report) -> list[dict]:
     """Every event of the run in event_id order (rows and decoded chunks)."""
     evs = rows(db, "SELECT * FROM events")
+    chunked = "event_chunks" in tables(db)  # format 1: every event is a row
     for ev in evs:
-        if ev["kind"] not in KINDS or ev["kind"] in CHUNK_KINDS:
-            rep.bad(f"events row {ev['event_id']}", f"kind {ev['kind']!r} belongs elsewhere")
-    if "event_chunks" in tables(db):
+        if ev["kind"] not in KINDS or (chunked and ev["kind"] in CHUNK_KINDS):
+            rep.bad(f"events row {ev['event_id']}", f"kind {ev['kind']!r} is not a row kind")
+    if chunked:
         for ch in rows(db, "SELECT * FROM event_chunks ORDER BY chunk_id"):
             where = f"event_chunks row {ch['chunk_id']}"
             try:

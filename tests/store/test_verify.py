@@ -1,0 +1,328 @@
+"""kvviz.verify: standalone, and clean on real recordings of every lane kind; it reports
+tampering and refuses what is not a recording."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvviz.blockmap import BlockMap
+from kvviz.verify import verify
+from kvviz.verify.__main__ import main as verify_main
+
+ROOT = Path(__file__).resolve().parents[2]
+VERIFY_DIR = ROOT / "kvviz" / "verify"
+FAST_SIM = ["--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20"]
+ALL_LANES = ["--lane", "contiguous:first-fit:max", "--lane", "contiguous:best-fit:exact",
+             "--lane", "contiguous:buddy:pow2", "--lane", "paged:16", "--lane",
+             "paged:16:prefix", "--prefix-sharing", "0.5"]
+
+
+def collect(*argv: str) -> int:
+    """`kvviz collect` in a child process run from this tree: under pytest the name
+    `collectors` can resolve to tests/collectors or to another checkout's package."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "kvviz", "collect", *argv], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.returncode
+
+
+def clean(path: Path) -> dict:
+    rep = verify(path)
+    assert rep.mismatch_count == 0, rep.mismatches[:10]
+    return rep.lanes
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """All lane kinds under memory pressure: failures of each class, preemptions, sharing."""
+    out = tmp_path_factory.mktemp("verify") / "sim.db"
+    assert collect(*FAST_SIM, *ALL_LANES, "--rate", "inf", "--requests", "200",
+                   "--duration", "30", "--out", str(out)) == 0  # until exhausted: cached blocks
+    return out
+
+
+def test_verifier_imports_only_the_standard_library_and_numpy() -> None:
+    files = sorted(VERIFY_DIR.glob("*.py"))
+    assert len(files) >= 3
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                ok = (top in sys.stdlib_module_names or top in ("numpy", "__future__")
+                      or name == "kvviz.verify" or name.startswith("kvviz.verify."))
+                assert ok, f"{f.name} imports {name}"
+
+
+def test_every_lane_kind_in_sim_mode_verifies_clean(sim_run: Path) -> None:
+    lanes = clean(sim_run)
+    assert len(lanes) == 5
+    assert all(s["maps_decoded"] == s["maps"] == s["samples"] > 10 for s in lanes.values())
+    db = sqlite3.connect(sim_run)
+    have = dict(db.execute("SELECT lane, MAX(preemptions) + MAX(admit_failures_capacity) "
+                           "+ MAX(admit_failures_fragmentation) FROM samples GROUP BY lane"))
+    assert all(v > 0 for v in have.values())  # the replay had failures to count
+    shared = db.execute("SELECT MAX(shared_savings_tokens), MAX(cached_tokens) FROM samples "
+                        "WHERE lane = 'paged:16:prefix'").fetchone()
+    assert min(shared) > 0
+
+
+def test_cli_exit_codes_and_json(sim_run: Path, tmp_path: Path, capsys) -> None:
+    assert verify_main([str(sim_run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["mismatch_count"] == 0 and out["checks"] > 1000
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 10)
+    assert verify_main([str(junk)]) == 2
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    assert verify_main([str(other)]) == 2
+    assert verify_main([str(tmp_path / "missing.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("kvviz verify: error: ") == 3 and "application_id" in err
+
+
+def test_loop_streams_keep_steps_monotonic_and_verify(tmp_path: Path) -> None:
+    out = tmp_path / "loop.db"
+    assert collect(*FAST_SIM, "--rate", "inf", "--requests", "20", "--loop", "--duration",
+                   "2", "--out", str(out)) == 0
+    clean(out)
+    db = sqlite3.connect(out)
+    for table in ("samples", "events"):
+        for (lane,) in db.execute(f"SELECT DISTINCT lane FROM {table}"):
+            steps = [s for (s,) in db.execute(
+                f"SELECT step FROM {table} WHERE lane = ? ORDER BY rowid", (lane,))]
+            assert steps == sorted(steps), f"{table} {lane}"
+    starts = db.execute("SELECT COUNT(*) FROM event_chunks WHERE kind = 'finished'").fetchone()
+    assert starts[0] > 0
+
+
+def test_thinned_recording_verifies(tmp_path: Path) -> None:
+    out = tmp_path / "thin.db"
+    assert collect(*FAST_SIM, "--rate", "inf", "--requests", "300", "--duration", "2",
+                   "--blockmap-budget-mb", "0.01", "--out", str(out)) == 0
+    lanes = clean(out)
+    assert all(s["maps"] < s["samples"] for s in lanes.values())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_real_mode_tiny_cpu_verifies(tmp_path: Path) -> None:
+    out = tmp_path / "real.db"
+    assert collect("--mode", "real", "--device", "cpu", "--quiet", "--duration", "2",
+                   "--rate", "50", "--requests", "60", "--steps-per-s", "0", "--hz", "10",
+                   "--lane", "contiguous:first-fit:max", "--lane", "paged:16:prefix",
+                   "--prefix-sharing", "0.5", "--out", str(out)) == 0
+    lanes = clean(out)
+    assert all(s["maps_decoded"] > 3 and s["events"] > 0 for s in lanes.values())
+
+
+# ---- older formats ----------------------------------------------------------------------------
+def _v1(a: np.ndarray) -> tuple[bytes, dict]:
+    lo = int(a.min()) if a.size else 0
+    return zlib.compress((a.astype(np.int64) - lo).astype("<u4").tobytes()), {
+        "dtype": "uint32", "offset": lo}
+
+
+def as_format_1(path: Path) -> None:
+    """Rewrite a recording as format 1: rle-zlib-1 maps, every event a row of `events`."""
+    from kvviz.store import RunReader
+
+    r = RunReader(path)
+    ids = [int(i) for i in r._df("SELECT sample_id FROM blockmaps")["sample_id"]]
+    maps = {i: r.blockmap(i) for i in ids}
+    events = r.events()
+    r.close()
+    db = sqlite3.connect(path)
+    for sid, bm in maps.items():
+        planes = [getattr(bm, p).astype(np.int64) for p in
+                  ("owner", "filled", "allocated", "refcount", "cached")]
+        change = np.ones(bm.num_blocks, bool)
+        change[1:] = np.any([a[1:] != a[:-1] for a in planes], axis=0)
+        starts = np.flatnonzero(change)
+        layout, blobs = {}, {}
+        named = [("lengths", np.diff(np.append(starts, bm.num_blocks)))]
+        named += [(p, a[starts]) for p, a in zip(("owner", "filled", "allocated", "refcount",
+                                                  "cached"), planes)]
+        named += [(f, getattr(bm, f)) for f in ("final_seq", "final_len", "final_held")]
+        for name, a in named:
+            blobs[name], layout[name] = (None, None) if a is None else _v1(np.asarray(a))
+        db.execute(f"UPDATE blockmaps SET encoding = 'rle-zlib-1', runs = ?, layout = ?, "
+                   f"{', '.join(f'{k} = ?' for k in blobs)} WHERE sample_id = ?",
+                   (int(starts.size), json.dumps(layout), *blobs.values(), sid))
+    db.execute("DELETE FROM events")
+    cols = ("t", "step", "lane", "kind", "seq_id", "reason", "need_tokens", "free_tokens",
+            "largest_hole_tokens", "count")
+    db.executemany(f"INSERT INTO events (event_id, {', '.join(cols)}) VALUES "
+                   f"({', '.join('?' * (len(cols) + 1))})",
+                   [(i + 1, *(plain(v) for v in row)) for i, row in
+                    enumerate(events[list(cols)].itertuples(index=False))])
+    db.execute("DROP TABLE event_chunks")
+    db.execute("UPDATE run SET format_version = 1")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+
+
+def plain(v: object) -> object:
+    """A pandas cell as a value sqlite3 binds (NaN -> NULL, numpy scalars -> Python)."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if v is None or (isinstance(v, float) and v != v) else v
+
+
+def test_format_1_recording_verifies(sim_run: Path, tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    shutil.copy(sim_run, path)
+    as_format_1(path)
+    rep = verify(path)
+    assert rep.format_version == 1 and rep.mismatch_count == 0, rep.mismatches[:5]
+
+
+def test_large_per_plane_nibble_map_verifies(tmp_path: Path) -> None:
+    """A 2^18-block map in per-plane mode with nibble-packed owners (format 4)."""
+    from kvviz.mapcodec import encode
+    from kvviz.metrics import compute
+    from kvviz.store import RunWriter
+    from tests.store.test_codec import lockstep
+
+    ls = lockstep(1 << 18, 4096)
+    perm = np.random.default_rng(0).permutation(1 << 18)
+    bm = BlockMap(ls.owner[perm], ls.filled[perm], ls.allocated, ls.refcount, ls.cached, 16,
+                  2, "paged:16", False)
+    layout = json.loads(encode(bm).layout)
+    assert layout["mode"] == "planes" and layout["arrays"]["owner"]["nibbles"] == [1]
+    path = tmp_path / "big.db"
+    w = RunWriter(path, {"mode": "sim", "lanes": [{"name": "paged:16"}]})
+    w.add_sample(1.0, 1, "paged:16", compute(bm).as_dict(), bm)
+    w.close("finished")
+    lanes = clean(path)
+    assert lanes["paged:16"]["maps_decoded"] == 1
+
+
+# ---- the verifier agrees with kvviz on any map -------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 200), st.integers(1, 40), st.sampled_from(["paged", "contiguous",
+                                                                  "buddy"]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_decode_and_metrics_match_kvviz_on_random_maps(n: int, bs: int, kind: str,
+                                                        finals: bool, seed: int) -> None:
+    from kvviz.mapcodec import encode
+    from kvviz.metrics import compute
+    from kvviz.verify import checks, decode
+
+    rng = np.random.default_rng(seed)
+    runs = rng.integers(1, 8, n) if n else np.zeros(0, np.int64)
+    owner = np.repeat(rng.integers(-1, 6, n), runs)[:n].astype(np.int32)
+    owned = owner >= 0
+    cached = ~owned & (rng.random(n) < 0.2) & (kind == "paged")
+    filled = np.where(owned, rng.integers(0, bs + 1, n), np.where(cached, bs, 0))
+    ref = np.where(owned, rng.integers(1, 3 if kind == "paged" else 2, n), 0)
+    bm = BlockMap(owner, filled.astype(np.int32), np.where(owned, bs, 0).astype(np.int32),
+                  ref.astype(np.int16), cached, bs, 2, kind, kind != "paged",
+                  buddy=kind == "buddy")
+    if finals and owned.any():
+        fs = np.unique(owner[owned]).astype(np.int32)
+        fl = rng.integers(1, 4 * bs, fs.size).astype(np.int32)
+        bm = BlockMap(owner, bm.filled, bm.allocated, bm.refcount, cached, bs, 2, kind,
+                      kind != "paged", fs, fl, rng.integers(0, 4 * bs, fs.size),
+                      buddy=kind == "buddy")
+    e = encode(bm)
+    row = {"num_blocks": e.num_blocks, "runs": e.runs, "layout": e.layout,
+           "encoding": "rle-zlib-2", "block_size": bs, "contiguous": int(bm.contiguous),
+           "buddy": int(bm.buddy), **e.blobs}
+    m = decode.block_map(row)
+    for p in ("owner", "filled", "allocated", "refcount", "cached"):
+        assert np.array_equal(m.planes[p], getattr(bm, p))
+    want = compute(bm).as_dict()
+    got = checks.metrics(m)
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, abs=1e-12), k
+
+
+# ---- tampering is reported ---------------------------------------------------------------------
+def tampered(src: Path, tmp_path: Path, sql: str, args: tuple = ()) -> list[str]:
+    path = tmp_path / "t.db"
+    shutil.copy(src, path)
+    with sqlite3.connect(path) as db:
+        db.execute(sql, args)
+    rep = verify(path)
+    assert rep.mismatch_count > 0
+    assert verify_main([str(path)]) == 1
+    return rep.mismatches
+
+
+def _mid(src: Path, lane: str = "paged:16") -> int:
+    db = sqlite3.connect(src)
+    ids = [i for (i,) in db.execute("SELECT sample_id FROM blockmaps WHERE lane = ? "
+                                    "ORDER BY sample_id", (lane,))]
+    return ids[len(ids) // 2]
+
+
+def test_a_changed_metric_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    sid = _mid(sim_run)
+    got = tampered(sim_run, tmp_path, "UPDATE samples SET used_tokens = used_tokens + 1 "
+                   "WHERE sample_id = ?", (sid,))
+    assert any(f"sample {sid} " in m and "used_tokens" in m for m in got)
+
+
+def test_a_changed_counter_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    got = tampered(sim_run, tmp_path, "UPDATE samples SET preemptions = preemptions + 1 "
+                   "WHERE sample_id = ?", (_mid(sim_run),))
+    assert any("preemptions stored" in m for m in got)
+
+
+def test_an_altered_blob_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    sid = _mid(sim_run)
+    blob = sqlite3.connect(sim_run).execute("SELECT owner FROM blockmaps WHERE sample_id = ?",
+                                            (sid,)).fetchone()[0]
+    bad = bytearray(blob)
+    bad[len(bad) // 2] ^= 0x5A
+    got = tampered(sim_run, tmp_path, "UPDATE blockmaps SET owner = ? WHERE sample_id = ?",
+                   (bytes(bad), sid))
+    assert any(f"sample {sid} " in m for m in got)
+
+
+def test_a_rewritten_map_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    """A well-formed map that differs from the metrics stored with it: one block less
+    written."""
+    from kvviz.mapcodec import encode
+    from kvviz.store import RunReader
+
+    sid = _mid(sim_run)
+    r = RunReader(sim_run)
+    bm = r.blockmap(sid)
+    r.close()
+    i = int(np.flatnonzero((bm.filled > 0) & (bm.owner >= 0))[0])
+    filled = bm.filled.copy()
+    filled[i] -= 1
+    e = encode(BlockMap(bm.owner, filled, bm.allocated, bm.refcount, bm.cached, bm.block_size,
+                        bm.bytes_per_token, bm.label, bm.contiguous, bm.final_seq,
+                        bm.final_len, bm.final_held))
+    got = tampered(sim_run, tmp_path, "UPDATE blockmaps SET runs = ?, layout = ?, lengths = ?, "
+                   "filled = ?, owner = ?, allocated = ?, refcount = ?, cached = ? "
+                   "WHERE sample_id = ?", (e.runs, e.layout, e.blobs["lengths"],
+                                          e.blobs["filled"], e.blobs["owner"],
+                                          e.blobs["allocated"], e.blobs["refcount"],
+                                          e.blobs["cached"], sid))
+    assert any("used_tokens" in m for m in got)
+
+
+def test_a_deleted_event_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    got = tampered(sim_run, tmp_path, "DELETE FROM events WHERE event_id = (SELECT MIN("
+                   "event_id) FROM events WHERE kind = 'admit_failed')")
+    assert any("without gaps" in m for m in got)
+    assert any("admit_failures_" in m for m in got)
