@@ -21,7 +21,7 @@ import numpy as np
 from collectors import torch_memory
 from collectors.nvml import NvmlProbe
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz.blockmap import FREE
+from kvviz.blockmap import FREE, BlockMap
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
@@ -113,7 +113,7 @@ class EngineCollector:
 
     # ---- sampling ---------------------------------------------------------------------------
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
-        bm = lane.snapshot()
+        bm = _with_tables(lane, lane.snapshot())
         off = self._seq_offset
         if off:
             owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
@@ -241,6 +241,19 @@ class EngineCollector:
                          f"{ln.waiting_count} fail C{f['CAPACITY']} F{f['FRAGMENTATION']} "
                          f"P{f['POLICY']}")
         return " | ".join(parts)
+
+
+def _with_tables(lane: Lane, bm: BlockMap) -> BlockMap:
+    """A paged lane's map with its live sequences' block tables (final_seq order), so a
+    reader can tie each block to its holder's logical block index (docs/FORMAT.md)."""
+    tables = getattr(lane.alloc, "block_tables", None)
+    if bm.contiguous or tables is None or bm.final_seq is None:
+        return bm
+    ids = lane.run_ids
+    nb = (lane.alloc.seq_allocated_tokens(ids) // bm.block_size).astype(np.int32)
+    tab = tables(ids)
+    blocks = tab[np.arange(tab.shape[1])[None, :] < nb[:, None]].astype(np.int32)
+    return dataclasses.replace(bm, table_len=nb, table_blocks=blocks)
 
 
 def versions(mode: str) -> dict:

@@ -15,7 +15,10 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from kvviz import FORMAT_VERSION, __version__, store_events
+from kvviz import arraycodec as ac
 from kvviz import store_codec as codec
 from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
@@ -23,6 +26,10 @@ from kvviz.errors import StoreError
 from kvviz.store_codec import MAP_COLS, NODE_SCHEMA, STATUSES
 from kvviz.store_reader import RunReader  # noqa: F401  (kvviz.store exports both classes)
 
+TABLES_ENCODING = "tables-zlib-1"
+TABLES_SCHEMA = ("CREATE TABLE IF NOT EXISTS block_tables (sample_id INTEGER PRIMARY KEY, "
+                 "lane TEXT NOT NULL, encoding TEXT NOT NULL, layout TEXT NOT NULL, "
+                 "nbytes INTEGER NOT NULL, table_len BLOB NOT NULL, table_blocks BLOB NOT NULL)")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -68,7 +75,8 @@ class RunWriter:
         self._stride = 1
         self._map_idx: dict[str, int] = {}
         self._latest: dict[str, tuple[int, int]] = {}  # lane -> (sample_id, idx)
-        self._map_bytes = 0
+        self._map_bytes = 0  # block maps and block tables
+        self._tables = False  # block_tables created (on the first paged map with tables)
         self._next_event = store_events.next_event_id(self.conn)
         self.closed = False
 
@@ -122,7 +130,7 @@ class RunWriter:
                *(enc.blobs[k] for k in codec.BLOB_COLS),
                int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
-        self._map_bytes += enc.nbytes
+        self._map_bytes += enc.nbytes + self._add_tables(sid, lane, bm)
         prev = self._latest.get(lane)
         self._latest[lane] = (sid, idx)
         if prev is not None and prev[1] % self._stride:  # kept only while it was the latest
@@ -130,13 +138,33 @@ class RunWriter:
         if self._map_bytes > self.budget:
             self._thin()
 
+    def _add_tables(self, sid: int, lane: str, bm: BlockMap) -> int:
+        """A paged map's block tables, as a block_tables row (docs/FORMAT.md); its bytes."""
+        if bm.table_len is None or bm.table_blocks is None:
+            return 0
+        if not self._tables:
+            self.conn.execute(TABLES_SCHEMA)
+            self._tables = True
+        (lens, ls), (blocks, bs) = (ac.pack(np.asarray(a)) for a in (bm.table_len,
+                                                                       bm.table_blocks))
+        nbytes = len(lens) + len(blocks)
+        self.conn.execute("INSERT INTO block_tables VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (sid, lane, TABLES_ENCODING, json.dumps({"table_len": ls,
+                                                                   "table_blocks": bs}),
+                           nbytes, lens, blocks))
+        return nbytes
+
     def _drop(self, where: str, params: tuple) -> None:
         keep = [s for s, _ in self._latest.values()]
         marks = ", ".join("?" * len(keep))
         self.conn.execute(f"DELETE FROM blockmaps WHERE ({where}) AND sample_id NOT IN ({marks})",
                           (*params, *keep))
-        self._map_bytes = int(self.conn.execute(
-            "SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps").fetchone()[0])
+        sql = "SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps"
+        if self._tables:  # a map's tables go with it
+            self.conn.execute("DELETE FROM block_tables WHERE sample_id NOT IN "
+                              "(SELECT sample_id FROM blockmaps)")
+            sql += " UNION ALL SELECT COALESCE(SUM(nbytes), 0) FROM block_tables"
+        self._map_bytes = sum(int(r[0]) for r in self.conn.execute(sql))
 
     def _thin(self) -> None:
         """Keep every stride-th map per lane (plus each lane's latest); double the stride."""

@@ -13,7 +13,8 @@ def summary(rep: Report) -> str:
              f"{rep.checks} checks, {rep.mismatch_count} mismatches"]
     for lane, s in rep.lanes.items():
         lines.append(f"  {lane}: {s['samples']} samples, {s.get('maps_decoded', 0)} of "
-                     f"{s['maps']} block maps decoded, {s['events']} events replayed")
+                     f"{s['maps']} block maps decoded, {s.get('tables_checked', 0)} block "
+                     f"tables checked, {s['events']} events replayed")
     for m in rep.mismatches:
         lines.append(f"  MISMATCH {m}")
     if rep.mismatch_count > len(rep.mismatches):

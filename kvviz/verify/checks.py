@@ -201,3 +201,44 @@ def _finals(m: Map) -> list[str]:
             out.append(f"final_held of sequence {fs[i]} is {fh[i]}, its own blocks hold "
                        f"{mine[i]}")
     return out
+
+
+def tables(m: Map, lengths: np.ndarray) -> list[str]:
+    """Paged block tables against the planes: each table's blocks, in logical order, hold
+    min(B, max(0, L - j*B)) slots at logical index j (L: the sequence's length), so a
+    partly written block is only ever a sequence's last written one; every block is in as
+    many tables as its refcount (free blocks in none), and each owned block's owner is one
+    of the sequences whose table holds it."""
+    fs, nb, blocks = m.finals["final_seq"], m.tables["table_len"], m.tables["table_blocks"]
+    bs, n = m.block_size, m.num_blocks
+    if fs is None or nb.size != fs.size or int(nb.sum()) != blocks.size or (nb < 0).any():
+        return ["block tables: their lengths do not fit final_seq and table_blocks"]
+    if blocks.size and (blocks.min() < 0 or blocks.max() >= n):
+        return ["block tables: a block id outside the pool"]
+    out = []
+    fh = m.finals["final_held"]
+    if fh is not None and not np.array_equal(nb.astype(np.int64) * bs, fh):
+        out.append("block tables: table lengths x block size differ from final_held")
+    hits = np.bincount(blocks, minlength=n)
+    bad = hits != m.planes["refcount"]
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        out.append(f"block tables: {int(bad.sum())} blocks are in a number of tables other "
+                   f"than their refcount (first: block {i}, in {hits[i]} tables, refcount "
+                   f"{m.planes['refcount'][i]})")
+    holder = np.repeat(fs, nb)
+    j = np.arange(blocks.size) - np.repeat(np.cumsum(nb) - nb, nb)  # logical index
+    held_by = set(zip(blocks.tolist(), holder.tolist()))
+    stray = [b for b in np.flatnonzero(m.planes["owner"] != FREE).tolist()
+             if (b, int(m.planes["owner"][b])) not in held_by]
+    if stray:
+        out.append(f"block tables: {len(stray)} owned blocks are not in their owner's table "
+                   f"(first: block {stray[0]})")
+    want = np.clip(np.repeat(lengths, nb) - j * bs, 0, bs)
+    wrong = m.planes["filled"][blocks] != want
+    if wrong.any():
+        k = int(np.flatnonzero(wrong)[0])
+        out.append(f"block tables: sequence {holder[k]}'s logical block {j[k]} (block "
+                   f"{blocks[k]}) holds {m.planes['filled'][blocks[k]]} slots, its length "
+                   f"gives {want[k]}")
+    return out

@@ -151,6 +151,12 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
     samples = rows(db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,))
     maps = {r["sample_id"]: r for r in rows(db, "SELECT * FROM blockmaps WHERE lane = ?",
                                               (lane,))}
+    tabs = {}
+    if "block_tables" in tables(db):
+        tabs = {r["sample_id"]: r for r in rows(db, "SELECT * FROM block_tables WHERE lane = ?",
+                                                (lane,))}
+    for sid in set(tabs) - set(maps):
+        rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
     stats = {"samples": len(samples), "maps": len(maps), "events": len(events)}
     rep.lanes[lane] = stats
     top = max((r["idx"] for r in maps.values()), default=0)
@@ -176,7 +182,7 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
                      meta["capacity_tokens"])
         row = maps.pop(s["sample_id"], None)
         if row is not None:
-            _map(rep, where, s, row, replay)
+            _map(rep, where, s, row, replay, tabs.get(s["sample_id"]))
     for sid in maps:
         rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
     if k < len(events):
@@ -193,10 +199,13 @@ def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple)
         rep.same(where, "tokens_per_s", s["tokens_per_s"], want)
 
 
-def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay) -> None:
+def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay,
+         tab: dict | None) -> None:
     rep.same(where, "map t/step", (row["t"], row["step"]), (s["t"], s["step"]))
     try:
         m = decode.block_map(row)
+        if tab is not None:
+            m = m._replace(tables=decode.block_tables(tab))
     except decode.Undecodable as exc:
         rep.bad(where, f"block map does not decode: {exc}")
         return
@@ -222,3 +231,9 @@ def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay) -> Non
         i = int(np.flatnonzero(off)[0])
         rep.bad(where, f"sequence {fs[i]}: the map holds {wrote[i]} written slots, events "
                 f"give length {want[i]} (final length {m.finals['final_len'][i]})")
+    if m.tables and not (want < 0).any():
+        stats = rep.lanes[s["lane"]]
+        stats["tables_checked"] = stats.get("tables_checked", 0) + 1
+        rep.checks += 1
+        for msg in checks.tables(m, want):
+            rep.bad(where, msg)

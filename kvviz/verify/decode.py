@@ -13,7 +13,7 @@ import numpy as np
 
 PLANES = ("owner", "filled", "allocated", "refcount", "cached")
 FINALS = ("final_seq", "final_len", "final_held")
-TABLES = ("table_seq", "table_len", "table_blocks")  # paged block tables (format 5, optional)
+TABLES = ("table_len", "table_blocks")  # paged block tables (table block_tables, optional)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 CHUNK_FIELDS = ("event_id", "t", "step", "seq_id", "need_tokens", "free_tokens")
 
@@ -30,7 +30,7 @@ class Map(NamedTuple):
     buddy: bool
     planes: dict  # name -> np.ndarray, one value per block
     finals: dict  # name -> np.ndarray or None
-    tables: dict  # TABLES name -> np.ndarray or None
+    tables: dict  # TABLES name -> np.ndarray (empty: the map has no block_tables row)
 
 
 def zlib_streams(blob: bytes) -> bytes:
@@ -181,7 +181,7 @@ def _planes(row: dict, layout: object, n: int, runs: int, enc: str) -> tuple:
             planes[p] = np.repeat(vals, lengths)
         finals = {f: None if row.get(f) is None else _v1_array(row[f], layout[f])
                   for f in FINALS}
-        return planes, finals, dict.fromkeys(TABLES)
+        return planes, finals, {}
     if enc != "rle-zlib-2":
         raise Undecodable(f"unknown encoding {enc!r}")
     mode, arrays = layout["mode"], layout["arrays"]
@@ -193,7 +193,7 @@ def _planes(row: dict, layout: object, n: int, runs: int, enc: str) -> tuple:
         if (lengths < 0).any() or int(lengths.sum()) != n:
             raise Undecodable(f"run lengths cover {int(lengths.sum())} blocks, not {n}")
     planes = {p: _v2_plane(p, row[p], arrays[p], mode, n, runs, lengths) for p in PLANES}
-    return planes, _finals_v2(row, arrays, FINALS), _finals_v2(row, arrays, TABLES)
+    return planes, _finals_v2(row, arrays, FINALS), {}
 
 
 def event_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
@@ -208,3 +208,14 @@ def event_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
         raise Undecodable(f"event chunk of {n} events holds {len(raw)} bytes, not {48 * n}")
     return {f: np.frombuffer(raw, "<f8" if f == "t" else "<i8", n, 8 * n * k)
             for k, f in enumerate(CHUNK_FIELDS)}
+
+
+def block_tables(row: dict) -> dict[str, np.ndarray]:
+    """A block_tables row (`tables-zlib-1`): table_len and table_blocks."""
+    if row["encoding"] != "tables-zlib-1":
+        raise Undecodable(f"unknown block table encoding {row['encoding']!r}")
+    try:
+        layout = json.loads(row["layout"])
+        return _finals_v2(row, layout, TABLES)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise Undecodable(f"block tables do not fit their layout ({exc})") from None

@@ -82,6 +82,12 @@ def test_every_lane_kind_in_sim_mode_verifies_clean(sim_run: Path) -> None:
     assert min(shared) > 0
 
 
+def test_paged_maps_carry_block_tables_that_verify(sim_run: Path) -> None:
+    lanes = verify(sim_run).lanes
+    for name, s in lanes.items():
+        assert s.get("tables_checked", 0) == (s["maps"] if name.startswith("paged") else 0)
+
+
 def test_cli_exit_codes_and_json(sim_run: Path, tmp_path: Path, capsys) -> None:
     assert verify_main([str(sim_run), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -118,6 +124,9 @@ def test_thinned_recording_verifies(tmp_path: Path) -> None:
                    "--blockmap-budget-mb", "0.01", "--out", str(out)) == 0
     lanes = clean(out)
     assert all(s["maps"] < s["samples"] for s in lanes.values())
+    db = sqlite3.connect(out)
+    kept = db.execute("SELECT COUNT(*) FROM blockmaps WHERE lane = 'paged:16'").fetchone()
+    assert kept == db.execute("SELECT COUNT(*) FROM block_tables").fetchone()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
@@ -326,3 +335,34 @@ def test_a_deleted_event_is_reported(sim_run: Path, tmp_path: Path) -> None:
                    "event_id) FROM events WHERE kind = 'admit_failed')")
     assert any("without gaps" in m for m in got)
     assert any("admit_failures_" in m for m in got)
+
+
+def test_a_swapped_block_table_entry_is_reported(sim_run: Path, tmp_path: Path) -> None:
+    """Two blocks of one sequence's table in the wrong logical order: a partly written block
+    no longer at the end (or a full one past it)."""
+    from kvviz import arraycodec as ac
+    from kvviz.verify import decode
+
+    sid = _mid(sim_run)
+    row = dict(zip(("encoding", "layout", "table_len", "table_blocks"), sqlite3.connect(
+        sim_run).execute("SELECT encoding, layout, table_len, table_blocks FROM block_tables "
+                         "WHERE sample_id = ?", (sid,)).fetchone()))
+    t = decode.block_tables(row)
+    from kvviz.store import RunReader
+
+    r = RunReader(sim_run)
+    filled = r.blockmap(sid).filled
+    r.close()
+    ends = np.cumsum(t["table_len"])
+    blocks = t["table_blocks"].copy()
+    # a sequence whose first and last blocks hold different fills
+    k = next(i for i, (n, e) in enumerate(zip(t["table_len"].tolist(), ends.tolist()))
+             if n >= 2 and filled[blocks[e - n]] != filled[blocks[e - 1]])
+    at, last = int(ends[k] - t["table_len"][k]), int(ends[k] - 1)
+    blocks[[at, last]] = blocks[[last, at]]
+    blob, spec = ac.pack(blocks)
+    layout = json.loads(row["layout"])
+    layout["table_blocks"] = spec
+    got = tampered(sim_run, tmp_path, "UPDATE block_tables SET table_blocks = ?, layout = ? "
+                   "WHERE sample_id = ?", (blob, json.dumps(layout), sid))
+    assert any("logical block" in m for m in got)
