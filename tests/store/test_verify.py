@@ -129,6 +129,20 @@ def test_thinned_recording_verifies(tmp_path: Path) -> None:
     assert kept == db.execute("SELECT COUNT(*) FROM block_tables").fetchone()
 
 
+def test_a_zero_budget_keeps_only_each_lanes_newest_map(tmp_path: Path) -> None:
+    """The retention rule as documented: once the stride passes every idx, the idx-0 maps go
+    too; the verifier's retention check accepts exactly what FORMAT.md says is kept."""
+    out = tmp_path / "none.db"
+    assert collect(*FAST_SIM, "--rate", "inf", "--requests", "100", "--duration", "1",
+                   "--blockmap-budget-mb", "0", "--out", str(out)) == 0
+    lanes = clean(out)
+    assert all(s["maps"] == 1 for s in lanes.values())
+    db = sqlite3.connect(out)
+    for idx, samples in db.execute("SELECT b.idx, (SELECT COUNT(*) FROM samples s WHERE "
+                                   "s.lane = b.lane) FROM blockmaps b"):
+        assert idx == samples - 1 > 0  # the newest map; idx 0 is gone
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
 def test_real_mode_tiny_cpu_verifies(tmp_path: Path) -> None:
     out = tmp_path / "real.db"
