@@ -228,11 +228,12 @@ def tables(m: Map, lengths: np.ndarray) -> list[str]:
                    f"{m.planes['refcount'][i]})")
     holder = np.repeat(fs, nb)
     j = np.arange(blocks.size) - np.repeat(np.cumsum(nb) - nb, nb)  # logical index
-    held_by = set(zip(blocks.tolist(), holder.tolist()))
-    stray = [b for b in np.flatnonzero(m.planes["owner"] != FREE).tolist()
-             if (b, int(m.planes["owner"][b])) not in held_by]
-    if stray:
-        out.append(f"block tables: {len(stray)} owned blocks are not in their owner's table "
+    owned = np.flatnonzero(m.planes["owner"] != FREE)
+    pair = np.int64(1) << np.int64(32)  # (block, sequence) as one int64 key
+    held = blocks.astype(np.int64) * pair + holder.astype(np.int64)
+    stray = owned[~np.isin(owned * pair + m.planes["owner"][owned], held)]
+    if stray.size:
+        out.append(f"block tables: {stray.size} owned blocks are not in their owner's table "
                    f"(first: block {stray[0]})")
     want = np.clip(np.repeat(lengths, nb) - j * bs, 0, bs)
     wrong = m.planes["filled"][blocks] != want

@@ -39,7 +39,7 @@ class Report:
     def same(self, where: str, name: str, stored: object, want: object) -> None:
         self.checks += 1
         if isinstance(want, float) or isinstance(stored, float):
-            ok = (stored is not None and want is not None
+            ok = (isinstance(stored, (int, float)) and isinstance(want, (int, float))
                   and abs(float(stored) - float(want)) <= 1e-9 * max(1.0, abs(float(want))))
         else:
             ok = stored == want
@@ -85,11 +85,16 @@ def tables(db: sqlite3.Connection) -> set[str]:
 
 def load_events(db: sqlite3.Connection, rep: Report) -> list[dict]:
     """Every event of the run in event_id order (rows and decoded chunks)."""
-    evs = rows(db, "SELECT * FROM events")
+    evs = []
     chunked = "event_chunks" in tables(db)  # format 1: every event is a row
-    for ev in evs:
+    for ev in rows(db, "SELECT * FROM events"):
         if ev["kind"] not in KINDS or (chunked and ev["kind"] in CHUNK_KINDS):
             rep.bad(f"events row {ev['event_id']}", f"kind {ev['kind']!r} is not a row kind")
+        elif not all(isinstance(ev[k], int) for k in ("step", "seq_id", "need_tokens")):
+            rep.bad(f"events row {ev['event_id']}", "step, seq_id or need_tokens is not an "
+                    "integer")
+        else:
+            evs.append(ev)
     if chunked:
         for ch in rows(db, "SELECT * FROM event_chunks ORDER BY chunk_id"):
             where = f"event_chunks row {ch['chunk_id']}"
@@ -126,7 +131,12 @@ def verify(path: str | Path) -> Report:
     try:
         run = rows(db, "SELECT * FROM run")[0]
         rep.status = run["status"]
-        meta = json.loads(run["meta"])
+        try:
+            meta = json.loads(run["meta"])
+        except (TypeError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or not isinstance(meta.get("lanes", []), list):
+            raise Unreadable(f"{path}: run.meta is not the documented JSON object")
         have = tables(db)
         if meta.get("mode") == "node":
             return rep
@@ -134,11 +144,15 @@ def verify(path: str | Path) -> Report:
         if missing:
             raise Unreadable(f"{path}: tables {sorted(missing)} are missing")
         events = load_events(db, rep)
-        lanes = {ln["name"]: ln for ln in meta.get("lanes", [])}
+        lanes = {ln.get("name"): ln for ln in meta.get("lanes", []) if isinstance(ln, dict)}
         names = [r[0] for r in db.execute("SELECT DISTINCT lane FROM samples")]
+        stride = run["blockmap_stride"]
+        if not isinstance(stride, int) or stride < 1:
+            rep.bad("run", f"blockmap_stride {stride!r} is not a positive integer")
+            stride = 1
         for lane in names:
             _lane(db, rep, lane, lanes.get(lane, {}), [e for e in events if e["lane"] == lane],
-                  int(run["blockmap_stride"]))
+                  stride)
     except sqlite3.DatabaseError as exc:
         raise Unreadable(f"{path}: unreadable ({exc})") from None
     finally:
@@ -168,6 +182,10 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
     replay, k, prev = LaneReplay(lane), 0, (0.0, 0)
     for s in samples:
         where = f"{lane} sample {s['sample_id']} (step {s['step']})"
+        if not isinstance(s["step"], int) or not isinstance(s["t"], (int, float)):
+            rep.bad(where, "t or step is not a number")
+            maps.pop(s["sample_id"], None)
+            continue
         while k < len(events) and events[k]["step"] <= s["step"]:
             replay.apply(events[k])
             k += 1
@@ -175,7 +193,7 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
             rep.bad(f"{lane} events", msg)
         replay.problems.clear()
         _counters(rep, where, s, replay, prev)
-        if s.get("tokens_generated") is not None:
+        if isinstance(s.get("tokens_generated"), int):
             prev = (s["t"], s["tokens_generated"])
         if "capacity_tokens" in meta:
             rep.same(where, "capacity_tokens (meta)", s["capacity_tokens"],
@@ -193,7 +211,7 @@ def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple)
     for name, want in replay.counters(s["step"]).items():
         if s.get(name) is not None:
             rep.same(where, name, s[name], want)
-    if s.get("tokens_per_s") is not None and s.get("tokens_generated") is not None:
+    if s.get("tokens_per_s") is not None and isinstance(s.get("tokens_generated"), int):
         t0, tok0 = prev
         want = (s["tokens_generated"] - tok0) / (s["t"] - t0) if s["t"] > t0 else 0.0
         rep.same(where, "tokens_per_s", s["tokens_per_s"], want)

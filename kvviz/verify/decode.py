@@ -156,7 +156,9 @@ def block_map(row: dict) -> Map:
         raise Undecodable(f"layout is not JSON ({exc})") from None
     try:
         planes, finals, tables = _planes(row, layout, n, runs, enc)
-    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+    except Undecodable:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise Undecodable(f"{enc} map does not fit its layout ({type(exc).__name__}: "
                           f"{exc})") from None
     for name, arr in planes.items():
@@ -217,5 +219,7 @@ def block_tables(row: dict) -> dict[str, np.ndarray]:
     try:
         layout = json.loads(row["layout"])
         return _finals_v2(row, layout, TABLES)
+    except Undecodable:
+        raise
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise Undecodable(f"block tables do not fit their layout ({exc})") from None

@@ -380,3 +380,45 @@ def test_a_swapped_block_table_entry_is_reported(sim_run: Path, tmp_path: Path) 
     got = tampered(sim_run, tmp_path, "UPDATE block_tables SET table_blocks = ?, layout = ? "
                    "WHERE sample_id = ?", (blob, json.dumps(layout), sid))
     assert any("logical block" in m for m in got)
+
+
+# ---- damaged input: a report or "unreadable", never a traceback --------------------------------
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([("blockmaps", "owner"), ("blockmaps", "lengths"), ("blockmaps", "filled"),
+                        ("blockmaps", "final_seq"), ("blockmaps", "layout"),
+                        ("blockmaps", "runs"), ("blockmaps", "num_blocks"),
+                        ("blockmaps", "encoding"), ("event_chunks", "data"),
+                        ("event_chunks", "n"), ("events", "kind"), ("events", "step"),
+                        ("samples", "used_tokens"), ("samples", "step"), ("samples", "t"),
+                        ("samples", "external_frag_index"), ("run", "meta"),
+                        ("run", "blockmap_stride")]),
+       st.integers(0, 10**6), st.sampled_from(["flip", "cut", "int", "null", "text"]))
+def test_damaged_recordings_never_crash_the_verifier(recording, tmp_path_factory, where,
+                                                     pick, how) -> None:
+    from kvviz.verify import Unreadable
+
+    table, col = where
+    path = tmp_path_factory.mktemp("fuzz") / "d.db"
+    shutil.copy(recording[0], path)
+    with sqlite3.connect(path) as db:
+        ids = [r[0] for r in db.execute(f"SELECT rowid FROM {table}")]
+        rid = ids[pick % len(ids)]
+        val = db.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (rid,)).fetchone()[0]
+        if how in ("flip", "cut") and isinstance(val, (bytes, str)) and val:
+            raw = bytearray(val.encode() if isinstance(val, str) else val)
+            if how == "flip":
+                raw[pick % len(raw)] ^= 1 + pick % 255
+            else:
+                del raw[pick % len(raw):]
+            val = bytes(raw) if isinstance(val, bytes) else raw.decode(errors="replace")
+        else:
+            val = {"int": pick - 500_000, "null": None, "text": "x"}.get(how, pick)
+        try:
+            db.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (val, rid))
+        except sqlite3.IntegrityError:
+            return  # a NOT NULL column: SQLite itself keeps this damage out
+    try:
+        rep = verify(path)
+    except Unreadable:
+        return
+    assert isinstance(rep.mismatch_count, int)
