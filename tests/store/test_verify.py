@@ -69,6 +69,15 @@ def test_verifier_imports_only_the_standard_library_and_numpy() -> None:
                 assert ok, f"{f.name} imports {name}"
 
 
+def test_running_the_verifier_loads_no_other_kvviz_module() -> None:
+    code = ("import sys, kvviz.verify.__main__; print(sorted(m for m in sys.modules if "
+            "m.split('.')[0] in ('kvviz', 'collectors', 'pandas', 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    loaded = json.loads(out.stdout.replace("'", '"'))
+    assert loaded and all(m == "kvviz" or m.startswith("kvviz.verify") for m in loaded), loaded
+
+
 def test_every_lane_kind_in_sim_mode_verifies_clean(sim_run: Path) -> None:
     lanes = clean(sim_run)
     assert len(lanes) == 5
