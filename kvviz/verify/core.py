@@ -179,7 +179,7 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
         if r["idx"] % stride and r["idx"] != top:
             rep.bad(f"{lane} map idx {r['idx']}", f"kept although idx % stride {stride} != 0 "
                     "and it is not the lane's newest")
-    replay, k, prev = LaneReplay(lane), 0, (0.0, 0)
+    replay, k, prev, last_t = LaneReplay(lane), 0, (0.0, 0), float("-inf")
     for s in samples:
         where = f"{lane} sample {s['sample_id']} (step {s['step']})"
         if not isinstance(s["step"], int) or not isinstance(s["t"], (int, float)):
@@ -187,8 +187,16 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
             maps.pop(s["sample_id"], None)
             continue
         while k < len(events) and events[k]["step"] <= s["step"]:
-            replay.apply(events[k])
+            ev = events[k]
+            replay.apply(ev)
             k += 1
+            rep.checks += 1
+            t = ev["t"]
+            if not (isinstance(t, (int, float)) and last_t - 1e-9 <= t <= s["t"] + 1e-9):
+                rep.bad(f"{lane} event {ev['event_id']} (step {ev['step']})",
+                        f"t {ev['t']!r} is not between the samples around its step "
+                        f"({last_t} and {s['t']})")
+        last_t = s["t"]
         for msg in replay.problems:
             rep.bad(f"{lane} events", msg)
         replay.problems.clear()
