@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     except Unreadable as exc:
         print(f"kvviz verify: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(rep.as_dict(), indent=1) if args.json else summary(rep))
+    try:
+        print(json.dumps(rep.as_dict(), indent=1) if args.json else summary(rep), flush=True)
+    except BrokenPipeError:  # `... | head`: the reader left; the exit status still tells
+        sys.stdout = None
     return 0 if rep.mismatch_count == 0 else 1
 
 
