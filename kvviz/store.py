@@ -155,16 +155,20 @@ class RunWriter:
         return nbytes
 
     def _drop(self, where: str, params: tuple) -> None:
+        """Delete the maps matching `where` (and their block tables), except each lane's
+        latest; subtracts the bytes deleted. Cost: the rows matched."""
         keep = [s for s, _ in self._latest.values()]
-        marks = ", ".join("?" * len(keep))
-        self.conn.execute(f"DELETE FROM blockmaps WHERE ({where}) AND sample_id NOT IN ({marks})",
-                          (*params, *keep))
-        sql = "SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps"
-        if self._tables:  # a map's tables go with it
-            self.conn.execute("DELETE FROM block_tables WHERE sample_id NOT IN "
-                              "(SELECT sample_id FROM blockmaps)")
-            sql += " UNION ALL SELECT COALESCE(SUM(nbytes), 0) FROM block_tables"
-        self._map_bytes = sum(int(r[0]) for r in self.conn.execute(sql))
+        cond = f"({where}) AND sample_id NOT IN ({', '.join('?' * len(keep))})"
+        args = (*params, *keep)
+        gone = self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps WHERE {cond}",
+                                 args).fetchone()[0]
+        if self._tables:  # a map's block tables go with it
+            sel = f"sample_id IN (SELECT sample_id FROM blockmaps WHERE {cond})"
+            gone += self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM block_tables "
+                                      f"WHERE {sel}", args).fetchone()[0]
+            self.conn.execute(f"DELETE FROM block_tables WHERE {sel}", args)
+        self.conn.execute(f"DELETE FROM blockmaps WHERE {cond}", args)
+        self._map_bytes -= int(gone)
 
     def _thin(self) -> None:
         """Keep every stride-th map per lane (plus each lane's latest); double the stride."""
