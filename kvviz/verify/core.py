@@ -153,6 +153,8 @@ def verify(path: str | Path) -> Report:
         for lane in names:
             _lane(db, rep, lane, lanes.get(lane, {}), [e for e in events if e["lane"] == lane],
                   stride)
+        for lane in sorted({str(e["lane"]) for e in events} - set(names)):
+            rep.bad(f"{lane} events", "events of a lane that has no samples")
     except sqlite3.DatabaseError as exc:
         raise Unreadable(f"{path}: unreadable ({exc})") from None
     finally:
@@ -180,12 +182,18 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
             rep.bad(f"{lane} map idx {r['idx']}", f"kept although idx % stride {stride} != 0 "
                     "and it is not the lane's newest")
     replay, k, prev, last_t = LaneReplay(lane), 0, (0.0, 0), float("-inf")
+    last_step = None
     for s in samples:
         where = f"{lane} sample {s['sample_id']} (step {s['step']})"
         if not isinstance(s["step"], int) or not isinstance(s["t"], (int, float)):
             rep.bad(where, "t or step is not a number")
             maps.pop(s["sample_id"], None)
             continue
+        rep.checks += 1
+        if s["t"] < last_t or (last_step is not None and s["step"] < last_step):
+            rep.bad(where, f"t or step went back (previous sample: t {last_t}, step "
+                    f"{last_step})")
+        last_step = s["step"]
         while k < len(events) and events[k]["step"] <= s["step"]:
             ev = events[k]
             replay.apply(ev)
@@ -211,8 +219,9 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
             _map(rep, where, s, row, replay, tabs.get(s["sample_id"]))
     for sid in maps:
         rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
-    if k < len(events):
-        stats["events_after_last_sample"] = len(events) - k
+    if k < len(events):  # written with a sample, an event never is past its lane's last one
+        rep.bad(f"{lane} events", f"{len(events) - k} events have a step after the lane's last "
+                f"sample (first: event {events[k]['event_id']}, step {events[k]['step']})")
 
 
 def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple) -> None:
