@@ -264,3 +264,12 @@ def test_a_swapped_block_table_entry_is_reported(sim_run: Path, tmp_path: Path) 
     got = tampered(sim_run, tmp_path, "UPDATE block_tables SET table_blocks = ?, layout = ? "
                    "WHERE sample_id = ?", (blob, json.dumps(layout), sid))
     assert any("logical block" in m for m in got)
+
+
+def test_steps_restarting_as_in_old_loop_recordings_are_reported(sim_run: Path,
+                                                                 tmp_path: Path) -> None:
+    """Recordings from before steps continued across --loop streams fail the rule."""
+    got = tampered(sim_run, tmp_path, "UPDATE samples SET step = step - (SELECT MAX(step) "
+                   "FROM samples) - 1 WHERE sample_id > (SELECT MAX(sample_id) - 10 "
+                   "FROM samples)")
+    assert any("went back" in m for m in got)
