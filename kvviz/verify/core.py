@@ -248,9 +248,13 @@ def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay,
     rep.checks += 1
     for msg in checks.invariants(m):
         rep.bad(where, msg)
-    for name, want in checks.metrics(m).items():
+    got = checks.metrics(m)
+    for name, want in got.items():
         if name in s:
             rep.same(where, name, s[name], want)
+    step, free = replay.last_admit
+    if step == s["step"]:  # nothing allocates after a step's admissions
+        rep.same(where, "free_tokens of the step's last admission", free, got["free_tokens"])
     fs = m.finals["final_seq"]
     if fs is None:
         return
