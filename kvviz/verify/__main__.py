@@ -11,6 +11,8 @@ from kvviz.verify.core import Report, Unreadable, verify
 def summary(rep: Report) -> str:
     lines = [f"{rep.path}: format {rep.format_version}, status {rep.status}, "
              f"{rep.checks} checks, {rep.mismatch_count} mismatches"]
+    if rep.note:
+        lines.append(f"  {rep.note}")
     for lane, s in rep.lanes.items():
         lines.append(f"  {lane}: {s['samples']} samples, {s.get('maps_decoded', 0)} of "
                      f"{s['maps']} block maps decoded, {s.get('tables_checked', 0)} block "

@@ -30,6 +30,7 @@ class Report:
     checks: int = 0
     mismatches: list = field(default_factory=list)
     mismatch_count: int = 0
+    note: str = ""
 
     def bad(self, where: str, what: str) -> None:
         self.mismatch_count += 1
@@ -49,6 +50,7 @@ class Report:
     def as_dict(self) -> dict:
         return {"path": self.path, "format_version": self.format_version,
                 "status": self.status, "ok": self.mismatch_count == 0, "checks": self.checks,
+                "note": self.note,
                 "lanes": self.lanes, "mismatch_count": self.mismatch_count,
                 "mismatches": self.mismatches}
 
@@ -139,6 +141,7 @@ def verify(path: str | Path) -> Report:
             raise Unreadable(f"{path}: run.meta is not the documented JSON object")
         have = tables(db)
         if meta.get("mode") == "node":
+            rep.note = "a node recording (scrapes): no lanes, block maps or events to verify"
             return rep
         missing = {"samples", "blockmaps", "events"} - have
         if missing:
