@@ -48,7 +48,14 @@ class LaneReplay:
                                      f"{ev['reason']!r}")
             else:
                 self.failures[ev["reason"]] += 1
-        elif kind not in ("rejected", "evicted"):
+        elif kind == "rejected":
+            if seq in self.live:
+                self.problems.append(f"event {ev['event_id']}: rejected sequence {seq} is live")
+        elif kind == "evicted":
+            if seq != -1:
+                self.problems.append(f"event {ev['event_id']}: evicted carries seq_id {seq}, "
+                                     "not -1")
+        else:
             self.problems.append(f"event {ev['event_id']}: unknown kind {kind!r}")
 
     def lengths(self, step: int) -> dict[int, int]:

@@ -124,6 +124,19 @@ def test_loop_streams_keep_steps_monotonic_and_verify(tmp_path: Path) -> None:
     assert starts[0] > 0
 
 
+def test_rejections_and_evictions_verify(tmp_path: Path) -> None:
+    """A pool smaller than the contiguous reservation (every request rejected) and a prefix
+    cache under pressure (evictions)."""
+    out = tmp_path / "tight.db"
+    assert collect(*FAST_SIM, "--rate", "inf", "--requests", "200", "--duration", "3",
+                   "--capacity-tokens", "3072", "--max-seq-len", "4096", "--lane",
+                   "contiguous:first-fit:max", "--lane", "paged:16:prefix", "--prefix-sharing",
+                   "0.8", "--out", str(out)) == 0
+    clean(out)
+    kinds = {k for (k,) in sqlite3.connect(out).execute("SELECT DISTINCT kind FROM events")}
+    assert {"rejected", "evicted", "preempted"} <= kinds
+
+
 def test_thinned_recording_verifies(tmp_path: Path) -> None:
     out = tmp_path / "thin.db"
     assert collect(*FAST_SIM, "--rate", "inf", "--requests", "300", "--duration", "2",
