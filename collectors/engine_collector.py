@@ -4,7 +4,8 @@ Arrivals follow wall time since the start (Simulation.step(time_s=...)). Every 1
 the engine thread copies each lane's BlockMap and counters plus the new events and hands
 them to the store's writer process (collectors/sampler.py, collectors/store_process.py).
 With `loop`, an exhausted workload restarts as a fresh seeded stream; sequence ids then
-continue where the previous stream ended (offset by its size) so ids stay unique within a run.
+continue where the previous stream ended (offset by its size) so ids stay unique within a run,
+and each lane's `step` continues from the previous stream's last step (monotonic in a run).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 from collectors import lifecycle, torch_memory
 from collectors.nvml import NvmlProbe
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz.blockmap import FREE
+from kvviz.blockmap import FREE, BlockMap
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
@@ -32,6 +33,7 @@ from kvviz.workload import Workload, generate
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
                 "admit_failures_policy", "tokens_generated",
                 *Shares(1).counters())  # memory-pressure steps and share sums (Live)
+NVML_UNUSED = "sim mode on the CPU: no GPU is read (NVML is probed in real mode or on cuda)"
 EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
 
 
@@ -75,6 +77,7 @@ class EngineCollector:
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
         self.nvml = NvmlProbe() if cfg.device.startswith("cuda") or cfg.mode == "real" else None
         self._base = {ln.name: dict.fromkeys(COUNTER_KEYS, 0) for ln in self.sim.lanes}
+        self._step_base = {ln.name: 0 for ln in self.sim.lanes}  # --loop: earlier streams' steps
         self._seq_offset = 0
         self._loop_t0 = 0.0
         self._cursor = 0
@@ -108,13 +111,13 @@ class EngineCollector:
                 "engine": dataclasses.asdict(c.engine), "lanes": lanes,
                 "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
                               "duration_s": c.duration_s},
-                "nvml": None if self.nvml is None else {"status": self.nvml.status,
-                                                        "reason": self.nvml.reason},
+                "nvml": ({"status": "not used", "reason": NVML_UNUSED} if self.nvml is None
+                         else {"status": self.nvml.status, "reason": self.nvml.reason}),
                 "versions": versions(c.mode), "started_unix": time.time()}
 
     # ---- sampling ---------------------------------------------------------------------------
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
-        bm = lane.snapshot()
+        bm = _with_tables(lane, lane.snapshot())
         off = self._seq_offset
         if off:
             owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
@@ -127,7 +130,7 @@ class EngineCollector:
         self._last_tok[lane.name] = (t, tok)
         cnt["running"] = int(lane.run_ids.size)
         cnt["waiting"] = int(lane.waiting_count)
-        return LaneSample(lane.name, lane.step_no, cnt, bm)
+        return LaneSample(lane.name, lane.step_no + self._step_base[lane.name], cnt, bm)
 
     def _new_events(self) -> EventColumns:
         log = self.sim.events
@@ -136,6 +139,9 @@ class EngineCollector:
             log.trim(self._cursor)
         if self._seq_offset or self._loop_t0:
             evs = evs.shifted(self._loop_t0, self._seq_offset)
+        if self.loop_no and len(evs):  # steps continue across streams, as the samples' do
+            base = np.array([self._step_base.get(name, 0) for name in evs.lanes], np.int64)
+            evs = EventColumns({**evs.cols, "step": evs["step"] + base[evs["lane"]]}, evs.lanes)
         return evs
 
     def _device(self) -> Callable[[], list[dict]]:
@@ -146,7 +152,7 @@ class EngineCollector:
             mine = torch_memory.sample(device, kvs)
             rows = nvml.sample() if nvml is not None else [{"device_index": -1,
                                                             "nvml_status": "not used (sim mode)",
-                                                            "nvml_reason": ""}]
+                                                            "nvml_reason": NVML_UNUSED}]
             return [{**r, **mine} for r in rows]
         return read
 
@@ -162,6 +168,7 @@ class EngineCollector:
         for ln in self.sim.lanes:
             for k, v in _counters(ln).items():
                 self._base[ln.name][k] += v
+            self._step_base[ln.name] += ln.step_no
         self._seq_offset += len(self.sim.workload)
         self.loop_no += 1
         self.sim = self._new_sim()
@@ -240,6 +247,19 @@ class EngineCollector:
                          f"{ln.waiting_count} fail C{f['CAPACITY']} F{f['FRAGMENTATION']} "
                          f"P{f['POLICY']}")
         return " | ".join(parts)
+
+
+def _with_tables(lane: Lane, bm: BlockMap) -> BlockMap:
+    """A paged lane's map with its live sequences' block tables (final_seq order), so a
+    reader can tie each block to its holder's logical block index (docs/FORMAT.md)."""
+    tables = getattr(lane.alloc, "block_tables", None)
+    if bm.contiguous or tables is None or bm.final_seq is None:
+        return bm
+    ids = lane.run_ids
+    nb = (lane.alloc.seq_allocated_tokens(ids) // bm.block_size).astype(np.int32)
+    tab = tables(ids)
+    blocks = tab[np.arange(tab.shape[1])[None, :] < nb[:, None]].astype(np.int32)
+    return dataclasses.replace(bm, table_len=nb, table_blocks=blocks)
 
 
 def versions(mode: str) -> dict:

@@ -31,6 +31,11 @@ class BlockMap:
     # without it shared blocks count for their owner only).
     final_held: np.ndarray | None = field(default=None)  # int64 [m]
     buddy: bool = False  # placements are aligned power-of-two blocks (buddy allocator)
+    # Paged lanes, optional: the block tables of the final_seq sequences, in that order.
+    # table_len[i] blocks for final_seq[i]; table_blocks holds the tables one after another,
+    # each in logical order (the store keeps them in its block_tables table).
+    table_len: np.ndarray | None = field(default=None)  # int32 [m]
+    table_blocks: np.ndarray | None = field(default=None)  # int32 [sum(table_len)]
 
     def __post_init__(self) -> None:
         n = self.owner.shape[0]

@@ -15,15 +15,22 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from kvviz import FORMAT_VERSION, __version__
 from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
+from kvviz.store import arraycodec as ac
 from kvviz.store import events as store_events
 from kvviz.store import mapcodec
 from kvviz.store import schema as codec
 from kvviz.store.schema import MAP_COLS, NODE_SCHEMA, STATUSES
 
+TABLES_ENCODING = "tables-zlib-1"
+TABLES_SCHEMA = ("CREATE TABLE IF NOT EXISTS block_tables (sample_id INTEGER PRIMARY KEY, "
+                 "lane TEXT NOT NULL, encoding TEXT NOT NULL, layout TEXT NOT NULL, "
+                 "nbytes INTEGER NOT NULL, table_len BLOB NOT NULL, table_blocks BLOB NOT NULL)")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -69,7 +76,8 @@ class RunWriter:
         self._stride = 1
         self._map_idx: dict[str, int] = {}
         self._latest: dict[str, tuple[int, int]] = {}  # lane -> (sample_id, idx)
-        self._map_bytes = 0
+        self._map_bytes = 0  # block maps and block tables
+        self._tables = False  # block_tables created (on the first paged map with tables)
         self._next_event = store_events.next_event_id(self.conn)
         self.closed = False
 
@@ -123,7 +131,7 @@ class RunWriter:
                *(enc.blobs[k] for k in codec.BLOB_COLS),
                int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
-        self._map_bytes += enc.nbytes
+        self._map_bytes += enc.nbytes + self._add_tables(sid, lane, bm)
         prev = self._latest.get(lane)
         self._latest[lane] = (sid, idx)
         if prev is not None and prev[1] % self._stride:  # kept only while it was the latest
@@ -131,14 +139,36 @@ class RunWriter:
         if self._map_bytes > self.budget:
             self._thin()
 
+    def _add_tables(self, sid: int, lane: str, bm: BlockMap) -> int:
+        """A paged map's block tables, as a block_tables row (docs/FORMAT.md); its bytes."""
+        if bm.table_len is None or bm.table_blocks is None:
+            return 0
+        if not self._tables:
+            self.conn.execute(TABLES_SCHEMA)
+            self._tables = True
+        (lens, ls), (blocks, bs) = (ac.pack(np.asarray(a)) for a in (bm.table_len,
+                                                                       bm.table_blocks))
+        nbytes = len(lens) + len(blocks)
+        self.conn.execute("INSERT INTO block_tables VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (sid, lane, TABLES_ENCODING, json.dumps({"table_len": ls,
+                                                                   "table_blocks": bs}),
+                           nbytes, lens, blocks))
+        return nbytes
+
     def _drop(self, where: str, params: tuple) -> None:
-        """Delete the maps matching `where`, except each lane's latest. Cost: the rows matched
-        (one seek for a single sample_id), so retention is O(1) per sample."""
+        """Delete the maps matching `where` (and their block tables), except each lane's
+        latest; subtracts the bytes deleted. Cost: the rows matched."""
         keep = [s for s, _ in self._latest.values()]
         cond = f"({where}) AND sample_id NOT IN ({', '.join('?' * len(keep))})"
+        args = (*params, *keep)
         gone = self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps WHERE {cond}",
-                                 (*params, *keep)).fetchone()[0]
-        self.conn.execute(f"DELETE FROM blockmaps WHERE {cond}", (*params, *keep))
+                                 args).fetchone()[0]
+        if self._tables:  # a map's block tables go with it
+            sel = f"sample_id IN (SELECT sample_id FROM blockmaps WHERE {cond})"
+            gone += self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM block_tables "
+                                      f"WHERE {sel}", args).fetchone()[0]
+            self.conn.execute(f"DELETE FROM block_tables WHERE {sel}", args)
+        self.conn.execute(f"DELETE FROM blockmaps WHERE {cond}", args)
         self._map_bytes -= int(gone)
 
     def _thin(self) -> None:

@@ -84,3 +84,30 @@ def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
         store_as_format_2(db, maps)
     out = run_example(path)
     assert f"{sim.lanes[0].name}: {sim.lanes[0].capacity} blocks" in out.stdout
+
+
+def test_every_column_and_meta_key_a_collector_writes_is_documented(tmp_path) -> None:
+    """Each table column and meta key of a real `kvviz collect` recording is named in
+    FORMAT.md (the collector runs as a child from this tree)."""
+    import os
+    import sqlite3
+
+    root = DOC.parents[1]
+    out = tmp_path / "doc.db"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "kvviz", "collect", "--mode", "sim", "--quiet",
+                           "--steps-per-s", "0", "--hz", "20", "--rate", "inf", "--requests",
+                           "30", "--duration", "5", "--lane", "paged:16:prefix",
+                           "--prefix-sharing", "0.5", "--out", str(out)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", DOC.read_text()))
+    db = sqlite3.connect(out)
+    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+        missing = [c for c in cols if c not in words]
+        assert table in words and not missing, f"{table}: {missing} are not in FORMAT.md"
+    meta = json.loads(db.execute("SELECT meta FROM run").fetchone()[0])
+    keys = [*meta, *meta["collector"], *meta["nvml"], *meta["lanes"][0]]
+    assert [k for k in keys if k not in words] == []
+    assert meta["nvml"]["status"] == "not used" and meta["nvml"]["reason"]

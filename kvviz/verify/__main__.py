@@ -1,0 +1,45 @@
+"""`python -m kvviz.verify RUN.db [--json]`: exit 0 clean, 1 mismatches, 2 unreadable."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kvviz.verify.core import Report, Unreadable, verify
+
+
+def summary(rep: Report) -> str:
+    lines = [f"{rep.path}: format {rep.format_version}, status {rep.status}, "
+             f"{rep.checks} checks, {rep.mismatch_count} mismatches"]
+    if rep.note:
+        lines.append(f"  {rep.note}")
+    for lane, s in rep.lanes.items():
+        lines.append(f"  {lane}: {s['samples']} samples, {s.get('maps_decoded', 0)} of "
+                     f"{s['maps']} block maps decoded, {s.get('tables_checked', 0)} block "
+                     f"tables checked, {s['events']} events replayed")
+    for m in rep.mismatches:
+        lines.append(f"  MISMATCH {m}")
+    if rep.mismatch_count > len(rep.mismatches):
+        lines.append(f"  ... and {rep.mismatch_count - len(rep.mismatches)} more")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kvviz verify", description=__doc__)
+    p.add_argument("path", help="a recording (RUN.db)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = p.parse_args(argv)
+    try:
+        rep = verify(args.path)
+    except Unreadable as exc:
+        print(f"kvviz verify: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        print(json.dumps(rep.as_dict(), indent=1) if args.json else summary(rep), flush=True)
+    except BrokenPipeError:  # `... | head`: the reader left; the exit status still tells
+        sys.stdout = None
+    return 0 if rep.mismatch_count == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
