@@ -2,20 +2,25 @@
 
 A Workload is columns of equal length, sorted by arrival:
 arrival_s float64, prompt int64, output int64, prefix_group int64 (-1 = no shared prefix).
+
+Prompt content is described by hash chains: request r's prompt is cut into blocks of
+`chain_block` tokens and chain_ids[chain_ptr[r]:chain_ptr[r+1]] names them in order. Id i stands
+for the whole prefix up to the end of block i (as vLLM's block hashes and Mooncake's hash_ids
+do): two requests with the same id at block i have identical tokens up to there, as far as both
+prompts go. Prompt tokens past a request's chain are its own. Without explicit chains, a request
+of prefix_group g has the one-id chain [g] in blocks of prefix_tokens (see `chains`).
 """
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from kvviz.config import LENGTH_PRESETS, WorkloadConfig
-from kvviz.errors import TraceError
 
 TRACE_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_group")
 MAX_TRACE_ROWS = 1_000_000
@@ -28,6 +33,10 @@ class Workload:
     output: np.ndarray
     prefix_group: np.ndarray
     prefix_tokens: int = 0  # length of each group's shared system prompt
+    chain_ptr: np.ndarray | None = None  # int64 [n + 1]; None = derive from prefix_group
+    chain_ids: np.ndarray | None = None  # int64, all requests' chains concatenated
+    chain_block: int = 0  # tokens per chain id
+    clipped: int = 0  # requests whose prompt+output was cut to max_seq_len
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -39,6 +48,22 @@ class Workload:
     @property
     def total_output_tokens(self) -> int:
         return int(self.output.sum())
+
+    @property
+    def has_chains(self) -> bool:
+        return self.chain_ptr is not None or self.prefix_tokens > 0
+
+    def chains(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(chain_ptr, chain_ids, chain_block), derived from prefix groups when not given."""
+        if self.chain_ptr is not None:
+            return self.chain_ptr, self.chain_ids, self.chain_block
+        shared = self.prefix_group >= 0 if self.prefix_tokens else np.zeros(len(self), bool)
+        ptr = np.concatenate([[0], np.cumsum(shared)]).astype(np.int64)
+        return ptr, self.prefix_group[shared].astype(np.int64), max(1, self.prefix_tokens)
+
+    def chain(self, r: int) -> np.ndarray:
+        ptr, ids, _ = self.chains()
+        return ids[ptr[r] : ptr[r + 1]]
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
@@ -83,87 +108,38 @@ def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_seq_len: int):
     return prompt, output
 
 
-# ---- traces -------------------------------------------------------------------------------
-def _parse_row(row: dict, where: str) -> tuple[float, int, int, int]:
-    vals = []
-    for f in TRACE_FIELDS:
-        raw = row.get(f)
-        if raw is None or (isinstance(raw, str) and raw.strip() == ""):
-            if f == "prefix_group":
-                vals.append(-1)
-                continue
-            raise TraceError(f"{where}: field '{f}' is missing")
-        try:
-            v = float(raw) if f == "arrival_s" else int(str(raw).strip())
-        except (TypeError, ValueError):
-            raise TraceError(f"{where}: field '{f}' is not a number: {raw!r}") from None
-        if f == "arrival_s" and not (math.isfinite(v) and v >= 0):
-            raise TraceError(
-                f"{where}: field 'arrival_s' must be a finite number >= 0, got {raw!r}")
-        if f in ("prompt_tokens", "output_tokens") and v < 1:
-            raise TraceError(f"{where}: field '{f}' must be >= 1, got {raw!r}")
-        if f == "prefix_group" and v < -1:
-            raise TraceError(f"{where}: field 'prefix_group' must be >= -1, got {raw!r}")
-        vals.append(v)
-    return vals[0], vals[1], vals[2], vals[3]
+# ---- traces (kvviz/traces reads every format; these keep the old entry points) ----------
+def clip_workload(w: Workload, max_seq_len: int) -> Workload:
+    """The workload with prompt+output cut to max_seq_len; `clipped` counts the requests cut."""
+    prompt, output = clip_lengths(w.prompt, w.output, max_seq_len)
+    cut = int(((prompt != w.prompt) | (output != w.output)).sum())
+    return replace(w, prompt=prompt, output=output, clipped=w.clipped + cut)
 
 
-def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
+def parse_trace(text: str, name: str = "trace", *, max_seq_len: int | None = 2048,
                 prefix_tokens: int = 256) -> Workload:
-    """Parse CSV (with a header) or JSONL. Errors name the file, the line and the field."""
-    lines = text.lstrip("\ufeff")
-    first = lines.lstrip()[:1]
-    rows: list[tuple[float, int, int, int]] = []
-    if first == "{":
-        for i, line in enumerate(lines.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{name}: line {i}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{name}: line {i}: expected a JSON object")
-            rows.append(_parse_row(obj, f"{name}: line {i}"))
-            if len(rows) > MAX_TRACE_ROWS:
-                raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    else:
-        reader = csv.DictReader(io.StringIO(lines))
-        header = reader.fieldnames or []
-        missing = [f for f in TRACE_FIELDS[:3] if f not in header]
-        if missing:
-            raise TraceError(f"{name}: line 1: header lacks {', '.join(missing)} "
-                             f"(expected {', '.join(TRACE_FIELDS)})")
-        for row in reader:
-            rows.append(_parse_row(row, f"{name}: line {reader.line_num}"))
-            if len(rows) > MAX_TRACE_ROWS:
-                raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    if not rows:
-        raise TraceError(f"{name}: no requests in the trace")
-    arr = np.array(rows, dtype=np.float64)
-    order = np.argsort(arr[:, 0], kind="stable")
-    arr = arr[order]
-    prompt, output = clip_lengths(arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64),
-                                  max_seq_len)
-    group = arr[:, 3].astype(np.int64)
-    return Workload(arr[:, 0], prompt, output, group, prefix_tokens if (group >= 0).any() else 0)
+    """Parse a trace of any known format held in a string; clip to max_seq_len (None: no clip).
+    Errors name the file, the line and the column."""
+    from kvviz.traces import read_trace_bytes
+
+    w, _ = read_trace_bytes(text.encode("utf-8"), name, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)
 
 
-def load_trace(path: str | Path, **kw) -> Workload:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a UTF-8 text file (expected CSV or JSONL)") from None
-    return parse_trace(text, str(path), **kw)
+def load_trace(path: str | Path, *, max_seq_len: int | None = 2048,
+               prefix_tokens: int = 256) -> Workload:
+    from kvviz.traces import read_trace
+
+    w, _ = read_trace(path, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)
 
 
 def dump_trace(w: Workload, path: str | Path) -> None:
-    """Write CSV (.csv) or JSONL (anything else) with the four trace fields."""
+    """Write kvviz's CSV (.csv) or JSONL (anything else) with the four trace fields; a workload
+    with explicit hash chains writes JSONL with a hash_ids list and hash_block per row."""
     path = Path(path)
     cols = (w.arrival_s, w.prompt, w.output, w.prefix_group)
+    explicit = w.chain_ptr is not None
     with path.open("w", newline="", encoding="utf-8") as fh:
         if path.suffix.lower() == ".csv":
             out = csv.writer(fh)
@@ -171,6 +147,9 @@ def dump_trace(w: Workload, path: str | Path) -> None:
             for a, p, o, g in zip(*cols):
                 out.writerow([repr(float(a)), int(p), int(o), int(g)])
         else:
-            for a, p, o, g in zip(*cols):
-                fh.write(json.dumps(dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g)))))
-                         + "\n")
+            for i, (a, p, o, g) in enumerate(zip(*cols)):
+                row = dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g))))
+                if explicit:
+                    row["hash_ids"] = w.chain(i).tolist()
+                    row["hash_block"] = w.chain_block
+                fh.write(json.dumps(row) + "\n")
