@@ -6,6 +6,13 @@ import json
 import math
 import sys
 
+from kvviz.commands.trace_args import (
+    add_trace_arguments,
+    load_trace_args,
+    resolve_max_seq_len,
+    trace_fields,
+    trace_line,
+)
 from kvviz.config import (
     LENGTH_PRESETS,
     MODEL_PRESETS,
@@ -18,7 +25,8 @@ from kvviz.config import (
     model_preset,
 )
 from kvviz.engine import Simulation
-from kvviz.workload import dump_trace, generate, load_trace
+from kvviz.errors import KvvizError
+from kvviz.workload import clip_workload, dump_trace, generate
 
 HELP = "simulate allocators on a synthetic workload or a trace (sim mode, no tensors)"
 
@@ -41,8 +49,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--workload", default="sharegpt-like", metavar="PRESET",
                      help=f"length preset: {', '.join(LENGTH_PRESETS)} (default sharegpt-like)")
     src.add_argument("--trace", metavar="FILE",
-                     help="CSV or JSONL trace: arrival_s, prompt_tokens, output_tokens"
-                          "[, prefix_group]")
+                     help="a trace as downloaded: Azure or BurstGPT CSV, Mooncake JSONL, or "
+                          "kvviz CSV/JSONL (arrival_s, prompt_tokens, output_tokens"
+                          "[, prefix_group])")
     g.add_argument("--requests", type=int, default=1000, metavar="N",
                    help="number of synthetic requests (default 1000)")
     g.add_argument("--rate", type=_rate, default=math.inf, metavar="R",
@@ -50,22 +59,27 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson",
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
     g.add_argument("--seed", type=int, default=0, help="seed for the workload (default 0)")
-    g.add_argument("--max-seq-len", type=int, default=2048, metavar="N",
+    g.add_argument("--max-seq-len", type=int, default=None, metavar="N",
                    help="clip prompt+output to this and reserve it under --reserve max "
-                        "(default 2048)")
+                        "(default 2048; with --trace, the trace's longest request)")
     g.add_argument("--prefix-sharing", action="store_true",
                    help="half the requests share one of 4 system prompts of --prefix-tokens")
     g.add_argument("--prefix-tokens", type=int, default=256, metavar="N",
                    help="length of a shared system prompt (default 256)")
+    add_trace_arguments(g)
 
 
-def workload_from_args(a: argparse.Namespace):
+def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
+    """(workload clipped to the resolved max_seq_len, TraceInfo or None, max_seq_len)."""
     if a.trace:
-        return load_trace(a.trace, max_seq_len=a.max_seq_len, prefix_tokens=a.prefix_tokens)
+        w, info = load_trace_args(a, a.prefix_tokens, show_progress)
+        max_seq_len = resolve_max_seq_len(a.max_seq_len, w)
+        return clip_workload(w, max_seq_len), info, max_seq_len
+    max_seq_len = resolve_max_seq_len(a.max_seq_len, None)
     cfg = WorkloadConfig(a.workload, num_requests=a.requests, rate=a.rate, arrival=a.arrival,
-                         max_seq_len=a.max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
+                         max_seq_len=max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
                          prefix_tokens=a.prefix_tokens, seed=a.seed)
-    return generate(cfg)
+    return generate(cfg), None, max_seq_len
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,11 +129,11 @@ def run(a: argparse.Namespace) -> int:
     lanes = lanes_from_args(a)
     cache = CacheConfig(block_size=max(s.block_size for s in lanes),
                         capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
+    w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
     engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
-                          watermark=a.watermark, step_ms=a.step_ms, max_seq_len=a.max_seq_len)
-    w = workload_from_args(a)
+                          watermark=a.watermark, step_ms=a.step_ms, max_seq_len=max_seq_len)
     if a.save_trace:
-        dump_trace(w, a.save_trace)
+        save_trace(w, a.save_trace)
     sim = Simulation(w, lanes, cache, engine)
     show = sys.stderr.isatty() and not a.json
 
@@ -134,20 +148,50 @@ def run(a: argparse.Namespace) -> int:
     for r in rows:
         r["requests"] = len(w)
         r["simulated_seconds"] = sim.time_s
+        r["max_seq_len"] = max_seq_len
+        r.update(trace_fields(info, w))
     if a.json:
         for r in rows:
             print(json.dumps(r))
         return 0
     print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens, {sim.step_no} steps "
           f"({sim.time_s:.1f} simulated s), {sim.wall_seconds:.2f} s wall")
-    head = (f"{'lane':<28}{'used':>7}{'resv':>7}{'intern':>7}{'free':>7}{'tail':>7}"
-            f"{'extfrag':>8}{'CAP':>6}{'FRAG':>6}{'POL':>6}{'preempt':>8}{'steps':>7}")
-    print(head)
-    for r in rows:
-        f = r["admit_failures"]
-        print(f"{r['lane']:<28}{r['used_share']:>7.1%}{r['reserved_share']:>7.1%}"
-              f"{r['internal_share']:>7.1%}{r['free_share']:>7.1%}{r['tail_waste_share']:>7.1%}"
-              f"{r['external_frag_index_mean']:>8.2f}{f['capacity']:>6}{f['fragmentation']:>6}"
-              f"{f['policy']:>6}{r['preemptions']:>8}{r['steps']:>7}")
+    if info is not None:
+        print(trace_line(info, w, max_seq_len))
+    elif w.clipped:
+        print(f"{w.clipped} requests clipped to --max-seq-len {max_seq_len}")
+    print(format_table(rows))
     print("shares are time-averaged over steps with requests waiting (memory under pressure)")
     return 0
+
+
+def save_trace(w, path: str) -> None:
+    if w.chain_ptr is not None and path.lower().endswith(".csv"):
+        raise KvvizError(f"--save-trace {path}: these requests carry hash chains, which only "
+                         "kvviz's JSONL keeps; use a .jsonl name")
+    dump_trace(w, path)
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per lane; every column as wide as its widest value (7-digit counts too)."""
+    cols = [("lane", "<", lambda r: r["lane"]),
+            ("used", ">", lambda r: f"{r['used_share']:.1%}"),
+            ("resv", ">", lambda r: f"{r['reserved_share']:.1%}"),
+            ("intern", ">", lambda r: f"{r['internal_share']:.1%}"),
+            ("free", ">", lambda r: f"{r['free_share']:.1%}"),
+            ("tail", ">", lambda r: f"{r['tail_waste_share']:.1%}"),
+            ("extfrag", ">", lambda r: f"{r['external_frag_index_mean']:.2f}"),
+            ("prefix_hit", ">", lambda r: f"{r.get('prefix_hit_rate', 0.0):.1%}"),
+            ("CAP", ">", lambda r: str(r["admit_failures"]["capacity"])),
+            ("FRAG", ">", lambda r: str(r["admit_failures"]["fragmentation"])),
+            ("POL", ">", lambda r: str(r["admit_failures"]["policy"])),
+            ("preempt", ">", lambda r: str(r["preemptions"])),
+            ("steps", ">", lambda r: str(r["steps"])),
+            ("clipped", ">", lambda r: str(r.get("clipped_requests", 0)))]
+    cells = [[h for h, _, _ in cols]] + [[f(r) for _, _, f in cols] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
+    lines = []
+    for c in cells:
+        parts = [f"{v:{al}{wd}}" for v, (_, al, _), wd in zip(c, cols, widths)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)

@@ -40,14 +40,14 @@ def detect(first_line: str, name: str, line_no: int = 1) -> str:
         except (ValueError, RecursionError):
             raise TraceError(f"{name}: line {line_no}: not valid JSON") from None
         keys = set(obj) if isinstance(obj, dict) else set()
-        if {"input_length", "output_length"} <= keys:
+        if keys & {"input_length", "hash_ids"}:
             return "mooncake"
-        if {"arrival_s", "prompt_tokens"} <= keys:
+        if keys & {"arrival_s", "prompt_tokens"}:
             return "kvviz-jsonl"
-    else:
+    else:  # by the time column; the reader then names any other column the header lacks
         fields = set(header_fields(s))
         for fmt in ("azure", "burstgpt", "kvviz-csv"):
-            if set(SPECS[fmt].required) <= fields:
+            if SPECS[fmt].time in fields:
                 return fmt
     raise TraceError(f"{name}: line {line_no}: unknown trace format; expected one of: {KNOWN} "
                      "(--trace-format forces one)")

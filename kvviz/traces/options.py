@@ -28,7 +28,7 @@ class TraceOptions:
 
     def __post_init__(self) -> None:
         if self.fmt is not None and self.fmt not in FORMATS:
-            raise ValueError(f"trace format: expected one of {', '.join(FORMATS)}, "
+            raise ValueError(f"fmt: expected one of {', '.join(FORMATS)}, "
                              f"got {self.fmt!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: must be >= 1, got {self.limit}")

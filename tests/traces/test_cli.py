@@ -1,0 +1,75 @@
+"""simulate/collect --trace: no silent clipping, skipped rows reported, exit 2 on bad rows."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvviz.cli import main
+from kvviz.commands.simulate import format_table
+from tests.traces import samples as S
+
+ROWS = [(f"2023-11-16 18:15:{s:02d}.1234567", 100 + 300 * s, 50 + s) for s in range(12)]
+
+
+@pytest.fixture
+def azure(tmp_path):
+    p = tmp_path / "az.csv"
+    p.write_bytes(S.azure(ROWS))
+    return p
+
+
+def run_json(capsys, *args) -> list[dict]:
+    assert main(["simulate", "--json", "--capacity-tokens", "60000", *map(str, args)]) == 0
+    return [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+
+
+def test_max_seq_len_defaults_to_the_longest_request_so_nothing_is_clipped(capsys, azure):
+    r = run_json(capsys, "--trace", azure)[0]
+    assert r["max_seq_len"] == max(p + o for _, p, o in ROWS)
+    assert r["clipped_requests"] == 0 and r["trace_format"] == "azure"
+
+
+def test_a_limit_that_clips_reports_how_many(capsys, azure):
+    r = run_json(capsys, "--trace", azure, "--max-seq-len", 1000)[0]
+    assert r["clipped_requests"] == sum(p + o > 1000 for _, p, o in ROWS)
+
+
+def test_skipped_rows_are_reported(capsys, tmp_path):
+    p = tmp_path / "b.csv"
+    p.write_bytes(S.burstgpt([(0, "ChatGPT", 5, 0), (1, "GPT-4", 5, 5), (2, "ChatGPT", 5, 5)]))
+    r = run_json(capsys, "--trace", p, "--model-filter", "ChatGPT")[0]
+    assert (r["skipped_failed_rows"], r["skipped_other_model_rows"], r["requests"]) == (1, 1, 1)
+
+
+def test_a_bad_row_exits_2_naming_file_line_and_column(capsys, tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_bytes(S.azure([ROWS[0], (ROWS[1][0], 0, 5)]))
+    assert main(["simulate", "--trace", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvviz simulate: error: {p}: line 3: column 'ContextTokens'")
+
+
+@pytest.mark.parametrize("flag, value", [("--limit", "0"), ("--time-scale", "0"),
+                                          ("--duration-s", "-1"), ("--start-s", "nan")])
+def test_bad_window_flags_exit_2_naming_the_flag(capsys, azure, flag, value):
+    assert main(["simulate", "--trace", str(azure), flag, value]) == 2
+    assert f"error: {flag}:" in capsys.readouterr().err
+
+
+def test_table_columns_stay_aligned_for_seven_digit_counts():
+    row = {"lane": "paged:16", "used_share": 0.5, "reserved_share": 0.1, "internal_share": 0.0,
+           "free_share": 0.4, "tail_waste_share": 0.01, "external_frag_index_mean": 0.0,
+           "admit_failures": {"capacity": 12_345_678, "fragmentation": 0, "policy": 3},
+           "preemptions": 1_234_567, "steps": 99_999_999, "clipped_requests": 5}
+    lines = format_table([row, dict(row, lane="contiguous:first-fit:max", steps=1)]).splitlines()
+    ends = [[i for i in range(len(ln)) if ln[i] != " " and (i + 1 == len(ln) or ln[i + 1] == " ")]
+            for ln in lines]
+    assert ends[0][1:] == ends[1][1:] == ends[2][1:]  # right edges of every numeric column
+
+
+def test_save_trace_of_hash_chains_needs_jsonl(capsys, tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(S.mooncake([(0, 600, 5, [1, 2])]))
+    assert main(["simulate", "--trace", str(p), "--save-trace", str(tmp_path / "o.csv")]) == 2
+    assert "use a .jsonl name" in capsys.readouterr().err
