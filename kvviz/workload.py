@@ -92,13 +92,60 @@ def generate(cfg: WorkloadConfig) -> Workload:
     prompt = np.maximum(1, np.rint(_lognormal(rng, p.prompt_mean, p.sigma, n))).astype(np.int64)
     output = np.maximum(1, np.rint(_lognormal(rng, p.output_mean, p.sigma, n))).astype(np.int64)
     group = np.full(n, -1, np.int64)
+    chains = None
     if cfg.prefix_share > 0:
         shared = rng.random(n) < cfg.prefix_share
         group[shared] = rng.integers(0, cfg.prefix_groups, int(shared.sum()))
         prompt[shared] += cfg.prefix_tokens
-    prompt, output = clip_lengths(prompt, output, cfg.max_seq_len)
-    return Workload(arrivals(rng, cfg), prompt, output, group,
-                    cfg.prefix_tokens if cfg.prefix_share > 0 else 0)
+        chains = conversations(np.random.default_rng([cfg.seed, 1]), cfg, prompt, output, group)
+    clipped = clip_lengths(prompt, output, cfg.max_seq_len)
+    w = Workload(arrivals(rng, cfg), prompt, output, group,
+                 cfg.prefix_tokens if cfg.prefix_share > 0 else 0)
+    if chains is not None:
+        w = replace(w, chain_ptr=chains[0], chain_ids=chains[1], chain_block=CHAIN_BLOCK)
+    cut = int(((clipped[0] != prompt) | (clipped[1] != output)).sum())
+    return replace(w, prompt=clipped[0], output=clipped[1], clipped=cut)
+
+
+CHAIN_BLOCK = 16  # tokens per hash id in synthetic workloads (vLLM's default block size)
+FOLLOW_UP = 0.5  # share of prefix-sharing requests that continue an earlier conversation
+
+
+def conversations(rng: np.random.Generator, cfg: WorkloadConfig, prompt: np.ndarray,
+                  output: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hash chains for a few system prompts and multi-turn conversations (changes `prompt` and
+    `group` in place for follow-ups). A first turn is the group's system prompt (its whole
+    blocks shared) and its own user text; a follow-up turn's prompt is an earlier turn's prompt
+    + that turn's output + new user text, and its chain extends the earlier one's whole blocks.
+    Blocks holding any token of a request's own are new ids, never shared with another request.
+    """
+    b = CHAIN_BLOCK
+    n = prompt.size
+    sys_blocks = cfg.prefix_tokens // b
+    next_id = cfg.prefix_groups * sys_blocks  # ids below are the system prompts' blocks
+    follow = rng.random(n) < FOLLOW_UP
+    pick = rng.random(n)
+    chains: list[np.ndarray] = []
+    turns: list[int] = []  # requests so far that share a prefix
+    for r in range(n):
+        g = int(group[r])
+        if g < 0:
+            chains.append(np.zeros(0, np.int64))
+            continue
+        user = int(prompt[r]) - cfg.prefix_tokens
+        if follow[r] and turns:
+            parent = turns[int(pick[r] * len(turns))]
+            group[r] = g = int(group[parent])
+            prompt[r] = prompt[parent] + output[parent] + user
+            base = chains[parent][: int(prompt[parent]) // b]
+        else:
+            base = np.arange(g * sys_blocks, (g + 1) * sys_blocks, dtype=np.int64)
+        own = -(-int(prompt[r]) // b) - base.size
+        chains.append(np.concatenate([base, np.arange(next_id, next_id + own, dtype=np.int64)]))
+        next_id += own
+        turns.append(r)
+    ptr = np.concatenate([[0], np.cumsum([c.size for c in chains])]).astype(np.int64)
+    return ptr, np.concatenate(chains)
 
 
 def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_seq_len: int):
@@ -150,6 +197,6 @@ def dump_trace(w: Workload, path: str | Path) -> None:
             for i, (a, p, o, g) in enumerate(zip(*cols)):
                 row = dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g))))
                 if explicit:
-                    row["hash_ids"] = w.chain(i).tolist()
+                    row["hash_ids"] = w.chain(i)[: -(-int(p) // w.chain_block)].tolist()
                     row["hash_block"] = w.chain_block
                 fh.write(json.dumps(row) + "\n")

@@ -13,7 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason
+from kvviz.alloc.base import Admission, Allocator, Reason
+from kvviz.alloc.prefix import PrefixChain
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
 from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
@@ -75,6 +76,10 @@ class Lane:
         self.too_big = allocator.footprints(final) > cap
         self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
         self.shares = Shares(cap)
+        # prompts as hash chains, for lanes that cache prefixes (others never share)
+        caching = getattr(allocator, "prefix_caching", False) and workload.has_chains
+        self._chains = workload.chains() if caching else None
+        self.prefix_query_tokens = 0  # prompt tokens admitted (vLLM's prefix_cache_queries)
 
     @property
     def finished(self) -> bool:
@@ -169,16 +174,13 @@ class Lane:
         kb = max(1, int(np.searchsorted(np.cumsum(n), self.cfg.max_batched_tokens, "right")))
         cands, n = cands[:kb], n[:kb]
         reserve = None if reserve is None else reserve[:kb]
-        prefixes = None
-        if self.w.prefix_tokens:
-            pt = self.w.prefix_tokens
-            prefixes = [None if g < 0 else PrefixKey(int(g), min(pt, int(m)))
-                        for g, m in zip(self.w.prefix_group[cands].tolist(), n.tolist())]
+        prefixes = self._prefixes(cands) if self._chains is not None else None
         keep = 0
         if self.cfg.watermark > 0 and self.reserve is None and running:
             keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
         k = self.alloc.admit_many(cands, n, reserve, prefixes, keep)
         admitted, lens = cands[:k], n[:k]
+        self.prefix_query_tokens += int(lens.sum())
         self._pop(k)
         if k:
             self._last_fail = None
@@ -198,6 +200,13 @@ class Lane:
             r = None if self.reserve is None else max(m, int(self.reserve[head[0]]))
             self._refuse_head(int(head[0]), m, r, policy=True)
         return admitted, lens
+
+    def _prefixes(self, cands: np.ndarray) -> list[PrefixChain | None]:
+        """Each candidate's prompt as a hash chain (None: nothing to share)."""
+        ptr, ids, block = self._chains
+        lo, hi = ptr[cands].tolist(), ptr[cands + 1].tolist()
+        return [PrefixChain(ids[a:b], block, p) if b > a else None
+                for a, b, p in zip(lo, hi, self.w.prompt[cands].tolist())]
 
     def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
         if new.size:
@@ -281,6 +290,12 @@ class Lane:
         self.prefill(*self.schedule())
         self.account()
 
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache / prompt tokens admitted (0.0 without)."""
+        hits = getattr(self.alloc, "prefix_hit_tokens", 0)
+        return hits / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+
     # ---- views -------------------------------------------------------------------------------
     def snapshot(self) -> BlockMap:
         ids = self.run_ids
@@ -300,4 +315,5 @@ class Lane:
             "admit_failures": {k.lower(): v for k, v in self.failures.items()},
             **self.shares.summary(),
             "tokens_generated": self.tokens_generated,
+            "prefix_hit_rate": self.prefix_hit_rate,
         }

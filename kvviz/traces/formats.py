@@ -40,10 +40,10 @@ def detect(first_line: str, name: str, line_no: int = 1) -> str:
         except (ValueError, RecursionError):
             raise TraceError(f"{name}: line {line_no}: not valid JSON") from None
         keys = set(obj) if isinstance(obj, dict) else set()
-        if keys & {"input_length", "hash_ids"}:
-            return "mooncake"
         if keys & {"arrival_s", "prompt_tokens"}:
             return "kvviz-jsonl"
+        if keys & {"input_length", "hash_ids"}:
+            return "mooncake"
     else:  # by the time column; the reader then names any other column the header lacks
         fields = set(header_fields(s))
         for fmt in ("azure", "burstgpt", "kvviz-csv"):

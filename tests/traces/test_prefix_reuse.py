@@ -1,0 +1,77 @@
+"""Prefix reuse by hash chains: matched at each lane's own block size, never across content."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvviz.alloc import ContiguousAllocator, PagedAllocator
+from kvviz.alloc.prefix import PrefixChain
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, model_preset
+from kvviz.engine import Simulation
+from kvviz.traces import read_trace_bytes
+from tests.traces import samples as S
+
+
+def hits(bs: int, first: list[int], second: list[int], prompt: int, block: int = 512) -> int:
+    a = PagedAllocator(16384 // bs, bs, prefix_caching=True)
+    a.admit(1, prompt, prefix=PrefixChain(np.array(first), block, prompt))
+    before = a.prefix_hit_tokens
+    assert a.admit(2, prompt, prefix=PrefixChain(np.array(second), block, prompt)).ok
+    return a.prefix_hit_tokens - before
+
+
+def test_a_512_token_trace_block_is_32_blocks_of_a_16_token_lane():
+    assert hits(16, [1, 2], [1, 3], 1024) == 512  # 32 lane blocks
+
+
+def test_chains_diverging_mid_prompt_share_up_to_the_divergence():
+    assert hits(16, [1, 2, 3, 4], [1, 2, 9, 10], 2048) == 1024
+
+
+def test_a_lane_block_larger_than_a_trace_block_needs_every_trace_block_to_match():
+    assert hits(1024, [1, 2], [1, 3], 1024) == 0
+    assert hits(1024, [1, 2], [1, 2], 1024) == 1024
+
+
+def test_a_lane_block_straddling_trace_blocks_needs_all_it_covers():
+    assert hits(768, [1, 2, 3], [1, 2, 4], 1536) == 768  # lane block 1 covers trace blocks 1, 2
+
+
+def test_only_whole_lane_blocks_inside_the_prompt_are_shared():
+    assert hits(16, [1, 2], [1, 2], 1000) == 992  # the last 8 prompt tokens are a partial block
+
+
+def test_contiguous_allocators_take_no_prefix_and_never_share():
+    a = ContiguousAllocator(4096)
+    assert a.admit(1, 600, prefix=None).ok
+    assert not hasattr(a, "prefix_hit_tokens") or a.prefix_hit_tokens == 0
+
+
+def run(w, lanes, capacity=20_000) -> list[dict]:
+    cache = CacheConfig(block_size=16, capacity_tokens=capacity, model=model_preset("tiny-cpu"))
+    rows = Simulation(w, [LaneSpec.parse(x) for x in lanes], cache,
+                      EngineConfig(max_seq_len=int(w.final_len.max()))).run()
+    for r in rows:
+        r.pop("wall_seconds")
+    return rows
+
+
+MOON = S.mooncake([(i * 200, 1100 + 37 * i, 20, [1, 2, 100 + i]) for i in range(30)])
+
+
+def test_prefix_hit_rate_per_lane_and_zero_without_prefix_caching():
+    w, _ = read_trace_bytes(MOON, "m.jsonl")
+    rows = {r["lane"]: r for r in run(w, ["paged:16", "paged:16:prefix",
+                                          "contiguous:first-fit:exact"])}
+    assert rows["paged:16"]["prefix_hit_rate"] == 0.0
+    assert rows["contiguous:first-fit:exact"]["prefix_hit_rate"] == 0.0
+    # 29 of 30 requests find the 1024 tokens of blocks 1, 2 cached
+    prompts = sum(1100 + 37 * i for i in range(30))
+    assert rows["paged:16:prefix"]["prefix_hit_rate"] == pytest.approx(29 * 1024 / prompts)
+
+
+def test_hash_chains_change_nothing_with_prefix_caching_off():
+    w, _ = read_trace_bytes(MOON, "m.jsonl")
+    plain = w.__class__(w.arrival_s, w.prompt, w.output, w.prefix_group)
+    lanes = ["paged:16", "paged:64", "contiguous:first-fit:max"]
+    assert run(w, lanes, 8000) == run(plain, lanes, 8000)
