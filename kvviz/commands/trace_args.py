@@ -4,9 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 from kvviz.traces import FORMATS, TraceInfo, TraceOptions, read_trace
+from kvviz.traces.overview import prefix_reuse_share
 from kvviz.workload import Workload
 
 DEFAULT_MAX_SEQ_LEN = 2048  # synthetic workloads; a trace defaults to its longest request
@@ -86,21 +85,3 @@ def trace_line(info: TraceInfo, w: Workload, max_seq_len: int) -> str:
             f"kept, skipped {info.bad_rows} bad, {info.failed_rows} failed, {info.filtered_rows} "
             f"other models, {info.outside_rows} outside the window; {w.clipped} clipped to "
             f"--max-seq-len {max_seq_len}; {share:.1%} of prompt tokens in repeated blocks")
-
-
-def prefix_reuse_share(w: Workload) -> float:
-    """Share of prompt tokens in hash blocks seen earlier in the trace (an upper bound on what
-    an infinite prefix cache could hit)."""
-    if not w.has_chains or not len(w):
-        return 0.0
-    ptr, ids, block = w.chains()
-    if not ids.size:
-        return 0.0
-    req = np.repeat(np.arange(len(w)), np.diff(ptr))
-    pos = np.arange(ids.size) - np.repeat(ptr[:-1], np.diff(ptr))
-    _, first = np.unique(ids, return_index=True)
-    seen = np.ones(ids.size, bool)
-    seen[first] = False
-    start = pos * block
-    tokens = np.clip(w.prompt[req] - start, 0, block)
-    return float(tokens[seen].sum() / max(1, int(w.prompt.sum())))
