@@ -21,14 +21,18 @@ PAPER = ("Kwon et al., *Efficient Memory Management for Large Language Model Ser
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def load_upload(name: str, data: bytes, max_seq_len: int) -> vc.Upload:
-    return vc.read_upload_info(name, data, max_seq_len=max_seq_len or None)
+def load_upload(name: str, data: bytes, max_seq_len: int, skip: bool = False) -> vc.Upload:
+    return vc.read_upload_info(name, data, max_seq_len=max_seq_len or None, skip_bad_rows=skip)
+
+
+def upload_of(source: tuple) -> vc.Upload:
+    return load_upload(source[4] or "trace", source[5], source[6], source[7])
 
 
 def load_workload(preset: str, n: int, rate: float, seed: int, name: str | None,
-                  data: bytes | None, max_seq_len: int = 0) -> Workload:
+                  data: bytes | None, max_seq_len: int = 0, skip: bool = False) -> Workload:
     if data is not None:
-        return load_upload(name or "trace", data, max_seq_len).workload
+        return load_upload(name or "trace", data, max_seq_len, skip).workload
     return synthetic(preset, n, rate, seed)
 
 
@@ -42,8 +46,7 @@ def engine_for(source: tuple) -> EngineConfig:
     """A trace's lanes reserve up to its own max_seq_len (contiguous max reservation)."""
     if source[5] is None:
         return ENGINE
-    return replace(ENGINE, max_seq_len=load_upload(source[4] or "trace", source[5],
-                                                   source[6]).max_seq_len)
+    return replace(ENGINE, max_seq_len=upload_of(source).max_seq_len)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -83,11 +86,13 @@ def workload_inputs() -> tuple:
                                  "(arrival_s, prompt_tokens, output_tokens[, prefix_group]); "
                                  "the format is detected from the first line")
             upload = (f.name, f.getvalue()) if f is not None else None
-        max_len = 0
+        max_len, skip = 0, False
         if upload is not None:
             max_len = st.number_input("Max sequence length (0 = the trace's longest request)",
                                       0, 10_000_000, 0, step=1024,
                                       help="longer requests are clipped, and counted")
+            skip = st.checkbox("Skip unusable rows (counted)", value=False,
+                               help="else the first unusable row stops with its line and column")
         preset = st.selectbox("Length preset", list(LENGTH_PRESETS), disabled=upload is not None)
         n = st.number_input("Requests", 10, 100_000, 1000, step=100, disabled=upload is not None)
         rate = st.number_input("Arrival rate (requests / simulated s, 0 = all at once)", 0.0,
@@ -98,13 +103,13 @@ def workload_inputs() -> tuple:
         st.info("Upload a trace in the sidebar, or switch to a synthetic workload.")
         st.stop()
     if upload is not None:
-        return ("", 0, 0.0, 0, upload[0], upload[1], int(max_len)), int(capacity)
-    return (preset, int(n), float(rate), int(seed), None, None, 0), int(capacity)
+        return ("", 0, 0.0, 0, upload[0], upload[1], int(max_len), bool(skip)), int(capacity)
+    return (preset, int(n), float(rate), int(seed), None, None, 0, False), int(capacity)
 
 
 def show_detected(source: tuple) -> None:
     """What the upload holds, before anything runs: format, rows, lengths, reuse, skips."""
-    up = load_upload(source[4] or "trace", source[5], source[6])
+    up = upload_of(source)
     with st.expander(f"Detected: {up.info.fmt} trace, {up.info.rows_kept} requests",
                      expanded=True):
         st.dataframe(vc.overview_frame(up), hide_index=True)

@@ -17,7 +17,7 @@ from kvviz import cellstate
 from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import TraceError
-from kvviz.traces import TraceInfo, read_trace_bytes
+from kvviz.traces import TraceInfo, TraceOptions, read_trace_bytes
 from kvviz.traces.overview import overview
 from kvviz.viz import theme
 from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload
@@ -39,14 +39,14 @@ class Upload(NamedTuple):
     max_seq_len: int  # as asked, or the trace's longest request
 
 
-def parse_upload(name: str, data: bytes) -> tuple[Workload, TraceInfo]:
+def parse_upload(name: str, data: bytes, opts: TraceOptions) -> tuple[Workload, TraceInfo]:
     """THE call site that parses uploaded bytes (route it through kvviz/sandbox.py's
     resource-limited child once that lands). Bounded parsing, nothing executed."""
-    return read_trace_bytes(data, name)
+    return read_trace_bytes(data, name, opts)
 
 
 def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
-                     max_bytes: int = MAX_UPLOAD_BYTES) -> Upload:
+                     max_bytes: int = MAX_UPLOAD_BYTES, skip_bad_rows: bool = False) -> Upload:
     """Validate an uploaded trace of any known format (size, rows) and parse it; raises
     TraceError. max_seq_len None: the trace's longest request (nothing clipped)."""
     if len(data) > max_bytes:
@@ -56,7 +56,7 @@ def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
         raise TraceError(f"{name}: expected a .csv or .jsonl trace")
     if data.count(b"\n") > MAX_TRACE_ROWS + 1:
         raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    w, info = parse_upload(name, data)
+    w, info = parse_upload(name, data, TraceOptions(skip_bad_rows=skip_bad_rows))
     msl = max(2, int(w.final_len.max())) if max_seq_len is None else max_seq_len
     return Upload(clip_workload(w, msl), info, msl)
 

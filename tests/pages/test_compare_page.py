@@ -81,6 +81,16 @@ def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest) 
     assert table["prefix hit %"].tolist() == [77.6, 0.0]
 
 
+def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest) -> None:
+    at.session_state["compare_test_upload"] = (
+        "bad.csv", b"arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,x,5\n2,6,6\n")
+    at.run()
+    assert at.error
+    next(c for c in at.checkbox if c.label.startswith("Skip unusable rows")).check().run()
+    assert not at.exception and not at.error
+    assert "1 bad" in at.warning[0].value and "2 requests" in at.caption[0].value
+
+
 def test_failed_and_clipped_rows_are_shown(at: AppTest) -> None:
     at.session_state["compare_test_upload"] = (
         "b.csv", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
