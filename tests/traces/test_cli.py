@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +12,7 @@ from kvviz.cli import main
 from kvviz.commands.simulate import format_table
 from tests.traces import samples as S
 
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [(f"2023-11-16 18:15:{s:02d}.1234567", 100 + 300 * s, 50 + s) for s in range(12)]
 
 
@@ -73,3 +77,21 @@ def test_save_trace_of_hash_chains_needs_jsonl(capsys, tmp_path):
     p.write_bytes(S.mooncake([(0, 600, 5, [1, 2])]))
     assert main(["simulate", "--trace", str(p), "--save-trace", str(tmp_path / "o.csv")]) == 2
     assert "use a .jsonl name" in capsys.readouterr().err
+
+
+def test_collect_reads_a_public_trace_with_the_same_flags(tmp_path, azure):
+    # a child process: under pytest, `collectors` would resolve to tests/collectors
+    code = (
+        "import json, sys\n"
+        "from kvviz.cli import build_parser\n"
+        "from kvviz.commands.collect import build\n"
+        "col = build(build_parser('collect').parse_args(sys.argv[1:]))\n"
+        "w = col.sim.workload\n"
+        "print(json.dumps([len(w), w.clipped, col.cfg.engine.max_seq_len]))\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code, "collect", "--mode", "sim", "--trace", str(azure),
+         "--limit", "5", "--quiet", "--out", str(tmp_path / "r.db")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [5, 0, max(p + o for _, p, o in ROWS[:5])]
+    assert not (tmp_path / "r.db").exists()  # build validates, creates nothing

@@ -75,3 +75,26 @@ def test_hash_chains_change_nothing_with_prefix_caching_off():
     plain = w.__class__(w.arrival_s, w.prompt, w.output, w.prefix_group)
     lanes = ["paged:16", "paged:64", "contiguous:first-fit:max"]
     assert run(w, lanes, 8000) == run(plain, lanes, 8000)
+
+
+def test_prefix_sharing_workload_is_system_prompts_and_conversations():
+    from kvviz.config import WorkloadConfig
+    from kvviz.workload import CHAIN_BLOCK, generate
+
+    w = generate(WorkloadConfig(num_requests=400, prefix_share=1.0, prefix_tokens=64, seed=2,
+                                max_seq_len=100_000))
+    ptr, ids, block = w.chains()
+    assert block == CHAIN_BLOCK and w.clipped == 0
+    chains = [ids[ptr[r] : ptr[r + 1]].tolist() for r in range(len(w))]
+    sys_blocks = 64 // CHAIN_BLOCK
+    # every request opens with one of the 4 system prompts' blocks
+    assert {tuple(c[:sys_blocks]) for c in chains} == {
+        tuple(range(g * sys_blocks, (g + 1) * sys_blocks)) for g in range(4)}
+    # follow-up turns extend an earlier turn's whole prompt blocks beyond the system prompt
+    follow = [r for r in range(len(w)) if any(
+        len(chains[q]) > sys_blocks and w.prompt[q] // block > sys_blocks
+        and chains[r][: w.prompt[q] // block] == chains[q][: w.prompt[q] // block]
+        for q in range(r))]
+    assert len(follow) > len(w) // 4
+    rows = run(w, ["paged:16:prefix", "paged:16"], capacity=400_000)
+    assert rows[0]["prefix_hit_rate"] > 0.3 and rows[1]["prefix_hit_rate"] == 0.0
