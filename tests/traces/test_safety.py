@@ -32,6 +32,12 @@ def test_an_endless_line_is_refused():
         read_trace_bytes(raw, "f")
 
 
+def test_an_overlong_line_between_good_ones_is_named():
+    raw = S.azure(S.AZURE_ROWS) + b"x" * (MAX_LINE_BYTES + 5) + b"\n" + S.azure(S.AZURE_ROWS)
+    with pytest.raises(TraceError, match="f: line 5: longer than"):
+        read_trace_bytes(raw, "f")
+
+
 def test_deeply_nested_json_is_one_error():
     raw = S.mooncake([(0, 1, 1, [])]) + b'{"timestamp": 1, "input_length": ' + b"[" * 200_000 \
         + b"\n"
