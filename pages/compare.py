@@ -173,12 +173,19 @@ def advisor_tab(source: tuple, capacity: int) -> None:
         st.caption(f"Kernel timings: torch {kernel.key['torch']} on {kernel.key['machine']} "
                    f"({device}), measured {kernel.measured_at}; medians of 20 runs, noisy on "
                    "a busy machine: measure again if the curve looks jagged.")
+    prefix = False
+    if load_workload(*source).has_chains:  # shared prompts: larger blocks share less
+        prefix = st.checkbox("Sweep with prefix caching (the requests share prompt blocks)",
+                             value=True)
     if st.button("Run block-size sweep", type="primary"):
         st.session_state.advisor_go = True
     if not st.session_state.get("advisor_go"):
         return
-    sums = run_lanes(source, advisor.sweep_labels(), capacity)
+    sums = run_lanes(source, advisor.sweep_labels(prefix=prefix), capacity)
     memory = [advisor.memory_point(s) for s in sums]
+    if prefix:
+        st.caption("Prefix hit rate by block size: " + ", ".join(
+            f"{m.block_size}: {m.prefix_hit_rate:.0%}" for m in memory))
     advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit)
     if advice.block_size is not None:
         st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")

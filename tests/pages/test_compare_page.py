@@ -91,6 +91,20 @@ def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest) -> None:
     assert "1 bad" in at.warning[0].value and "2 requests" in at.caption[0].value
 
 
+def test_the_advisor_sweeps_prefix_lanes_for_a_trace_with_hash_chains(at: AppTest) -> None:
+    rows = [{"timestamp": 100 * i, "input_length": 1100, "output_length": 4,
+             "hash_ids": [1, 2, 100 + i]} for i in range(4)]
+    at.session_state["compare_test_upload"] = (
+        "moon.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    at.session_state["advisor_test_command"] = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    at.run()
+    assert next(c for c in at.checkbox if c.label.startswith("Sweep with prefix")).value
+    button(at, "Run block-size sweep").click().run()
+    assert not at.exception
+    rates = next(c.value for c in at.caption if c.value.startswith("Prefix hit rate"))
+    assert "16: 70%" in rates and "256: 70%" in rates  # 3 x 1024 of 4 x 1100 prompt tokens
+
+
 def test_failed_and_clipped_rows_are_shown(at: AppTest) -> None:
     at.session_state["compare_test_upload"] = (
         "b.csv", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
