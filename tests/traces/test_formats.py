@@ -86,3 +86,13 @@ def test_reading_from_a_file_equals_reading_bytes(tmp_path):
     a, _ = read_trace(p)
     b, _ = read_trace_bytes(p.read_bytes(), str(p))
     assert np.array_equal(a.arrival_s, b.arrival_s)
+
+
+def test_jsonl_fast_and_line_by_line_paths_agree():
+    rows = [(13 * i + 7, 600 + 41 * i, 1 + i, [i % 3, 10 + i]) for i in range(20)]
+    clean, _ = read_trace_bytes(S.mooncake(rows), "m.jsonl")  # whole-chunk columns
+    slow, info = read_trace_bytes(S.mooncake(rows) + b'{"timestamp": "late"}\n', "m.jsonl",
+                                  TraceOptions(skip_bad_rows=True))  # one bad line: per line
+    assert info.bad_rows == 1
+    for k in ("arrival_s", "prompt", "output", "chain_ptr", "chain_ids"):
+        assert np.array_equal(getattr(clean, k), getattr(slow, k)), k
