@@ -95,3 +95,12 @@ def test_collect_reads_a_public_trace_with_the_same_flags(tmp_path, azure):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [5, 0, max(p + o for _, p, o in ROWS[:5])]
     assert not (tmp_path / "r.db").exists()  # build validates, creates nothing
+
+
+def test_a_progress_bar_goes_to_stderr_only_on_a_terminal(capsys, monkeypatch, azure):
+    assert main(["simulate", "--trace", str(azure), "--capacity-tokens", "60000"]) == 0
+    assert "reading" not in capsys.readouterr().err  # not a terminal: no bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["simulate", "--trace", str(azure), "--capacity-tokens", "60000"]) == 0
+    captured = capsys.readouterr()
+    assert f"reading {azure}" in captured.err and "reading" not in captured.out
