@@ -63,7 +63,8 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                    help="clip prompt+output to this and reserve it under --reserve max "
                         "(default 2048; with --trace, the trace's longest request)")
     g.add_argument("--prefix-sharing", action="store_true",
-                   help="half the requests share one of 4 system prompts of --prefix-tokens")
+                   help="half the requests share one of 4 system prompts of --prefix-tokens; "
+                        "half of those continue an earlier conversation")
     g.add_argument("--prefix-tokens", type=int, default=256, metavar="N",
                    help="length of a shared system prompt (default 256)")
     add_trace_arguments(g)
