@@ -223,9 +223,9 @@ class Lane:
 
     def decode_step(self) -> None:
         ids = self.run_ids
+        self._just_preempted.clear()  # also when a preemption emptied the batch (else a livelock)
         if not ids.size:
             return
-        self._just_preempted.clear()
         ok = self.alloc.append_batch(ids)
         if not ok.all():
             keep = preempt_from_tail(self.alloc, ids, ok)

@@ -98,3 +98,27 @@ def test_prefix_sharing_workload_is_system_prompts_and_conversations():
     assert len(follow) > len(w) // 4
     rows = run(w, ["paged:16:prefix", "paged:16"], capacity=400_000)
     assert rows[0]["prefix_hit_rate"] > 0.3 and rows[1]["prefix_hit_rate"] == 0.0
+
+
+def test_a_batch_emptied_by_preemption_resumes_instead_of_stalling():
+    # found by the content property: shared blocks free less than preemption counts on, so a
+    # step can preempt every running sequence; the next step must readmit them
+    from kvviz.workload import Workload
+
+    rows = [(0.0, 13, 20, [0, 1]), (0.108, 28, 36, [0, 1, 2, 3]), (0.216, 26, 22, [4, 5, 6, 7]),
+            (0.259, 8, 30, [8]), (0.34, 37, 34, [0, 1, 9, 10, 11]), (0.51, 30, 20, [0, 1, 2, 3]),
+            (0.666, 26, 2, [12, 13, 14, 15]), (0.717, 39, 31, [16, 17, 18, 19, 20]),
+            (1.179, 7, 12, [21]), (1.267, 41, 29, [0, 1, 2, 3, 22, 23]),
+            (1.482, 21, 40, [24, 25, 26]), (1.74, 25, 16, [27, 28, 29, 30]),
+            (2.167, 25, 38, [31, 32, 33, 34]), (2.19, 13, 10, [35, 36]),
+            (2.235, 12, 32, [37, 38]), (3.108, 1, 1, [39])]
+    ids = [h for *_, c in rows for h in c]
+    ptr = np.concatenate([[0], np.cumsum([len(c) for *_, c in rows])])
+    w = Workload(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                 np.array([r[2] for r in rows]), np.full(len(rows), -1), chain_ptr=ptr,
+                 chain_ids=np.array(ids), chain_block=8)
+    cache = CacheConfig(block_size=16, capacity_tokens=128, model=model_preset("tiny-cpu"))
+    sim = Simulation(w, [LaneSpec.parse("paged:4:prefix"), LaneSpec.parse("paged:8:prefix")],
+                     cache, EngineConfig(max_seq_len=int(w.final_len.max()), max_num_seqs=8))
+    rows_out = sim.run(max_steps=5000)
+    assert sim.finished and all(r["finished"] == len(rows) for r in rows_out)
