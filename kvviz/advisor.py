@@ -43,6 +43,7 @@ class MemoryPoint(NamedTuple):
     admit_failures: int  # CAPACITY + FRAGMENTATION + POLICY
     preemptions: int
     steps: int
+    prefix_hit_rate: float = 0.0  # prompt tokens served from the prefix cache (prefix lanes)
 
 
 class KernelPoint(NamedTuple):
@@ -78,7 +79,8 @@ def memory_point(summary: dict) -> MemoryPoint:
                        float(every["tail_waste"] if tail is None else tail),
                        float(every["internal"] if internal is None else internal),
                        int(sum(summary["admit_failures"].values())),
-                       int(summary["preemptions"]), int(summary["steps"]))
+                       int(summary["preemptions"]), int(summary["steps"]),
+                       float(summary.get("prefix_hit_rate", 0.0)))
 
 
 def _pct(x: float) -> str:

@@ -66,6 +66,31 @@ def resolve_run(root: Path, name: str) -> Path:
     return path
 
 
+TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
+
+
+def list_traces(root: Path) -> list[RunFile]:
+    """Trace files (any format kvviz reads) directly under `root`, newest first."""
+    out = []
+    for p in root.iterdir() if root.is_dir() else ():
+        if p.suffix.lower() in TRACE_SUFFIXES and _inside(root, p) and p.is_file():
+            st = p.stat()
+            out.append(RunFile(p.name, p, st.st_size, st.st_mtime))
+    return sorted(out, key=lambda r: r.mtime, reverse=True)
+
+
+def resolve_trace(root: Path, name: str) -> Path:
+    """The path of trace file `name` inside `root`; KvvizError for anything else."""
+    if not name or name != Path(name).name or name in (".", ".."):
+        raise KvvizError(f"trace {name!r}: give a file name inside the runs directory")
+    if Path(name).suffix.lower() not in TRACE_SUFFIXES:
+        raise KvvizError(f"trace {name!r}: expected one of {', '.join(TRACE_SUFFIXES)}")
+    path = root / name
+    if not _inside(root, path) or not path.is_file():
+        raise KvvizError(f"trace {name!r} is not a file in {root}")
+    return path.resolve()
+
+
 def open_run(root: Path, name: str):
     """A kvviz.store.RunReader for recording `name` (raises StoreError / KvvizError)."""
     from kvviz.store.reader import RunReader  # the store pulls in pandas; keep this module light
@@ -86,6 +111,7 @@ class CollectorOptions:
     device: str | None = None  # auto | cpu | cuda
     model: str | None = None
     loop: bool = True
+    trace: str | None = None  # a trace file to replay instead of `workload` (resolve_trace)
 
     def __post_init__(self) -> None:
         if self.mode not in (None, "real", "sim"):
@@ -104,7 +130,7 @@ class CollectorOptions:
         for flag, value in (("--mode", self.mode), ("--workload", self.workload),
                             ("--rate", self.rate), ("--capacity-tokens", self.capacity_tokens),
                             ("--hz", self.hz), ("--device", self.device),
-                            ("--model", self.model)):
+                            ("--model", self.model), ("--trace", self.trace)):
             if value is not None:
                 args += [flag, str(value)]
         for lane in self.lanes:

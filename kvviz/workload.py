@@ -2,21 +2,26 @@
 
 A Workload is columns of equal length, sorted by arrival:
 arrival_s float64, prompt int64, output int64, prefix_group int64 (-1 = no shared prefix).
+
+Prompt content is described by hash chains: request r's prompt is cut into blocks of
+`chain_block` tokens and chain_ids[chain_ptr[r]:chain_ptr[r+1]] names them in order. Id i stands
+for the whole prefix up to the end of block i (as vLLM's block hashes and Mooncake's hash_ids
+do): two requests with the same id at block i have identical tokens up to there, as far as both
+prompts go. Prompt tokens past a request's chain are its own. Without explicit chains, a request
+of prefix_group g has the one-id chain [g] in blocks of prefix_tokens (see `chains`).
 """
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from kvviz import safeio
 from kvviz.config import LENGTH_PRESETS, WorkloadConfig
-from kvviz.errors import TraceError
 
 TRACE_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_group")
 MAX_TRACE_ROWS = 1_000_000
@@ -33,6 +38,10 @@ class Workload:
     output: np.ndarray
     prefix_group: np.ndarray
     prefix_tokens: int = 0  # length of each group's shared system prompt
+    chain_ptr: np.ndarray | None = None  # int64 [n + 1]; None = derive from prefix_group
+    chain_ids: np.ndarray | None = None  # int64, all requests' chains concatenated
+    chain_block: int = 0  # tokens per chain id
+    clipped: int = 0  # requests whose prompt+output was cut to max_seq_len
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -44,6 +53,22 @@ class Workload:
     @property
     def total_output_tokens(self) -> int:
         return int(self.output.sum())
+
+    @property
+    def has_chains(self) -> bool:
+        return self.chain_ptr is not None or self.prefix_tokens > 0
+
+    def chains(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(chain_ptr, chain_ids, chain_block), derived from prefix groups when not given."""
+        if self.chain_ptr is not None:
+            return self.chain_ptr, self.chain_ids, self.chain_block
+        shared = self.prefix_group >= 0 if self.prefix_tokens else np.zeros(len(self), bool)
+        ptr = np.concatenate([[0], np.cumsum(shared)]).astype(np.int64)
+        return ptr, self.prefix_group[shared].astype(np.int64), max(1, self.prefix_tokens)
+
+    def chain(self, r: int) -> np.ndarray:
+        ptr, ids, _ = self.chains()
+        return ids[ptr[r] : ptr[r + 1]]
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
@@ -72,13 +97,60 @@ def generate(cfg: WorkloadConfig) -> Workload:
     prompt = np.maximum(1, np.rint(_lognormal(rng, p.prompt_mean, p.sigma, n))).astype(np.int64)
     output = np.maximum(1, np.rint(_lognormal(rng, p.output_mean, p.sigma, n))).astype(np.int64)
     group = np.full(n, -1, np.int64)
+    chains = None
     if cfg.prefix_share > 0:
         shared = rng.random(n) < cfg.prefix_share
         group[shared] = rng.integers(0, cfg.prefix_groups, int(shared.sum()))
         prompt[shared] += cfg.prefix_tokens
-    prompt, output = clip_lengths(prompt, output, cfg.max_seq_len)
-    return Workload(arrivals(rng, cfg), prompt, output, group,
-                    cfg.prefix_tokens if cfg.prefix_share > 0 else 0)
+        chains = conversations(np.random.default_rng([cfg.seed, 1]), cfg, prompt, output, group)
+    clipped = clip_lengths(prompt, output, cfg.max_seq_len)
+    w = Workload(arrivals(rng, cfg), prompt, output, group,
+                 cfg.prefix_tokens if cfg.prefix_share > 0 else 0)
+    if chains is not None:
+        w = replace(w, chain_ptr=chains[0], chain_ids=chains[1], chain_block=CHAIN_BLOCK)
+    cut = int(((clipped[0] != prompt) | (clipped[1] != output)).sum())
+    return replace(w, prompt=clipped[0], output=clipped[1], clipped=cut)
+
+
+CHAIN_BLOCK = 16  # tokens per hash id in synthetic workloads (vLLM's default block size)
+FOLLOW_UP = 0.5  # share of prefix-sharing requests that continue an earlier conversation
+
+
+def conversations(rng: np.random.Generator, cfg: WorkloadConfig, prompt: np.ndarray,
+                  output: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hash chains for a few system prompts and multi-turn conversations (changes `prompt` and
+    `group` in place for follow-ups). A first turn is the group's system prompt (its whole
+    blocks shared) and its own user text; a follow-up turn's prompt is an earlier turn's prompt
+    + that turn's output + new user text, and its chain extends the earlier one's whole blocks.
+    Blocks holding any token of a request's own are new ids, never shared with another request.
+    """
+    b = CHAIN_BLOCK
+    n = prompt.size
+    sys_blocks = cfg.prefix_tokens // b
+    next_id = cfg.prefix_groups * sys_blocks  # ids below are the system prompts' blocks
+    follow = rng.random(n) < FOLLOW_UP
+    pick = rng.random(n)
+    chains: list[np.ndarray] = []
+    turns: list[int] = []  # requests so far that share a prefix
+    for r in range(n):
+        g = int(group[r])
+        if g < 0:
+            chains.append(np.zeros(0, np.int64))
+            continue
+        user = int(prompt[r]) - cfg.prefix_tokens
+        if follow[r] and turns:
+            parent = turns[int(pick[r] * len(turns))]
+            group[r] = g = int(group[parent])
+            prompt[r] = prompt[parent] + output[parent] + user
+            base = chains[parent][: int(prompt[parent]) // b]
+        else:
+            base = np.arange(g * sys_blocks, (g + 1) * sys_blocks, dtype=np.int64)
+        own = -(-int(prompt[r]) // b) - base.size
+        chains.append(np.concatenate([base, np.arange(next_id, next_id + own, dtype=np.int64)]))
+        next_id += own
+        turns.append(r)
+    ptr = np.concatenate([[0], np.cumsum([c.size for c in chains])]).astype(np.int64)
+    return ptr, np.concatenate(chains)
 
 
 def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_seq_len: int):
@@ -88,120 +160,30 @@ def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_seq_len: int):
     return prompt, output
 
 
-# ---- traces -------------------------------------------------------------------------------
-def _parse_row(row: dict, where: str) -> tuple[float, int, int, int]:
-    vals = []
-    for f in TRACE_FIELDS:
-        raw = row.get(f)
-        if raw is None or (isinstance(raw, str) and raw.strip() == ""):
-            if f == "prefix_group":
-                vals.append(-1)
-                continue
-            raise TraceError(f"{where}: field '{f}' is missing")
-        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-            raise TraceError(f"{where}: field '{f}' is not a number: {_short(raw)}")
-        text = str(raw).strip()
-        try:
-            if len(text) > 40:
-                raise ValueError
-            v = float(text) if f == "arrival_s" else int(text)
-        except (TypeError, ValueError):
-            raise TraceError(f"{where}: field '{f}' is not a number: {_short(raw)}") from None
-        if f == "arrival_s" and not (math.isfinite(v) and 0 <= v <= MAX_ARRIVAL_S):
-            raise TraceError(f"{where}: field 'arrival_s' must be a finite number in "
-                             f"[0, {MAX_ARRIVAL_S:g}], got {_short(raw)}")
-        if f in ("prompt_tokens", "output_tokens") and not 1 <= v <= MAX_TOKENS:
-            raise TraceError(f"{where}: field '{f}' must be in [1, {MAX_TOKENS}], "
-                             f"got {_short(raw)}")
-        if f == "prefix_group" and not -1 <= v <= MAX_TOKENS:
-            raise TraceError(f"{where}: field 'prefix_group' must be in [-1, {MAX_TOKENS}], "
-                             f"got {_short(raw)}")
-        vals.append(v)
-    return vals[0], vals[1], vals[2], vals[3]
+# ---- traces (kvviz/traces reads every format; these keep the old entry points) ----------
+def clip_workload(w: Workload, max_seq_len: int) -> Workload:
+    """The workload with prompt+output cut to max_seq_len; `clipped` counts the requests cut."""
+    prompt, output = clip_lengths(w.prompt, w.output, max_seq_len)
+    cut = int(((prompt != w.prompt) | (output != w.output)).sum())
+    return replace(w, prompt=prompt, output=output, clipped=w.clipped + cut)
 
 
-def _short(v: object) -> str:
-    r = repr(v) if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__
-    return safeio.printable(r if len(r) <= 40 else r[:37] + "...")
-
-
-def _check_lines(text: str, name: str) -> None:
-    """Refuse a line longer than MAX_LINE_CHARS (names the first such line)."""
-    for i, line in enumerate(text.split("\n"), 1):
-        if len(line) > MAX_LINE_CHARS:
-            raise TraceError(f"{name}: line {i}: {len(line):,} characters is over the "
-                             f"{MAX_LINE_CHARS:,}-character limit for one request")
-
-
-def parse_trace(text: str, name: str = "trace", *, max_seq_len: int = 2048,
+def parse_trace(text: str, name: str = "trace", *, max_seq_len: int | None = 2048,
                 prefix_tokens: int = 256) -> Workload:
-    """Parse CSV (with a header) or JSONL. Errors name the file, the line and the field."""
-    name = safeio.printable(name)
-    lines = text.lstrip("\ufeff")
-    if max(map(len, lines.split("\n"))) > MAX_LINE_CHARS:
-        _check_lines(lines, name)
-    if "\x00" in lines:
-        line = lines.count("\n", 0, lines.index("\x00")) + 1
-        raise TraceError(f"{name}: line {line}: NUL byte (not a text trace)")
-    first = lines.lstrip()[:1]
-    rows: list[tuple[float, int, int, int]] = []
-    if first == "{":
-        for i, line in enumerate(lines.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{name}: line {i}: not valid JSON at column {exc.colno} "
-                                 f"({exc.msg})") from None
-            except RecursionError:
-                raise TraceError(f"{name}: line {i}: JSON nested too deeply") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{name}: line {i}: expected a JSON object")
-            rows.append(_parse_row(obj, f"{name}: line {i}"))
-            if len(rows) > MAX_TRACE_ROWS:
-                raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    else:
-        reader = csv.DictReader(io.StringIO(lines))
-        header = reader.fieldnames or []
-        missing = [f for f in TRACE_FIELDS[:3] if f not in header]
-        if missing:
-            raise TraceError(f"{name}: line 1: header lacks {', '.join(missing)} "
-                             f"(expected {', '.join(TRACE_FIELDS)})")
-        try:
-            for row in reader:
-                rows.append(_parse_row(row, f"{name}: line {reader.line_num}"))
-                if len(rows) > MAX_TRACE_ROWS:
-                    raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-        except csv.Error as exc:
-            raise TraceError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
-    if not rows:
-        raise TraceError(f"{name}: no requests in the trace")
-    arr = np.array(rows, dtype=np.float64)
-    order = np.argsort(arr[:, 0], kind="stable")
-    arr = arr[order]
-    prompt, output = clip_lengths(arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64),
-                                  max_seq_len)
-    group = arr[:, 3].astype(np.int64)
-    return Workload(arr[:, 0], prompt, output, group, prefix_tokens if (group >= 0).any() else 0)
+    """Parse a trace of any known format held in a string; clip to max_seq_len (None: no clip).
+    Errors name the file, the line and the column."""
+    from kvviz.traces import read_trace_bytes
+
+    w, _ = read_trace_bytes(text.encode("utf-8"), name, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)
 
 
-def load_trace(path: str | Path, **kw) -> Workload:
-    """Read a trace: a regular file (never a FIFO or device) of at most MAX_TRACE_BYTES."""
-    path = Path(path)
-    if not path.exists():
-        raise TraceError(f"{safeio.printable(path)}: no such trace file")
-    try:
-        data = safeio.read_bytes(path, "trace", MAX_TRACE_BYTES)
-    except safeio.PathError as exc:
-        raise TraceError(str(exc)) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise TraceError(f"{safeio.printable(path)}: line {line}: not UTF-8 text "
-                         "(expected CSV or JSONL)") from None
-    return parse_trace(text, str(path), **kw)
+def load_trace(path: str | Path, *, max_seq_len: int | None = 2048,
+               prefix_tokens: int = 256) -> Workload:
+    from kvviz.traces import read_trace
+
+    w, _ = read_trace(path, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)
 
 
 def is_kvviz_trace(path: Path) -> bool:
@@ -217,11 +199,13 @@ def is_kvviz_trace(path: Path) -> bool:
 
 
 def dump_trace(w: Workload, path: str | Path) -> None:
-    """Write CSV (.csv) or JSONL (anything else) with the four trace fields, atomically
-    (a temporary file beside `path`, then renamed). Callers check the path first
+    """Write kvviz's CSV (.csv) or JSONL (anything else) with the four trace fields, atomically
+    (a temporary file beside `path`, then renamed); a workload with explicit hash chains writes
+    JSONL with a hash_ids list and hash_block per row. Callers check the path first
     (safeio.check_output): this replaces whatever is there."""
     path = Path(path)
     cols = (w.arrival_s, w.prompt, w.output, w.prefix_group)
+    explicit = w.chain_ptr is not None
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as fh:
@@ -231,8 +215,11 @@ def dump_trace(w: Workload, path: str | Path) -> None:
                 for a, p, o, g in zip(*cols):
                     out.writerow([repr(float(a)), int(p), int(o), int(g)])
             else:
-                for a, p, o, g in zip(*cols):
+                for i, (a, p, o, g) in enumerate(zip(*cols)):
                     row = dict(zip(TRACE_FIELDS, (float(a), int(p), int(o), int(g))))
+                    if explicit:
+                        row["hash_ids"] = w.chain(i)[: -(-int(p) // w.chain_block)].tolist()
+                        row["hash_block"] = w.chain_block
                     fh.write(json.dumps(row) + "\n")
 
     safeio.atomic_write(path, write, "trace")

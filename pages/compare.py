@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+from dataclasses import replace
 
 import streamlit as st
 
@@ -20,18 +21,38 @@ PAPER = ("Kwon et al., *Efficient Memory Management for Large Language Model Ser
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
+def load_upload(name: str, data: bytes, max_seq_len: int, skip: bool = False) -> vc.Upload:
+    return vc.read_upload_info(name, data, max_seq_len=max_seq_len or None, skip_bad_rows=skip)
+
+
+def upload_of(source: tuple) -> vc.Upload:
+    return load_upload(source[4] or "trace", source[5], source[6], source[7])
+
+
 def load_workload(preset: str, n: int, rate: float, seed: int, name: str | None,
-                  data: bytes | None) -> Workload:
+                  data: bytes | None, max_seq_len: int = 0, skip: bool = False) -> Workload:
     if data is not None:
-        return vc.read_upload(name or "trace", data, max_seq_len=ENGINE.max_seq_len)
+        return load_upload(name or "trace", data, max_seq_len, skip).workload
+    return synthetic(preset, n, rate, seed)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def synthetic(preset: str, n: int, rate: float, seed: int) -> Workload:
     return generate(WorkloadConfig(preset, num_requests=n, rate=rate or math.inf, seed=seed,
                                    max_seq_len=ENGINE.max_seq_len))
+
+
+def engine_for(source: tuple) -> EngineConfig:
+    """A trace's lanes reserve up to its own max_seq_len (contiguous max reservation)."""
+    if source[5] is None:
+        return ENGINE
+    return replace(ENGINE, max_seq_len=upload_of(source).max_seq_len)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def run_lane(source: tuple, lane: str, capacity: int, _progress=None) -> dict:
     sim = Simulation(load_workload(*source), [LaneSpec.parse(lane)],
-                     CacheConfig(capacity_tokens=capacity), ENGINE)
+                     CacheConfig(capacity_tokens=capacity), engine_for(source))
     return sim.run(progress=_progress)[0]
 
 
@@ -58,11 +79,20 @@ def workload_inputs() -> tuple:
         kind = st.radio("Requests from", ["Synthetic", "Trace file"], horizontal=True)
         upload = st.session_state.get("compare_test_upload")  # test hook: (name, bytes)
         if kind == "Trace file" and upload is None:
-            f = st.file_uploader("Trace (CSV or JSONL, up to 50 MB / 1M rows)",
-                                 type=["csv", "jsonl"],
-                                 help="Columns: arrival_s, prompt_tokens, output_tokens "
-                                 "[, prefix_group]")
+            f = st.file_uploader("Trace, as downloaded (up to 50 MB / 1M rows)",
+                                 type=["csv", "jsonl", "json", "ndjson"],
+                                 help="Azure LLM inference CSV, BurstGPT CSV, Mooncake JSONL "
+                                 "(hash_ids: real prefix reuse), or kvviz CSV/JSONL "
+                                 "(arrival_s, prompt_tokens, output_tokens[, prefix_group]); "
+                                 "the format is detected from the first line")
             upload = (f.name, f.getvalue()) if f is not None else None
+        max_len, skip = 0, False
+        if upload is not None:
+            max_len = st.number_input("Max sequence length (0 = the trace's longest request)",
+                                      0, 10_000_000, 0, step=1024,
+                                      help="longer requests are clipped, and counted")
+            skip = st.checkbox("Skip unusable rows (counted)", value=False,
+                               help="else the first unusable row stops with its line and column")
         preset = st.selectbox("Length preset", list(LENGTH_PRESETS), disabled=upload is not None)
         n = st.number_input("Requests", 10, 100_000, 1000, step=100, disabled=upload is not None)
         rate = st.number_input("Arrival rate (requests / simulated s, 0 = all at once)", 0.0,
@@ -73,8 +103,23 @@ def workload_inputs() -> tuple:
         st.info("Upload a trace in the sidebar, or switch to a synthetic workload.")
         st.stop()
     if upload is not None:
-        return ("", 0, 0.0, 0, upload[0], upload[1]), int(capacity)
-    return (preset, int(n), float(rate), int(seed), None, None), int(capacity)
+        return ("", 0, 0.0, 0, upload[0], upload[1], int(max_len), bool(skip)), int(capacity)
+    return (preset, int(n), float(rate), int(seed), None, None, 0, False), int(capacity)
+
+
+def show_detected(source: tuple) -> None:
+    """What the upload holds, before anything runs: format, rows, lengths, reuse, skips."""
+    up = upload_of(source)
+    with st.expander(f"Detected: {up.info.fmt} trace, {up.info.rows_kept} requests",
+                     expanded=True):
+        st.dataframe(vc.overview_frame(up), hide_index=True)
+    i = up.info
+    skipped = i.bad_rows + i.failed_rows + i.filtered_rows + i.outside_rows
+    if up.workload.clipped or skipped:
+        st.warning(f"{up.workload.clipped} requests clipped to max sequence length "
+                   f"{up.max_seq_len}; {skipped} rows skipped ({i.failed_rows} failed, "
+                   f"{i.bad_rows} bad, {i.filtered_rows} other models, {i.outside_rows} "
+                   "outside the window).")
 
 
 def allocators_tab(source: tuple, capacity: int) -> None:
@@ -135,12 +180,19 @@ def advisor_tab(source: tuple, capacity: int) -> None:
         st.caption(f"Kernel timings: torch {kernel.key['torch']} on {kernel.key['machine']} "
                    f"({device}), measured {kernel.measured_at}; medians of 20 runs, noisy on "
                    "a busy machine: measure again if the curve looks jagged.")
+    prefix = False
+    if load_workload(*source).has_chains:  # shared prompts: larger blocks share less
+        prefix = st.checkbox("Sweep with prefix caching (the requests share prompt blocks)",
+                             value=True)
     if st.button("Run block-size sweep", type="primary"):
         st.session_state.advisor_go = True
     if not st.session_state.get("advisor_go"):
         return
-    sums = run_lanes(source, advisor.sweep_labels(), capacity)
+    sums = run_lanes(source, advisor.sweep_labels(prefix=prefix), capacity)
     memory = [advisor.memory_point(s) for s in sums]
+    if prefix:
+        st.caption("Prefix hit rate by block size: " + ", ".join(
+            f"{m.block_size}: {m.prefix_hit_rate:.0%}" for m in memory))
     advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit)
     if advice.block_size is not None:
         st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")
@@ -158,6 +210,8 @@ except KvvizError as exc:
     st.stop()
 st.caption(f"{len(workload)} requests, {workload.total_output_tokens} output tokens; "
            f"KV capacity {capacity} slots; step {ENGINE.step_ms:g} ms simulated.")
+if source[5] is not None:
+    show_detected(source)
 tab_lanes, tab_advisor = st.tabs(["Allocators", "Block-size advisor"])
 with tab_lanes:
     allocators_tab(source, capacity)

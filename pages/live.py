@@ -7,6 +7,7 @@ import streamlit as st
 
 from kvviz import live
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
+from kvviz.errors import KvvizError
 from kvviz.viz import blockcanvas as vc
 from kvviz.viz import pressure as vp
 from kvviz.viz import theme
@@ -39,15 +40,20 @@ def controls() -> None:
             block = c3.select_slider("Paged block size (slots)", BLOCK_SIZES, value=16)
             prefix = c3.checkbox("Prefix caching (paged)")
             rate = c4.number_input("Arrivals per second (0: collector default)", 0.0, 1e4, 0.0)
+            traces = ["(synthetic workload)"] + [t.name for t in live.list_traces(live.runs_dir())]
+            trace = c4.selectbox("Trace from the runs directory", traces,
+                                 help="Azure, BurstGPT, Mooncake or kvviz CSV/JSONL placed in "
+                                      "the runs directory; replayed instead of the workload")
             start = st.form_submit_button("Start / restart with these settings", type="primary")
     stop = st.button("Stop collector", disabled=coll.status().state != "running")
     if start:
         lanes = (f"contiguous:{placement}:{reserve}",
                  f"paged:{block}" + (":prefix" if prefix else ""))
         try:
+            path = None if trace == traces[0] else live.resolve_trace(live.runs_dir(), trace)
             opts = live.CollectorOptions(mode=mode, workload=workload, lanes=lanes,
-                                         rate=rate or None)
-        except ValueError as exc:
+                                         rate=rate or None, trace=path and str(path))
+        except (ValueError, KvvizError) as exc:
             st.error(f"Settings: {exc}")
             return
         coll.start(opts)

@@ -3,7 +3,7 @@
 Two kinds of free block: plain ones on a stack (a fresh pool hands out low ids first, freed
 blocks are reused first) and cached ones that still hold a full block of some prefix's content,
 kept in LRU order and evicted only when no plain block is left. A prefix block is known by its
-key (group, block index); registering a key again forgets the older copy.
+key (chain id, end token; kvviz/alloc/prefix.py); registering a key again forgets the older copy.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Paged allocator: fixed blocks, a free list, a block table per sequence.
 
-Optional prefix caching (hash-chained full prompt blocks, refcounts, freed cached blocks kept
+Optional prefix caching (full prompt blocks keyed by their hash chain at this block size,
+kvviz/alloc/prefix.py; refcounts, freed cached blocks kept
 and evicted LRU on demand) and fork with copy-on-write.
 
 Fill levels of blocks held by live sequences are not stored: they follow from each sequence's
@@ -22,6 +23,7 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged_batch import PagedBatchVerbs
+from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.blockmap import FREE, BlockMap
 
@@ -53,6 +55,7 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         self._used = 0
         self._held = 0  # blocks with refcount >= 1
         self._sharing = False  # any fork or prefix hit so far: take the slow, careful path
+        self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache, all admits
 
     # ---- queries ---------------------------------------------------------------------------
     def _free_blocks(self) -> int:
@@ -165,7 +168,7 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
     # ---- verbs -----------------------------------------------------------------------------
     def admit(
         self, seq_id: int, num_tokens: int, reserve_tokens: int | None = None,
-        prefix: PrefixKey | None = None,
+        prefix: PrefixKey | PrefixChain | None = None,
     ) -> Admission:
         need = self._need(num_tokens, reserve_tokens)
         if self._rows.is_live(np.asarray([seq_id]))[0]:
@@ -173,10 +176,11 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         bs = self.block_size
         nblocks = -(-need // bs)
         hits: list[int] = []
+        keys = []
         if self.prefix_caching and prefix is not None:
-            full = min(prefix.length, num_tokens) // bs
-            for i in range(full):
-                b = self._pool.lookup((prefix.group, i))
+            keys = prefix_keys(prefix, bs, num_tokens)
+            for key in keys:
+                b = self._pool.lookup(key)
                 if b is None:
                     break
                 hits.append(b)
@@ -205,9 +209,9 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         self._len[row] = written
         if num_tokens > written:
             self._fill(row, written, num_tokens)
-        if self.prefix_caching and prefix is not None:
-            for i in range(len(hits), min(prefix.length, num_tokens) // bs):
-                self._pool.register((prefix.group, i), int(self._table[row, i]))
+        for i in range(len(hits), len(keys)):
+            self._pool.register(keys[i], int(self._table[row, i]))
+        self.prefix_hit_tokens += len(hits) * bs
         return self._answer(True, need)
 
     def append(self, seq_id: int, num_tokens: int = 1) -> Admission:

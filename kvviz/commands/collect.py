@@ -9,6 +9,12 @@ from pathlib import Path
 
 from kvviz import safeio
 from kvviz.commands import argtypes as at
+from kvviz.commands.trace_args import (
+    add_trace_arguments,
+    load_trace_args,
+    resolve_max_seq_len,
+    trace_line,
+)
 from kvviz.config import (
     CacheConfig,
     EngineConfig,
@@ -44,13 +50,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--arrival", default="poisson", help="poisson | bursty")
     a("--prefix-sharing", type=at.SHARE, default=0.0, metavar="SHARE",
       help=at.rng("share of requests with a common system prompt (default 0)", at.SHARE))
-    a("--trace", default=None, metavar="FILE", help="replay a CSV/JSONL trace instead")
+    a("--trace", default=None, metavar="FILE", help="replay a trace instead: Azure or "
+      "BurstGPT CSV, Mooncake JSONL, kvviz CSV/JSONL, as downloaded")
+    add_trace_arguments(p)
     a("--lane", action="append", default=None, metavar="SPEC",
       help="allocator lane, repeatable (default: contiguous:first-fit:max and paged:16)")
     a("--capacity-tokens", type=at.CAPACITY_TOKENS, default=16384,
       help=at.rng("KV slots per lane (default 16384)", at.CAPACITY_TOKENS))
-    a("--max-seq-len", type=at.MAX_SEQ_LEN, default=2048,
-      help=at.rng("longest prompt + output (default 2048)", at.MAX_SEQ_LEN))
+    a("--max-seq-len", type=at.MAX_SEQ_LEN, default=None, help=at.rng(
+      "clip prompt+output to this (default 2048; with --trace, its longest request)",
+      at.MAX_SEQ_LEN))
     a("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256,
       help=at.rng("running-batch limit (default 256)", at.MAX_NUM_SEQS))
     a("--seed", type=at.SEED, default=0, help=at.rng("workload seed (default 0)", at.SEED))
@@ -114,7 +123,7 @@ def _out_path(args: argparse.Namespace) -> Path:
 def build(args: argparse.Namespace):
     """Validate every flag and build the collector; no file is created here."""
     from collectors.engine_collector import CollectorConfig, EngineCollector
-    from kvviz.workload import load_trace
+    from kvviz.workload import clip_workload
 
     _check(args.hz > 0 and math.isfinite(args.hz) and args.hz <= 100,
            f"--hz: must be in (0, 100], got {args.hz}")
@@ -136,15 +145,20 @@ def build(args: argparse.Namespace):
         _check(args.device != "cuda" or has_cuda, "--device cuda: no CUDA device is available")
         device = "cuda" if args.device == "cuda" or (args.device == "auto" and has_cuda) else "cpu"
     model = model_preset(args.model or ("llama-3-8b" if device == "cuda" else "tiny-cpu"))
-    engine = EngineConfig(max_num_seqs=args.max_num_seqs, max_seq_len=args.max_seq_len)
     workload = trace = None
     if args.trace:
-        trace = load_trace(args.trace, max_seq_len=args.max_seq_len)
+        trace, info = load_trace_args(args, 256, show_progress=not args.quiet)
+        max_seq_len = resolve_max_seq_len(args.max_seq_len, trace)
+        trace = clip_workload(trace, max_seq_len)
+        if not args.quiet:
+            print(trace_line(info, trace, max_seq_len), flush=True)
     else:
+        max_seq_len = resolve_max_seq_len(args.max_seq_len, None)
         workload = WorkloadConfig(
             preset=args.workload, num_requests=args.requests, rate=args.rate,
-            arrival=args.arrival, max_seq_len=args.max_seq_len,
+            arrival=args.arrival, max_seq_len=max_seq_len,
             prefix_share=args.prefix_sharing, seed=args.seed)
+    engine = EngineConfig(max_num_seqs=args.max_num_seqs, max_seq_len=max_seq_len)
     kv_factory = None
     if args.mode == "real":
         try:

@@ -5,10 +5,16 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 from kvviz import safeio
 from kvviz.commands import argtypes as at
+from kvviz.commands.trace_args import (
+    add_trace_arguments,
+    load_trace_args,
+    resolve_max_seq_len,
+    trace_fields,
+    trace_line,
+)
 from kvviz.config import (
     LENGTH_PRESETS,
     MODEL_PRESETS,
@@ -22,7 +28,8 @@ from kvviz.config import (
     model_preset,
 )
 from kvviz.engine import Simulation
-from kvviz.workload import dump_trace, generate, is_kvviz_trace, load_trace
+from kvviz.errors import KvvizError
+from kvviz.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 
 HELP = "simulate allocators on a synthetic workload or a trace (sim mode, no tensors)"
 STEP_MS = at.float_range(0.0, 1e6, lo_open=True)
@@ -36,8 +43,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--workload", default="sharegpt-like", metavar="PRESET",
                      help=f"length preset: {', '.join(LENGTH_PRESETS)} (default sharegpt-like)")
     src.add_argument("--trace", metavar="FILE",
-                     help="CSV or JSONL trace: arrival_s, prompt_tokens, output_tokens"
-                          "[, prefix_group]")
+                     help="a trace as downloaded: Azure or BurstGPT CSV, Mooncake JSONL, or "
+                          "kvviz CSV/JSONL (arrival_s, prompt_tokens, output_tokens"
+                          "[, prefix_group])")
     g.add_argument("--requests", type=at.REQUESTS, default=1000, metavar="N",
                    help=at.rng("number of synthetic requests (default 1000)", at.REQUESTS))
     g.add_argument("--rate", type=at.RATE, default=math.inf, metavar="R",
@@ -47,23 +55,30 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
     g.add_argument("--seed", type=at.SEED, default=0,
                    help=at.rng("seed for the workload (default 0)", at.SEED))
-    g.add_argument("--max-seq-len", type=at.MAX_SEQ_LEN, default=2048, metavar="N",
+    g.add_argument("--max-seq-len", type=at.MAX_SEQ_LEN, default=None, metavar="N",
                    help=at.rng("clip prompt+output to this and reserve it under --reserve max "
-                               "(default 2048)", at.MAX_SEQ_LEN))
+                               "(default 2048; with --trace, the trace's longest request)",
+                               at.MAX_SEQ_LEN))
     g.add_argument("--prefix-sharing", action="store_true",
-                   help="half the requests share one of 4 system prompts of --prefix-tokens")
+                   help="half the requests share one of 4 system prompts of --prefix-tokens; "
+                        "half of those continue an earlier conversation")
     g.add_argument("--prefix-tokens", type=at.PREFIX_TOKENS, default=256, metavar="N",
                    help=at.rng("length of a shared system prompt (default 256)",
                                at.PREFIX_TOKENS))
+    add_trace_arguments(g)
 
 
-def workload_from_args(a: argparse.Namespace):
+def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
+    """(workload clipped to the resolved max_seq_len, TraceInfo or None, max_seq_len)."""
     if a.trace:
-        return load_trace(a.trace, max_seq_len=a.max_seq_len, prefix_tokens=a.prefix_tokens)
+        w, info = load_trace_args(a, a.prefix_tokens, show_progress)
+        max_seq_len = resolve_max_seq_len(a.max_seq_len, w)
+        return clip_workload(w, max_seq_len), info, max_seq_len
+    max_seq_len = resolve_max_seq_len(a.max_seq_len, None)
     cfg = WorkloadConfig(a.workload, num_requests=a.requests, rate=a.rate, arrival=a.arrival,
-                         max_seq_len=a.max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
+                         max_seq_len=max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
                          prefix_tokens=a.prefix_tokens, seed=a.seed)
-    return generate(cfg)
+    return generate(cfg), None, max_seq_len
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,11 +138,11 @@ def run(a: argparse.Namespace) -> int:
                                    is_ours=is_kvviz_trace, kind_name="kvviz trace")
     cache = CacheConfig(block_size=max(s.block_size for s in lanes),
                         capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
+    w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
     engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
-                          watermark=a.watermark, step_ms=a.step_ms, max_seq_len=a.max_seq_len)
-    w = workload_from_args(a)
+                          watermark=a.watermark, step_ms=a.step_ms, max_seq_len=max_seq_len)
     if save is not None:
-        dump_trace(w, Path(save))
+        save_trace(w, str(save))
     sim = Simulation(w, lanes, cache, engine)
     show = sys.stderr.isatty() and not a.json
 
@@ -142,14 +157,27 @@ def run(a: argparse.Namespace) -> int:
     for r in rows:
         r["requests"] = len(w)
         r["simulated_seconds"] = sim.time_s
+        r["max_seq_len"] = max_seq_len
+        r.update(trace_fields(info, w))
     if a.json:
         for r in rows:
             print(json.dumps(r))
         return 0
     print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens, {sim.step_no} steps "
           f"({sim.time_s:.1f} simulated s), {sim.wall_seconds:.2f} s wall")
+    if info is not None:
+        print(trace_line(info, w, max_seq_len))
+    elif w.clipped:
+        print(f"{w.clipped} requests clipped to --max-seq-len {max_seq_len}")
     print(format_table(rows))
     return 0
+
+
+def save_trace(w, path: str) -> None:
+    if w.chain_ptr is not None and path.lower().endswith(".csv"):
+        raise KvvizError(f"--save-trace {path}: these requests carry hash chains, which only "
+                         "kvviz's JSONL keeps; use a .jsonl name")
+    dump_trace(w, path)
 
 
 SHARE_COLS = ("used", "reserved", "internal", "free")
@@ -159,30 +187,40 @@ FOOTER = ("Shares of KV capacity, time-averaged over the lane's steps. 'all step
           "limit or the prefill token budget with memory free is not memory pressure.")
 
 
+COUNTS = (("CAP", lambda r: r["admit_failures"]["capacity"]),
+          ("FRAG", lambda r: r["admit_failures"]["fragmentation"]),
+          ("POL", lambda r: r["admit_failures"]["policy"]),
+          ("preempt", lambda r: r["preemptions"]),
+          ("clipped", lambda r: r.get("clipped_requests", 0)))
+
+
 def _share_cells(shares: dict, tail: float, efi: float) -> str:
     return ("".join(f"{shares[k]:>7.1%}" for k in SHARE_COLS)
             + f"{tail:>7.1%}{efi:>8.2f}")
 
 
 def format_table(rows: list[dict]) -> str:
-    """The per-lane table: counts, shares over all steps and over memory-pressure steps."""
-    lines = [f"{'lane / averaged over':<26}{'steps':>18}{'used':>7}{'resv':>7}{'intern':>7}"
-             f"{'free':>7}{'tail':>7}{'extfrag':>8}{'CAP':>6}{'FRAG':>6}{'POL':>6}{'preempt':>8}"]
+    """Two lines per lane: shares over all steps and over memory-pressure steps, with the
+    prefix hit rate and the counts; every count column as wide as its widest value."""
+    cw = {k: 2 + max(len(k), *(len(str(f(r))) for r in rows)) for k, f in COUNTS}
+    sw = 2 + max(len("steps"), *(len(f"{r['steps']} (100.0%)") for r in rows))
+    lines = [f"{'lane / averaged over':<26}{'steps':>{sw}}{'used':>7}{'resv':>7}{'intern':>7}"
+             f"{'free':>7}{'tail':>7}{'extfrag':>8}{'prefix':>8}"
+             + "".join(f"{k:>{cw[k]}}" for k, _ in COUNTS)]
     for r in rows:
-        f = r["admit_failures"]
         every = r["all_steps_shares"]
         lines.append(r["lane"])
-        lines.append(f"{'  all steps':<26}{r['steps']:>18}"
+        lines.append(f"{'  all steps':<26}{r['steps']:>{sw}}"
                      + _share_cells(every, every["tail_waste"], every["external_frag_index"])
-                     + f"{f['capacity']:>6}{f['fragmentation']:>6}{f['policy']:>6}"
-                       f"{r['preemptions']:>8}")
+                     + f"{r.get('prefix_hit_rate', 0.0):>8.1%}"
+                     + "".join(f"{f(r):>{cw[k]}}" for k, f in COUNTS))
         n = r["pressure_steps"]
         if not n:
-            lines.append(f"{'  memory pressure':<26}{0:>18}  never under memory pressure")
+            lines.append(f"{'  memory pressure':<26}{0:>{sw}}  never under memory pressure")
             continue
         frac = f"{n} ({n / max(1, r['steps']):.1%})"
         pressure = {k: r[f"{k}_share"] for k in SHARE_COLS}
-        lines.append(f"{'  memory pressure':<26}{frac:>18}" + _share_cells(
+        lines.append(f"{'  memory pressure':<26}{frac:>{sw}}" + _share_cells(
             pressure, r["tail_waste_share"], r["external_frag_index_mean"]))
     lines.append(FOOTER)
     return "\n".join(lines)

@@ -13,7 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
+from kvviz.alloc.base import Admission, Allocator, Reason, Usage
+from kvviz.alloc.prefix import PrefixChain
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
 from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
@@ -76,6 +77,10 @@ class Lane:
         self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
         self.shares = Shares(cap)
         self._memory_pressure = False  # this step: head refused for memory, or a preemption
+        # prompts as hash chains, for lanes that cache prefixes (others never share)
+        caching = getattr(allocator, "prefix_caching", False) and workload.has_chains
+        self._chains = workload.chains() if caching else None
+        self.prefix_query_tokens = 0  # prompt tokens admitted (vLLM's prefix_cache_queries)
 
     @property
     def finished(self) -> bool:
@@ -169,17 +174,14 @@ class Lane:
         kb = max(1, int(np.searchsorted(np.cumsum(n), self.cfg.max_batched_tokens, "right")))
         cands, n = cands[:kb], n[:kb]
         reserve = None if reserve is None else reserve[:kb]
-        prefixes = None
-        if self.w.prefix_tokens:
-            pt = self.w.prefix_tokens
-            prefixes = [None if g < 0 else PrefixKey(int(g), min(pt, int(m)))
-                        for g, m in zip(self.w.prefix_group[cands].tolist(), n.tolist())]
+        prefixes = self._prefixes(cands) if self._chains is not None else None
         keep = 0
         if self.cfg.watermark > 0 and self.reserve is None and running:
             keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
         free_after = np.zeros(cands.size, np.int64)
         k = self.alloc.admit_many(cands, n, reserve, prefixes, keep, out_free=free_after)
         admitted, lens = cands[:k], n[:k]
+        self.prefix_query_tokens += int(lens.sum())
         self._pop(k)
         if k:
             self._last_fail = None
@@ -213,6 +215,13 @@ class Lane:
         self.rejected += 1
         self._event("rejected", rid, adm)
 
+    def _prefixes(self, cands: np.ndarray) -> list[PrefixChain | None]:
+        """Each candidate's prompt as a hash chain (None: nothing to share)."""
+        ptr, ids, block = self._chains
+        lo, hi = ptr[cands].tolist(), ptr[cands + 1].tolist()
+        return [PrefixChain(ids[a:b], block, p) if b > a else None
+                for a, b, p in zip(lo, hi, self.w.prompt[cands].tolist())]
+
     def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
         if new.size:
             self.run_ids = np.concatenate([self.run_ids, new])
@@ -228,9 +237,9 @@ class Lane:
 
     def decode_step(self) -> None:
         ids = self.run_ids
+        self._just_preempted.clear()  # also when a preemption emptied the batch (else a livelock)
         if not ids.size:
             return
-        self._just_preempted.clear()
         ok = self.alloc.append_batch(ids)
         if not ok.all():
             keep = preempt_from_tail(self.alloc, ids, ok)
@@ -310,6 +319,12 @@ class Lane:
         self.prefill(*self.schedule())
         self.account()
 
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache / prompt tokens admitted (0.0 without)."""
+        hits = getattr(self.alloc, "prefix_hit_tokens", 0)
+        return hits / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+
     # ---- views -------------------------------------------------------------------------------
     def snapshot(self) -> BlockMap:
         ids = self.run_ids
@@ -329,4 +344,5 @@ class Lane:
             "admit_failures": {k.lower(): v for k, v in self.failures.items()},
             **self.shares.summary(),
             "tokens_generated": self.tokens_generated,
+            "prefix_hit_rate": self.prefix_hit_rate,
         }

@@ -8,6 +8,7 @@ memory-pressure steps (`<key>`, NaN when the lane never was under memory pressur
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,10 @@ from kvviz import cellstate
 from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import TraceError
+from kvviz.traces import TraceInfo, TraceOptions, read_trace_bytes
+from kvviz.traces.overview import overview
 from kvviz.viz import theme
-from kvviz.workload import MAX_TRACE_ROWS, Workload, parse_trace
+from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -33,22 +36,44 @@ DEFAULT_LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2",
                  "contiguous:buddy:exact", "paged:16")
 
 
-def read_upload(name: str, data: bytes, *, max_seq_len: int = 2048,
-                max_bytes: int = MAX_UPLOAD_BYTES) -> Workload:
-    """Validate an uploaded trace (size, encoding, rows) and parse it; raises TraceError."""
+class Upload(NamedTuple):
+    workload: Workload  # clipped to max_seq_len (see workload.clipped)
+    info: TraceInfo
+    max_seq_len: int  # as asked, or the trace's longest request
+
+
+def parse_upload(name: str, data: bytes, opts: TraceOptions) -> tuple[Workload, TraceInfo]:
+    """THE call site that parses uploaded bytes (route it through kvviz/sandbox.py's
+    resource-limited child once that lands). Bounded parsing, nothing executed."""
+    return read_trace_bytes(data, name, opts)
+
+
+def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
+                     max_bytes: int = MAX_UPLOAD_BYTES, skip_bad_rows: bool = False) -> Upload:
+    """Validate an uploaded trace of any known format (size, rows) and parse it; raises
+    TraceError. max_seq_len None: the trace's longest request (nothing clipped)."""
     if len(data) > max_bytes:
         raise TraceError(f"{name}: {len(data) / 2**20:.1f} MB is over the "
                          f"{max_bytes / 2**20:.0f} MB limit")
     if not name.lower().endswith((".csv", ".jsonl", ".json", ".ndjson")):
         raise TraceError(f"{name}: expected a .csv or .jsonl trace")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TraceError(f"{name}: line {line}: not UTF-8 text (expected CSV or JSONL)") from None
-    if text.count("\n") > MAX_TRACE_ROWS + 1:
+    if data.count(b"\n") > MAX_TRACE_ROWS + 1:
         raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    return parse_trace(text, name, max_seq_len=max_seq_len)
+    w, info = parse_upload(name, data, TraceOptions(skip_bad_rows=skip_bad_rows))
+    msl = max(2, int(w.final_len.max())) if max_seq_len is None else max_seq_len
+    return Upload(clip_workload(w, msl), info, msl)
+
+
+def read_upload(name: str, data: bytes, *, max_seq_len: int | None = 2048,
+                max_bytes: int = MAX_UPLOAD_BYTES) -> Workload:
+    """read_upload_info's workload alone."""
+    return read_upload_info(name, data, max_seq_len=max_seq_len, max_bytes=max_bytes).workload
+
+
+def overview_frame(up: Upload) -> pd.DataFrame:
+    """What was detected in an upload, one row per fact, shown before anything runs."""
+    return pd.DataFrame(overview(up.workload, up.info, up.max_seq_len),
+                        columns=["detected", "value"])
 
 
 def lane_options() -> list[str]:
@@ -76,7 +101,8 @@ def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
         row.update(preemptions=int(s["preemptions"]), rejected=int(s["rejected"]),
                    steps=int(s["steps"]), tokens=int(s["tokens_generated"]),
                    tokens_per_sim_s=s["tokens_generated"] / sim_s if sim_s else 0.0,
-                   wall_seconds=float(s["wall_seconds"]))
+                   wall_seconds=float(s["wall_seconds"]),
+                   prefix_hit_rate=float(s.get("prefix_hit_rate", 0.0)))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -94,6 +120,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     for f in FAILURES:
         out[f"{f} failures"] = df[f]
     out["preemptions"] = df["preemptions"]
+    if "prefix_hit_rate" in df:
+        out["prefix hit %"] = (100 * df["prefix_hit_rate"]).round(1)
     out["steps to finish"] = df["steps"]
     out["tokens / sim s"] = df["tokens_per_sim_s"].round(0)
     out["wall s"] = df["wall_seconds"].round(2)

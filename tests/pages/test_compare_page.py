@@ -52,7 +52,7 @@ def test_bad_trace_shows_error_naming_line_and_field(at: AppTest) -> None:
     at.run()
     assert not at.exception
     msg = at.error[0].value
-    assert "bad.csv: line 3: field 'prompt_tokens' is not a number" in msg
+    assert "bad.csv: line 3: column 'prompt_tokens': not a valid value" in msg
     assert not at.tabs  # nothing else runs on a bad trace
 
 
@@ -62,6 +62,56 @@ def test_good_trace_is_used(at: AppTest) -> None:
     at.run()
     assert not at.exception and not at.error
     assert "5 requests" in at.caption[0].value
+
+
+def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest) -> None:
+    rows = [{"timestamp": 100 * i, "input_length": 1100, "output_length": 8,
+             "hash_ids": [1, 2, 100 + i]} for i in range(6)]
+    at.session_state["compare_test_upload"] = (
+        "moon.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    at.run()
+    assert not at.exception and not at.error
+    facts = dict(at.dataframe[0].value.itertuples(index=False))
+    assert facts["format"] == "mooncake" and facts["rows read / kept"] == "6 / 6"
+    assert facts["prefix reuse share"].startswith("77.6%")  # 5 x 1024 of 6 x 1100 tokens
+    at.multiselect[0].set_value(["paged:16:prefix", "paged:16"]).run()
+    button(at, "Run comparison").click().run()
+    assert not at.exception
+    table = at.dataframe[1].value
+    assert table["prefix hit %"].tolist() == [77.6, 0.0]
+
+
+def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest) -> None:
+    at.session_state["compare_test_upload"] = (
+        "bad.csv", b"arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,x,5\n2,6,6\n")
+    at.run()
+    assert at.error
+    next(c for c in at.checkbox if c.label.startswith("Skip unusable rows")).check().run()
+    assert not at.exception and not at.error
+    assert "1 bad" in at.warning[0].value and "2 requests" in at.caption[0].value
+
+
+def test_the_advisor_sweeps_prefix_lanes_for_a_trace_with_hash_chains(at: AppTest) -> None:
+    rows = [{"timestamp": 100 * i, "input_length": 1100, "output_length": 4,
+             "hash_ids": [1, 2, 100 + i]} for i in range(4)]
+    at.session_state["compare_test_upload"] = (
+        "moon.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    at.session_state["advisor_test_command"] = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    at.run()
+    assert next(c for c in at.checkbox if c.label.startswith("Sweep with prefix")).value
+    button(at, "Run block-size sweep").click().run()
+    assert not at.exception
+    rates = next(c.value for c in at.caption if c.value.startswith("Prefix hit rate"))
+    assert "16: 70%" in rates and "256: 70%" in rates  # 3 x 1024 of 4 x 1100 prompt tokens
+
+
+def test_failed_and_clipped_rows_are_shown(at: AppTest) -> None:
+    at.session_state["compare_test_upload"] = (
+        "b.csv", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 b"0,ChatGPT,50,0,50,Conversation log\n1,ChatGPT,40,9,49,Conversation log\n")
+    at.run()
+    assert not at.exception and not at.error
+    assert "1 failed" in at.warning[0].value
 
 
 def test_advisor_with_cached_kernel_times_recommends(at: AppTest, tmp_path) -> None:

@@ -123,9 +123,9 @@ def test_a_good_upload_parses() -> None:
 
 
 @pytest.mark.parametrize("name, data, words", [
-    ("t.csv", GOOD + b"1.0,abc,3\n", "line 4: field 'prompt_tokens' is not a number"),
+    ("t.csv", GOOD + b"1.0,abc,3\n", "line 4: column 'prompt_tokens': not a valid value"),
     ("t.csv", b"arrival_s,prompt_tokens\n0,1\n", "line 1: header lacks output_tokens"),
-    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 4}\n', "line 1: field 'output_tokens'"),
+    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 4}\n', "line 1: column 'output_tokens'"),
     ("t.csv", GOOD + b"\xff\xfe,1,1\n", "line 4: not UTF-8"),
     ("t.txt", GOOD, "expected a .csv or .jsonl"),
     ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n", "no requests"),
