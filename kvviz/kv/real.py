@@ -3,7 +3,11 @@
 The engine calls prefill (`on_admit`) and decode (`on_decode`) after the allocator has
 placed the tokens. K, V and q are synthetic but deterministic: token (seq_id, position) is
 hashed into a small hidden state, and fixed random projections per layer turn it into K, V
-and q. So the same run writes the same bytes on every machine, and no model is needed.
+and q (all heads at once). So the same run writes the same bytes on every machine, no model
+is needed, and the expected content of every written slot is known without reading the pool
+(`expected_kv`; kvviz/kv/audit.py checks the pools against it). Positions inside a shared
+system prompt (`bind_prefixes`) are keyed by the prefix group instead of the sequence, so a
+block shared through prefix caching holds the same K/V for every sequence that uses it.
 """
 from __future__ import annotations
 
@@ -47,6 +51,8 @@ class RealKV:
         self._wq = (torch.randn(n, HIDDEN, h * d, generator=g) / HIDDEN ** 0.5).to(self.device)
         self._salt = torch.arange(1, HIDDEN + 1, dtype=torch.int64, device=self.device)
         self._seed = int(seed) & 0xFFFFFFFF
+        self._group: np.ndarray | None = None  # prefix group per sequence id (-1: none)
+        self._prefix_len = 0
         self.last_q: list[torch.Tensor] = []  # per layer [B, H, D] from the last decode step
         self.last_outputs: list[torch.Tensor] = []  # per layer [B, H, D]
         self.kv_bytes_read = 0  # K/V bytes the last decode step's attention read
@@ -61,8 +67,55 @@ class RealKV:
         return self.last_outputs[-1] if self.last_outputs else None
 
     # ---- synthetic activations -------------------------------------------------------------
+    def bind_prefixes(self, group: np.ndarray, prefix_tokens: int) -> None:
+        """Sequence i's first `prefix_tokens` positions are group[i]'s shared system prompt
+        (group -1: none), as in Workload.prefix_group / prefix_tokens."""
+        self._group = np.asarray(group, dtype=np.int64).copy()
+        self._prefix_len = int(prefix_tokens)
+
+    def content_key(self, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """int64 [n]: whose content token (seq, pos) is; the sequence id, or -(group + 1)
+        inside a shared prefix."""
+        seq = np.asarray(seq, dtype=np.int64)
+        if self._group is None or not self._prefix_len or not seq.size:
+            return seq
+        known = (seq >= 0) & (seq < self._group.size)
+        group = np.where(known, self._group[np.where(known, seq, 0)], -1)
+        shared = (group >= 0) & (np.asarray(pos) < self._prefix_len)
+        return np.where(shared, -(group + 1), seq)
+
+    def expected_kv(self, seq: np.ndarray, pos: np.ndarray,
+                    layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V [n, kv_heads, head_dim] (float32, on the pool's device) that token (seq, pos)
+        writes at `layer`: what its slot must hold, computed from the generator alone."""
+        return self._kv(self._hidden(seq, pos, stream=0), layer)
+
+    def expected_layers(self, seq: np.ndarray, pos: np.ndarray):
+        """(layer, K, V) for every layer, as `expected_kv`, hashing the tokens once."""
+        h = self._hidden(seq, pos, stream=0)
+        for layer in range(self.model.num_layers):
+            yield (layer, *self._kv(h, layer))
+
+    def expected_hidden(self, seq: np.ndarray, pos: np.ndarray) -> torch.Tensor:
+        """[n, HIDDEN]: the hashed inputs whose projections by `kv_weights` are K and V."""
+        return self._hidden(seq, pos, stream=0)
+
+    @property
+    def kv_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed projections hidden -> K and hidden -> V, [layers, HIDDEN, kv_heads * D]."""
+        return self._wk, self._wv
+
+    def expected_q(self, seq: np.ndarray, pos: np.ndarray) -> list[torch.Tensor]:
+        """Per layer q [n, heads, head_dim] in the pool dtype of the decode step that wrote
+        (seq, pos) as its newest token."""
+        hq = self._hidden(seq, pos, stream=1)
+        shape = (hq.shape[0], self.model.num_heads, self.model.head_dim)
+        return [(hq @ self._wq[layer]).view(shape).to(self.dtype)
+                for layer in range(self.model.num_layers)]
+
     def _hidden(self, seq: np.ndarray, pos: np.ndarray, stream: int) -> torch.Tensor:
-        """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, seq, pos)."""
+        """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, content, pos)."""
+        seq = self.content_key(seq, pos) if stream == 0 else np.asarray(seq, dtype=np.int64)
         key = torch.from_numpy(seq.astype(np.int64) * 1_000_003 + pos.astype(np.int64))
         key = key.to(self.device) * 4 + stream + (self._seed << 20)
         x = key[:, None] * _MUL1 + self._salt[None, :] * _MUL2  # wraps mod 2^64: deterministic

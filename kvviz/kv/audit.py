@@ -1,0 +1,283 @@
+"""Real mode audited: the K/V pools checked against the block map and the generator.
+
+At a sample, for one lane (an allocator, its RealKV pools and its live sequences):
+
+    content    every written slot (positions 0..len-1 of every live sequence, found through
+               its block table or range) holds, in every layer, the K/V the generator gives
+               for (sequence, position): `RealKV.expected_kv`, never read from the pool
+    tables     paged: each block's refcount equals the number of live tables holding it (so a
+               block is in two tables only when shared), a free or cached block is in no
+               table, an owned block is in its owner's table
+    ranges     contiguous: ranges do not overlap, every cell of a range is owned by the
+               range's sequence, no owned cell lies outside every range
+    attention  for a few sequences (rotating from sample to sample), decode attention over the
+               pool (the lane's kernel, through its tables) equals a float32 reference built
+               from the generator's K/V and q
+
+Everything is vectorized: the content check is, per layer, one gather of all written slots
+and one projection of their hashed inputs (chunked to bound memory), then one host copy of a
+boolean mask per sample. `AuditResult.checks` counts checks (one per written slot, per block
+or cell, per sampled (sequence, layer)); `failures` lists the first few failures with a reason.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from kvviz.blockmap import FREE, BlockMap
+from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
+
+CHUNK_SLOTS = 1 << 16  # slots compared per gather (bounds the audit's scratch memory)
+PRINT_SEED = 0x6B76  # the fingerprint vectors' seed
+MAX_REPORTED = 8  # failures described per lane and sample; all are counted
+# Tolerances: a slot's fingerprint against the generator's, per sqrt(values in a slot) (one
+# rounding to the pool dtype moves it by ~eps * |K| * sqrt(n) at most a few times); the
+# kernel's attention output against the float32 reference (absolute)
+CONTENT_TOL = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+ATTENTION_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3}
+
+
+class AuditFailure(NamedTuple):
+    seq_id: int  # the sequence concerned, -1 when none is (e.g. a block in no table)
+    check: str  # content | tables | ranges | attention
+    reason: str
+
+
+class AuditResult(NamedTuple):
+    checks: int
+    failed: int
+    failures: tuple[AuditFailure, ...]  # at most MAX_REPORTED
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+
+class _Found:
+    """Failures of one audit: counted all, described up to MAX_REPORTED."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+        self.failed = 0
+        self.items: list[AuditFailure] = []
+
+    def add(self, checks: int, bad: np.ndarray, describe: Callable[[int], AuditFailure]) -> None:
+        """`bad`: indices of the failed checks among `checks`."""
+        self.checks += int(checks)
+        self.failed += int(bad.size)
+        for i in bad[: max(0, MAX_REPORTED - len(self.items))].tolist():
+            self.items.append(describe(int(i)))
+
+    def result(self) -> AuditResult:
+        return AuditResult(self.checks, self.failed, tuple(self.items))
+
+
+class _Prints:
+    """Seeded random projections: slot content at layer l -> one number, K . r_l (or V . r_l).
+    The generator's K is h @ W_l, so its fingerprint is h @ (W_l r_l): a [HIDDEN] vector per
+    layer, with no K/V to materialize. Any change to a slot larger than the dtype's rounding
+    moves the fingerprint (unless exactly orthogonal to a random vector: probability 0)."""
+
+    def __init__(self, kv, seed: int = PRINT_SEED) -> None:
+        g = torch.Generator().manual_seed(seed)
+        layers = kv.model.num_layers
+        self.width = kv.model.num_kv_heads * kv.model.head_dim
+        wk, wv = kv.kv_weights  # [layers, HIDDEN, width]
+        self.rk = torch.randn(layers, self.width, 1, generator=g).to(kv.device)
+        self.rv = torch.randn(layers, self.width, 1, generator=g).to(kv.device)
+        self.uk = torch.bmm(wk, self.rk)[:, :, 0].T.contiguous()  # [HIDDEN, layers]
+        self.uv = torch.bmm(wv, self.rv)[:, :, 0].T.contiguous()
+
+
+class Auditor:
+    """Audits one lane's pools at each sample; cheap to keep (a few [HIDDEN, layers] vectors).
+
+    `attend` replaces the lane's decode attention (tests inject faults through it)."""
+
+    def __init__(self, kv, attention_samples: int = 2, attend: Callable | None = None) -> None:
+        self.kv = kv
+        self.attention_samples = attention_samples
+        self.attend = attend
+        self.prints = _Prints(kv)
+        self.samples = 0
+
+    def audit(self, seq_ids: np.ndarray, lens: np.ndarray, blockmap: BlockMap) -> AuditResult:
+        """`seq_ids`, `lens`: the live sequences and the tokens each has written;
+        `blockmap`: the allocator's snapshot at this instant."""
+        kv = self.kv
+        ids = np.asarray(seq_ids, dtype=np.int64)
+        lens = np.asarray(lens, dtype=np.int64)
+        found = _Found()
+        alloc = kv.allocator
+        if kv.paged:
+            tables = (np.asarray(alloc.block_tables(ids), dtype=np.int64) if ids.size
+                      else np.zeros((0, 1), np.int64))
+            nblocks = np.asarray(alloc.seq_allocated_tokens(ids), np.int64) // kv.block_size
+            _check_tables(found, ids, tables, nblocks, blockmap)
+            index = tables
+        else:
+            ranges = np.asarray(alloc.ranges(ids), dtype=np.int64).reshape(-1, 2)
+            _check_ranges(found, ids, lens, ranges, blockmap)
+            index = ranges[:, 0]
+        if ids.size:
+            _check_content(found, kv, self.prints, ids, lens, index)
+            _check_attention(found, kv, ids, lens, index, self.samples,
+                             self.attention_samples, self.attend)
+        self.samples += 1
+        return found.result()
+
+
+def _written(kv, ids, lens, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, position, flat slot) of every written token of every live sequence."""
+    rows = np.repeat(np.arange(ids.size), lens)
+    pos = np.arange(rows.size) - np.repeat(np.cumsum(lens) - lens, lens)
+    if kv.paged:
+        slots = index[rows, pos // kv.block_size] * kv.block_size + pos % kv.block_size
+    else:
+        slots = index[rows] + pos
+    return rows, pos, slots
+
+
+def _check_content(found: _Found, kv, prints: _Prints, ids, lens, index) -> None:
+    rows, pos, slots = _written(kv, ids, lens, index)
+    inside = (slots >= 0) & (slots < kv.slots)
+    tol = CONTENT_TOL[kv.dtype] * prints.width ** 0.5
+    bad = torch.zeros(slots.size, dtype=torch.bool, device=kv.device)
+    slot_t = torch.from_numpy(np.where(inside, slots, 0)).to(kv.device)
+    for lo in range(0, slots.size, CHUNK_SLOTS):
+        hi = min(slots.size, lo + CHUNK_SLOTS)
+        h = kv.expected_hidden(ids[rows[lo:hi]], pos[lo:hi])  # [n, HIDDEN]
+        for pool, r, u in ((kv.cache.k_all, prints.rk, prints.uk),
+                           (kv.cache.v_all, prints.rv, prints.uv)):
+            got = pool.view(pool.shape[0], -1, prints.width).index_select(1, slot_t[lo:hi])
+            got = torch.bmm(got.float(), r)[:, :, 0]  # [layers, n]
+            want = (h @ u).T  # the same projection of the generator's K (or V)
+            bad[lo:hi] |= ((got - want).abs() > tol).any(0)
+    bad_host = bad.cpu().numpy() | ~inside
+
+    def describe(i: int) -> AuditFailure:
+        seq, p, s = int(ids[rows[i]]), int(pos[i]), int(slots[i])
+        where = (f"block {s // kv.block_size} offset {s % kv.block_size}" if kv.paged
+                 else f"slot {s}")
+        if not inside[i]:
+            return AuditFailure(seq, "content", f"sequence {seq} position {p}: slot {s} lies "
+                                                f"outside the pool of {kv.slots} slots")
+        return AuditFailure(seq, "content", f"sequence {seq} position {p} ({where}): the pool "
+                                            "does not hold its K/V")
+    found.add(slots.size, np.flatnonzero(bad_host), describe)
+
+
+def _check_tables(found: _Found, ids, tables, nblocks, bm: BlockMap) -> None:
+    n = int(bm.owner.size)
+    used = np.arange(tables.shape[1])[None, :] < nblocks[:, None]
+    entries = tables[used]
+    holder = np.broadcast_to(ids[:, None], tables.shape)[used]
+    outside = (entries < 0) | (entries >= n)
+    if outside.any():
+        i = np.flatnonzero(outside)
+        found.add(entries.size, i, lambda k: AuditFailure(
+            int(holder[k]), "tables", f"sequence {int(holder[k])}: block id {int(entries[k])} "
+            f"is outside 0..{n - 1}"))
+        entries, holder = entries[~outside], holder[~outside]
+    count = np.bincount(entries, minlength=n)
+    owner, ref = bm.owner, bm.refcount.astype(np.int64)
+    owner_holds = np.zeros(n, bool)
+    owner_holds[entries[owner[entries] == holder]] = True
+    first = np.full(n, -1, np.int64)
+    first[entries[::-1]] = holder[::-1]  # some sequence whose table holds the block
+    wrong = (count != ref) | ((count > 0) & (owner == FREE)) | (
+        (owner != FREE) & (count > 0) & ~owner_holds) | ((owner != FREE) & (count == 0))
+
+    def describe(b: int) -> AuditFailure:
+        c, r, o, s = int(count[b]), int(ref[b]), int(owner[b]), int(first[b])
+        if c > 0 and o == FREE:
+            state = "cached" if bm.cached[b] else "free"
+            why = f"block {b} is {state} but in {c} block table(s) (sequence {s})"
+        elif c > 1 and r < c:
+            why = f"block {b} is in {c} block tables (sequence {s}, ...) but its refcount is {r}"
+        elif c == 0:
+            why = f"block {b} is owned by sequence {o} but in no block table"
+        elif not owner_holds[b]:
+            why = f"block {b} is owned by sequence {o} but in the block table of sequence {s}"
+        else:
+            why = f"block {b} has refcount {r} but is in {c} block table(s)"
+        return AuditFailure(s if s >= 0 else o, "tables", why)
+    found.add(n, np.flatnonzero(wrong), describe)
+
+
+def _check_ranges(found: _Found, ids, lens, ranges, bm: BlockMap) -> None:
+    cs, n = int(bm.block_size), int(bm.owner.size)
+    lo, cnt = ranges[:, 0] // cs, -(-ranges[:, 1] // cs)
+    ok_range = (ranges[:, 0] % cs == 0) & (lo >= 0) & (lo + cnt <= n) & (lens <= ranges[:, 1])
+    found.add(ids.size, np.flatnonzero(~ok_range), lambda i: AuditFailure(
+        int(ids[i]), "ranges", f"sequence {int(ids[i])}: range {int(ranges[i, 0])}+"
+        f"{int(ranges[i, 1])} does not fit the map or holds fewer than its {int(lens[i])} "
+        "written slots"))
+    lo, cnt, seqs = lo[ok_range], cnt[ok_range], ids[ok_range]
+    cells = np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    holder = np.repeat(seqs, cnt)
+    cover = np.bincount(cells, minlength=n)
+    held_by = np.full(n, FREE, np.int64)
+    held_by[cells] = holder
+    wrong = (cover > 1) | ((cover == 1) & (bm.owner != held_by)) | (
+        (cover == 0) & (bm.owner != FREE))
+
+    def describe(c: int) -> AuditFailure:
+        o, s = int(bm.owner[c]), int(held_by[c])
+        if cover[c] > 1:
+            why = f"cell {c} lies in {int(cover[c])} sequences' ranges"
+        elif cover[c] == 0:
+            why = f"cell {c} is owned by sequence {o} but in no range"
+        else:
+            why = f"cell {c} lies in the range of sequence {s} but its owner is {o}"
+        return AuditFailure(s if s >= 0 else o, "ranges", why)
+    found.add(n, np.flatnonzero(wrong), describe)
+
+
+def _check_attention(found: _Found, kv, ids, lens, index, sample_no: int, k: int,
+                     attend: Callable | None) -> None:
+    k = min(k, ids.size)
+    if k <= 0:
+        return
+    pick = np.unique((np.arange(k) * ids.size // k + sample_no) % ids.size)
+    seqs, n = ids[pick], lens[pick]
+    if kv.paged:
+        width = int((-(-n // kv.block_size)).max())
+        idx_t = torch.from_numpy(index[pick, :width].astype(np.int32)).to(kv.device)
+        attend = attend or paged_decode_attention
+    else:
+        idx_t = torch.from_numpy(index[pick]).to(kv.device)
+        attend = attend or contiguous_decode_attention
+    lens_t = torch.from_numpy(n.astype(np.int32)).to(kv.device)
+    qs = kv.expected_q(seqs, n - 1)
+    heads, kvh = kv.model.num_heads, kv.model.num_kv_heads
+    scale = kv.model.head_dim ** -0.5
+    rows = np.repeat(np.arange(pick.size), n)
+    pos = np.arange(rows.size) - np.repeat(np.cumsum(n) - n, n)
+    ends = np.cumsum(n).tolist()
+    err = torch.zeros(pick.size, kv.model.num_layers, device=kv.device)
+    for layer, want_k, want_v in kv.expected_layers(seqs[rows], pos):
+        q = qs[layer]
+        out = attend(q, kv.cache.k[layer], kv.cache.v[layer], idx_t, lens_t,
+                     backend=kv.backend, check_values=False).float()
+        ks = torch.tensor_split(want_k.to(kv.dtype).float(), ends[:-1])
+        vs = torch.tensor_split(want_v.to(kv.dtype).float(), ends[:-1])
+        for b in range(pick.size):
+            kb = ks[b].repeat_interleave(heads // kvh, dim=1)  # [len, H, D]
+            vb = vs[b].repeat_interleave(heads // kvh, dim=1)
+            w = torch.softmax(torch.einsum("hd,thd->ht", q[b].float(), kb) * scale, dim=-1)
+            ref = torch.einsum("ht,thd->hd", w, vb)
+            err[b, layer] = (out[b] - ref).abs().max()
+    bad = (err > ATTENTION_TOL[kv.dtype]).cpu().numpy().reshape(-1)
+    errs = err.cpu().numpy().reshape(-1)
+    layers = kv.model.num_layers
+
+    def describe(i: int) -> AuditFailure:
+        s, layer = int(seqs[i // layers]), i % layers
+        return AuditFailure(s, "attention", f"sequence {s} layer {layer}: decode attention "
+                                            f"over the pool differs from the reference built "
+                                            f"from the generator by {errs[i]:.3g}")
+    found.add(bad.size, np.flatnonzero(bad), describe)
