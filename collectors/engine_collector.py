@@ -26,6 +26,7 @@ from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import Shares
+from kvviz.store.tablecodec import BlockTables
 from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 
@@ -54,6 +55,7 @@ class CollectorConfig:
     blockmap_budget_bytes: int = 200 * 2**20
     quiet: bool = False
     overwrite: bool = False
+    audit: bool = False  # real mode: audit the pools at every sample (kvviz/kv/audit.py)
 
 
 def _counters(lane: Lane) -> dict:
@@ -79,6 +81,7 @@ class EngineCollector:
         self._loop_t0 = 0.0
         self._cursor = 0
         self._last_tok: dict[str, tuple[float, int]] = {}
+        self._auditors: dict[str, object] = {}  # lane name -> kvviz.kv.audit.Auditor
 
     def _workload(self) -> Workload:
         if self.cfg.trace is not None:
@@ -88,8 +91,14 @@ class EngineCollector:
                                             seed=self.cfg.workload.seed + self.loop_no))
 
     def _new_sim(self) -> Simulation:
-        return Simulation(self._workload(), list(self.cfg.lanes), self.cfg.cache,
-                          self.cfg.engine, kv_factory=self.kv_factory)
+        w = self._workload()
+        sim = Simulation(w, list(self.cfg.lanes), self.cfg.cache, self.cfg.engine,
+                         kv_factory=self.kv_factory)
+        for ln in sim.lanes:  # shared system prompts write one content (audit: prefix blocks)
+            if hasattr(ln.kv, "bind_prefixes"):
+                ln.kv.bind_prefixes(w.prefix_group, w.prefix_tokens)
+        self._auditors = {}
+        return sim
 
     def meta(self) -> dict:
         c = self.cfg
@@ -113,8 +122,30 @@ class EngineCollector:
                 "versions": versions(c.mode), "started_unix": time.time()}
 
     # ---- sampling ---------------------------------------------------------------------------
+    def _tables(self, lane: Lane) -> BlockTables:
+        ids = lane.run_ids
+        tables = lane.alloc.block_tables(ids) if ids.size else np.zeros((0, 1), np.int32)
+        nblocks = lane.alloc.seq_allocated_tokens(ids) // lane.alloc.block_size
+        return BlockTables.from_dense(ids + self._seq_offset, lane.run_len, tables, nblocks)
+
+    def _audit(self, lane: Lane, bm) -> dict:
+        """Audit counts and the first failures of this lane's pools (real mode, --audit)."""
+        auditor = self._auditors.get(lane.name)
+        if auditor is None:
+            from kvviz.kv.audit import Auditor
+
+            auditor = self._auditors[lane.name] = Auditor(lane.kv)
+        res = auditor.audit(lane.run_ids, lane.run_len, bm)
+        off = self._seq_offset
+        return {"audit_checks": res.checks, "audit_failures": res.failed,
+                "audit_events": [(f.seq_id + off if f.seq_id >= 0 else -1, f.check, f.reason)
+                                 for f in res.failures]}
+
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
         bm = lane.snapshot()
+        extra = {} if lane.alloc.contiguous else {"block_tables": self._tables(lane)}
+        if self.cfg.audit and lane.kv is not None:
+            extra.update(self._audit(lane, bm))
         off = self._seq_offset
         if off:
             owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
@@ -127,6 +158,7 @@ class EngineCollector:
         self._last_tok[lane.name] = (t, tok)
         cnt["running"] = int(lane.run_ids.size)
         cnt["waiting"] = int(lane.waiting_count)
+        cnt.update(extra)
         return LaneSample(lane.name, lane.step_no, cnt, bm)
 
     def _new_events(self) -> EventColumns:

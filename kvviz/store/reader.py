@@ -12,7 +12,7 @@ import pandas as pd
 
 from kvviz.blockmap import BlockMap
 from kvviz.errors import StoreError
-from kvviz.store import event_frames, mapcodec
+from kvviz.store import event_frames, mapcodec, tablecodec
 from kvviz.store import events as store_events
 from kvviz.store import schema as codec
 from kvviz.store.schema import COUNTERS, MAP_COLS, NODE_COLS
@@ -185,6 +185,21 @@ class RunReader:
             raise StoreError(f"{self.path}: no block map for sample {sample_id} "
                              "(never stored, or thinned by retention)")
         return got[0]
+
+    def block_tables(self, sample_id: int) -> tablecodec.BlockTables | None:
+        """A paged lane's block tables stored with the map of `sample_id` (None when none
+        were: a contiguous lane, an older recording, or thinned by retention)."""
+        if not self._q("SELECT 1 FROM sqlite_master WHERE name = 'block_tables'"):
+            return None
+        rows = self._q("SELECT n_seqs, n_entries, encoding, data FROM block_tables "
+                       "WHERE sample_id = ?", (int(sample_id),))
+        if not rows:
+            return None
+        try:
+            return tablecodec.decode(*rows[0])
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"{self.path}: block tables of sample {sample_id} are damaged: "
+                             f"{exc}") from None
 
     def blockmap_at(self, lane: str, t: float) -> tuple[BlockMap, float] | None:
         """The latest kept map of `lane` at or before time t, with its time. One index seek."""

@@ -20,7 +20,7 @@ from kvviz.blockmap import BlockMap
 from kvviz.engine.events import EventColumns
 from kvviz.errors import StoreError
 from kvviz.store import events as store_events
-from kvviz.store import mapcodec
+from kvviz.store import mapcodec, tablecodec
 from kvviz.store import schema as codec
 from kvviz.store.schema import MAP_COLS, NODE_SCHEMA, STATUSES
 
@@ -71,6 +71,8 @@ class RunWriter:
         self._latest: dict[str, tuple[int, int]] = {}  # lane -> (sample_id, idx)
         self._map_bytes = 0
         self._next_event = store_events.next_event_id(self.conn)
+        self._tables = False  # the block_tables table exists
+        self._audit_rows: list[tuple] = []  # audit_failed events, written after the batch's
         self.closed = False
 
     @staticmethod
@@ -108,11 +110,44 @@ class RunWriter:
 
     def add_sample(self, t: float, step: int, lane: str, metrics: dict,
                    blockmap: BlockMap | None = None) -> int:
+        """`metrics` may also carry, besides columns: `block_tables` (tablecodec.BlockTables
+        of a paged lane, stored with the block map under the same retention) and
+        `audit_events` ((seq_id, check, reason) tuples: `audit_failed` events, written after
+        the batch's engine events)."""
+        metrics = dict(metrics)
+        tables = metrics.pop("block_tables", None)
+        audit = metrics.pop("audit_events", None) or ()
         rec = {"t": float(t), "step": int(step), "lane": lane, **metrics}
         sid = self._insert("samples", rec)
+        for seq, check, reason in audit:
+            self._audit_rows.append((float(t), int(step), lane, int(seq), f"{check}: {reason}"))
         if blockmap is not None:
+            if tables is not None:
+                self._add_tables(sid, float(t), int(step), lane, tables)
             self._add_blockmap(sid, float(t), int(step), lane, blockmap)
         return sid
+
+    def _add_tables(self, sid: int, t: float, step: int, lane: str,
+                    bt: tablecodec.BlockTables) -> None:
+        if not self._tables:
+            self.conn.execute(tablecodec.SCHEMA)
+            self._tables = True
+        data = tablecodec.encode(bt)
+        self.conn.execute("INSERT INTO block_tables VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          (sid, lane, t, step, int(bt.seq_ids.size), int(bt.blocks.size),
+                           tablecodec.ENCODING, len(data), data))
+        self._map_bytes += len(data)
+
+    def _write_audit(self) -> None:
+        rows, self._audit_rows = self._audit_rows, []
+        if rows:
+            first = self._next_event
+            self.conn.executemany(
+                "INSERT INTO events (event_id, t, step, lane, kind, seq_id, reason, need_tokens,"
+                " free_tokens, largest_hole_tokens, count) VALUES "
+                "(?, ?, ?, ?, 'audit_failed', ?, ?, 0, 0, 0, 1)",
+                [(first + i, *r) for i, r in enumerate(rows)])
+            self._next_event = first + len(rows)
 
     def _add_blockmap(self, sid: int, t: float, step: int, lane: str, bm: BlockMap) -> None:
         enc = mapcodec.encode(bm)
@@ -136,6 +171,12 @@ class RunWriter:
         (one seek for a single sample_id), so retention is O(1) per sample."""
         keep = [s for s, _ in self._latest.values()]
         cond = f"({where}) AND sample_id NOT IN ({', '.join('?' * len(keep))})"
+        if self._tables:  # a paged lane's block tables go with its map
+            sub = f"sample_id IN (SELECT sample_id FROM blockmaps WHERE {cond})"
+            gone = self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM block_tables "
+                                     f"WHERE {sub}", (*params, *keep)).fetchone()[0]
+            self.conn.execute(f"DELETE FROM block_tables WHERE {sub}", (*params, *keep))
+            self._map_bytes -= int(gone)
         gone = self.conn.execute(f"SELECT COALESCE(SUM(nbytes), 0) FROM blockmaps WHERE {cond}",
                                  (*params, *keep)).fetchone()[0]
         self.conn.execute(f"DELETE FROM blockmaps WHERE {cond}", (*params, *keep))
@@ -161,6 +202,7 @@ class RunWriter:
         if not isinstance(events, EventColumns):
             events = EventColumns.from_events(events)
         self._next_event = store_events.write(self.conn, events, self._next_event)
+        self._write_audit()
 
     def add_device_memory(self, t: float, rec: dict) -> None:
         self._insert("device_memory", {"t": float(t), **rec})
@@ -182,6 +224,7 @@ class RunWriter:
                           (status, message))
 
     def commit(self) -> None:
+        self._write_audit()
         self.conn.execute("UPDATE run SET heartbeat_unix = ? WHERE id = 1", (time.time(),))
         self.conn.execute("COMMIT")
         self.conn.execute("BEGIN")
