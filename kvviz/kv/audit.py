@@ -14,9 +14,10 @@ At a sample, for one lane (an allocator, its RealKV pools and its live sequences
                pool (the lane's kernel, through its tables) equals a float32 reference built
                from the generator's K/V and q
 
-Everything is vectorized: the content check is, per layer, one gather of all written slots
-and one projection of their hashed inputs (chunked to bound memory), then one host copy of a
-boolean mask per sample. `AuditResult.checks` counts checks (one per written slot, per block
+Everything is vectorized: the content check fingerprints every slot of the pools in one
+streaming pass (a matrix-vector product per layer), hashes the written tokens' inputs once,
+projects them, and compares the two at the written slots; one host copy of a boolean mask per
+sample. `AuditResult.checks` counts checks (one per written slot, per block
 or cell, per sampled (sequence, layer)); `failures` lists the first few failures with a reason.
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ import torch
 from kvviz.blockmap import FREE, BlockMap
 from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
 
-CHUNK_SLOTS = 1 << 16  # slots compared per gather (bounds the audit's scratch memory)
+CHUNK_SLOTS = 1 << 16  # written slots hashed at once (bounds the audit's scratch memory)
+CHUNK_VALUES = 1 << 24  # pool values converted to float32 at once when fingerprinting
 PRINT_SEED = 0x6B76  # the fingerprint vectors' seed
 MAX_REPORTED = 8  # failures described per lane and sample; all are counted
 # Tolerances: a slot's fingerprint against the generator's, per sqrt(values in a slot) (one
@@ -92,6 +94,37 @@ class _Prints:
         self.uv = torch.bmm(wv, self.rv)[:, :, 0].T.contiguous()
 
 
+class _Memo:
+    """The generator's fingerprints of the token last seen at each slot, keyed by the token's
+    generator input (RealKV.token_keys): a pure function of the key, so a slot is hashed again
+    only when a different token is expected there (new tokens, reused blocks). Never filled
+    from the pool."""
+
+    def __init__(self, kv, prints: _Prints) -> None:
+        self.key = np.full(kv.slots, np.iinfo(np.int64).min, np.int64)
+        self.prints = torch.zeros(kv.slots, 2 * kv.model.num_layers, device=kv.device)
+        self.u = torch.cat([prints.uk, prints.uv], dim=1)  # [HIDDEN, 2 * layers]
+        self.hashed = 0  # tokens hashed so far (tests, benchmarks)
+
+    def expected(self, kv, keys: np.ndarray, slots: np.ndarray) -> torch.Tensor:
+        """[n, 2 * layers]: K then V fingerprints the generator gives token keys[i]."""
+        out = self.prints[torch.from_numpy(slots).to(kv.device)]
+        miss = np.flatnonzero(self.key[slots] != keys)
+        if miss.size:
+            fresh = torch.cat([kv.hidden_of_keys(keys[miss[lo:lo + CHUNK_SLOTS]]) @ self.u
+                               for lo in range(0, miss.size, CHUNK_SLOTS)])
+            out[torch.from_numpy(miss).to(kv.device)] = fresh
+            # memoize one token per slot (the last seen), its key and prints together: two
+            # tokens expected in one slot (a fault) must not leave a key with another's prints
+            s = slots[miss]
+            last = s.size - 1 - np.unique(s[::-1], return_index=True)[1]
+            self.key[s[last]] = keys[miss[last]]
+            self.prints[torch.from_numpy(s[last]).to(kv.device)] = fresh[
+                torch.from_numpy(last).to(kv.device)]
+            self.hashed += int(miss.size)
+        return out
+
+
 class Auditor:
     """Audits one lane's pools at each sample; cheap to keep (a few [HIDDEN, layers] vectors).
 
@@ -102,6 +135,7 @@ class Auditor:
         self.attention_samples = attention_samples
         self.attend = attend
         self.prints = _Prints(kv)
+        self.memo = _Memo(kv, self.prints)
         self.samples = 0
 
     def audit(self, seq_ids: np.ndarray, lens: np.ndarray, blockmap: BlockMap) -> AuditResult:
@@ -123,7 +157,7 @@ class Auditor:
             _check_ranges(found, ids, lens, ranges, blockmap)
             index = ranges[:, 0]
         if ids.size:
-            _check_content(found, kv, self.prints, ids, lens, index)
+            _check_content(found, kv, self.prints, self.memo, ids, lens, index)
             _check_attention(found, kv, ids, lens, index, self.samples,
                              self.attention_samples, self.attend)
         self.samples += 1
@@ -141,21 +175,34 @@ def _written(kv, ids, lens, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, pos, slots
 
 
-def _check_content(found: _Found, kv, prints: _Prints, ids, lens, index) -> None:
+def _pool_prints(pool: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """[layers, slots] fingerprints of every slot of `pool` ([layers, ..., kv_heads, D]): one
+    streaming pass over the pool (cheaper than gathering the written slots one by one)."""
+    layers, width = pool.shape[0], r.shape[1]
+    flat = pool.view(layers, -1, width)
+    out = torch.empty(flat.shape[:2], dtype=torch.float32, device=pool.device)
+    step = max(1, CHUNK_VALUES // width)
+    for layer in range(layers):
+        for lo in range(0, flat.shape[1], step):
+            out[layer, lo:lo + step] = flat[layer, lo:lo + step].float() @ r[layer, :, 0]
+    return out
+
+
+def _check_content(found: _Found, kv, prints: _Prints, memo: _Memo, ids, lens,
+                   index) -> None:
     rows, pos, slots = _written(kv, ids, lens, index)
     inside = (slots >= 0) & (slots < kv.slots)
     tol = CONTENT_TOL[kv.dtype] * prints.width ** 0.5
-    bad = torch.zeros(slots.size, dtype=torch.bool, device=kv.device)
-    slot_t = torch.from_numpy(np.where(inside, slots, 0)).to(kv.device)
-    for lo in range(0, slots.size, CHUNK_SLOTS):
-        hi = min(slots.size, lo + CHUNK_SLOTS)
-        h = kv.expected_hidden(ids[rows[lo:hi]], pos[lo:hi])  # [n, HIDDEN]
-        for pool, r, u in ((kv.cache.k_all, prints.rk, prints.uk),
-                           (kv.cache.v_all, prints.rv, prints.uv)):
-            got = pool.view(pool.shape[0], -1, prints.width).index_select(1, slot_t[lo:hi])
-            got = torch.bmm(got.float(), r)[:, :, 0]  # [layers, n]
-            want = (h @ u).T  # the same projection of the generator's K (or V)
-            bad[lo:hi] |= ((got - want).abs() > tol).any(0)
+    got_k = _pool_prints(kv.cache.k_all, prints.rk)  # [layers, slots]
+    got_v = _pool_prints(kv.cache.v_all, prints.rv)
+    at = np.where(inside, slots, 0)
+    keys = kv.token_keys(ids[rows], pos)
+    if not inside.all():  # a slot outside the pool: its check fails, nothing is memoized
+        keys = np.where(inside, keys, memo.key[0])
+    want = memo.expected(kv, keys, at)  # [n, 2 * layers]: the generator's K, V projected
+    where = torch.from_numpy(at).to(kv.device)
+    got = torch.cat([got_k[:, where], got_v[:, where]]).T
+    bad = ((got - want).abs() > tol).any(1)
     bad_host = bad.cpu().numpy() | ~inside
 
     def describe(i: int) -> AuditFailure:

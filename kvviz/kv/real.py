@@ -100,6 +100,15 @@ class RealKV:
         """[n, HIDDEN]: the hashed inputs whose projections by `kv_weights` are K and V."""
         return self._hidden(seq, pos, stream=0)
 
+    def token_keys(self, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """int64 [n]: the generator's whole input for the K/V of token (seq, pos): two tokens
+        with equal keys write equal K/V (a memo of expected values may be keyed by it)."""
+        return self.content_key(seq, pos) * 1_000_003 + np.asarray(pos, dtype=np.int64)
+
+    def hidden_of_keys(self, keys: np.ndarray) -> torch.Tensor:
+        """`expected_hidden` from `token_keys`."""
+        return self._hash(torch.from_numpy(np.asarray(keys, np.int64)), 0)
+
     @property
     def kv_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed projections hidden -> K and hidden -> V, [layers, HIDDEN, kv_heads * D]."""
@@ -117,6 +126,9 @@ class RealKV:
         """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, content, pos)."""
         seq = self.content_key(seq, pos) if stream == 0 else np.asarray(seq, dtype=np.int64)
         key = torch.from_numpy(seq.astype(np.int64) * 1_000_003 + pos.astype(np.int64))
+        return self._hash(key, stream)
+
+    def _hash(self, key: torch.Tensor, stream: int) -> torch.Tensor:
         key = key.to(self.device) * 4 + stream + (self._seed << 20)
         x = key[:, None] * _MUL1 + self._salt[None, :] * _MUL2  # wraps mod 2^64: deterministic
         x = x ^ (x >> 29)

@@ -87,10 +87,12 @@ def test_audit_passes_on_bfloat16_pools():
 def test_a_corrupted_slot_is_named(name):
     sim = _sim()
     lane = _lane(sim, name)
+    aud = Auditor(lane.kv)
+    assert aud.audit(lane.run_ids, lane.run_len, lane.alloc.snapshot()).ok  # memo warm
     seq, pos = int(lane.run_ids[-1]), int(lane.run_len[-1]) - 1
     kvh, d = MODEL.num_kv_heads, MODEL.head_dim
     lane.kv.cache.v[1].view(-1, kvh, d)[_slot(lane, seq, pos), 1, 3] += 0.5
-    res = _audit(lane)
+    res = aud.audit(lane.run_ids, lane.run_len, lane.alloc.snapshot())
     content = [f for f in res.failures if f.check == "content"]
     assert res.failed >= 1 and content and content[0].seq_id == seq
     assert f"position {pos}" in content[0].reason
@@ -277,6 +279,22 @@ def test_damaged_block_tables_are_one_clear_error(n, m, data):
         assert str(exc)
     else:
         assert bt.seq_ids.size == n and bt.blocks.size == m == int(bt.nblocks.sum())
+
+
+def test_a_slot_is_hashed_again_only_when_another_token_is_expected_there():
+    sim = _sim(lanes=("paged:16",), steps=0)
+    lane = sim.lanes[0]
+    aud = Auditor(lane.kv)
+    for i in range(20):
+        sim.step(time_s=0.05 * i)
+        bm = lane.alloc.snapshot()
+        before = aud.memo.hashed
+        assert aud.audit(lane.run_ids, lane.run_len, bm).ok
+        new = aud.memo.hashed - before
+        assert aud.audit(lane.run_ids, lane.run_len, bm).ok
+        assert aud.memo.hashed - before == new  # the same state again: nothing hashed
+        if i >= 5 and not sim.lanes[0].run_ids.size == 0:
+            assert new < int(lane.run_len.sum())  # only the tokens written since
 
 
 def test_expected_kv_is_what_decode_wrote():
