@@ -293,7 +293,7 @@ def test_a_slot_is_hashed_again_only_when_another_token_is_expected_there():
         new = aud.memo.hashed - before
         assert aud.audit(lane.run_ids, lane.run_len, bm).ok
         assert aud.memo.hashed - before == new  # the same state again: nothing hashed
-        if i >= 5 and not sim.lanes[0].run_ids.size == 0:
+        if i >= 5 and lane.run_ids.size:
             assert new < int(lane.run_len.sum())  # only the tokens written since
 
 
