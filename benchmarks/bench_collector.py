@@ -23,7 +23,8 @@ the 4 Hz slices, which follow off + control + off, 1.5 s of events: the writer w
 the steady rate during them). So the first sample of a sampled slice carries the events of
 the last period only (what was logged in the final 1/hz s of the slice before); the older ones
 are skipped unstored. --keep-backlog stores all of them instead.
-audit: the pool audit's cost in real mode (CPU, tiny-cpu, the default lanes
+audit: the pool audit's cost in real mode (CPU, tiny-cpu, or --device cuda with the
+llama-3-8b shape; the default lanes
 contiguous:first-fit:max and paged:16, 16,384 slots each, torch on one thread, unpaced). ONE
 collector and writer process alternate slices sampled at --hz (default 4) without and with
 `--audit`; each audited slice's decode step rate is compared with the mean of its two
@@ -39,6 +40,7 @@ snapshot: the engine thread's share of one sample on the same 256k-block lane (1
                                          [--requests 3000000]
     python benchmarks/bench_collector.py snapshot [--repeats 40]
     python benchmarks/bench_collector.py audit [--cycles 20] [--slice 1.0] [--hz 4]
+                                         [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -168,7 +170,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
 
     out = tmp / "audit.db"
     args = build_parser("collect").parse_args(
-        ["collect", "--mode", "real", "--device", "cpu", "--model", "tiny-cpu", "--rate", "inf",
+        ["collect", "--mode", "real", "--device", a.device, "--rate", "inf",
          "--requests", str(a.requests), "--quiet", "--out", str(out)])
     col = build(args)  # --torch-threads 1 (the default) is applied here
     plain, audit = col.cfg, dataclasses.replace(col.cfg, audit=True)
@@ -206,6 +208,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
     ms = {on: 1e3 * statistics.median(v) for on, v in per_sample.items()}
     harness.emit(a, {"bench": "collector-audit", "hz": a.hz, "slices": len(ratios),
+                     "device": col.cfg.device, "model": col.cfg.model.name,
                      "torch_threads": torch.get_num_threads(),
                      "steps_per_s_unaudited": statistics.median(rates[::2]),
                      "slowdown_median": statistics.median(ratios), "slowdown_mean": mean,
@@ -293,6 +296,8 @@ def main() -> None:
                    help="interleave: cycles of slices off / 4 Hz / off / 10 Hz / off / control")
     p.add_argument("--slice", type=float, default=1.0, help="interleave: slice length, s")
     p.add_argument("--hz", type=float, default=4.0, help="audit: samples per second")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="audit: cpu (tiny-cpu model) or cuda (llama-3-8b shape)")
     p.add_argument("--keep-backlog", action="store_true", help="interleave: the first "
                    "sample of a sampled slice carries every event since the last sample")
     a = p.parse_args()

@@ -10,15 +10,16 @@ At a sample, for one lane (an allocator, its RealKV pools and its live sequences
                table, an owned block is in its owner's table
     ranges     contiguous: ranges do not overlap, every cell of a range is owned by the
                range's sequence, no owned cell lies outside every range
-    attention  for a few sequences (rotating from sample to sample), decode attention over the
-               pool (the lane's kernel, through its tables) equals a float32 reference built
-               from the generator's K/V and q
+    attention  for one sequence (more with attention_samples; rotating over the live set
+               from sample to sample), decode attention over the pool (the lane's kernel,
+               through its tables) equals a float32 reference built from the generator's K/V
+               and q
 
 Everything is vectorized: the content check fingerprints every slot of the pools in one
 streaming pass (a matrix-vector product per layer), hashes the written tokens' inputs once,
 projects them, and compares the two at the written slots; one host copy of a boolean mask per
-sample. `AuditResult.checks` counts checks (one per written slot, per block
-or cell, per sampled (sequence, layer)); `failures` lists the first few failures with a reason.
+sample. `AuditResult.checks` counts checks (one per written slot, per block or cell, per
+sampled (sequence, layer)); `failures` lists the first few failures with a reason.
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ class Auditor:
 
     `attend` replaces the lane's decode attention (tests inject faults through it)."""
 
-    def __init__(self, kv, attention_samples: int = 2, attend: Callable | None = None) -> None:
+    def __init__(self, kv, attention_samples: int = 1, attend: Callable | None = None) -> None:
         self.kv = kv
         self.attention_samples = attention_samples
         self.attend = attend
@@ -299,28 +300,26 @@ def _check_attention(found: _Found, kv, ids, lens, index, sample_no: int, k: int
         idx_t = torch.from_numpy(index[pick]).to(kv.device)
         attend = attend or contiguous_decode_attention
     lens_t = torch.from_numpy(n.astype(np.int32)).to(kv.device)
-    qs = kv.expected_q(seqs, n - 1)
-    heads, kvh = kv.model.num_heads, kv.model.num_kv_heads
-    scale = kv.model.head_dim ** -0.5
+    q = torch.stack(kv.expected_q(seqs, n - 1))  # [layers, k, H, D], pool dtype
+    out = torch.stack([attend(q[layer], kv.cache.k[layer], kv.cache.v[layer], idx_t, lens_t,
+                              backend=kv.backend, check_values=False)
+                       for layer in range(q.shape[0])]).float()
+    layers, kvh, d = q.shape[0], kv.model.num_kv_heads, kv.model.head_dim
     rows = np.repeat(np.arange(pick.size), n)
     pos = np.arange(rows.size) - np.repeat(np.cumsum(n) - n, n)
-    ends = np.cumsum(n).tolist()
-    err = torch.zeros(pick.size, kv.model.num_layers, device=kv.device)
-    for layer, want_k, want_v in kv.expected_layers(seqs[rows], pos):
-        q = qs[layer]
-        out = attend(q, kv.cache.k[layer], kv.cache.v[layer], idx_t, lens_t,
-                     backend=kv.backend, check_values=False).float()
-        ks = torch.tensor_split(want_k.to(kv.dtype).float(), ends[:-1])
-        vs = torch.tensor_split(want_v.to(kv.dtype).float(), ends[:-1])
-        for b in range(pick.size):
-            kb = ks[b].repeat_interleave(heads // kvh, dim=1)  # [len, H, D]
-            vb = vs[b].repeat_interleave(heads // kvh, dim=1)
-            w = torch.softmax(torch.einsum("hd,thd->ht", q[b].float(), kb) * scale, dim=-1)
-            ref = torch.einsum("ht,thd->hd", w, vb)
-            err[b, layer] = (out[b] - ref).abs().max()
+    h = kv.expected_hidden(seqs[rows], pos)  # [T, HIDDEN], all picked tokens
+    wk, wv = kv.kv_weights
+    # the generator's K, V of every layer, rounded as the pool stores them: [layers, T, kvh, D]
+    keys = (h @ wk).view(layers, -1, kvh, d).to(kv.dtype).float()
+    vals = (h @ wv).view(layers, -1, kvh, d).to(kv.dtype).float()
+    qg = q.float().view(layers, pick.size, kvh, -1, d)  # GQA: query heads grouped per kv head
+    err = torch.zeros(pick.size, layers, device=kv.device)
+    for b, (lo, hi) in enumerate(zip((np.cumsum(n) - n).tolist(), np.cumsum(n).tolist())):
+        w = torch.einsum("lkgd,ltkd->lkgt", qg[:, b], keys[:, lo:hi]) * d ** -0.5
+        ref = torch.einsum("lkgt,ltkd->lkgd", torch.softmax(w, dim=-1), vals[:, lo:hi])
+        err[b] = (out[:, b] - ref.reshape(layers, -1, d)).abs().amax(dim=(1, 2))
     bad = (err > ATTENTION_TOL[kv.dtype]).cpu().numpy().reshape(-1)
     errs = err.cpu().numpy().reshape(-1)
-    layers = kv.model.num_layers
 
     def describe(i: int) -> AuditFailure:
         s, layer = int(seqs[i // layers]), i % layers
