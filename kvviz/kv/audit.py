@@ -169,8 +169,11 @@ def _written(kv, ids, lens, index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, position, flat slot) of every written token of every live sequence."""
     rows = np.repeat(np.arange(ids.size), lens)
     pos = np.arange(rows.size) - np.repeat(np.cumsum(lens) - lens, lens)
-    if kv.paged:
-        slots = index[rows, pos // kv.block_size] * kv.block_size + pos % kv.block_size
+    if kv.paged:  # a position past the table's blocks (a fault) gets slot -1
+        col = pos // kv.block_size
+        held = col < index.shape[1]
+        slots = index[rows, np.where(held, col, 0)] * kv.block_size + pos % kv.block_size
+        slots = np.where(held, slots, -1)
     else:
         slots = index[rows] + pos
     return rows, pos, slots
@@ -291,6 +294,11 @@ def _check_attention(found: _Found, kv, ids, lens, index, sample_no: int, k: int
     if k <= 0:
         return
     pick = np.unique((np.arange(k) * ids.size // k + sample_no) % ids.size)
+    # a sequence whose table or range leaves the pool was reported above: the kernel (no
+    # value checks here) must not be handed it
+    _, _, slots = _written(kv, ids[pick], lens[pick], index[pick])
+    if slots.size and (slots.min() < 0 or slots.max() >= kv.slots):
+        return
     seqs, n = ids[pick], lens[pick]
     if kv.paged:
         width = int((-(-n // kv.block_size)).max())
