@@ -206,6 +206,11 @@ def test_recorded_block_tables_match_the_allocator_and_tie_cells_to_logical_bloc
         seq, j = bt.logical()
         blocks = bt.blocks
         assert (bm.owner[blocks] != FREE).all()
+        # every owned cell is tied to a table entry; an unshared one to its owner's table
+        assert set(blocks.tolist()) == set(np.flatnonzero(bm.owner != FREE).tolist())
+        alone = bm.refcount[blocks] == 1
+        assert (bm.owner[blocks[alone]] == seq[alone]).all()
+        assert (np.bincount(blocks, minlength=bm.owner.size) == bm.refcount).all()
         nb = np.repeat(bt.nblocks, bt.nblocks)
         full = j < nb - 1  # every block but a sequence's last is full: tail waste is last only
         assert (bm.filled[blocks[full]] == bm.block_size).all()
