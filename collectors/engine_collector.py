@@ -135,11 +135,9 @@ class EngineCollector:
             from kvviz.kv.audit import Auditor
 
             auditor = self._auditors[lane.name] = Auditor(lane.kv)
-        res = auditor.audit(lane.run_ids, lane.run_len, bm)
-        off = self._seq_offset
+        res = auditor.audit(lane.run_ids, lane.run_len, bm, id_offset=self._seq_offset)
         return {"audit_checks": res.checks, "audit_failures": res.failed,
-                "audit_events": [(f.seq_id + off if f.seq_id >= 0 else -1, f.check, f.reason)
-                                 for f in res.failures]}
+                "audit_events": [tuple(f) for f in res.failures]}
 
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
         bm = lane.snapshot()

@@ -62,7 +62,8 @@ class AuditResult(NamedTuple):
 class _Found:
     """Failures of one audit: counted all, described up to MAX_REPORTED."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_offset: int = 0) -> None:
+        self.id_offset = id_offset
         self.checks = 0
         self.failed = 0
         self.items: list[AuditFailure] = []
@@ -73,6 +74,10 @@ class _Found:
         self.failed += int(bad.size)
         for i in bad[: max(0, MAX_REPORTED - len(self.items))].tolist():
             self.items.append(describe(int(i)))
+
+    def sid(self, seq: int) -> int:
+        """A sequence id as the recording shows it (run-wide; -1 stays -1)."""
+        return seq + self.id_offset if seq >= 0 else seq
 
     def result(self) -> AuditResult:
         return AuditResult(self.checks, self.failed, tuple(self.items))
@@ -139,13 +144,15 @@ class Auditor:
         self.memo = _Memo(kv, self.prints)
         self.samples = 0
 
-    def audit(self, seq_ids: np.ndarray, lens: np.ndarray, blockmap: BlockMap) -> AuditResult:
+    def audit(self, seq_ids: np.ndarray, lens: np.ndarray, blockmap: BlockMap,
+              id_offset: int = 0) -> AuditResult:
         """`seq_ids`, `lens`: the live sequences and the tokens each has written;
-        `blockmap`: the allocator's snapshot at this instant."""
+        `blockmap`: the allocator's snapshot at this instant; failures name sequences as
+        id + `id_offset` (the collector's run-wide ids under --loop)."""
         kv = self.kv
         ids = np.asarray(seq_ids, dtype=np.int64)
         lens = np.asarray(lens, dtype=np.int64)
-        found = _Found()
+        found = _Found(id_offset)
         alloc = kv.allocator
         if kv.paged:
             tables = (np.asarray(alloc.block_tables(ids), dtype=np.int64) if ids.size
@@ -210,7 +217,7 @@ def _check_content(found: _Found, kv, prints: _Prints, memo: _Memo, ids, lens,
     bad_host = bad.cpu().numpy() | ~inside
 
     def describe(i: int) -> AuditFailure:
-        seq, p, s = int(ids[rows[i]]), int(pos[i]), int(slots[i])
+        seq, p, s = found.sid(int(ids[rows[i]])), int(pos[i]), int(slots[i])
         where = (f"block {s // kv.block_size} offset {s % kv.block_size}" if kv.paged
                  else f"slot {s}")
         if not inside[i]:
@@ -230,7 +237,8 @@ def _check_tables(found: _Found, ids, tables, nblocks, bm: BlockMap) -> None:
     if outside.any():
         i = np.flatnonzero(outside)
         found.add(entries.size, i, lambda k: AuditFailure(
-            int(holder[k]), "tables", f"sequence {int(holder[k])}: block id {int(entries[k])} "
+            found.sid(int(holder[k])), "tables", f"sequence {found.sid(int(holder[k]))}: block "
+            f"id {int(entries[k])} "
             f"is outside 0..{n - 1}"))
         entries, holder = entries[~outside], holder[~outside]
     count = np.bincount(entries, minlength=n)
@@ -243,7 +251,8 @@ def _check_tables(found: _Found, ids, tables, nblocks, bm: BlockMap) -> None:
         (owner != FREE) & (count > 0) & ~owner_holds) | ((owner != FREE) & (count == 0))
 
     def describe(b: int) -> AuditFailure:
-        c, r, o, s = int(count[b]), int(ref[b]), int(owner[b]), int(first[b])
+        c, r = int(count[b]), int(ref[b])
+        o, s = found.sid(int(owner[b])), found.sid(int(first[b]))
         if c > 0 and o == FREE:
             state = "cached" if bm.cached[b] else "free"
             why = f"block {b} is {state} but in {c} block table(s) (sequence {s})"
@@ -264,7 +273,8 @@ def _check_ranges(found: _Found, ids, lens, ranges, bm: BlockMap) -> None:
     lo, cnt = ranges[:, 0] // cs, -(-ranges[:, 1] // cs)
     ok_range = (ranges[:, 0] % cs == 0) & (lo >= 0) & (lo + cnt <= n) & (lens <= ranges[:, 1])
     found.add(ids.size, np.flatnonzero(~ok_range), lambda i: AuditFailure(
-        int(ids[i]), "ranges", f"sequence {int(ids[i])}: range {int(ranges[i, 0])}+"
+        found.sid(int(ids[i])), "ranges", f"sequence {found.sid(int(ids[i]))}: range "
+        f"{int(ranges[i, 0])}+"
         f"{int(ranges[i, 1])} does not fit the map or holds fewer than its {int(lens[i])} "
         "written slots"))
     lo, cnt, seqs = lo[ok_range], cnt[ok_range], ids[ok_range]
@@ -277,7 +287,7 @@ def _check_ranges(found: _Found, ids, lens, ranges, bm: BlockMap) -> None:
         (cover == 0) & (bm.owner != FREE))
 
     def describe(c: int) -> AuditFailure:
-        o, s = int(bm.owner[c]), int(held_by[c])
+        o, s = found.sid(int(bm.owner[c])), found.sid(int(held_by[c]))
         if cover[c] > 1:
             why = f"cell {c} lies in {int(cover[c])} sequences' ranges"
         elif cover[c] == 0:
@@ -330,7 +340,7 @@ def _check_attention(found: _Found, kv, ids, lens, index, sample_no: int, k: int
     errs = err.cpu().numpy().reshape(-1)
 
     def describe(i: int) -> AuditFailure:
-        s, layer = int(seqs[i // layers]), i % layers
+        s, layer = found.sid(int(seqs[i // layers])), i % layers
         return AuditFailure(s, "attention", f"sequence {s} layer {layer}: decode attention "
                                             f"over the pool differs from the reference built "
                                             f"from the generator by {errs[i]:.3g}")

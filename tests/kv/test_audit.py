@@ -98,6 +98,17 @@ def test_a_corrupted_slot_is_named(name):
     assert f"position {pos}" in content[0].reason
 
 
+def test_failures_name_sequences_by_their_run_wide_ids():
+    sim = _sim(lanes=("paged:16",))
+    lane = sim.lanes[0]
+    seq = int(lane.run_ids[0])
+    lane.kv.cache.k[0].view(-1, MODEL.num_kv_heads, MODEL.head_dim)[_slot(lane, seq, 0)] = 5.0
+    res = Auditor(lane.kv).audit(lane.run_ids, lane.run_len, lane.alloc.snapshot(),
+                                 id_offset=1000)
+    assert res.failures and all(f.seq_id == seq + 1000 for f in res.failures)
+    assert f"sequence {seq + 1000} position 0" in res.failures[0].reason
+
+
 def test_a_slot_holding_another_sequences_kv_is_caught():
     sim = _sim()
     lane = _lane(sim, "paged:16")
