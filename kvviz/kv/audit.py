@@ -5,11 +5,10 @@ At a sample, for one lane (an allocator, its RealKV pools and its live sequences
     content    every written slot (positions 0..len-1 of every live sequence, found through
                its block table or range) holds, in every layer, the K/V the generator gives
                for (sequence, position): `RealKV.expected_kv`, never read from the pool
-    tables     paged: each block's refcount equals the number of live tables holding it (so a
-               block is in two tables only when shared), a free or cached block is in no
-               table, an owned block is in its owner's table
-    ranges     contiguous: ranges do not overlap, every cell of a range is owned by the
-               range's sequence, no owned cell lies outside every range
+    tables     paged: refcounts equal the tables holding each block, free and cached blocks
+               are in no table (kvviz/kv/audit_layout.py)
+    ranges     contiguous: ranges do not overlap and their cells are owned by their sequence
+               (kvviz/kv/audit_layout.py)
     attention  for one sequence (more with attention_samples; rotating over the live set
                from sample to sample), decode attention over the pool (the lane's kernel,
                through its tables) equals a float32 reference built from the generator's K/V
@@ -24,63 +23,23 @@ sampled (sequence, layer)); `failures` lists the first few failures with a reaso
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.blockmap import BlockMap
 from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
+from kvviz.kv.audit_layout import AuditFailure, AuditResult, Found, check_ranges, check_tables
 
+__all__ = ["AuditFailure", "AuditResult", "Auditor"]
 CHUNK_SLOTS = 1 << 16  # written slots hashed at once (bounds the audit's scratch memory)
 CHUNK_VALUES = 1 << 24  # pool values converted to float32 at once when fingerprinting
 PRINT_SEED = 0x6B76  # the fingerprint vectors' seed
-MAX_REPORTED = 8  # failures described per lane and sample; all are counted
 # Tolerances: a slot's fingerprint against the generator's, per sqrt(values in a slot) (one
 # rounding to the pool dtype moves it by ~eps * |K| * sqrt(n) at most a few times); the
 # kernel's attention output against the float32 reference (absolute)
 CONTENT_TOL = {torch.float32: 1e-4, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 ATTENTION_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3}
-
-
-class AuditFailure(NamedTuple):
-    seq_id: int  # the sequence concerned, -1 when none is (e.g. a block in no table)
-    check: str  # content | tables | ranges | attention
-    reason: str
-
-
-class AuditResult(NamedTuple):
-    checks: int
-    failed: int
-    failures: tuple[AuditFailure, ...]  # at most MAX_REPORTED
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0
-
-
-class _Found:
-    """Failures of one audit: counted all, described up to MAX_REPORTED."""
-
-    def __init__(self, id_offset: int = 0) -> None:
-        self.id_offset = id_offset
-        self.checks = 0
-        self.failed = 0
-        self.items: list[AuditFailure] = []
-
-    def add(self, checks: int, bad: np.ndarray, describe: Callable[[int], AuditFailure]) -> None:
-        """`bad`: indices of the failed checks among `checks`."""
-        self.checks += int(checks)
-        self.failed += int(bad.size)
-        for i in bad[: max(0, MAX_REPORTED - len(self.items))].tolist():
-            self.items.append(describe(int(i)))
-
-    def sid(self, seq: int) -> int:
-        """A sequence id as the recording shows it (run-wide; -1 stays -1)."""
-        return seq + self.id_offset if seq >= 0 else seq
-
-    def result(self) -> AuditResult:
-        return AuditResult(self.checks, self.failed, tuple(self.items))
 
 
 class _Prints:
@@ -152,17 +111,17 @@ class Auditor:
         kv = self.kv
         ids = np.asarray(seq_ids, dtype=np.int64)
         lens = np.asarray(lens, dtype=np.int64)
-        found = _Found(id_offset)
+        found = Found(id_offset)
         alloc = kv.allocator
         if kv.paged:
             tables = (np.asarray(alloc.block_tables(ids), dtype=np.int64) if ids.size
                       else np.zeros((0, 1), np.int64))
             nblocks = np.asarray(alloc.seq_allocated_tokens(ids), np.int64) // kv.block_size
-            _check_tables(found, ids, tables, nblocks, blockmap)
+            check_tables(found, ids, tables, nblocks, blockmap)
             index = tables
         else:
             ranges = np.asarray(alloc.ranges(ids), dtype=np.int64).reshape(-1, 2)
-            _check_ranges(found, ids, lens, ranges, blockmap)
+            check_ranges(found, ids, lens, ranges, blockmap)
             index = ranges[:, 0]
         if ids.size:
             _check_content(found, kv, self.prints, self.memo, ids, lens, index)
@@ -199,7 +158,7 @@ def _pool_prints(pool: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _check_content(found: _Found, kv, prints: _Prints, memo: _Memo, ids, lens,
+def _check_content(found: Found, kv, prints: _Prints, memo: _Memo, ids, lens,
                    index) -> None:
     rows, pos, slots = _written(kv, ids, lens, index)
     inside = (slots >= 0) & (slots < kv.slots)
@@ -228,77 +187,7 @@ def _check_content(found: _Found, kv, prints: _Prints, memo: _Memo, ids, lens,
     found.add(slots.size, np.flatnonzero(bad_host), describe)
 
 
-def _check_tables(found: _Found, ids, tables, nblocks, bm: BlockMap) -> None:
-    n = int(bm.owner.size)
-    used = np.arange(tables.shape[1])[None, :] < nblocks[:, None]
-    entries = tables[used]
-    holder = np.broadcast_to(ids[:, None], tables.shape)[used]
-    outside = (entries < 0) | (entries >= n)
-    if outside.any():
-        i = np.flatnonzero(outside)
-        found.add(entries.size, i, lambda k: AuditFailure(
-            found.sid(int(holder[k])), "tables", f"sequence {found.sid(int(holder[k]))}: block "
-            f"id {int(entries[k])} "
-            f"is outside 0..{n - 1}"))
-        entries, holder = entries[~outside], holder[~outside]
-    count = np.bincount(entries, minlength=n)
-    owner, ref = bm.owner, bm.refcount.astype(np.int64)
-    owner_holds = np.zeros(n, bool)
-    owner_holds[entries[owner[entries] == holder]] = True
-    first = np.full(n, -1, np.int64)
-    first[entries[::-1]] = holder[::-1]  # some sequence whose table holds the block
-    wrong = (count != ref) | ((count > 0) & (owner == FREE)) | (
-        (owner != FREE) & (count > 0) & ~owner_holds) | ((owner != FREE) & (count == 0))
-
-    def describe(b: int) -> AuditFailure:
-        c, r = int(count[b]), int(ref[b])
-        o, s = found.sid(int(owner[b])), found.sid(int(first[b]))
-        if c > 0 and o == FREE:
-            state = "cached" if bm.cached[b] else "free"
-            why = f"block {b} is {state} but in {c} block table(s) (sequence {s})"
-        elif c > 1 and r < c:
-            why = f"block {b} is in {c} block tables (sequence {s}, ...) but its refcount is {r}"
-        elif c == 0:
-            why = f"block {b} is owned by sequence {o} but in no block table"
-        elif not owner_holds[b]:
-            why = f"block {b} is owned by sequence {o} but in the block table of sequence {s}"
-        else:
-            why = f"block {b} has refcount {r} but is in {c} block table(s)"
-        return AuditFailure(s if s >= 0 else o, "tables", why)
-    found.add(n, np.flatnonzero(wrong), describe)
-
-
-def _check_ranges(found: _Found, ids, lens, ranges, bm: BlockMap) -> None:
-    cs, n = int(bm.block_size), int(bm.owner.size)
-    lo, cnt = ranges[:, 0] // cs, -(-ranges[:, 1] // cs)
-    ok_range = (ranges[:, 0] % cs == 0) & (lo >= 0) & (lo + cnt <= n) & (lens <= ranges[:, 1])
-    found.add(ids.size, np.flatnonzero(~ok_range), lambda i: AuditFailure(
-        found.sid(int(ids[i])), "ranges", f"sequence {found.sid(int(ids[i]))}: range "
-        f"{int(ranges[i, 0])}+"
-        f"{int(ranges[i, 1])} does not fit the map or holds fewer than its {int(lens[i])} "
-        "written slots"))
-    lo, cnt, seqs = lo[ok_range], cnt[ok_range], ids[ok_range]
-    cells = np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    holder = np.repeat(seqs, cnt)
-    cover = np.bincount(cells, minlength=n)
-    held_by = np.full(n, FREE, np.int64)
-    held_by[cells] = holder
-    wrong = (cover > 1) | ((cover == 1) & (bm.owner != held_by)) | (
-        (cover == 0) & (bm.owner != FREE))
-
-    def describe(c: int) -> AuditFailure:
-        o, s = found.sid(int(bm.owner[c])), found.sid(int(held_by[c]))
-        if cover[c] > 1:
-            why = f"cell {c} lies in {int(cover[c])} sequences' ranges"
-        elif cover[c] == 0:
-            why = f"cell {c} is owned by sequence {o} but in no range"
-        else:
-            why = f"cell {c} lies in the range of sequence {s} but its owner is {o}"
-        return AuditFailure(s if s >= 0 else o, "ranges", why)
-    found.add(n, np.flatnonzero(wrong), describe)
-
-
-def _check_attention(found: _Found, kv, ids, lens, index, sample_no: int, k: int,
+def _check_attention(found: Found, kv, ids, lens, index, sample_no: int, k: int,
                      attend: Callable | None) -> None:
     k = min(k, ids.size)
     if k <= 0:
