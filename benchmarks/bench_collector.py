@@ -23,6 +23,13 @@ the 4 Hz slices, which follow off + control + off, 1.5 s of events: the writer w
 the steady rate during them). So the first sample of a sampled slice carries the events of
 the last period only (what was logged in the final 1/hz s of the slice before); the older ones
 are skipped unstored. --keep-backlog stores all of them instead.
+audit: the pool audit's cost in real mode (CPU, tiny-cpu, or --device cuda with the
+llama-3-8b shape; the default lanes
+contiguous:first-fit:max and paged:16, 16,384 slots each, torch on one thread, unpaced). ONE
+collector and writer process alternate slices sampled at --hz (default 4) without and with
+`--audit`; each audited slice's decode step rate is compared with the mean of its two
+unaudited neighbours (median, mean and 95% CI over the slices), plus the audit's own time per
+sample. Target: <= 5% of decode steps/s at 4 Hz.
 snapshot: the engine thread's share of one sample on the same 256k-block lane (1,024 running):
 `PagedAllocator.snapshot()` and the collector's whole per-lane sample, medians over
 --repeats samples taken between bursts of 300 engine steps.
@@ -32,6 +39,8 @@ snapshot: the engine thread's share of one sample on the same 256k-block lane (1
     python benchmarks/bench_collector.py interleave [--cycles 100] [--slice 0.5]
                                          [--requests 3000000]
     python benchmarks/bench_collector.py snapshot [--repeats 40]
+    python benchmarks/bench_collector.py audit [--cycles 20] [--slice 1.0] [--hz 4]
+                                         [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -154,6 +163,64 @@ def interleaved(a: argparse.Namespace, tmp: Path) -> None:
                  f"slices: median {statistics.median(rates[::2]):.0f} steps/s")
 
 
+def audited(a: argparse.Namespace, tmp: Path) -> None:
+    import dataclasses
+
+    import torch
+
+    out = tmp / "audit.db"
+    args = build_parser("collect").parse_args(
+        ["collect", "--mode", "real", "--device", a.device, "--rate", "inf",
+         "--requests", str(a.requests), "--quiet", "--out", str(out)])
+    col = build(args)  # --torch-threads 1 (the default) is applied here
+    plain, audit = col.cfg, dataclasses.replace(col.cfg, audit=True)
+    sink = SampleWriter(StoreSpec(out, col.meta()), mode=a.mode)
+    sim = col.sim
+    for _ in range(300):  # warm up: fill the pools
+        sim.step(time_s=0.0)
+    plan = [False, True] * a.cycles + [False]
+    rates: list[float] = []
+    per_sample: dict[bool, list[float]] = {False: [], True: []}
+    restarts: set[int] = set()
+    period = 1.0 / a.hz
+    t0 = time.perf_counter()
+    for i, on in enumerate(plan):
+        col.cfg = audit if on else plain
+        start = time.perf_counter()
+        end, next_sample, steps = start + a.slice, start, 0
+        while (now := time.perf_counter()) < end:
+            if now >= next_sample:
+                sink.put(col._batch(now - t0))
+                per_sample[on].append(time.perf_counter() - now)
+                next_sample = max(next_sample + period, now + period / 2)
+            if sim.finished:
+                col.loop_no += 1
+                col.sim = sim = col._new_sim()
+                col._cursor = 0
+                restarts.add(i)
+            sim.step(time_s=now - t0)
+            steps += 1
+        rates.append(steps / (time.perf_counter() - start))
+    sink.close("finished")
+    ratios = [0.5 * (rates[i - 1] + rates[i + 1]) / rates[i] - 1
+              for i, on in enumerate(plan) if on and not {i - 1, i, i + 1} & restarts]
+    mean = statistics.fmean(ratios)
+    half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
+    ms = {on: 1e3 * statistics.median(v) for on, v in per_sample.items()}
+    harness.emit(a, {"bench": "collector-audit", "hz": a.hz, "slices": len(ratios),
+                     "device": col.cfg.device, "model": col.cfg.model.name,
+                     "torch_threads": torch.get_num_threads(),
+                     "steps_per_s_unaudited": statistics.median(rates[::2]),
+                     "slowdown_median": statistics.median(ratios), "slowdown_mean": mean,
+                     "ci95": [mean - half, mean + half], "per_sample_ms": ms[True],
+                     "per_sample_ms_unaudited": ms[False], "restarts": len(restarts)},
+                 f"audit at {a.hz:g} Hz: decode steps/s slowdown median "
+                 f"{100 * statistics.median(ratios):+.1f}%, mean {100 * mean:+.1f}% (95% CI "
+                 f"{100 * (mean - half):+.1f}% to {100 * (mean + half):+.1f}%; {len(ratios)} "
+                 f"slices; unaudited {statistics.median(rates[::2]):.0f} steps/s); engine "
+                 f"thread per sample {ms[True]:.2f} ms audited, {ms[False]:.2f} ms not")
+
+
 def snapshot(a: argparse.Namespace, tmp: Path) -> None:
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
@@ -217,7 +284,7 @@ def overhead(a: argparse.Namespace, tmp: Path) -> None:
 def main() -> None:
     p = harness.parser(__doc__, repeats=3)
     p.add_argument("case", nargs="?", default="overhead",
-                   choices=["overhead", "interleave", "snapshot"])
+                   choices=["overhead", "interleave", "snapshot", "audit"])
     p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--blocks", type=int, default=262144)
     p.add_argument("--max-num-seqs", type=int, default=1024)
@@ -228,14 +295,20 @@ def main() -> None:
     p.add_argument("--cycles", type=int, default=100,
                    help="interleave: cycles of slices off / 4 Hz / off / 10 Hz / off / control")
     p.add_argument("--slice", type=float, default=1.0, help="interleave: slice length, s")
+    p.add_argument("--hz", type=float, default=4.0, help="audit: samples per second")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="audit: cpu (tiny-cpu model) or cuda (llama-3-8b shape)")
     p.add_argument("--keep-backlog", action="store_true", help="interleave: the first "
                    "sample of a sampled slice carries every event since the last sample")
     a = p.parse_args()
     if a.quick:
         a.steps, a.blocks, a.cycles, a.slice, a.repeats = 300, 16384, 3, 0.2, 2
     with tempfile.TemporaryDirectory() as d:
-        {"overhead": overhead, "interleave": interleaved, "snapshot": snapshot}[a.case](
-            a, Path(d))
+        if a.case == "audit" and not a.quick:
+            a.cycles = min(a.cycles, 20) if a.cycles == 100 else a.cycles
+            a.requests = a.requests if a.requests != 20000 else 4000
+        {"overhead": overhead, "interleave": interleaved, "snapshot": snapshot,
+         "audit": audited}[a.case](a, Path(d))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ class CollectorConfig:
     blockmap_budget_bytes: int = 200 * 2**20
     quiet: bool = False
     overwrite: bool = False
+    audit: bool = False  # real mode: audit the pools at every sample (kvviz/kv/audit.py)
 
 
 def _counters(lane: Lane) -> dict:
@@ -82,6 +83,7 @@ class EngineCollector:
         self._loop_t0 = 0.0
         self._cursor = 0
         self._last_tok: dict[str, tuple[float, int]] = {}
+        self._auditors: dict[str, object] = {}  # lane name -> kvviz.kv.audit.Auditor
 
     def _workload(self) -> Workload:
         if self.cfg.trace is not None:
@@ -91,8 +93,14 @@ class EngineCollector:
                                             seed=self.cfg.workload.seed + self.loop_no))
 
     def _new_sim(self) -> Simulation:
-        return Simulation(self._workload(), list(self.cfg.lanes), self.cfg.cache,
-                          self.cfg.engine, kv_factory=self.kv_factory)
+        w = self._workload()
+        sim = Simulation(w, list(self.cfg.lanes), self.cfg.cache, self.cfg.engine,
+                         kv_factory=self.kv_factory)
+        for ln in sim.lanes:  # shared system prompts write one content (audit: prefix blocks)
+            if hasattr(ln.kv, "bind_workload"):
+                ln.kv.bind_workload(w)
+        self._auditors = {}
+        return sim
 
     def meta(self) -> dict:
         c = self.cfg
@@ -116,8 +124,22 @@ class EngineCollector:
                 "versions": versions(c.mode), "started_unix": time.time()}
 
     # ---- sampling ---------------------------------------------------------------------------
+    def _audit(self, lane: Lane, bm) -> dict:
+        """Audit counts and the first failures of this lane's pools (real mode, --audit)."""
+        auditor = self._auditors.get(lane.name)
+        if auditor is None:
+            from kvviz.kv.audit import Auditor
+
+            auditor = self._auditors[lane.name] = Auditor(lane.kv)
+        res = auditor.audit(lane.run_ids, lane.run_len, bm, id_offset=self._seq_offset)
+        return {"audit_checks": res.checks, "audit_failures": res.failed,
+                "audit_events": [tuple(f) for f in res.failures]}
+
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
         bm = _with_tables(lane, lane.snapshot())
+        extra = {}
+        if self.cfg.audit and lane.kv is not None:
+            extra.update(self._audit(lane, bm))
         off = self._seq_offset
         if off:
             owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
@@ -130,6 +152,7 @@ class EngineCollector:
         self._last_tok[lane.name] = (t, tok)
         cnt["running"] = int(lane.run_ids.size)
         cnt["waiting"] = int(lane.waiting_count)
+        cnt.update(extra)
         return LaneSample(lane.name, lane.step_no + self._step_base[lane.name], cnt, bm)
 
     def _new_events(self) -> EventColumns:

@@ -130,6 +130,7 @@ def draw(r, lanes: list[str]) -> None:
     elif r.state != r.status:  # says running, but its writer stopped committing long ago
         st.warning(f"This recording {r.state}: it still says running, but nothing was "
                    f"written for over {r.stale_after_s:.0f} s (its writer was killed).")
+    audit_banner(r)
     maps = {lane: r.latest_blockmap(lane) for lane in lanes}
     ready = {k: v for k, v in maps.items() if v is not None}
     if not ready:
@@ -142,6 +143,15 @@ def draw(r, lanes: list[str]) -> None:
     st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}")
     for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
         lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
+
+
+def audit_banner(r) -> None:
+    """Red when the pool audit (collect --audit) found the pools disagreeing with the map."""
+    failed = r.count_events("audit_failed")
+    if failed:
+        last = r.events(kinds=["audit_failed"], limit=1).iloc[-1]
+        st.error(f"Pool audit: {failed} mismatch(es) between the K/V pools and the block "
+                 f"map (latest, t = {last.t:.1f} s, lane {last.lane}: {last.reason})")
 
 
 @st.fragment(run_every=HISTORY_EVERY_S)

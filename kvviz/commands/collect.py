@@ -78,6 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--blockmap-budget-mb", type=BUDGET_MB, default=200.0, help=at.rng(
       "block-map bytes kept per run; older maps are thinned (default 200)", BUDGET_MB))
     a("--quiet", action="store_true", help="no per-second status line")
+    a("--audit", action=argparse.BooleanOptionalAction, default=False,
+      help="real mode: at every sample check the K/V pools against the block tables and the "
+           "generator (content, tables, attention); mismatches become audit_failed events")
     a("--metrics-port", type=PORT, default=None, help=at.rng(
       "serve Prometheus metrics on this port (needs collectors/prometheus.py)", PORT))
     a("--metrics-address", default="127.0.0.1", metavar="ADDR",
@@ -135,6 +138,8 @@ def build(args: argparse.Namespace):
            f"finite, got {args.blockmap_budget_mb}")
     _check(args.capacity_tokens >= 1, f"--capacity-tokens: must be >= 1, got "
            f"{args.capacity_tokens}")
+    _check(not args.audit or args.mode == "real", "--audit: needs --mode real (sim mode has "
+           "no K/V pools to audit)")
     lanes = tuple(LaneSpec.parse(s) for s in (args.lane or DEFAULT_LANES))
     check_lane_blocks(lanes, args.capacity_tokens)
     device = "cpu"
@@ -181,7 +186,7 @@ def build(args: argparse.Namespace):
         lanes=lanes, workload=workload, trace=trace, trace_path=args.trace or "",
         duration_s=args.duration, hz=args.hz, steps_per_s=args.steps_per_s, loop=args.loop,
         blockmap_budget_bytes=int(args.blockmap_budget_mb * 2**20), quiet=args.quiet,
-        overwrite=args.overwrite)
+        overwrite=args.overwrite, audit=args.audit)
     collector = EngineCollector(cfg, kv_factory)
     if args.metrics_port is not None:
         try:

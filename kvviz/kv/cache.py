@@ -46,6 +46,15 @@ class _Pools:
         self.v = tuple(self._v.unbind(0))
 
     @property
+    def k_all(self) -> torch.Tensor:
+        """Every layer's K pool as one tensor [layers, *pool shape, kv_heads, D] (a view)."""
+        return self._k
+
+    @property
+    def v_all(self) -> torch.Tensor:
+        return self._v
+
+    @property
     def slots_per_layer(self) -> int:
         return int(np.prod(self._k.shape[1:-2]))
 

@@ -3,7 +3,11 @@
 The engine calls prefill (`on_admit`) and decode (`on_decode`) after the allocator has
 placed the tokens. K, V and q are synthetic but deterministic: token (seq_id, position) is
 hashed into a small hidden state, and fixed random projections per layer turn it into K, V
-and q. So the same run writes the same bytes on every machine, and no model is needed.
+and q (all heads at once). So the same run writes the same bytes on every machine, no model
+is needed, and the expected content of every written slot is known without reading the pool
+(`expected_kv`; kvviz/kv/audit.py checks the pools against it). Positions inside a prompt's
+block-hash chain (`bind_workload`) are keyed by the chain block's id instead of the sequence,
+so a block shared through prefix caching holds the same K/V for every sequence using it.
 """
 from __future__ import annotations
 
@@ -47,6 +51,9 @@ class RealKV:
         self._wq = (torch.randn(n, HIDDEN, h * d, generator=g) / HIDDEN ** 0.5).to(self.device)
         self._salt = torch.arange(1, HIDDEN + 1, dtype=torch.int64, device=self.device)
         self._seed = int(seed) & 0xFFFFFFFF
+        # the workload's prompts as block-hash chains (Workload.chains) and prompt lengths
+        self._chains: tuple[np.ndarray, np.ndarray, int] | None = None
+        self._prompt = np.zeros(0, np.int64)
         self.last_q: list[torch.Tensor] = []  # per layer [B, H, D] from the last decode step
         self.last_outputs: list[torch.Tensor] = []  # per layer [B, H, D]
         self.kv_bytes_read = 0  # K/V bytes the last decode step's attention read
@@ -61,9 +68,75 @@ class RealKV:
         return self.last_outputs[-1] if self.last_outputs else None
 
     # ---- synthetic activations -------------------------------------------------------------
+    def bind_workload(self, w) -> None:
+        """Positions inside a prompt's hash chain (kvviz.workload.Workload.chains: block i's
+        id stands for the whole prefix up to it) are keyed by that block's id, so requests
+        whose chains match write identical K/V there, as identical text would."""
+        self._chains = w.chains() if w.has_chains else None
+        self._prompt = np.asarray(w.prompt, dtype=np.int64)
+
+    def content_key(self, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """int64 [n]: whose content token (seq, pos) is: the sequence id, or -(1 + the chain
+        block's id mod 2^40) inside the prompt's hash chain."""
+        seq = np.asarray(seq, dtype=np.int64)
+        if self._chains is None or not seq.size:
+            return seq
+        ptr, ids, block = self._chains
+        pos = np.asarray(pos, dtype=np.int64)
+        known = (seq >= 0) & (seq < self._prompt.size)
+        s = np.where(known, seq, 0)
+        j = pos // block
+        inside = known & (j < ptr[s + 1] - ptr[s]) & (pos < self._prompt[s])
+        if not ids.size or not inside.any():
+            return seq
+        h = ids[np.where(inside, ptr[s] + j, 0)] % (1 << 40)
+        return np.where(inside, -(1 + h), seq)
+
+    def expected_kv(self, seq: np.ndarray, pos: np.ndarray,
+                    layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V [n, kv_heads, head_dim] (float32, on the pool's device) that token (seq, pos)
+        writes at `layer`: what its slot must hold, computed from the generator alone."""
+        return self._kv(self._hidden(seq, pos, stream=0), layer)
+
+    def expected_layers(self, seq: np.ndarray, pos: np.ndarray):
+        """(layer, K, V) for every layer, as `expected_kv`, hashing the tokens once."""
+        h = self._hidden(seq, pos, stream=0)
+        for layer in range(self.model.num_layers):
+            yield (layer, *self._kv(h, layer))
+
+    def expected_hidden(self, seq: np.ndarray, pos: np.ndarray) -> torch.Tensor:
+        """[n, HIDDEN]: the hashed inputs whose projections by `kv_weights` are K and V."""
+        return self._hidden(seq, pos, stream=0)
+
+    def token_keys(self, seq: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """int64 [n]: the generator's whole input for the K/V of token (seq, pos): two tokens
+        with equal keys write equal K/V (a memo of expected values may be keyed by it)."""
+        return self.content_key(seq, pos) * 1_000_003 + np.asarray(pos, dtype=np.int64)
+
+    def hidden_of_keys(self, keys: np.ndarray) -> torch.Tensor:
+        """`expected_hidden` from `token_keys`."""
+        return self._hash(torch.from_numpy(np.asarray(keys, np.int64)), 0)
+
+    @property
+    def kv_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed projections hidden -> K and hidden -> V, [layers, HIDDEN, kv_heads * D]."""
+        return self._wk, self._wv
+
+    def expected_q(self, seq: np.ndarray, pos: np.ndarray) -> list[torch.Tensor]:
+        """Per layer q [n, heads, head_dim] in the pool dtype of the decode step that wrote
+        (seq, pos) as its newest token."""
+        hq = self._hidden(seq, pos, stream=1)
+        shape = (hq.shape[0], self.model.num_heads, self.model.head_dim)
+        return [(hq @ self._wq[layer]).view(shape).to(self.dtype)
+                for layer in range(self.model.num_layers)]
+
     def _hidden(self, seq: np.ndarray, pos: np.ndarray, stream: int) -> torch.Tensor:
-        """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, seq, pos)."""
+        """[n, HIDDEN] uniform in [-1, 1), a pure function of (seed, stream, content, pos)."""
+        seq = self.content_key(seq, pos) if stream == 0 else np.asarray(seq, dtype=np.int64)
         key = torch.from_numpy(seq.astype(np.int64) * 1_000_003 + pos.astype(np.int64))
+        return self._hash(key, stream)
+
+    def _hash(self, key: torch.Tensor, stream: int) -> torch.Tensor:
         key = key.to(self.device) * 4 + stream + (self._seed << 20)
         x = key[:, None] * _MUL1 + self._salt[None, :] * _MUL2  # wraps mod 2^64: deterministic
         x = x ^ (x >> 29)

@@ -79,6 +79,7 @@ class RunWriter:
         self._map_bytes = 0  # block maps and block tables
         self._tables = False  # block_tables created (on the first paged map with tables)
         self._next_event = store_events.next_event_id(self.conn)
+        self._audit_rows: list[tuple] = []  # audit_failed events, written after the batch's
         self.closed = False
 
     @staticmethod
@@ -116,11 +117,29 @@ class RunWriter:
 
     def add_sample(self, t: float, step: int, lane: str, metrics: dict,
                    blockmap: BlockMap | None = None) -> int:
+        """`metrics` may also carry, besides columns, `audit_events` ((seq_id, check, reason)
+        tuples: `audit_failed` events, written after the batch's engine events). A paged map's
+        block tables travel in the BlockMap (table_len, table_blocks)."""
+        metrics = dict(metrics)
+        audit = metrics.pop("audit_events", None) or ()
         rec = {"t": float(t), "step": int(step), "lane": lane, **metrics}
         sid = self._insert("samples", rec)
+        for seq, check, reason in audit:
+            self._audit_rows.append((float(t), int(step), lane, int(seq), f"{check}: {reason}"))
         if blockmap is not None:
             self._add_blockmap(sid, float(t), int(step), lane, blockmap)
         return sid
+
+    def _write_audit(self) -> None:
+        rows, self._audit_rows = self._audit_rows, []
+        if rows:
+            first = self._next_event
+            self.conn.executemany(
+                "INSERT INTO events (event_id, t, step, lane, kind, seq_id, reason, need_tokens,"
+                " free_tokens, largest_hole_tokens, count) VALUES "
+                "(?, ?, ?, ?, 'audit_failed', ?, ?, 0, 0, 0, 1)",
+                [(first + i, *r) for i, r in enumerate(rows)])
+            self._next_event = first + len(rows)
 
     def _add_blockmap(self, sid: int, t: float, step: int, lane: str, bm: BlockMap) -> None:
         enc = mapcodec.encode(bm)
@@ -191,6 +210,7 @@ class RunWriter:
         if not isinstance(events, EventColumns):
             events = EventColumns.from_events(events)
         self._next_event = store_events.write(self.conn, events, self._next_event)
+        self._write_audit()
 
     def add_device_memory(self, t: float, rec: dict) -> None:
         self._insert("device_memory", {"t": float(t), **rec})
@@ -212,6 +232,7 @@ class RunWriter:
                           (status, message))
 
     def commit(self) -> None:
+        self._write_audit()
         self.conn.execute("UPDATE run SET heartbeat_unix = ? WHERE id = 1", (time.time(),))
         self.conn.execute("COMMIT")
         self.conn.execute("BEGIN")
