@@ -202,8 +202,8 @@ def _share_cells(shares: dict, tail: float, efi: float) -> str:
 def format_table(rows: list[dict]) -> str:
     """Two lines per lane: shares over all steps and over memory-pressure steps, with the
     prefix hit rate and the counts; every count column as wide as its widest value."""
-    cw = {k: 2 + max(len(k), *(len(str(f(r))) for r in rows)) for k, f in COUNTS}
-    sw = 2 + max(len("steps"), *(len(f"{r['steps']} (100.0%)") for r in rows))
+    cw = {k: 2 + max([len(k), *(len(str(f(r))) for r in rows)]) for k, f in COUNTS}
+    sw = 2 + max([len("steps"), *(len(f"{r['steps']} (100.0%)") for r in rows)])
     lines = [f"{'lane / averaged over':<26}{'steps':>{sw}}{'used':>7}{'resv':>7}{'intern':>7}"
              f"{'free':>7}{'tail':>7}{'extfrag':>8}{'prefix':>8}"
              + "".join(f"{k:>{cw[k]}}" for k, _ in COUNTS)]
