@@ -19,6 +19,7 @@ from streamlit import config as st_config
 from kvviz import live
 from kvviz.config import LaneSpec, lane_caption  # noqa: F401 (pages call common.lane_caption)
 from kvviz.errors import KvvizError
+from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import blockcanvas, theme
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
@@ -60,7 +61,7 @@ def guard(what: str) -> Iterator[None]:
     try:
         yield
     except READ_ERRORS as exc:
-        st.error(f"{what}: {exc}", icon=":material/error:")
+        st.error(f"{what}: {md(exc)}", icon=":material/error:")
 
 
 @contextmanager
@@ -72,7 +73,7 @@ def reader(run: str | None) -> Iterator:
     try:
         r = live.open_run(live.runs_dir(), run)
     except READ_ERRORS as exc:
-        st.error(f"Cannot open recording {run!r}: {exc}", icon=":material/error:")
+        st.error(f"Cannot open recording {md(repr(run))}: {md(exc)}", icon=":material/error:")
         yield None
         return
     try:

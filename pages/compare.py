@@ -11,6 +11,7 @@ from kvviz import advisor
 from kvviz.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
+from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import compare as vc
 from kvviz.workload import Workload, generate
 from pages import common
@@ -206,7 +207,7 @@ source, capacity = workload_inputs()
 try:
     workload = load_workload(*source)
 except KvvizError as exc:
-    st.error(f"Cannot use this trace: {exc}")
+    st.error(f"Cannot use this trace: {md(exc)}")
     st.stop()
 st.caption(f"{len(workload)} requests, {workload.total_output_tokens} output tokens; "
            f"KV capacity {capacity} slots; step {ENGINE.step_ms:g} ms simulated.")

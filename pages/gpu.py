@@ -6,6 +6,7 @@ import streamlit as st
 from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node.scrape_process import snapshot_files
+from kvviz.node.trust import plain_markdown as md
 from kvviz.torchsnap import load_snapshot_sandboxed, summarize
 from kvviz.viz import gpu as vg
 from kvviz.viz import torchsnap as vs
@@ -86,7 +87,7 @@ def torch_snapshots(run: str | None) -> None:
     try:  # the restricted loader: a snapshot file is a pickle, never pickle.load it
         snap = load_snapshot_sandboxed(live.runs_dir() / pick)  # in a limited child process
     except KvvizError as exc:
-        st.error(f"{pick}: {exc}")
+        st.error(f"{md(pick)}: {md(exc)}")
         return
     cols = st.columns(4)
     for col, h in zip(cols * 2, vs.headlines(summarize(snap))):

@@ -8,6 +8,7 @@ from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node.kvevents import diagnose, store
 from kvviz.node.kvevents.recorder import Recorder
+from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import kvevents as vk
 from pages import common
 
@@ -34,7 +35,7 @@ def record_controls() -> None:
                 st.session_state["kve_run"] = rec.start(eps.split(), int(ranks),
                                                          replay.split() or None, topic)
             except (KvvizError, ValueError, OSError) as exc:
-                st.error(f"Cannot record: {exc}", icon=":material/error:")
+                st.error(f"Cannot record: {md(exc)}", icon=":material/error:")
         if stop.button("Stop", key="kve_stop", icon=":material/stop:"):
             rec.stop()
         state, code, text = rec.state()

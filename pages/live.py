@@ -8,6 +8,7 @@ import streamlit as st
 from kvviz import live
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import KvvizError
+from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import blockcanvas as vc
 from kvviz.viz import pressure as vp
 from kvviz.viz import theme
@@ -54,7 +55,7 @@ def controls() -> None:
             opts = live.CollectorOptions(mode=mode, workload=workload, lanes=lanes,
                                          rate=rate or None, trace=path and str(path))
         except (ValueError, KvvizError) as exc:
-            st.error(f"Settings: {exc}")
+            st.error(f"Settings: {md(exc)}")
             return
         coll.start(opts)
         st.rerun()
@@ -126,7 +127,7 @@ def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
 
 def draw(r, lanes: list[str]) -> None:
     if r.status == "error":
-        st.error(f"The collector reported an error: {r.status_message}")
+        st.error(f"The collector reported an error: {md(r.status_message)}")
     elif r.state != r.status:  # says running, but its writer stopped committing long ago
         st.warning(f"This recording {r.state}: it still says running, but nothing was "
                    f"written for over {r.stale_after_s:.0f} s (its writer was killed).")
@@ -151,7 +152,7 @@ def audit_banner(r) -> None:
     if failed:
         last = r.events(kinds=["audit_failed"], limit=1).iloc[-1]
         st.error(f"Pool audit: {failed} mismatch(es) between the K/V pools and the block "
-                 f"map (latest, t = {last.t:.1f} s, lane {last.lane}: {last.reason})")
+                 f"map (latest, t = {last.t:.1f} s, lane {md(last.lane)}: {md(last.reason)})")
 
 
 @st.fragment(run_every=HISTORY_EVERY_S)
