@@ -43,3 +43,17 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert main(["scrape", "localhost:1", "--count", "0"]) == 2
     err = capsys.readouterr().err
     assert "only http" in err and ".jsonl or .db" in err and "--interval: must be in" in err
+
+
+def test_the_line_says_off_when_the_node_has_prefix_caching_off():
+    import dataclasses
+
+    from kvviz.commands.scrape import format_line
+    from kvviz.node.promtext import NodeSample
+
+    fields = {f.name: None for f in dataclasses.fields(NodeSample)}
+    s = NodeSample(**{**fields, "time": 0.0, "url": "http://x", "status": "ok", "message": "",
+                      "engine": "vllm", "prefix_hit_rate": -1.0, "prefix_caching_off": True})
+    assert format_line(s).endswith("prefix hit off")
+    on = dataclasses.replace(s, prefix_caching_off=False, prefix_hit_rate=0.5)
+    assert format_line(on).endswith("prefix hit 50.0%")
