@@ -1,10 +1,10 @@
 """`python -m collectors [flags]`: the same command and flags as `kvviz collect`; started by
-the dashboard, it also stops when the dashboard is gone or unwatched (collectors/lifecycle)."""
+the dashboard, it also stops when the dashboard is gone or unwatched (kvviz/lifecycle)."""
 from __future__ import annotations
 
 import sys
 
-from collectors import lifecycle
+from kvviz import lifecycle
 from kvviz.cli import main
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ class Collector(LoggedProcess):
         """Stop any running collector, start a new one writing runs/live-<time>.db.
 
         The child stops by itself when this process is gone or when no viewer has touched
-        its viewer file (touch_viewer) for $KVVIZ_IDLE_STOP_S (collectors/lifecycle.py)."""
+        its viewer file (touch_viewer) for $KVVIZ_IDLE_STOP_S (kvviz/lifecycle.py)."""
         with self._lock:
             out = unique_recording(self.root, "live", RUN_SUFFIX)
             self._drop_viewer()

@@ -173,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         raise KvvizError(f"--count must be >= 1, got {args.count}")
     url = normalize_url(args.url)
+    from kvviz import lifecycle
+
+    lifecycle.watch()  # started by the dashboard: stop when it is gone (KVVIZ_PARENT_PID)
     ok = 0
     stop = threading.Event()
     stopped_by: list[str] = []

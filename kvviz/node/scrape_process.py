@@ -5,11 +5,13 @@ are file names inside the runs directory, as in kvviz.live.
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from kvviz import lifecycle
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
 from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
@@ -47,7 +49,7 @@ class ScrapeProcess(LoggedProcess):
             out = unique_recording(self.root, "node")
             self._launch_locked([self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
                                  "--interval", str(interval_s), "--timeout", str(timeout_s)],
-                                out, ROOT)
+                                out, ROOT, env={lifecycle.PARENT_ENV: str(os.getpid())})
             self.url, self.recording = url, out
             return out
 

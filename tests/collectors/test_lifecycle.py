@@ -17,7 +17,7 @@ from kvviz.store.reader import RunReader
 
 from .conftest import ROOT, spawn, wait_for_samples
 
-IDLE_ENV = "KVVIZ_IDLE_STOP_S"  # collectors/lifecycle.py (tests/collectors shadows the name)
+IDLE_ENV = "KVVIZ_IDLE_STOP_S"  # kvviz/lifecycle.py (tests/collectors shadows the name)
 SIM = live.CollectorOptions(mode="sim", hz=10.0, rate=50.0)
 DASHBOARD = """
 import sys, time

@@ -57,3 +57,56 @@ def test_the_line_says_off_when_the_node_has_prefix_caching_off():
     assert format_line(s).endswith("prefix hit off")
     on = dataclasses.replace(s, prefix_caching_off=False, prefix_hit_rate=0.5)
     assert format_line(on).endswith("prefix hit 50.0%")
+
+
+DASHBOARD = """
+import sys, time
+from pathlib import Path
+from kvviz.node.scrape_process import ScrapeProcess
+p = ScrapeProcess(Path(sys.argv[1]))
+out = p.start(sys.argv[2], interval_s=0.2, timeout_s=1.0)
+print(p.status().pid, out, flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_scrape_job_stops_when_its_dashboard_is_killed(tmp_path, fake_node):
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from kvviz.store.reader import RunReader
+
+    root = Path(__file__).resolve().parents[2]
+    url = fake_node.url("/metrics")
+    dash = subprocess.Popen([sys.executable, "-c", DASHBOARD, str(tmp_path), url],
+                            stdout=subprocess.PIPE, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    pid_s, out_s = dash.stdout.readline().decode().split()
+    child, out = int(pid_s), Path(out_s)
+    try:
+        end = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        dash.kill()  # SIGKILL: no atexit; only the job's own watch on its parent is left
+        dash.wait(10)
+        end = time.monotonic() + 20
+        while Path(f"/proc/{child}").exists() and time.monotonic() < end:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state in "ZX":
+                break
+            time.sleep(0.1)
+        else:
+            assert not Path(f"/proc/{child}").exists(), "the scrape outlived its dashboard"
+        r = RunReader(out)
+        try:
+            assert r.status == "stopped"
+        finally:
+            r.close()
+    finally:
+        try:
+            os.kill(child, 9)
+        except OSError:
+            pass
