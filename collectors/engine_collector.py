@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from collectors import torch_memory
 from collectors.nvml import NvmlProbe
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz import lifecycle, torch_memory
+from kvviz import lifecycle
 from kvviz.blockmap import FREE, BlockMap
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation

@@ -19,7 +19,7 @@ from kvviz import cellstate
 from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import TraceError
-from kvviz.traces import TraceInfo, TraceOptions, read_trace_bytes
+from kvviz.traces import TraceInfo, TraceOptions
 from kvviz.traces.overview import overview
 from kvviz.viz import theme
 from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload
@@ -43,9 +43,11 @@ class Upload(NamedTuple):
 
 
 def parse_upload(name: str, data: bytes, opts: TraceOptions) -> tuple[Workload, TraceInfo]:
-    """THE call site that parses uploaded bytes (route it through kvviz/sandbox.py's
-    resource-limited child once that lands). Bounded parsing, nothing executed."""
-    return read_trace_bytes(data, name, opts)
+    """THE call site that parses uploaded bytes: in a resource-limited child
+    (kvviz/traces/sandboxed.py). Bounded parsing, nothing executed."""
+    from kvviz.traces.sandboxed import parse_upload_sandboxed
+
+    return parse_upload_sandboxed(name, data, opts)
 
 
 def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
