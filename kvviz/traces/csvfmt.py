@@ -134,7 +134,7 @@ class CsvReader:
         lines: list[int] = []
         bad: list[tuple[int, str, str]] = []
         width = max(self.cols) + 1
-        conv = [self._conv_time, int, int]
+        conv = [self._conv_time, _int64, _int64]
         if len(self.names) == 4:
             conv.append(str if self.spec.extra_is_model else _group)
         for i, line in enumerate(text.split("\n")):
@@ -170,3 +170,11 @@ class CsvReader:
 
 def _group(raw: str) -> int:
     return -1 if raw == "" else int(raw)
+
+
+def _int64(raw: str) -> int:
+    """A token count that fits the int64 columns (the range checks then name bad values)."""
+    v = int(raw)
+    if not -(2**63) <= v < 2**63:
+        raise OverflowError(f"{raw[:40]} does not fit in 64 bits")
+    return v

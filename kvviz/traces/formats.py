@@ -37,8 +37,11 @@ def detect(first_line: str, name: str, line_no: int = 1) -> str:
     if s.startswith("{"):
         try:
             obj = json.loads(s)
-        except (ValueError, RecursionError):
-            raise TraceError(f"{name}: line {line_no}: not valid JSON") from None
+        except RecursionError:
+            raise TraceError(f"{name}: line {line_no}: JSON nested too deeply") from None
+        except ValueError as exc:
+            where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise TraceError(f"{name}: line {line_no}: not valid JSON{where}") from None
         keys = set(obj) if isinstance(obj, dict) else set()
         if keys & {"arrival_s", "prompt_tokens"}:
             return "kvviz-jsonl"

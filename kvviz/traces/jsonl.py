@@ -133,7 +133,9 @@ class JsonReader:
                 try:
                     obj = json.loads(lines[i])
                 except ValueError as exc:
-                    bad.append((at, "", f"not valid JSON ({getattr(exc, 'msg', exc)})"))
+                    col = getattr(exc, "colno", None)
+                    where = "" if col is None else f" at column {col}"
+                    bad.append((at, "", f"not valid JSON{where} ({getattr(exc, 'msg', exc)})"))
                     continue
                 except RecursionError:
                     bad.append((at, "", "JSON nested too deeply"))

@@ -9,6 +9,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from kvviz import safeio
 from kvviz.errors import TraceError
 from kvviz.traces.chunks import Progress, split_first_line, text_chunks
 from kvviz.traces.csvfmt import CsvReader, CsvSpec
@@ -22,18 +23,21 @@ def read_trace(path: str | Path, opts: TraceOptions | None = None, *, prefix_tok
                progress: Progress | None = None) -> tuple[Workload, TraceInfo]:
     """Read a trace file. Raises TraceError naming the file (and line, column) on bad input."""
     path = Path(path)
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise TraceError(f"{path}: not a regular file")
+    name = safeio.printable(str(path))
+    try:  # a FIFO or device would block or never end: refused by kind, before opening
+        safeio.check_input_file(path, "trace")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
+    except safeio.PathError as exc:
+        raise TraceError(str(exc)) from None
     except OSError as exc:
-        raise TraceError(f"{path}: cannot open ({exc.strerror})") from None
+        raise TraceError(f"{name}: cannot open ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceError(f"{path}: not a regular file")
-        return _read(fh, str(path), opts or TraceOptions(), prefix_tokens, progress)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the check
+            raise TraceError(f"{name}: not a regular file")
+        try:
+            return _read(fh, name, opts or TraceOptions(), prefix_tokens, progress)
+        except OSError as exc:  # e.g. /proc/self/mem: a "regular" file that cannot be read
+            raise TraceError(f"{name}: cannot read ({exc.strerror or exc})") from None
 
 
 def read_trace_bytes(data: bytes, name: str = "upload", opts: TraceOptions | None = None, *,

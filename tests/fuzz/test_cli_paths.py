@@ -61,14 +61,14 @@ def test_directory_snapshot_and_recording_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, words", [
     ("arrival_s,prompt_tokens,output_tokens\n0,1," + "9" * 140_000 + "\n", "line 2"),
     ('{"arrival_s": ' + "[" * 100_000 + "\n", "line 1: JSON nested too deeply"),
-    (f"arrival_s,prompt_tokens,output_tokens\n0,{2**63},5\n", "line 2: field 'prompt_tokens'"),
-    (f"arrival_s,prompt_tokens,output_tokens\n0,5,{2**64 + 1}\n", "field 'output_tokens'"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,-5,5\n", "field 'prompt_tokens' must be in"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n0,abc,5\n", "line 3: field 'prompt_tokens'"),
+    (f"arrival_s,prompt_tokens,output_tokens\n0,{2**63},5\n", "line 2: column 'prompt_tokens'"),
+    (f"arrival_s,prompt_tokens,output_tokens\n0,5,{2**64 + 1}\n", "column 'output_tokens'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,-5,5\n", "column 'prompt_tokens'"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,5\n0,abc,5\n", "line 3: column 'prompt_tokens'"),
     ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": true}\n', "'output_tokens'"),
     ('{"arrival_s": 0, "prompt_tokens": [1], "output_tokens": 2}\n', "'prompt_tokens'"),
     ('{"arrival_s": 1e999, "prompt_tokens": 1, "output_tokens": 2}\n', "'arrival_s'"),
-    ("arrival_s,prompt_tokens,output_tokens\n0,5\x00,5\n", "line 2: NUL"),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5\x00,5\n", "line 2: a NUL byte"),
     ('{"arrival_s": 0,, }\n', "line 1: not valid JSON at column"),
 ])
 def test_bad_trace_content_names_file_line_and_field(tmp_path: Path, text, words) -> None:

@@ -15,14 +15,14 @@ from tests.traces import samples as S
 
 
 def test_a_directory_is_not_a_trace(tmp_path):
-    with pytest.raises(TraceError, match="not a regular file"):
+    with pytest.raises(TraceError, match="expected a regular file"):
         read_trace(tmp_path)
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     p = tmp_path / "pipe"
     os.mkfifo(p)
-    with pytest.raises(TraceError, match="not a regular file"):
+    with pytest.raises(TraceError, match="expected a regular file"):
         read_trace(p)
 
 
