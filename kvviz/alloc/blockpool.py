@@ -24,6 +24,7 @@ class BlockPool:
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
         self._key_of: dict[int, Key] = {}
         self._block_of: dict[Key, int] = {}
+        self.parent_of: dict[Key, Key | None] = {}  # cached key -> the key before it
 
     @property
     def free_count(self) -> int:
@@ -41,7 +42,9 @@ class BlockPool:
         if k < n:
             evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
             for b in evicted:
-                del self._block_of[self._key_of.pop(b)]
+                gone = self._key_of.pop(b)
+                del self._block_of[gone]
+                self.parent_of.pop(gone, None)
             ev = np.asarray(evicted, np.int32)
             self.cached[ev] = False
             self.content[ev] = 0
@@ -79,8 +82,10 @@ class BlockPool:
         self.content[b] = 0
         return fill
 
-    def register(self, key: Key, b: int) -> None:
-        """Block b (held) now holds the content of `key`."""
+    def register(self, key: Key, b: int, parent: Key | None = None) -> None:
+        """Block b (held) now holds the content of `key`; `parent` is the key of the block
+        before it in the prompt (None for a prompt's first block)."""
+        self.parent_of[key] = parent
         stale = self._block_of.get(key)
         if stale is not None:  # an older copy of this content: forget it
             del self._key_of[stale]

@@ -210,7 +210,8 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         if num_tokens > written:
             self._fill(row, written, num_tokens)
         for i in range(len(hits), len(keys)):
-            self._pool.register(keys[i], int(self._table[row, i]))
+            parent = keys[i - 1] if i else None
+            self._pool.register(keys[i], int(self._table[row, i]), parent)
         self.prefix_hit_tokens += len(hits) * bs
         return self._answer(True, need)
 

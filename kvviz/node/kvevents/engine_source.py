@@ -10,23 +10,27 @@ stored and evicted between two samples are not seen. The only look into the allo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from kvviz.node.kvevents.endpoints import endpoint_for_rank
 from kvviz.node.kvevents.publisher import Publisher, removed, stored
 
-Key = tuple[int, int]  # (prefix group, block index in the prompt)
+Key = tuple[int, int]  # (content id of the prompt up to `end`, end): kvviz.alloc.prefix
 VOCAB = 32_000
 
 
-def cached_prefix_keys(alloc) -> set[Key]:
-    """The prefix blocks a paged allocator holds as cached content (live or free)."""
+def cached_prefix_keys(alloc) -> dict[Key, Key | None]:
+    """The prefix blocks a paged allocator holds as cached content (live or free), each with
+    the key of the block before it in its prompt (None for a prompt's first block)."""
     pool = getattr(alloc, "_pool", None)
-    return set(getattr(pool, "_block_of", ()))
+    if pool is None:
+        return {}
+    parents = getattr(pool, "parent_of", {})
+    return {k: parents.get(k) for k in getattr(pool, "_block_of", ())}
 
 
 def block_hash(parent: int | None, key: Key) -> int:
-    """A 64-bit hash chaining the parent's (like the engines': parent hash + block content)."""
+    """A 64-bit hash of a block's content (and of `parent`'s hash, when given)."""
     h = hashlib.blake2b(digest_size=8)
     h.update((parent or 0).to_bytes(8, "big"))
     h.update(key[0].to_bytes(8, "big", signed=True) + key[1].to_bytes(8, "big"))
@@ -34,20 +38,10 @@ def block_hash(parent: int | None, key: Key) -> int:
 
 
 def synthetic_tokens(key: Key, block_size: int) -> list[int]:
-    """Token ids for block `key`: the same for every request of the group (loads have none)."""
-    base = key[0] * 7919 + key[1] * block_size
+    """Token ids for block `key` (content id, end): the same for every request whose prompt
+    has that content (loads have no token ids)."""
+    base = key[0] * 7919 + key[1]
     return [(base + j) % VOCAB for j in range(block_size)]
-
-
-def _runs(keys: Iterable[Key]) -> list[list[Key]]:
-    """Sorted keys cut into chains: same group, consecutive block indices."""
-    out: list[list[Key]] = []
-    for k in sorted(keys):
-        if out and out[-1][-1][0] == k[0] and out[-1][-1][1] + 1 == k[1]:
-            out[-1].append(k)
-        else:
-            out.append([k])
-    return out
 
 
 class LanePublisher:
@@ -56,28 +50,27 @@ class LanePublisher:
     def __init__(self, pub: Publisher, block_size: int) -> None:
         self.pub, self.block_size = pub, block_size
         self.known: set[Key] = set()
-        self._hash: dict[Key, int] = {}
 
-    def hash_of(self, key: Key) -> int:
-        h = self._hash.get(key)
-        if h is None:
-            parent = self.hash_of((key[0], key[1] - 1)) if key[1] > 0 else None
-            h = self._hash[key] = block_hash(parent, key)
-        return h
+    @staticmethod
+    def hash_of(key: Key) -> int:
+        """The block hash of `key`. A key (content id, end) names the whole prompt up to
+        `end` (kvviz.alloc.prefix), so hashing the key is hashing the chain: no parent walk,
+        no memory of past keys."""
+        return block_hash(None, key)
 
-    def update(self, keys: set[Key], ts: float | None = None) -> int:
-        """Publish what changed since the last call; returns the number of events sent."""
-        gone, new = self.known - keys, keys - self.known
+    def update(self, keys: dict[Key, Key | None], ts: float | None = None) -> int:
+        """Publish what changed since the last call (`keys`: cached key -> its parent key);
+        returns the number of events sent."""
+        gone, new = self.known - keys.keys(), keys.keys() - self.known
         fmt, bs = self.pub.fmt, self.block_size
         events = []
         if gone:
             events.append(removed([self.hash_of(k) for k in sorted(gone)], fmt))
-        for run in _runs(new):
-            g, i0 = run[0]
-            parent = self.hash_of((g, i0 - 1)) if i0 > 0 else None
-            toks = [t for k in run for t in synthetic_tokens(k, bs)]
-            events.append(stored([self.hash_of(k) for k in run], parent, toks, bs, fmt))
-        self.known = keys
+        for k in sorted(new, key=lambda k: (k[1], k[0])):  # parents (shorter) first
+            p = keys[k]
+            events.append(stored([self.hash_of(k)], None if p is None else self.hash_of(p),
+                                 synthetic_tokens(k, bs), bs, fmt))
+        self.known = set(keys)
         if events:
             self.pub.publish(events, ts)
         return len(events)
