@@ -32,7 +32,8 @@ from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
-                "admit_failures_policy", "tokens_generated",
+                "admit_failures_policy", "tokens_generated", "prefix_query_tokens",
+                "prefix_hit_tokens",
                 *Shares(1).counters())  # memory-pressure steps and share sums (Live)
 NVML_UNUSED = "sim mode on the CPU: no GPU is read (NVML is probed in real mode or on cuda)"
 EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
@@ -65,6 +66,8 @@ def _counters(lane: Lane) -> dict:
     return {"preemptions": lane.preemptions, "admit_failures_capacity": f["CAPACITY"],
             "admit_failures_fragmentation": f["FRAGMENTATION"],
             "admit_failures_policy": f["POLICY"], "tokens_generated": lane.tokens_generated,
+            "prefix_query_tokens": lane.prefix_query_tokens,
+            "prefix_hit_tokens": int(getattr(lane.alloc, "prefix_hit_tokens", 0)),
             **lane.shares.counters()}
 
 

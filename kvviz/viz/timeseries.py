@@ -48,7 +48,19 @@ def headline(row: pd.Series | dict) -> list[Headline]:
         Headline("Preemptions", f"{int(_num(row, 'preemptions')):,}",
                  "running sequences evicted to make room"),
         Headline("Tokens/s", f"{_num(row, 'tokens_per_s'):,.0f}", "decode throughput"),
+        *_prefix_headline(row),
     ]
+
+
+def _prefix_headline(row: pd.Series | dict) -> list[Headline]:
+    """The prefix hit rate, for a lane whose samples count prefix-cache queries."""
+    queries = _num(row, "prefix_query_tokens")
+    hits = _num(row, "prefix_hit_tokens")
+    if not queries or "prefix" not in str(row.get("lane", "")):
+        return []
+    return [Headline("Prefix hit", f"{hits / queries:.0%}",
+                     "prompt tokens served from the prefix cache / prompt tokens admitted, "
+                     "since the start (vLLM's prefix_cache_hits / prefix_cache_queries)")]
 
 
 def thin(samples: pd.DataFrame, max_points: int = 300) -> pd.DataFrame:

@@ -108,3 +108,12 @@ def test_live_figures_carry_their_style_and_fixed_margins():
     for fig in figs[:1]:
         margin = json.loads(fig.to_json())["layout"]["margin"]
         assert margin["autoexpand"] is False and margin["b"] >= 28
+
+
+def test_a_prefix_lane_headline_shows_its_hit_rate_and_others_do_not():
+    row = {"lane": "paged:16:prefix", "capacity_tokens": 100, "prefix_query_tokens": 400,
+           "prefix_hit_tokens": 100}
+    items = {h.label: h.value for h in vt.headline(row)}
+    assert items["Prefix hit"] == "25%"
+    assert "Prefix hit" not in {h.label for h in vt.headline({**row, "lane": "paged:16"})}
+    assert "Prefix hit" not in {h.label for h in vt.headline({**row, "prefix_query_tokens": 0})}
