@@ -1,0 +1,203 @@
+"""The jumping engine: many quiet steps at once, with exactly the step engine's results.
+
+A lane's step is *quiet* when it logs no event: nobody is admitted, rejected, refused anew,
+preempted, finished or evicted. After a quiet step nothing the scheduler looks at changes
+until the next event, except that every running sequence writes one token per step (and, in
+a paged lane, opens a new block every block_size tokens). So the steps that follow replay the
+quiet one until the earliest of:
+
+  a sequence finishing            (its remaining tokens run out)
+  an arrival                      (the first step whose clock passes the next arrival)
+  a contiguous range full         (an append would have to grow the range)
+  a paged pool running short      (the blocks the span needs exceed the free blocks)
+  the scheduler changing answer   (free blocks fall below the head's need, or below the
+                                   head's need plus the watermark: POLICY turns CAPACITY)
+  max_steps                       (the caller samples there)
+
+`quiet_steps` finds that horizon, `advance` applies the span: one grow_many call for the
+tokens and blocks, the share sums in closed form (used grows linearly, held memory
+stepwise), then the next step runs through Lane.step as usual. A lane whose last step logged
+events, a real-mode lane, or a prefix-caching lane (its blocks are shared and evicted) does not
+jump; the simulation then steps as before. See docs/ARCHITECTURE.md, "The jumping engine".
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvviz.engine.lane import Lane
+
+if TYPE_CHECKING:
+    from kvviz.engine.simulation import Simulation
+
+ENGINES = ("jump", "step")
+
+
+def lane_can_jump(lane: Lane) -> bool:
+    """Lane kinds the equivalence property test covers: contiguous, and paged without
+    prefix caching, in sim mode."""
+    return lane.kv is None and not lane.spec.prefix_caching
+
+
+def _ceil_sum(x: np.ndarray, b: int) -> np.ndarray:
+    """sum of ceil(y / b) for y = 1..x, elementwise."""
+    q, r = x // b, x % b
+    return b * q * (q + 1) // 2 + r * (q + 1)
+
+
+def _tail_sum(x: np.ndarray, b: int) -> np.ndarray:
+    """sum of (-y) mod b for y = 1..x, elementwise (unwritten slots in the last block)."""
+    q, r = x // b, x % b
+    return q * (b * (b - 1) // 2) + r * b - r * (r + 1) // 2
+
+
+def _free_floor(lane: Lane, free_blocks: int) -> int:
+    """The fewest free blocks that keep the scheduler's answer to the head unchanged."""
+    if not lane.waiting_count:
+        return 0
+    rid = lane.front[0] if lane.front else lane.next_new
+    bs = lane.alloc.block_size
+    need = -(-int(lane.w.prompt[rid] + lane.generated[rid]) // bs)
+    marks = [need]
+    if lane.cfg.watermark > 0 and lane.reserve is None and lane.run_ids.size:
+        marks.append(need + -(-int(lane.cfg.watermark * lane.capacity) // bs))
+    return max([0, *(m for m in marks if free_blocks >= m)])
+
+
+def quiet_steps(lane: Lane, limit: int) -> int:
+    """How many steps after a quiet step replay it (<= limit): each writes one token per
+    running sequence and changes nothing else the scheduler reads."""
+    n = lane.run_ids.size
+    m = limit if not n else min(limit, int(lane.run_rem.min()) - 1)
+    if m <= 0 or not n:
+        return max(m, 0)
+    a, lens = lane.alloc, lane.run_len
+    held = a.seq_allocated_tokens(lane.run_ids)
+    if a.contiguous:
+        return max(0, min(m, int((held - lens).min())))
+    bs = a.block_size
+    nb = held // bs
+    if (nb != -(-lens // bs)).any():
+        return 0
+    free = a.usage().free_tokens // bs
+    budget = free - _free_floor(lane, free)
+    base = int(nb.sum())
+
+    def fits(j: int) -> bool:
+        return int((-(-(lens + j) // bs)).sum()) - base <= budget
+
+    if fits(m):
+        return m
+    lo, hi = 0, m  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
+    """Apply m quiet steps to the lane; `pressure`: the quiet step was a memory-pressure
+    step (so is each replay). Costs O(running sequences + blocks taken)."""
+    a, ids = lane.alloc, lane.run_ids
+    n, bs = int(ids.size), a.block_size
+    u = a.usage()
+    lens, total = lane.run_len, lane.run_len + lane.run_rem
+    used = m * u.used_tokens + n * m * (m + 1) // 2
+    if a.contiguous:
+        allocated = m * u.allocated_tokens
+        internal = m * int(np.maximum(0, a.seq_allocated_tokens(ids) - total).sum())
+    else:
+        nb = -(-lens // bs)
+        grown = int((_ceil_sum(lens + m, bs) - _ceil_sum(lens, bs) - m * nb).sum())
+        allocated = m * u.allocated_tokens + bs * grown
+        last = -(-total // bs)  # the block that holds the final token
+        inside = np.clip(lens + m - np.maximum(lens, (last - 1) * bs), 0, m)
+        internal = int(((last * bs - total) * inside).sum())
+    tail = int((_tail_sum(lens + m, bs) - _tail_sum(lens, bs)).sum())
+    free = m * lane.capacity - allocated
+    efi = 0.0
+    if a.contiguous and u.free_tokens > 0:
+        efi = 1.0 - a.check(1).largest_hole_tokens / u.free_tokens
+    sums = {"used": used, "reserved": allocated - used - internal, "internal": internal,
+            "free": free, "tail": tail}
+    sh = lane.shares
+    for acc in ((sh.pressure, sh.every) if pressure else (sh.every,)):
+        acc["steps"] += m
+        for k, v in sums.items():
+            acc[k] += v
+        e = acc["efi"]
+        for _ in range(m):  # float sums in the step engine's order, bit for bit
+            e += efi
+        acc["efi"] = e
+    if n:
+        a.grow_many(ids, m)
+        lane.run_len = lens + m
+        lane.run_rem = lane.run_rem - m
+    lane.tokens_generated += n * m
+    lane.step_no += m
+    lane.time_s = time_s
+
+
+def next_arrival_step(sim: Simulation) -> int | None:
+    """The first step after sim.step_no whose clock admits a request not yet arrived."""
+    arr = sim.workload.arrival_s
+    now = sim.time_s
+    upto = int(np.searchsorted(arr, now, side="right"))
+    if upto >= arr.size:
+        return None
+    ms = sim.engine.step_ms
+    t = max(sim.step_no + 1, int(np.ceil(float(arr[upto]) * 1000.0 / ms)) - 2)
+    while t * ms / 1000.0 < arr[upto]:  # the step engine's own clock arithmetic decides
+        t += 1
+    return t
+
+
+def run_jumping(sim: Simulation, max_steps: int | None,
+                progress: Callable[[int, int], None] | None) -> None:
+    """Simulation.run for the jumping engine (same stopping rule, same progress calls)."""
+    total = len(sim.workload)
+    jumpable = all(lane_can_jump(x) for x in sim.lanes)
+    quiet = {x.name: (False, False) for x in sim.lanes}  # last step: (no events, pressure)
+    while not sim.finished and (max_steps is None or sim.step_no < max_steps):
+        before = sim.step_no
+        sim.step_no += 1
+        now = sim.time_s
+        upto = int(np.searchsorted(sim._arrival, now, side="right"))
+        for lane in sim.lanes:
+            if lane.finished:
+                continue
+            t0 = time.perf_counter()
+            logged, pressed = len(sim.events), lane.shares.pressure_steps
+            lane.arrive(upto)
+            lane.step(now)
+            quiet[lane.name] = (len(sim.events) == logged, lane.shares.pressure_steps > pressed)
+            lane.wall_seconds += time.perf_counter() - t0
+        if jumpable and not sim.finished:
+            _jump(sim, max_steps, quiet)
+        if progress is not None and sim.step_no // 256 > before // 256:
+            progress(min(x.done + x.rejected for x in sim.lanes), total)
+
+
+def _jump(sim: Simulation, max_steps: int | None, quiet: dict) -> None:
+    limit = 1 << 62 if max_steps is None else max_steps - sim.step_no
+    arrival = next_arrival_step(sim)
+    if arrival is not None:
+        limit = min(limit, arrival - sim.step_no - 1)
+    live = [x for x in sim.lanes if not x.finished]
+    for lane in live:
+        if limit <= 0:
+            return
+        if not quiet[lane.name][0]:
+            return
+        limit = quiet_steps(lane, limit)
+    if limit <= 0 or limit >= 1 << 62:
+        return
+    sim.step_no += limit
+    now = sim.time_s
+    for lane in live:
+        t0 = time.perf_counter()
+        advance(lane, limit, quiet[lane.name][1], now)
+        lane.wall_seconds += time.perf_counter() - t0
