@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvviz.engine.events import FIELDS, EventColumns, EventLog
 from kvviz.engine.lane import Lane
 
 if TYPE_CHECKING:
@@ -141,63 +142,74 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
     lane.time_s = time_s
 
 
-def next_arrival_step(sim: Simulation) -> int | None:
-    """The first step after sim.step_no whose clock admits a request not yet arrived."""
-    arr = sim.workload.arrival_s
-    now = sim.time_s
-    upto = int(np.searchsorted(arr, now, side="right"))
-    if upto >= arr.size:
+def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
+                      step_ms: float) -> int | None:
+    """The first step after step_no whose clock (step * step_ms / 1000, the step engine's
+    own arithmetic) reaches request `arrived`; None when every request has arrived."""
+    if arrived >= arrival_s.size:
         return None
-    ms = sim.engine.step_ms
-    t = max(sim.step_no + 1, int(np.ceil(float(arr[upto]) * 1000.0 / ms)) - 2)
-    while t * ms / 1000.0 < arr[upto]:  # the step engine's own clock arithmetic decides
+    a = arrival_s[arrived]
+    t = max(step_no + 1, int(np.ceil(float(a) * 1000.0 / step_ms)) - 2)
+    while t * step_ms / 1000.0 < a:
         t += 1
     return t
 
 
+def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> None:
+    """Drive one lane to the end (or to step `stop`): Lane.step at events, `advance` over
+    the quiet spans between them. A step is replayable when it logged no event, or when
+    nobody waits after it (then the scheduler has nothing to do until the next arrival)."""
+    while not lane.finished and (stop is None or lane.step_no < stop):
+        now = (lane.step_no + 1) * step_ms / 1000.0
+        logged, pressed = len(lane.events), lane.shares.pressure_steps
+        lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
+        lane.step(now)
+        quiet = len(lane.events) == logged
+        if lane.finished or not (quiet or lane.waiting_count == 0) or not lane_can_jump(lane):
+            continue
+        limit = FAR if stop is None else stop - lane.step_no
+        nxt = next_arrival_step(arrival_s, lane.arrived, lane.step_no, step_ms)
+        if nxt is not None:
+            limit = min(limit, nxt - lane.step_no - 1)
+        m = quiet_steps(lane, limit) if limit > 0 else 0
+        if 0 < m < FAR:
+            pressure = quiet and lane.shares.pressure_steps > pressed
+            advance(lane, m, pressure, (lane.step_no + m) * step_ms / 1000.0)
+
+
+FAR = 1 << 62
+
+
 def run_jumping(sim: Simulation, max_steps: int | None,
                 progress: Callable[[int, int], None] | None) -> None:
-    """Simulation.run for the jumping engine (same stopping rule, same progress calls)."""
-    total = len(sim.workload)
-    jumpable = all(lane_can_jump(x) for x in sim.lanes)
-    quiet = {x.name: (False, False) for x in sim.lanes}  # last step: (no events, pressure)
-    while not sim.finished and (max_steps is None or sim.step_no < max_steps):
-        before = sim.step_no
-        sim.step_no += 1
-        now = sim.time_s
-        upto = int(np.searchsorted(sim._arrival, now, side="right"))
-        for lane in sim.lanes:
-            if lane.finished:
-                continue
-            t0 = time.perf_counter()
-            logged, pressed = len(sim.events), lane.shares.pressure_steps
-            lane.arrive(upto)
-            lane.step(now)
-            quiet[lane.name] = (len(sim.events) == logged, lane.shares.pressure_steps > pressed)
-            lane.wall_seconds += time.perf_counter() - t0
-        if jumpable and not sim.finished:
-            _jump(sim, max_steps, quiet)
-        if progress is not None and sim.step_no // 256 > before // 256:
-            progress(min(x.done + x.rejected for x in sim.lanes), total)
-
-
-def _jump(sim: Simulation, max_steps: int | None, quiet: dict) -> None:
-    limit = 1 << 62 if max_steps is None else max_steps - sim.step_no
-    arrival = next_arrival_step(sim)
-    if arrival is not None:
-        limit = min(limit, arrival - sim.step_no - 1)
-    live = [x for x in sim.lanes if not x.finished]
-    for lane in live:
-        if limit <= 0:
-            return
-        if not quiet[lane.name][0]:
-            return
-        limit = quiet_steps(lane, limit)
-    if limit <= 0 or limit >= 1 << 62:
+    """Simulation.run for the jumping engine: each lane runs on its own (lanes share only the
+    request stream), logging into a private event log; the logs are then merged in the step
+    engine's order (by step, then lane). Real-mode lanes step together, as before."""
+    if any(x.kv is not None for x in sim.lanes):
+        while not sim.finished and (max_steps is None or sim.step_no < max_steps):
+            sim.step()
         return
-    sim.step_no += limit
-    now = sim.time_s
-    for lane in live:
+    shared = sim.events
+    parts = []
+    for pos, lane in enumerate(sim.lanes):
+        if lane.finished:
+            continue
+        own = EventLog()
+        own.lanes = list(shared.lanes)
+        lane.events = own
         t0 = time.perf_counter()
-        advance(lane, limit, quiet[lane.name][1], now)
-        lane.wall_seconds += time.perf_counter() - t0
+        try:
+            run_lane(lane, sim._arrival, sim.engine.step_ms, max_steps)
+        finally:
+            lane.events = shared
+            lane.wall_seconds += time.perf_counter() - t0
+        cols = own.since(0)[0]
+        parts.append((cols, np.full(len(cols), pos, np.int64)))
+        sim.step_no = max(sim.step_no, lane.step_no)
+        if progress is not None:
+            progress(min(x.done + x.rejected for x in sim.lanes), len(sim.workload))
+    if parts:
+        cols = {f: np.concatenate([c[f] for c, _ in parts]) for f in FIELDS}
+        pos = np.concatenate([p for _, p in parts])
+        order = np.lexsort((np.arange(pos.size), pos, cols["step"]))
+        shared.extend(EventColumns({f: a[order] for f, a in cols.items()}, shared.lanes))
