@@ -162,7 +162,7 @@ class PagedBatchVerbs:
             who = np.repeat(np.arange(seq_ids.size), new)  # position in seq_ids
             k = np.arange(total) - np.repeat(np.cumsum(new) - new, new)  # k-th new block
             at = (nb[who] + k) * bs - lens[who]  # step (0-based) whose token opens it
-            order = np.lexsort((who, at))
+            order = np.argsort(at * seq_ids.size + who, kind="stable")
             who, k = who[order], k[order]
             fresh = self._take(total)
             r = rows[who]

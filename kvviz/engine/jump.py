@@ -43,16 +43,13 @@ def lane_can_jump(lane: Lane) -> bool:
     return lane.kv is None and not lane.spec.prefix_caching
 
 
-def _ceil_sum(x: np.ndarray, b: int) -> np.ndarray:
-    """sum of ceil(y / b) for y = 1..x, elementwise."""
-    q, r = x // b, x % b
-    return b * q * (q + 1) // 2 + r * (q + 1)
-
-
-def _tail_sum(x: np.ndarray, b: int) -> np.ndarray:
-    """sum of (-y) mod b for y = 1..x, elementwise (unwritten slots in the last block)."""
-    q, r = x // b, x % b
-    return q * (b * (b - 1) // 2) + r * b - r * (r + 1) // 2
+def _block_sums(x: np.ndarray, b: int) -> tuple[int, int]:
+    """Over y = 1..x, summed over the elements of x: (sum of ceil(y / b), the blocks held,
+    and sum of (-y) mod b, the unwritten slots of the last block)."""
+    q, r = np.divmod(x, b)
+    sq, sr, qq, rq, rr = int(q.sum()), int(r.sum()), int(q @ q), int(r @ q), int(r @ r)
+    return (b * (qq + sq) // 2 + rq + sr,
+            sq * (b * (b - 1) // 2) + b * sr - (rr + sr) // 2)
 
 
 def _free_floor(lane: Lane, free_blocks: int) -> int:
@@ -76,16 +73,14 @@ def quiet_steps(lane: Lane, limit: int) -> int:
     if m <= 0 or not n:
         return max(m, 0)
     a, lens = lane.alloc, lane.run_len
-    held = a.seq_allocated_tokens(lane.run_ids)
     if a.contiguous:
+        held = a.seq_allocated_tokens(lane.run_ids)
         return max(0, min(m, int((held - lens).min())))
     bs = a.block_size
-    nb = held // bs
-    if (nb != -(-lens // bs)).any():
-        return 0
-    free = a.usage().free_tokens // bs
+    u = a.usage()  # paged lanes reserve nothing: each sequence holds ceil(len / bs) blocks
+    free = u.free_tokens // bs
     budget = free - _free_floor(lane, free)
-    base = int(nb.sum())
+    base = u.allocated_tokens // bs
 
     def fits(j: int) -> bool:
         return int((-(-(lens + j) // bs)).sum()) - base <= budget
@@ -107,17 +102,19 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
     u = a.usage()
     lens, total = lane.run_len, lane.run_len + lane.run_rem
     used = m * u.used_tokens + n * m * (m + 1) // 2
+    held_end, tail_end = _block_sums(lens + m, bs)
+    held_start, tail_start = _block_sums(lens, bs)
     if a.contiguous:
         allocated = m * u.allocated_tokens
         internal = m * int(np.maximum(0, a.seq_allocated_tokens(ids) - total).sum())
     else:
-        nb = -(-lens // bs)
-        grown = int((_ceil_sum(lens + m, bs) - _ceil_sum(lens, bs) - m * nb).sum())
+        grown = held_end - held_start - m * (u.allocated_tokens // bs)
         allocated = m * u.allocated_tokens + bs * grown
         last = -(-total // bs)  # the block that holds the final token
-        inside = np.clip(lens + m - np.maximum(lens, (last - 1) * bs), 0, m)
-        internal = int(((last * bs - total) * inside).sum())
-    tail = int((_tail_sum(lens + m, bs) - _tail_sum(lens, bs)).sum())
+        first = np.maximum(lens, (last - 1) * bs)  # length where that block is reached
+        inside = np.minimum(np.maximum(lens + m - first, 0), m)
+        internal = int((last * bs - total) @ inside)
+    tail = tail_end - tail_start
     free = m * lane.capacity - allocated
     efi = 0.0
     if a.contiguous and u.free_tokens > 0:
