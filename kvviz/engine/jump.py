@@ -16,9 +16,9 @@ quiet one until the earliest of:
 
 `quiet_steps` finds that horizon, `advance` applies the span: one grow_many call for the
 tokens and blocks, the share sums in closed form (used grows linearly, held memory
-stepwise), then the next step runs through Lane.step as usual. A lane whose last step logged
-events, a real-mode lane, or a prefix-caching lane (its blocks are shared and evicted) does not
-jump; the simulation then steps as before. See docs/ARCHITECTURE.md, "The jumping engine".
+stepwise), then the next step runs through Lane.step as usual. A real-mode lane, or a
+prefix-caching lane whose workload shares prefixes (blocks shared, cached and evicted), does
+not jump: it steps as before. See docs/ARCHITECTURE.md, "The jumping engine".
 """
 from __future__ import annotations
 
@@ -38,9 +38,15 @@ ENGINES = ("jump", "step")
 
 
 def lane_can_jump(lane: Lane) -> bool:
-    """Lane kinds the equivalence property test covers: contiguous, and paged without
-    prefix caching, in sim mode."""
-    return lane.kv is None and not lane.spec.prefix_caching
+    """Lane kinds the equivalence property test covers, in sim mode: contiguous, paged
+    without prefix caching, and paged with prefix caching while nothing can be shared (no
+    request of the workload names a prefix group, nothing cached: a plain paged lane)."""
+    if lane.kv is not None:
+        return False
+    if not lane.spec.prefix_caching:
+        return True
+    u = lane.alloc.usage()
+    return u.cached_tokens == 0 and not u.evictions and bool((lane.w.prefix_group < 0).all())
 
 
 def _block_sums(x: np.ndarray, b: int) -> tuple[int, int]:
@@ -156,13 +162,14 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
     """Drive one lane to the end (or to step `stop`): Lane.step at events, `advance` over
     the quiet spans between them. A step is replayable when it logged no event, or when
     nobody waits after it (then the scheduler has nothing to do until the next arrival)."""
+    jumps = lane_can_jump(lane)  # fixed for the run: no prefix group, nothing ever shared
     while not lane.finished and (stop is None or lane.step_no < stop):
         now = (lane.step_no + 1) * step_ms / 1000.0
         logged, pressed = len(lane.events), lane.shares.pressure_steps
         lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
         lane.step(now)
         quiet = len(lane.events) == logged
-        if lane.finished or not (quiet or lane.waiting_count == 0) or not lane_can_jump(lane):
+        if lane.finished or not (quiet or lane.waiting_count == 0) or not jumps:
             continue
         limit = FAR if stop is None else stop - lane.step_no
         nxt = next_arrival_step(arrival_s, lane.arrived, lane.step_no, step_ms)

@@ -109,6 +109,12 @@ def test_paged_lanes_jump_exactly(data, lanes):
 
 
 @SETTINGS
+@given(st.data(), st.lists(st.sampled_from(PREFIX), min_size=1, max_size=2))
+def test_prefix_caching_lanes_give_the_step_engines_results(data, lanes):
+    _run(data, lanes)
+
+
+@SETTINGS
 @given(st.data(), st.lists(st.sampled_from(CONTIGUOUS + PAGED + PREFIX), min_size=1,
                            max_size=4))
 def test_mixed_lanes_give_the_step_engines_results(data, lanes):
