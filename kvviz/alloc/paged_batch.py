@@ -152,9 +152,9 @@ class PagedBatchVerbs:
         rows = self._rows.rows(seq_ids)
         bs = self.block_size
         lens, nb = self._len[rows], self._nb[rows]
-        if self._sharing or steps <= 0 or (nb != -(-lens // bs)).any():
+        if self._sharing or steps <= 0:
             return super().grow_many(seq_ids, steps)
-        new = -(-(lens + steps) // bs) - nb  # blocks each sequence takes over the span
+        new = np.maximum(0, -(-(lens + steps) // bs) - nb)  # blocks taken over the span
         total = int(new.sum())
         if total > self._free_blocks():
             raise ValueError("grow_many: not enough free blocks for the span")
