@@ -110,3 +110,19 @@ def test_module_entry_point_exits_2_without_traceback():
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "rate" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_engine_jump_and_step_print_the_same_json_but_wall_time(capsys):
+    args = ("--requests", "200", "--rate", "20", "--capacity-tokens", "20000",
+            "--lane", "contiguous:buddy:pow2", "--lane", "paged:16")
+    jump, step = (run_json(capsys, *args, "--engine", e) for e in ("jump", "step"))
+    for r in jump + step:
+        r.pop("wall_seconds")
+    assert jump == step
+
+
+def test_an_unknown_engine_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--engine", "warp"])
+    assert e.value.code == 2
+    assert "--engine" in capsys.readouterr().err
