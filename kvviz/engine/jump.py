@@ -158,12 +158,18 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
     return t
 
 
-def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> None:
+def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
+             tick: Callable[[], None] | None = None) -> None:
     """Drive one lane to the end (or to step `stop`): Lane.step at events, `advance` over
     the quiet spans between them. A step is replayable when it logged no event, or when
-    nobody waits after it (then the scheduler has nothing to do until the next arrival)."""
+    nobody waits after it (then the scheduler has nothing to do until the next arrival).
+    `tick` is called every 256 Lane.step calls (progress)."""
     jumps = lane_can_jump(lane)  # fixed for the run: no prefix group, nothing ever shared
+    calls = 0
     while not lane.finished and (stop is None or lane.step_no < stop):
+        calls += 1
+        if tick is not None and calls % 256 == 0:
+            tick()
         now = (lane.step_no + 1) * step_ms / 1000.0
         logged, pressed = len(lane.events), lane.shares.pressure_steps
         lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
@@ -195,6 +201,10 @@ def run_jumping(sim: Simulation, max_steps: int | None,
         return
     shared = sim.events
     parts = []
+    total = len(sim.workload)
+
+    def tick() -> None:  # lanes run one after another: report their mean progress
+        progress(sum(x.done + x.rejected for x in sim.lanes) // len(sim.lanes), total)
     for pos, lane in enumerate(sim.lanes):
         if lane.finished:
             continue
@@ -203,7 +213,8 @@ def run_jumping(sim: Simulation, max_steps: int | None,
         lane.events = own
         t0 = time.perf_counter()
         try:
-            run_lane(lane, sim._arrival, sim.engine.step_ms, max_steps)
+            run_lane(lane, sim._arrival, sim.engine.step_ms, max_steps,
+                     None if progress is None else tick)
         finally:
             lane.events = shared
             lane.wall_seconds += time.perf_counter() - t0
@@ -211,7 +222,7 @@ def run_jumping(sim: Simulation, max_steps: int | None,
         parts.append((cols, np.full(len(cols), pos, np.int64)))
         sim.step_no = max(sim.step_no, lane.step_no)
         if progress is not None:
-            progress(min(x.done + x.rejected for x in sim.lanes), len(sim.workload))
+            tick()
     if parts:
         cols = {f: np.concatenate([c[f] for c, _ in parts]) for f in FIELDS}
         pos = np.concatenate([p for _, p in parts])
