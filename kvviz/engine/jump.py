@@ -7,7 +7,7 @@ a paged lane, opens a new block every block_size tokens). So the steps that foll
 quiet one until the earliest of:
 
   a sequence finishing            (its remaining tokens run out)
-  an arrival                      (the first step whose clock passes the next arrival)
+  an arrival, when nobody waits   (the first step whose clock passes the next arrival)
   a contiguous range full         (an append would have to grow the range)
   a paged pool running short      (the blocks the span needs exceed the free blocks)
   the scheduler changing answer   (free blocks fall below the head's need, or below the
@@ -178,7 +178,11 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
         if lane.finished or not (quiet or lane.waiting_count == 0) or not jumps:
             continue
         limit = FAR if stop is None else stop - lane.step_no
-        nxt = next_arrival_step(arrival_s, lane.arrived, lane.step_no, step_ms)
+        # An arrival matters only when nobody waits: behind a refused head it joins the
+        # queue and changes nothing the scheduler decides (the next Lane.step counts it in).
+        nxt = None
+        if lane.waiting_count == 0:
+            nxt = next_arrival_step(arrival_s, lane.arrived, lane.step_no, step_ms)
         if nxt is not None:
             limit = min(limit, nxt - lane.step_no - 1)
         m = quiet_steps(lane, limit) if limit > 0 else 0
