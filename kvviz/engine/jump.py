@@ -158,6 +158,10 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
     return t
 
 
+FAR = 1 << 62
+MIN_SPAN = 3  # quiet steps worth a jump; a jump costs about as much as two plain steps
+
+
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
              tick: Callable[[], None] | None = None) -> None:
     """Drive one lane to the end (or to step `stop`): Lane.step at events, `advance` over
@@ -186,12 +190,11 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
         if nxt is not None:
             limit = min(limit, nxt - lane.step_no - 1)
         m = quiet_steps(lane, limit) if limit > 0 else 0
-        if 0 < m < FAR:
+        if MIN_SPAN <= m < FAR:  # shorter spans: plain steps cost less than a jump
             pressure = quiet and lane.shares.pressure_steps > pressed
             advance(lane, m, pressure, (lane.step_no + m) * step_ms / 1000.0)
 
 
-FAR = 1 << 62
 
 
 def run_jumping(sim: Simulation, max_steps: int | None,
