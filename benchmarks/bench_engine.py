@@ -96,7 +96,8 @@ def floor(a) -> None:
                          "plain_appends_per_s": appends / plain,
                          "kvviz_appends_per_s": appends / kv, "kvviz_speedup": plain / kv},
                      f"cap {label:>4}: plain-Python {appends / plain / 1e6:6.2f} M appends/s, "
-                     f"kvviz paged:16 ({a.engine}) {appends / kv / 1e6:6.2f} M/s -> {plain / kv:.2f}x")
+                     f"kvviz paged:16 ({a.engine}) {appends / kv / 1e6:6.2f} M/s "
+                     f"-> {plain / kv:.2f}x")
     for lane in a.lanes:
         t = harness.median_s(lambda lane=lane: kvviz_run(w, [lane], CAPACITY, NO_CAP),
                              a.repeats, warmup=0)
