@@ -45,8 +45,10 @@ def lane_can_jump(lane: Lane) -> bool:
         return False
     if not lane.spec.prefix_caching:
         return True
+    groups = getattr(lane.w, "prefix_group", None)  # the prefix model of this workload
     u = lane.alloc.usage()
-    return u.cached_tokens == 0 and not u.evictions and bool((lane.w.prefix_group < 0).all())
+    return (groups is not None and bool((groups < 0).all()) and u.cached_tokens == 0
+            and not u.evictions)
 
 
 def _block_sums(x: np.ndarray, b: int) -> tuple[int, int]:
