@@ -197,23 +197,24 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
             advance(lane, m, pressure, (lane.step_no + m) * step_ms / 1000.0)
 
 
-
-
 def run_jumping(sim: Simulation, max_steps: int | None,
                 progress: Callable[[int, int], None] | None) -> None:
     """Simulation.run for the jumping engine: each lane runs on its own (lanes share only the
     request stream), logging into a private event log; the logs are then merged in the step
     engine's order (by step, then lane). Real-mode lanes step together, as before."""
+    total = len(sim.workload)
     if any(x.kv is not None for x in sim.lanes):
         while not sim.finished and (max_steps is None or sim.step_no < max_steps):
             sim.step()
+            if progress is not None and sim.step_no % 256 == 0:
+                progress(min(x.done + x.rejected for x in sim.lanes), total)
         return
     shared = sim.events
     parts = []
-    total = len(sim.workload)
 
     def tick() -> None:  # lanes run one after another: report their mean progress
         progress(sum(x.done + x.rejected for x in sim.lanes) // len(sim.lanes), total)
+
     for pos, lane in enumerate(sim.lanes):
         if lane.finished:
             continue
