@@ -1,6 +1,9 @@
 """Simulator throughput: kvviz's engine against a plain-Python loop, both sides in one run.
 
-    python benchmarks/bench_engine.py [floor|four-lanes|million] [--repeats 3] [--json]
+    python benchmarks/bench_engine.py [floor|four-lanes|million] [--engine jump|step]
+                                      [--repeats 3] [--json]
+
+--engine: kvviz's jumping engine (default) or the step-by-step reference.
 
 floor (default): sharegpt-like, --rate inf, capacity 1M tokens, 10,000 requests; kvviz
   paged:16 (metrics and events on) against a plain-Python loop over running sequences with a
@@ -67,10 +70,14 @@ def plain_python_loop(w: Workload, max_seqs: int, block_size: int = 16) -> int:
     return appends
 
 
+ENGINE = {"advance": "jump"}  # set from --engine
+
+
 def kvviz_run(w: Workload, lanes: list[str], capacity: int, max_seqs: int,
               max_batched: int = 1_000_000_000) -> list[dict]:
     sim = Simulation(w, [LaneSpec.parse(x) for x in lanes], CacheConfig(capacity_tokens=capacity),
-                     EngineConfig(max_num_seqs=max_seqs, max_batched_tokens=max_batched))
+                     EngineConfig(max_num_seqs=max_seqs, max_batched_tokens=max_batched),
+                     advance=ENGINE["advance"])
     return sim.run()
 
 
@@ -84,15 +91,18 @@ def floor(a) -> None:
         plain, kv = statistics.median(res["plain"]), statistics.median(res["kvviz"])
         label = "256" if cap == 256 else "none"
         harness.emit(a, {"bench": "engine-floor", "cap": label, "requests": a.requests,
+                         "engine": a.engine,
                          "appends": appends, "plain_s": plain, "kvviz_s": kv,
                          "plain_appends_per_s": appends / plain,
                          "kvviz_appends_per_s": appends / kv, "kvviz_speedup": plain / kv},
                      f"cap {label:>4}: plain-Python {appends / plain / 1e6:6.2f} M appends/s, "
-                     f"kvviz paged:16 {appends / kv / 1e6:6.2f} M/s -> {plain / kv:.2f}x")
+                     f"kvviz paged:16 ({a.engine}) {appends / kv / 1e6:6.2f} M/s "
+                     f"-> {plain / kv:.2f}x")
     for lane in a.lanes:
         t = harness.median_s(lambda lane=lane: kvviz_run(w, [lane], CAPACITY, NO_CAP),
                              a.repeats, warmup=0)
         harness.emit(a, {"bench": "engine-lane", "lane": lane, "cap": "none", "seconds": t,
+                         "engine": a.engine,
                          "appends_per_s": appends / t},
                      f"  {lane:<28} no cap: {appends / t / 1e6:6.2f} M appends/s")
 
@@ -104,6 +114,7 @@ def four_lanes(a) -> None:
     t = harness.median_s(lambda: out.append(kvviz_run(w, lanes, 65_536, 256, 8192)),
                          a.repeats, warmup=0)
     harness.emit(a, {"bench": "engine-four-lanes", "requests": a.requests, "seconds": t,
+                     "engine": a.engine,
                      "steps": max(s["steps"] for s in out[-1])},
                  f"{a.requests} requests x 4 lanes at 65,536 slots: {t:.2f} s "
                  f"({max(s['steps'] for s in out[-1]):,} steps)")
@@ -116,6 +127,7 @@ def million(a) -> None:
     t = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     harness.emit(a, {"bench": "engine-million", "requests": a.requests, "seconds": t,
+                     "engine": a.engine,
                      "peak_rss_mb": rss, "steps": max(s["steps"] for s in out)},
                  f"{a.requests:,} requests, 2 lanes: {t:.1f} s, peak RSS {rss:.0f} MB")
 
@@ -129,7 +141,10 @@ def main() -> None:
     ap.add_argument("--lanes", nargs="*", default=["contiguous:first-fit:max",
                                                     "contiguous:buddy:pow2"],
                     help="floor: further lanes timed for reference")
+    ap.add_argument("--engine", choices=["jump", "step"], default="jump",
+                    help="kvviz engine: jump between events (default) or step one by one")
     a = ap.parse_args()
+    ENGINE["advance"] = a.engine
     default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000}[a.case]
     a.requests = a.requests or (default // 20 if a.quick else default)
     {"floor": floor, "four-lanes": four_lanes, "million": million}[a.case](a)

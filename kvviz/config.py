@@ -13,7 +13,7 @@ MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has 
 MAX_SEQ_LEN = 2**24
 MAX_REQUESTS = 10_000_000
 MAX_NUM_SEQS = 2**20
-MAX_BATCHED_TOKENS = 2**24
+MAX_BATCHED_TOKENS = 2**31 - 1  # "no budget" is written as 10^9 (benchmarks, vLLM users)
 
 
 def _need(cond: bool, field: str, msg: str) -> None:

@@ -89,7 +89,7 @@ def test_single_lane_flags_build_the_named_allocator(capsys):
     (["--lane", "contiguous:first-fit:sometimes"], "reserve"),
     (["--capacity-tokens", "5"], "capacity_tokens"),
     (["--requests", "-3"], "--requests"),
-    (["--trace", "/nonexistent/trace.csv"], "no such trace file"),
+    (["--trace", "/nonexistent/trace.csv"], "no such file"),
 ])
 def test_bad_input_exits_2_with_a_message_naming_the_field(capsys, args, needle):
     assert main(["simulate", *args]) == 2
@@ -110,3 +110,17 @@ def test_module_entry_point_exits_2_without_traceback():
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "rate" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_engine_jump_and_step_print_the_same_json_but_wall_time(capsys):
+    args = ("--requests", "200", "--rate", "20", "--capacity-tokens", "20000",
+            "--lane", "contiguous:buddy:pow2", "--lane", "paged:16")
+    jump, step = (run_json(capsys, *args, "--engine", e) for e in ("jump", "step"))
+    for r in jump + step:
+        r.pop("wall_seconds")
+    assert jump == step
+
+
+def test_an_unknown_engine_exits_2(capsys):
+    assert main(["simulate", "--engine", "warp"]) == 2
+    assert "--engine" in capsys.readouterr().err

@@ -146,6 +146,14 @@ class ContiguousAllocator(Allocator):
             ok[i] = self.append(int(seq_ids[i])).ok
         return ok
 
+    def grow_many(self, seq_ids: np.ndarray, steps: int) -> None:
+        rows = self._rows.rows(np.asarray(seq_ids, np.int64))
+        room = self._size[rows] * self.block_size - self._len[rows]
+        if steps <= 0 or (room.size and int(room.min()) < steps):
+            return super().grow_many(seq_ids, steps)  # a range grows: the careful path
+        self._len[rows] += steps
+        self._used += int(rows.size) * steps
+
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
         start, size = int(self._start[row]), int(self._size[row])

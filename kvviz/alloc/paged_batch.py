@@ -144,3 +144,33 @@ class PagedBatchVerbs:
         self._len[rows] = lens + 1
         self._used += int(rows.size)
         return np.ones(seq_ids.size, np.bool_) if ok is None else ok
+
+    def grow_many(self, seq_ids: np.ndarray, steps: int) -> None:
+        """Blocks go out as `steps` append_batch calls would hand them: by step, then by
+        position in seq_ids (one take for the whole span)."""
+        seq_ids = np.asarray(seq_ids, np.int64)
+        rows = self._rows.rows(seq_ids)
+        bs = self.block_size
+        lens, nb = self._len[rows], self._nb[rows]
+        if self._sharing or steps <= 0:
+            return super().grow_many(seq_ids, steps)
+        new = np.maximum(0, -(-(lens + steps) // bs) - nb)  # blocks taken over the span
+        total = int(new.sum())
+        if total > self._free_blocks():
+            raise ValueError("grow_many: not enough free blocks for the span")
+        if total:
+            who = np.repeat(np.arange(seq_ids.size), new)  # position in seq_ids
+            k = np.arange(total) - np.repeat(np.cumsum(new) - new, new)  # k-th new block
+            at = (nb[who] + k) * bs - lens[who]  # step (0-based) whose token opens it
+            order = np.argsort(at * seq_ids.size + who, kind="stable")
+            who, k = who[order], k[order]
+            fresh = self._take(total)
+            r = rows[who]
+            self._ensure_width(int((nb + new).max()))
+            self._table[r, nb[who] + k] = fresh
+            self._owner[fresh] = seq_ids[who]
+            self._ref[fresh] = 1
+            self._nb[rows] = nb + new
+            self._held += total
+        self._len[rows] = lens + steps
+        self._used += int(rows.size) * steps

@@ -110,6 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--watermark", type=WATERMARK, default=0.01,
                    help=at.rng("share of capacity kept free when admitting into paged lanes "
                                "(default 0.01)", WATERMARK))
+    c.add_argument("--engine", choices=("jump", "step"), default="jump",
+                   help="jump between events (default; exact, falls back to stepping for "
+                        "prefix-caching lanes) or step one engine step at a time (reference)")
     add_workload_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON object per lane, one per line")
@@ -143,7 +146,7 @@ def run(a: argparse.Namespace) -> int:
                           watermark=a.watermark, step_ms=a.step_ms, max_seq_len=max_seq_len)
     if save is not None:
         save_trace(w, str(save))
-    sim = Simulation(w, lanes, cache, engine)
+    sim = Simulation(w, lanes, cache, engine, advance=a.engine)
     show = sys.stderr.isatty() and not a.json
 
     def progress(done: int, total: int) -> None:

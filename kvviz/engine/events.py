@@ -159,6 +159,14 @@ class EventLog:
         a["seq_id"][s], a["reason"][s], a["need_tokens"][s] = seq_ids, 0, need_tokens
         a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = free_tokens, 0, 1
 
+    def extend(self, cols: EventColumns) -> None:
+        """Append a run of events whose lane codes are this log's (one slice per field)."""
+        k = len(cols)
+        if k:
+            i = self._room(k)
+            for f, a in self._a.items():
+                a[i:i + k] = cols[f]
+
     def add(self, ev: Event) -> None:
         self.add_one(ev.time_s, ev.step, self.lane_code(ev.lane), KIND_CODE[ev.kind],
                      ev.seq_id, REASON_CODE[ev.reason], ev.need_tokens, ev.free_tokens,

@@ -14,6 +14,7 @@ import numpy as np
 from kvviz.alloc import make_allocator
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.engine.events import EventLog
+from kvviz.engine.jump import ENGINES, run_jumping
 from kvviz.engine.lane import KVExecutor, Lane
 from kvviz.errors import KvvizError
 from kvviz.workload import Workload
@@ -26,7 +27,11 @@ class Simulation:
         self, workload: Workload, lanes: Sequence[LaneSpec], cache: CacheConfig,
         engine: EngineConfig | None = None,
         kv_factory: Callable[[object], KVExecutor] | None = None,
+        advance: str = "jump",
     ) -> None:
+        if advance not in ENGINES:
+            raise ValueError(f"advance: {advance!r}; use one of {list(ENGINES)}")
+        self.advance = advance  # run(): "jump" between events (exact) or "step" one by one
         if not lanes:
             raise ValueError("lanes: give at least one lane")
         self.workload = workload
@@ -112,6 +117,10 @@ class Simulation:
             progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """Step until every request finished (or max_steps); returns one summary per lane."""
         t0 = time.perf_counter()
+        if self.advance == "jump":
+            run_jumping(self, max_steps, progress)
+            self.wall_seconds += time.perf_counter() - t0
+            return self.summaries()
         total = len(self.workload)
         while not self.finished and (max_steps is None or self.step_no < max_steps):
             idle = self._idle_steps()  # sparse arrivals: jump over the idle time

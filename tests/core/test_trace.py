@@ -73,7 +73,7 @@ def test_empty_trace_is_an_error():
 
 
 def test_missing_file_is_a_trace_error(tmp_path):
-    with pytest.raises(TraceError, match="no such trace file"):
+    with pytest.raises(TraceError, match="no such file"):
         load_trace(tmp_path / "nope.csv")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from pathlib import Path
 
@@ -80,3 +81,9 @@ def rerun_until(at: AppTest, cond, timeout_s: float = 40.0) -> AppTest:
         if time.monotonic() > end:
             raise AssertionError("condition not met in time")
         time.sleep(0.5)
+
+
+def shown(el) -> str:
+    """An st.error / st.warning body as the reader sees it: remote and recording text is
+    escaped for Markdown (kvviz.node.trust.plain_markdown), so drop the backslashes."""
+    return re.sub(r"\\(.)", r"\1", el.value)

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from pagehelpers import no_exception, page, rerun_until
+from pagehelpers import no_exception, page, rerun_until, shown
 
 from pages import common
 
@@ -17,7 +17,7 @@ RUN_PAGES = ("pages/live.py", "pages/replay.py", "pages/gpu.py")
 
 
 def errors(at) -> str:
-    return " ".join(e.value for e in at.error)
+    return " ".join(shown(e) for e in at.error)
 
 
 @pytest.mark.parametrize("path", RUN_PAGES)

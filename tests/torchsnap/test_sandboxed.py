@@ -41,7 +41,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
     fifo = tmp_path / "snap.pickle"
     os.mkfifo(fifo)
     assert main(["torch-snapshot", str(fifo)]) == 2
-    assert "not a regular file" in capsys.readouterr().err
+    assert "expected a regular file" in capsys.readouterr().err
 
 
 def test_a_parse_that_outlives_its_deadline_is_cut_off(monkeypatch):
