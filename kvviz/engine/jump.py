@@ -30,6 +30,7 @@ import numpy as np
 
 from kvviz.engine.events import FIELDS, EventColumns, EventLog
 from kvviz.engine.lane import Lane
+from kvviz.engine.shares import EXACT_FLOAT_REPEATS
 
 if TYPE_CHECKING:
     from kvviz.engine.simulation import Simulation
@@ -137,8 +138,11 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
         for k, v in sums.items():
             acc[k] += v
         e = acc["efi"]
-        for _ in range(m):  # float sums in the step engine's order, bit for bit
-            e += efi
+        if efi == 0.0 or m > EXACT_FLOAT_REPEATS:  # as Shares.add: exact, or last-bit close
+            e += efi * m
+        else:
+            for _ in range(m):  # float sums in the step engine's order, bit for bit
+                e += efi
         acc["efi"] = e
     if n:
         a.grow_many(ids, m)
