@@ -21,6 +21,7 @@ REASONS = (None, "CAPACITY", "FRAGMENTATION", "POLICY")  # code 0: no reason
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 REASON_CODE = {r: i for i, r in enumerate(REASONS)}
 
+MAX_STEP = 2**63 - 1  # events store the step as int64
 
 class Event(NamedTuple):
     time_s: float  # simulated time (sim) or wall time since start (real)

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import FIELDS, EventColumns, EventLog
+from kvviz.engine.events import FIELDS, MAX_STEP, EventColumns, EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import EXACT_FLOAT_REPEATS
+from kvviz.errors import KvvizError
 
 if TYPE_CHECKING:
     from kvviz.engine.simulation import Simulation
@@ -159,10 +160,17 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
     own arithmetic) reaches request `arrived`; None when every request has arrived."""
     if arrived >= arrival_s.size:
         return None
-    a = arrival_s[arrived]
-    t = max(step_no + 1, int(np.ceil(float(a) * 1000.0 / step_ms)) - 2)
+    a = float(arrival_s[arrived])
+    try:
+        t = max(step_no + 1, int(np.ceil(a * 1000.0 / step_ms)) - 2)
+    except OverflowError:
+        t = MAX_STEP + 1
+    if t > MAX_STEP:
+        raise KvvizError(f"the next request arrives at {a:g} s, more than {MAX_STEP} engine "
+                         f"steps of {step_ms:g} ms away: lower its arrival time or raise the "
+                         "rate")
     while t * step_ms / 1000.0 < a:
-        t += 1
+        t += max(1, t >> 52)  # past 2^53 a float clock cannot tell t from t + 1
     return t
 
 

@@ -13,13 +13,11 @@ import numpy as np
 
 from kvviz.alloc import make_allocator
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec
-from kvviz.engine.events import EventLog
+from kvviz.engine.events import MAX_STEP, EventLog
 from kvviz.engine.jump import ENGINES, run_jumping
 from kvviz.engine.lane import KVExecutor, Lane
 from kvviz.errors import KvvizError
 from kvviz.workload import Workload
-
-MAX_STEP = 2**63 - 1  # events store the step as int64
 
 
 class Simulation:
@@ -84,7 +82,7 @@ class Simulation:
                              f"{MAX_STEP} engine steps of {self.engine.step_ms:g} ms away: "
                              "lower its arrival time or raise the rate")
         while self._clock(s) < arrival_s:
-            s += 1
+            s += max(1, s >> 52)  # past 2^53 a float clock cannot tell s from s + 1
         while s - 1 > self.step_no and self._clock(s - 1) >= arrival_s:
             s -= 1
         return s
