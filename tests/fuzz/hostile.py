@@ -177,7 +177,9 @@ WORDS = ["paged:16", "contiguous", "paged:0", "paged:99999999999999", "contiguou
 class FakeSimulation:
     """Stands in for kvviz.engine.Simulation: records its inputs, runs no steps."""
 
-    def __init__(self, workload, lanes, cache, engine) -> None:
+    def __init__(self, workload, lanes, cache, engine, advance: str = "jump") -> None:
+        if advance not in ("jump", "step"):
+            raise ValueError(f"advance: {advance!r}")
         self.workload, self.lanes, self.cache, self.engine = workload, lanes, cache, engine
         self.step_no, self.time_s, self.wall_seconds = 0, 0.0, 0.0
 
