@@ -15,6 +15,7 @@ from typing import NamedTuple
 from kvviz.config import LENGTH_PRESETS, LaneSpec
 from kvviz.errors import KvvizError
 from kvviz.subproc import LoggedProcess, stop_all, unique_recording  # noqa: F401 (re-export)
+from kvviz.traces.options import SUFFIXES
 
 RUN_SUFFIX = ".db"
 VIEWER_SUFFIX = ".viewer"
@@ -42,20 +43,30 @@ def _inside(root: Path, path: Path) -> bool:
         return False
 
 
-def list_runs(root: Path) -> list[RunFile]:
-    """Recordings directly under `root`, newest first."""
+def _listed(root: Path, suffixes: tuple[str, ...]) -> list[RunFile]:
+    """Regular files directly under `root` with one of `suffixes`, newest first."""
     out = []
-    for p in root.glob("*" + RUN_SUFFIX):
-        if _inside(root, p) and p.is_file():
+    for p in root.iterdir() if root.is_dir() else ():
+        if p.suffix.lower() in suffixes and _inside(root, p) and p.is_file():
             st = p.stat()
             out.append(RunFile(p.name, p, st.st_size, st.st_mtime))
     return sorted(out, key=lambda r: r.mtime, reverse=True)
 
 
+def _plain_name(name: str, kind: str) -> None:
+    """KvvizError unless `name` is a bare file name (no directory part)."""
+    if not name or name != Path(name).name or name in (".", ".."):
+        raise KvvizError(f"{kind} {name!r}: give a file name inside the runs directory")
+
+
+def list_runs(root: Path) -> list[RunFile]:
+    """Recordings directly under `root`, newest first."""
+    return _listed(root, (RUN_SUFFIX,))
+
+
 def resolve_run(root: Path, name: str) -> Path:
     """The path of recording `name` inside `root`; KvvizError for anything else."""
-    if not name or name != Path(name).name or name in (".", ".."):
-        raise KvvizError(f"recording {name!r}: give a file name inside the runs directory")
+    _plain_name(name, "recording")
     if not name.endswith(RUN_SUFFIX):
         raise KvvizError(f"recording {name!r}: expected a {RUN_SUFFIX} file")
     path = root / name
@@ -66,25 +77,18 @@ def resolve_run(root: Path, name: str) -> Path:
     return path
 
 
-TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
 
 
 def list_traces(root: Path) -> list[RunFile]:
     """Trace files (any format kvviz reads) directly under `root`, newest first."""
-    out = []
-    for p in root.iterdir() if root.is_dir() else ():
-        if p.suffix.lower() in TRACE_SUFFIXES and _inside(root, p) and p.is_file():
-            st = p.stat()
-            out.append(RunFile(p.name, p, st.st_size, st.st_mtime))
-    return sorted(out, key=lambda r: r.mtime, reverse=True)
+    return _listed(root, SUFFIXES)
 
 
 def resolve_trace(root: Path, name: str) -> Path:
     """The path of trace file `name` inside `root`; KvvizError for anything else."""
-    if not name or name != Path(name).name or name in (".", ".."):
-        raise KvvizError(f"trace {name!r}: give a file name inside the runs directory")
-    if Path(name).suffix.lower() not in TRACE_SUFFIXES:
-        raise KvvizError(f"trace {name!r}: expected one of {', '.join(TRACE_SUFFIXES)}")
+    _plain_name(name, "trace")
+    if Path(name).suffix.lower() not in SUFFIXES:
+        raise KvvizError(f"trace {name!r}: expected one of {', '.join(SUFFIXES)}")
     path = root / name
     if not _inside(root, path) or not path.is_file():
         raise KvvizError(f"trace {name!r} is not a file in {root}")

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 
 FORMATS = ("azure", "burstgpt", "mooncake", "kvviz-csv", "kvviz-jsonl")
+SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")  # file names a trace may have
 MAX_LINE_BYTES = 1 << 20  # one row; longer lines are an error, not a memory bomb
 MAX_TOKENS = 1 << 24  # a prompt or output longer than this is a bad row
 MAX_ROWS = 20_000_000  # rows kept; --limit for more

@@ -20,6 +20,7 @@ from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import TraceError
 from kvviz.traces import TraceInfo, TraceOptions
+from kvviz.traces.options import SUFFIXES
 from kvviz.traces.overview import overview
 from kvviz.viz import theme
 from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload
@@ -57,7 +58,7 @@ def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
     if len(data) > max_bytes:
         raise TraceError(f"{name}: {len(data) / 2**20:.1f} MB is over the "
                          f"{max_bytes / 2**20:.0f} MB limit")
-    if not name.lower().endswith((".csv", ".jsonl", ".json", ".ndjson")):
+    if not name.lower().endswith(SUFFIXES):
         raise TraceError(f"{name}: expected a .csv or .jsonl trace")
     if data.count(b"\n") > MAX_TRACE_ROWS + 1:
         raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
