@@ -30,7 +30,7 @@ import numpy as np
 
 from kvviz.engine.events import FIELDS, MAX_STEP, EventColumns, EventLog
 from kvviz.engine.lane import Lane
-from kvviz.engine.shares import EXACT_FLOAT_REPEATS
+from kvviz.engine.shares import add_repeated
 from kvviz.errors import KvvizError
 
 if TYPE_CHECKING:
@@ -138,13 +138,7 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
         acc["steps"] += m
         for k, v in sums.items():
             acc[k] += v
-        e = acc["efi"]
-        if efi == 0.0 or m > EXACT_FLOAT_REPEATS:  # as Shares.add: exact, or last-bit close
-            e += efi * m
-        else:
-            for _ in range(m):  # float sums in the step engine's order, bit for bit
-                e += efi
-        acc["efi"] = e
+        acc["efi"] = add_repeated(acc["efi"], efi, m)
     if n:
         a.grow_many(ids, m)
         lane.run_len = lens + m

@@ -13,6 +13,17 @@ SHARE_KEYS = ("used", "reserved", "internal", "free")  # all_steps_shares' four 
 EXACT_FLOAT_REPEATS = 1 << 20  # add.times above this: efi * times (may differ in the last bit)
 
 
+def add_repeated(total: float, x: float, times: int) -> float:
+    """total + x added `times` times, in the step engine's float order (bit for bit) while
+    that is cheap; past EXACT_FLOAT_REPEATS (or for x = 0) one product, equal to the last bit
+    or so."""
+    if x == 0.0 or times > EXACT_FLOAT_REPEATS:
+        return total + x * times
+    for _ in range(times):
+        total += x
+    return total
+
+
 class Shares:
     def __init__(self, capacity_tokens: int) -> None:
         self.capacity = capacity_tokens
@@ -30,11 +41,7 @@ class Shares:
             acc["steps"] += times
             for k, v in vals.items():
                 acc[k] += v * times
-            if efi == 0.0 or times > EXACT_FLOAT_REPEATS:
-                acc["efi"] += efi * times
-            else:
-                for _ in range(times):
-                    acc["efi"] += efi
+            acc["efi"] = add_repeated(acc["efi"], efi, times)
 
     @property
     def pressure_steps(self) -> int:
