@@ -2,6 +2,8 @@
 
     python benchmarks/bench_dashboard.py heatmap [--repeats 20] [--json]
     python benchmarks/bench_dashboard.py browser [--seconds 30] [--tabs 4] [--json]
+    python benchmarks/bench_dashboard.py longrun [--minutes 120] [--tabs 2]
+                                         [--checkpoints 5,30,60,120] [--json]
 
 heatmap: blockmap_cells / blockmap_figure (plotly: Replay, Node) and canvas_data (the Live
 page's canvas, plus the Arrow bytes Streamlit makes of its cells) for 4k .. 1M blocks; target
@@ -12,6 +14,11 @@ demo collector), times navigation to the first Live heatmap (cold, then warm x5)
 the canvas root's data-draws, kvviz/viz/blockcanvas.js) and `ticks_per_s` (distinct panel
 runs shown: the "t = ... s" caption), and CPU seconds per second of Chromium's renderers,
 the server and the collector.
+longrun: the app as above with `--tabs` Live tabs left open for `--minutes` (the demo
+collector loops); at each checkpoint (minutes) a 60 s window: per tab ticks/s and repaints/s,
+the server's CPU seconds per Live tick (server CPU s/s over the ticks/s of all tabs: the
+per-tick cost), the RSS of the Streamlit server and of the collector, and the runs
+directory's size on disk (recording + WAL).
 """
 from __future__ import annotations
 
@@ -189,13 +196,83 @@ def browser(a) -> None:
                      "seconds": a.seconds, "per_tab": tabs, "cpu_s_per_s": cpu})
 
 
+def process_rss_mb() -> dict[str, float]:
+    """Resident memory of the Streamlit server and the demo collector (MiB)."""
+    out = {"server_rss_mb": 0.0, "collector_rss_mb": 0.0}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        key = ("server_rss_mb" if "streamlit" in cmd else
+               "collector_rss_mb" if "collectors" in cmd or "multiprocessing" in cmd else None)
+        if key is not None:
+            try:
+                out[key] += p.memory_info().rss / 2**20
+            except psutil.Error:
+                continue
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def dir_mb(path: Path) -> float:
+    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 2)
+
+
+def checkpoint(pages: list, minute: float, window: float, runs: Path) -> dict:
+    for p in pages:
+        p.evaluate("() => { window.__kvRedraws = []; window.__kvTicks = 0; }")
+    c0 = cpu_seconds()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < window:
+        pages[0].wait_for_timeout(500)
+    dt = time.monotonic() - t0
+    c1 = cpu_seconds()
+    ticks = [p.evaluate("() => window.__kvTicks") / dt for p in pages]
+    draws = [len(p.evaluate("() => window.__kvRedraws")) / dt for p in pages]
+    server = (c1["server"] - c0["server"]) / dt
+    return {"minute": minute, "window_s": round(dt, 1),
+            "ticks_per_s": [round(x, 2) for x in ticks],
+            "updates_per_s": [round(x, 2) for x in draws],
+            "server_cpu_s_per_s": round(server, 3),
+            "collector_cpu_s_per_s": round((c1["collector"] - c0["collector"]) / dt, 3),
+            "server_cpu_ms_per_tick": round(1000 * server / sum(ticks), 1) if sum(ticks)
+            else None,
+            **process_rss_mb(), "runs_dir_mb": dir_mb(runs),
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def longrun(a) -> None:
+    from appserver import launch, serve
+    from playwright.sync_api import sync_playwright
+
+    marks = sorted(float(x) for x in a.checkpoints.split(",") if float(x) <= a.minutes)
+    with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp)) as url, \
+            sync_playwright() as pw:
+        b = launch(pw)
+        pages = open_tabs(b, url, a.tabs)
+        for p in pages:
+            p.evaluate(OBSERVE)
+        start = time.monotonic()
+        for m in marks:
+            while time.monotonic() - start < m * 60 - 60:
+                pages[0].wait_for_timeout(5000)
+            row = checkpoint(pages, m, 60.0, Path(tmp))
+            harness.emit(a, {"bench": "longrun", "tabs": a.tabs, **row},
+                         f"{m:>6g} min: ticks/s {row['ticks_per_s']}, server "
+                         f"{row['server_cpu_ms_per_tick']} CPU-ms/tick, server RSS "
+                         f"{row['server_rss_mb']} MiB, collector RSS "
+                         f"{row['collector_rss_mb']} MiB, runs dir {row['runs_dir_mb']} MB, "
+                         f"load {row['load_avg_1m']}")
+        b.close()
+
+
 def main() -> None:
     ap = harness.parser(__doc__, repeats=20)
-    ap.add_argument("case", choices=["heatmap", "browser"])
+    ap.add_argument("case", choices=["heatmap", "browser", "longrun"])
     ap.add_argument("--seconds", type=float, default=30.0, help="browser: refresh window")
     ap.add_argument("--tabs", type=int, default=4, help="browser: Live tabs at once")
+    ap.add_argument("--minutes", type=float, default=120.0, help="longrun: how long")
+    ap.add_argument("--checkpoints", default="5,30,60,120",
+                    help="longrun: minutes at which to measure (each a 60 s window ending there)")
     a = ap.parse_args()
-    {"heatmap": heatmap, "browser": browser}[a.case](a)
+    {"heatmap": heatmap, "browser": browser, "longrun": longrun}[a.case](a)
 
 
 if __name__ == "__main__":
