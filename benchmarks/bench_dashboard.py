@@ -196,45 +196,57 @@ def browser(a) -> None:
                      "seconds": a.seconds, "per_tab": tabs, "cpu_s_per_s": cpu})
 
 
-def process_rss_mb() -> dict[str, float]:
-    """Resident memory of the Streamlit server and the demo collector (MiB)."""
-    out = {"server_rss_mb": 0.0, "collector_rss_mb": 0.0}
+def server_tree(url: str) -> tuple[psutil.Process, list[psutil.Process]]:
+    """This benchmark's Streamlit server (found by its port) and its descendants (the demo
+    collector and its writer): other servers on the machine are not counted."""
+    port = url.rsplit(":", 1)[1]
     for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        key = ("server_rss_mb" if "streamlit" in cmd else
-               "collector_rss_mb" if "collectors" in cmd or "multiprocessing" in cmd else None)
-        if key is not None:
-            try:
-                out[key] += p.memory_info().rss / 2**20
-            except psutil.Error:
-                continue
-    return {k: round(v, 1) for k, v in out.items()}
+        cmd = p.info["cmdline"] or []
+        if "streamlit" in " ".join(cmd) and port in cmd:
+            return p, p.children(recursive=True)
+    raise RuntimeError(f"no Streamlit server on port {port}")
+
+
+def tree_usage(url: str) -> dict[str, float]:
+    """CPU seconds so far and resident MiB of the server and of its children (collector)."""
+    server, kids = server_tree(url)
+    out = {"server_cpu": 0.0, "collector_cpu": 0.0, "server_rss_mb": 0.0,
+           "collector_rss_mb": 0.0}
+    for p, who in [(server, "server"), *((k, "collector") for k in kids)]:
+        try:
+            t = p.cpu_times()
+            out[f"{who}_cpu"] += t.user + t.system
+            out[f"{who}_rss_mb"] += p.memory_info().rss / 2**20
+        except psutil.Error:
+            continue
+    return out
 
 
 def dir_mb(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 2)
 
 
-def checkpoint(pages: list, minute: float, window: float, runs: Path) -> dict:
+def checkpoint(pages: list, minute: float, window: float, runs: Path, url: str) -> dict:
     for p in pages:
         p.evaluate("() => { window.__kvRedraws = []; window.__kvTicks = 0; }")
-    c0 = cpu_seconds()
+    c0 = tree_usage(url)
     t0 = time.monotonic()
     while time.monotonic() - t0 < window:
         pages[0].wait_for_timeout(500)
     dt = time.monotonic() - t0
-    c1 = cpu_seconds()
+    c1 = tree_usage(url)
     ticks = [p.evaluate("() => window.__kvTicks") / dt for p in pages]
     draws = [len(p.evaluate("() => window.__kvRedraws")) / dt for p in pages]
-    server = (c1["server"] - c0["server"]) / dt
+    server = (c1["server_cpu"] - c0["server_cpu"]) / dt
     return {"minute": minute, "window_s": round(dt, 1),
             "ticks_per_s": [round(x, 2) for x in ticks],
             "updates_per_s": [round(x, 2) for x in draws],
             "server_cpu_s_per_s": round(server, 3),
-            "collector_cpu_s_per_s": round((c1["collector"] - c0["collector"]) / dt, 3),
+            "collector_cpu_s_per_s": round((c1["collector_cpu"] - c0["collector_cpu"]) / dt, 3),
             "server_cpu_ms_per_tick": round(1000 * server / sum(ticks), 1) if sum(ticks)
             else None,
-            **process_rss_mb(), "runs_dir_mb": dir_mb(runs),
+            "server_rss_mb": round(c1["server_rss_mb"], 1),
+            "collector_rss_mb": round(c1["collector_rss_mb"], 1), "runs_dir_mb": dir_mb(runs),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -253,7 +265,7 @@ def longrun(a) -> None:
         for m in marks:
             while time.monotonic() - start < m * 60 - 60:
                 pages[0].wait_for_timeout(5000)
-            row = checkpoint(pages, m, 60.0, Path(tmp))
+            row = checkpoint(pages, m, 60.0, Path(tmp), url)
             harness.emit(a, {"bench": "longrun", "tabs": a.tabs, **row},
                          f"{m:>6g} min: ticks/s {row['ticks_per_s']}, server "
                          f"{row['server_cpu_ms_per_tick']} CPU-ms/tick, server RSS "
