@@ -186,7 +186,8 @@ def failures_figure(df: pd.DataFrame) -> go.Figure:
                     mode="markers", marker=dict(symbol="diamond", size=11, color="#222222"),
                     hovertemplate="%{y}<br>%{x} preemptions<extra></extra>")
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title="count")
+    # counts: the axis starts at 0 (plotly centres an all-zero axis on 0, showing -1 .. 1)
+    fig.update_xaxes(title="count", rangemode="nonnegative")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, "Admission failures by class, and preemptions", _lane_height(len(lanes)))
 

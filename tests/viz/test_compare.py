@@ -141,3 +141,8 @@ def test_upload_size_and_row_caps() -> None:
     rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (vc.MAX_TRACE_ROWS + 2)
     with pytest.raises(TraceError, match="more than"):
         vc.read_upload("t.csv", rows)
+
+
+def test_failure_axis_never_shows_negative_counts(summaries) -> None:
+    assert vc.failures_figure(vc.summary_frame(summaries, STEP_MS)).layout.xaxis.rangemode \
+        == "nonnegative"
