@@ -226,15 +226,22 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
                  f"thread per sample {ms[True]:.2f} ms audited, {ms[False]:.2f} ms not")
 
 
-def snapshot(a: argparse.Namespace, tmp: Path) -> None:
+def busy_lane(a: argparse.Namespace, tmp: Path):
+    """A collector (built, never opened: no writer) whose one paged lane of --blocks blocks
+    has run 3,000 steps of an unpaced 1M-request stream (--max-num-seqs running)."""
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
          str(a.blocks * 16), "--rate", "inf", "--requests", "1000000", "--max-num-seqs",
          str(a.max_num_seqs), "--quiet", "--out", str(tmp / "unused.db")])
-    col = build(args)  # built, never opened: no writer here
-    sim, lane = col.sim, col.sim.lanes[0]
+    col = build(args)
     for _ in range(3000):
-        sim.step(time_s=0.0)
+        col.sim.step(time_s=0.0)
+    return col
+
+
+def snapshot(a: argparse.Namespace, tmp: Path) -> None:
+    col = busy_lane(a, tmp)
+    sim, lane = col.sim, col.sim.lanes[0]
     snap, sample = [], []
     for _ in range(a.repeats):
         for _ in range(300):
@@ -256,14 +263,8 @@ def owner_ids(a: argparse.Namespace, tmp: Path) -> None:
     from kvviz.store.mapcodec import encode
     from kvviz.store.writer import RunWriter
 
-    args = build_parser("collect").parse_args(
-        ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
-         str(a.blocks * 16), "--rate", "inf", "--requests", "1000000", "--max-num-seqs",
-         str(a.max_num_seqs), "--quiet", "--out", str(tmp / "unused.db")])
-    col = build(args)  # built, never opened: each variant writes its own recording
+    col = busy_lane(a, tmp)  # each variant writes its own recording
     lane = col.sim.lanes[0]
-    for _ in range(3000):
-        col.sim.step(time_s=0.0)
     parts: dict[str, dict[str, list[float]]] = {}
     maps = {}
 
