@@ -33,6 +33,10 @@ sample. Target: <= 5% of decode steps/s at 4 Hz.
 snapshot: the engine thread's share of one sample on the same 256k-block lane (1,024 running):
 `PagedAllocator.snapshot()` and the collector's whole per-lane sample, medians over
 --repeats samples taken between bursts of 300 engine steps.
+owner-ids: one sample's whole cost (the engine thread's lane sample, then the writer's
+metrics.compute with the slack split, block map encoding and insert) on one frozen state of
+that lane, with the sequence ids as a fresh run has them and offset by --offset (default 1e8,
+as a long --loop run reaches), interleaved, medians. Target: large ids <= 1.2x fresh ones.
 
     python benchmarks/bench_collector.py overhead [--steps 4000] [--repeats 3] [--blocks 262144]
                                          [--mode process|thread|inline]
@@ -41,6 +45,7 @@ snapshot: the engine thread's share of one sample on the same 256k-block lane (1
     python benchmarks/bench_collector.py snapshot [--repeats 40]
     python benchmarks/bench_collector.py audit [--cycles 20] [--slice 1.0] [--hz 4]
                                          [--device cpu|cuda]
+    python benchmarks/bench_collector.py owner-ids [--repeats 40] [--offset 100000000]
 """
 from __future__ import annotations
 
@@ -221,15 +226,22 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
                  f"thread per sample {ms[True]:.2f} ms audited, {ms[False]:.2f} ms not")
 
 
-def snapshot(a: argparse.Namespace, tmp: Path) -> None:
+def busy_lane(a: argparse.Namespace, tmp: Path):
+    """A collector (built, never opened: no writer) whose one paged lane of --blocks blocks
+    has run 3,000 steps of an unpaced 1M-request stream (--max-num-seqs running)."""
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
          str(a.blocks * 16), "--rate", "inf", "--requests", "1000000", "--max-num-seqs",
          str(a.max_num_seqs), "--quiet", "--out", str(tmp / "unused.db")])
-    col = build(args)  # built, never opened: no writer here
-    sim, lane = col.sim, col.sim.lanes[0]
+    col = build(args)
     for _ in range(3000):
-        sim.step(time_s=0.0)
+        col.sim.step(time_s=0.0)
+    return col
+
+
+def snapshot(a: argparse.Namespace, tmp: Path) -> None:
+    col = busy_lane(a, tmp)
+    sim, lane = col.sim, col.sim.lanes[0]
     snap, sample = [], []
     for _ in range(a.repeats):
         for _ in range(300):
@@ -244,6 +256,58 @@ def snapshot(a: argparse.Namespace, tmp: Path) -> None:
                      "running": int(lane.run_ids.size),
                      "snapshot_ms": 1e3 * statistics.median(snap),
                      "lane_sample_ms": 1e3 * statistics.median(sample)})
+
+
+def owner_ids(a: argparse.Namespace, tmp: Path) -> None:
+    from collectors.store_process import write_batch
+    from kvviz.store.mapcodec import encode
+    from kvviz.store.writer import RunWriter
+
+    col = busy_lane(a, tmp)  # each variant writes its own recording
+    lane = col.sim.lanes[0]
+    parts: dict[str, dict[str, list[float]]] = {}
+    maps = {}
+
+    def variant(name: str, off: int):
+        w = RunWriter(tmp / f"ids-{name}.db", col.meta())
+        parts[name] = {"engine": [], "writer": []}
+        col._seq_offset = off
+        maps[name] = col._lane_sample(lane, 0.0).blockmap
+
+        def run() -> None:
+            col._seq_offset = off
+            t0 = time.perf_counter()
+            s = col._lane_sample(lane, 1.0)
+            t1 = time.perf_counter()
+            sid = len(parts[name]["engine"])
+            write_batch(w, float(sid), [(s.step, s.lane, {"sample_id": sid, **s.counters},
+                                         s.blockmap)], [], [], has_metrics=False)
+            parts[name]["engine"].append(t1 - t0)
+            parts[name]["writer"].append(time.perf_counter() - t1)
+        return run, w
+
+    runs = {"fresh": variant("fresh", 0), "large": variant("large", a.offset)}
+    total = harness.interleaved({k: v[0] for k, v in runs.items()}, a.repeats)
+    for _, w in runs.values():
+        w.close()
+    med = {k: 1e3 * statistics.median(v) for k, v in total.items()}
+    rec: dict = {"bench": "collector-owner-ids", "blocks": a.blocks,
+                 "running": int(lane.run_ids.size), "offset": a.offset, "repeats": a.repeats}
+    for k in runs:
+        owned = maps[k].owner[maps[k].owner >= 0]
+        rec.update({f"{k}_owner_max": int(owned.max()), f"{k}_ms": med[k],
+                    f"{k}_engine_ms": 1e3 * statistics.median(parts[k]["engine"][1:]),
+                    f"{k}_writer_ms": 1e3 * statistics.median(parts[k]["writer"][1:]),
+                    f"{k}_map_bytes": encode(maps[k]).nbytes})
+    rec["ratio"] = med["large"] / med["fresh"]
+    harness.emit(a, rec, f"owner ids up to {rec['fresh_owner_max']:,} vs "
+                         f"{rec['large_owner_max']:,} ({rec['running']} running, {a.blocks} "
+                         f"blocks): one sample {med['fresh']:.2f} vs {med['large']:.2f} ms "
+                         f"(engine {rec['fresh_engine_ms']:.2f} / {rec['large_engine_ms']:.2f}, "
+                         f"writer {rec['fresh_writer_ms']:.2f} / {rec['large_writer_ms']:.2f}; "
+                         f"map {rec['fresh_map_bytes']} / {rec['large_map_bytes']} bytes), "
+                         f"large / fresh {rec['ratio']:.2f}x (median of {a.repeats}, "
+                         f"interleaved)")
 
 
 def overhead(a: argparse.Namespace, tmp: Path) -> None:
@@ -284,7 +348,7 @@ def overhead(a: argparse.Namespace, tmp: Path) -> None:
 def main() -> None:
     p = harness.parser(__doc__, repeats=3)
     p.add_argument("case", nargs="?", default="overhead",
-                   choices=["overhead", "interleave", "snapshot", "audit"])
+                   choices=["overhead", "interleave", "snapshot", "audit", "owner-ids"])
     p.add_argument("--steps", type=int, default=4000)
     p.add_argument("--blocks", type=int, default=262144)
     p.add_argument("--max-num-seqs", type=int, default=1024)
@@ -298,6 +362,8 @@ def main() -> None:
     p.add_argument("--hz", type=float, default=4.0, help="audit: samples per second")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="audit: cpu (tiny-cpu model) or cuda (llama-3-8b shape)")
+    p.add_argument("--offset", type=int, default=100_000_000,
+                   help="owner-ids: added to the sequence ids of the second variant")
     p.add_argument("--keep-backlog", action="store_true", help="interleave: the first "
                    "sample of a sampled slice carries every event since the last sample")
     a = p.parse_args()
@@ -308,7 +374,7 @@ def main() -> None:
             a.cycles = min(a.cycles, 20) if a.cycles == 100 else a.cycles
             a.requests = a.requests if a.requests != 20000 else 4000
         {"overhead": overhead, "interleave": interleaved, "snapshot": snapshot,
-         "audit": audited}[a.case](a, Path(d))
+         "audit": audited, "owner-ids": owner_ids}[a.case](a, Path(d))
 
 
 if __name__ == "__main__":

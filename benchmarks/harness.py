@@ -4,7 +4,8 @@ Each script builds its parser with `parser(doc)` (flags `--repeats N`, `--json`,
 times callables with `median_s` or, when it compares variants, with `interleaved` (rounds
 alternate the variants, so this VM's drift of 10-40% over minutes hits every side alike),
 and prints every result with `emit` (one JSON object per line with `--json`, else a table
-row). `machine()` describes where a figure was measured; every JSON line carries it.
+row). `machine()` describes where a figure was measured and the 1-minute load average at
+that moment; every JSON line carries it.
 """
 from __future__ import annotations
 
@@ -23,13 +24,15 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
 
-def parser(doc: str | None, repeats: int = 5) -> argparse.ArgumentParser:
-    """An ArgumentParser with the shared flags; the doc's first line is its description."""
+def parser(doc: str | None, repeats: int | None = 5) -> argparse.ArgumentParser:
+    """An ArgumentParser with the shared flags; the doc's first line is its description.
+    repeats=None: `--repeats` defaults to None and the script picks a default per case."""
     ap = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=doc)
     ap.add_argument("--repeats", type=int, default=repeats,
-                    help=f"timed runs per variant; the median is reported (default {repeats})")
+                    help="timed runs per variant; the median is reported (default "
+                         f"{repeats if repeats is not None else 'per case'})")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, to check that the script runs (figures not comparable)")
@@ -45,7 +48,8 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+           "load_avg_1m": round(os.getloadavg()[0], 2)}
     for mod in ("numpy", "torch", "streamlit"):
         if mod in sys.modules:
             out[mod] = getattr(sys.modules[mod], "__version__", "?")

@@ -5,21 +5,22 @@ Batch per sample and calls `SampleWriter.put`, which assigns the sample ids and 
 batch to the writer process (collectors/store_process.py); that process encodes the block
 maps and inserts and commits the batch as one SQLite transaction. When hooks are registered
 (Prometheus exporter, torch snapshots) put() also computes each lane's metrics
-(`kvviz.metrics.compute`, 1-2 ms on a 256k-block map) so the records are complete, and calls
-the hooks on the engine thread right after the hand-off, not after the commit: a hook may see
-a sample a few ms before it is committed (or, if the store then fails, one that never is).
-Without hooks the writer process computes the metrics.
+(`kvviz.metrics.compute`, milliseconds on a 256k-block map) so the records are complete,
+and calls the hooks on the engine thread right after the hand-off, not after the commit: a
+hook may see a sample a few ms before it is committed (or, if the store then fails, one that
+never is). Without hooks the writer process computes the metrics.
 
 Why a process: a writer *thread* runs a few hundred short numpy / zlib / SQLite calls per
 sample, each releasing and re-taking the GIL, and the engine loop (many tiny numpy calls) then
-waits up to the 5 ms switch interval at every hand-off (a GIL convoy: +60-75% engine time at
-4 Hz). The process has its own GIL; the engine thread only pickles the batch structure (the
-arrays go out of band) and a small sender thread writes the message to the pipe with one
-`writev`, blocked in that system call without the GIL (store_process: wire format).
+waits up to the 5 ms switch interval at every hand-off (a GIL convoy; docs/BENCHMARKS.md,
+decision log). The process has its own GIL; the engine thread only pickles the batch
+structure (the arrays go out of band) and a small sender thread writes the message to the
+pipe with one `writev`, blocked in that system call without the GIL (store_process: wire
+format).
 
 Modes: "process" (the collector; takes a StoreSpec and opens the RunWriter in the child),
-"thread" (the former design: a writer thread in this process) and "inline" (everything in
-put(); tests and benchmarks). All three share `store_process.write_batch`.
+"thread" (a writer thread in this process) and "inline" (everything in put(); tests and
+benchmarks). All three share `store_process.write_batch`.
 """
 from __future__ import annotations
 

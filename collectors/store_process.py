@@ -9,10 +9,11 @@ was killed), it commits what it has and closes the run as "error" / "collector p
 Wire format, parent -> child (our own processes, trusted): each message is one pickle
 (protocol 5) whose large arrays (BlockMap arrays, event columns) travel out of band, framed
 as `<II` (pickle length, buffer count), `<Q` per buffer length, the pickle, the buffers. The
-engine side writes a whole message with one `os.writev` (one release of the GIL: a
-`send_bytes` per buffer re-took it ~30 times a sample, each time forcing the engine thread to
-hand it over), through a pipe enlarged to 1 MiB where Linux allows (~4 wake-ups of the child
-per 3.9 MB sample instead of ~60). The arrays are never copied into a pickle. Child -> parent
+engine side writes a whole message with one `os.writev` (one release of the GIL, where a
+`send_bytes` per buffer would re-take it ~30 times a sample, each time making the engine
+thread hand it over), through a pipe enlarged to 1 MiB where Linux allows (~4 wake-ups of the
+child per 3.9 MB sample instead of ~60 through the default 64 KiB). The arrays are never
+copied into a pickle. Child -> parent
 messages are small and use `Connection.send`.
 
     parent -> child  ("batch", t, lanes, events, devices, has_metrics)

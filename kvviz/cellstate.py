@@ -70,6 +70,6 @@ def run_counts(state: np.ndarray, run: int) -> np.ndarray:
     padded[:n] = state
     runs = padded.reshape(cells, run)
     out = np.empty((cells, NUM_STATES), np.int32)
-    for s in range(NUM_STATES):  # six passes over int8 data: ~3 ms for 1M blocks
+    for s in range(NUM_STATES):  # six passes over int8 data (cost: docs/BENCHMARKS.md)
         out[:, s] = (runs == s).sum(axis=1, dtype=np.int32)
     return out

@@ -19,7 +19,7 @@ the parent. Anything that goes wrong becomes one SandboxError with a clear messa
 
 Limits: mem_mb caps what the child may allocate after it has imported func's module
 (RLIMIT_DATA = mem_mb, RLIMIT_AS = mem_mb + the address space it had then); cpu_s is
-RLIMIT_CPU; wall_s counts from the start, child start-up (0.3-0.8 s measured) included.
+RLIMIT_CPU; wall_s counts from the start, child start-up included.
 Core dumps are off in the child, and it is killed if the parent dies (Linux). Costs one
 interpreter start. Linux/POSIX only. Imports numpy and the standard library only.
 """

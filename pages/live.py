@@ -17,7 +17,7 @@ from kvviz.viz import vegalite as vl
 from pages import common
 
 WINDOW_S = 300.0  # seconds of history in the time series
-PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (0.8 s measured no better with 4 tabs: CPU bound)
+PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (why not faster: docs/BENCHMARKS.md)
 HISTORY_EVERY_S = 5.0  # the time series and the failure feed change slowly: redraw less often
 BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 HISTORY_POINTS = 300  # per lane and series: one per second of the window
@@ -160,8 +160,8 @@ def history(run: str | None, lanes: list[str], is_live: bool) -> None:
     """Every few seconds: time series and the admission-failure feed.
 
     Not on a session's very first run: its five charts and the table (and their JavaScript)
-    then compete with the first heatmaps for the browser, which delayed the first heatmap by
-    1-1.5 s on a 2-core machine (docs/BENCHMARKS.md). They follow on the first tick.
+    then compete with the first heatmaps for the browser and delay the first heatmap
+    (docs/BENCHMARKS.md, decision log). They follow on the first tick.
     """
     if not st.session_state.get(HISTORY_SHOWN):
         st.session_state[HISTORY_SHOWN] = True

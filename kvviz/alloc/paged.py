@@ -296,8 +296,8 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
     def snapshot(self) -> BlockMap:
         """Every block's state, copied. Fill levels: a held block is full unless it is at or
         past the end of its sequence's writes; only those (about one per sequence) are
-        looked up through the block tables. (The collector takes this at 4 Hz on the engine
-        thread: ~0.6 ms for 256k blocks, ~1.2 ms with a 2-D pass over all the tables.)
+        looked up through the block tables, not all of them: the collector takes this at
+        4 Hz on the engine thread (cost: docs/BENCHMARKS.md).
         """
         bs = self.block_size
         owned = self._owner != FREE

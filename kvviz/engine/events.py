@@ -4,8 +4,8 @@ The log is columnar: one growable numpy array per field, strings (lane, kind, re
 small integer codes. The engine appends a whole step's admissions or completions with one
 slice assignment per field (`add_many`), and a reader takes what came since its cursor as
 `EventColumns` — ten array slices, whatever the number of events. A busy unpaced run makes
-~20,000 events/s; as one Python tuple per event, handing them to the store writer cost the
-collector's engine thread 5-30 ms per sample (docs/BENCHMARKS.md, "Collector overhead").
+~20,000 events/s, too many to hand to the store writer as one Python tuple each
+(docs/BENCHMARKS.md, decision log).
 `Event` tuples are still available (`EventLog.events`, `EventColumns.to_events`) for tests
 and small reports.
 """

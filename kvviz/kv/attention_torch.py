@@ -3,8 +3,8 @@
 Paged: the used blocks of a chunk of sequences are copied with one index_select per pool
 into a workspace laid out [n, blocks*bs, kv_heads, D], which SDPA reads as the strided view
 [n, kv_heads, tokens, D]. On CPU the chunk is capped at CPU_CHUNK_BYTES so that the copy
-stays in the last-level cache while SDPA reads it (measured: gathering the whole batch first
-and then attending was ~1.7x slower; see docs/BENCHMARKS.md). On CUDA the whole batch is one
+stays in the last-level cache while SDPA reads it (gathering the whole batch first and then
+attending is slower: docs/BENCHMARKS.md, decision log). On CUDA the whole batch is one
 chunk. Padding inside a chunk is masked out.
 
 Contiguous: no copy when the ranges are evenly spaced (one strided view of the pool covers

@@ -17,8 +17,8 @@ import numpy as np
 
 LEVEL = 1  # zlib level: speed over the last few percent of size
 # Z_RLE: deflate with matches of distance 1 only. The arrays are run values (an owner id per
-# run, mostly distinct), where searching for longer matches costs time and finds little:
-# 30-60% faster than the default strategy on 10^5-run maps, 4-7% larger (docs/BENCHMARKS.md).
+# run, mostly distinct), where searching for longer matches costs time and finds little
+# (docs/BENCHMARKS.md, decision log).
 # Any zlib decoder reads it.
 STRATEGY = zlib.Z_RLE
 ADAPTIVE_MIN = 1 << 18  # arrays with more values: one zlib stream per byte plane, see _choice
@@ -34,7 +34,7 @@ def _choice(plane: memoryview) -> tuple[int, int]:
     """(level, strategy) for one large byte plane, from four 4 KB samples of it: stored
     (level 0) when deflate would save < 10% (random-looking bytes: the low bytes of owner ids
     in a busy pool where every block has another owner); Huffman coding alone when matching
-    runs gains nothing (~3x faster than Z_RLE on such bytes, same size); else Z_RLE."""
+    runs gains nothing (faster than Z_RLE on such bytes, same size); else Z_RLE."""
     step = len(plane) // SAMPLES
     sample = b"".join(plane[i * step: i * step + SAMPLE_BYTES] for i in range(SAMPLES))
     rle = len(_deflate(sample))

@@ -1,10 +1,9 @@
 """Events in a recording: rare kinds as rows, the per-request bulk as compressed columns.
 
 `admitted` and `finished` happen once per request: a busy unpaced run makes ~40,000 of them a
-second, and inserting them as SQLite rows cost the store writer ~2 us each (20+ ms per
-sample), CPU that on a 2-vCPU machine slowed the engine next to it (docs/BENCHMARKS.md,
-"Collector overhead"). They are stored as `event_chunks` (one row per sample, lane and kind,
-zlib-compressed numpy columns: ~50x cheaper to write, ~10x smaller); the kinds a user queries
+second, too many to insert as SQLite rows without taking CPU from the engine next to the
+writer (docs/BENCHMARKS.md, decision log). They are stored as `event_chunks` (one row per
+sample, lane and kind, zlib-compressed numpy columns); the kinds a user queries
 one by one (admit_failed, preempted, rejected, evicted) stay rows of `events`. Every event
 has a run-wide `event_id` in engine order, in either table, so a reader merges them back into
 one ordered stream (event_frames.read, the reader's side). Layout: docs/FORMAT.md.

@@ -1,8 +1,8 @@
 """The Live page's block-map heatmap, drawn by the browser on a canvas that stays mounted.
 
 A plotly heatmap that Streamlit receives anew every second is re-mounted and drawn from
-scratch (twice) in every tab; with four tabs on two cores that was most of the browser's
-work (docs/BENCHMARKS.md). This renderer is a Streamlit custom component (v2, no iframe):
+scratch (twice) in every tab, the browser's largest cost with several tabs
+(docs/BENCHMARKS.md, decision log). This renderer is a Streamlit custom component (v2, no iframe):
 Streamlit calls `blockcanvas.js` again with new data and the canvas repaints the grid in
 place (one pass over a typed array); the hover box follows the data under a still mouse.
 

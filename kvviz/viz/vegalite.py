@@ -1,9 +1,9 @@
 """The Live page's history charts as Vega-Lite specs, each with its data apart.
 
 Why not plotly here (the heatmaps, Compare, Replay and GPU stay plotly): Streamlit 1.67 gives
-a plotly chart an element id made of its spec, so every 5-s history tick re-mounted all five
-charts and plotly drew each from scratch, ~0.35-0.4 renderer CPU-s per tick per tab plus
-~0.15 CPU-s on the server to build and validate the figures (docs/BENCHMARKS.md). A
+a plotly chart an element id made of its spec, so every 5-s history tick would re-mount all
+five charts, plotly would draw each from scratch in every tab and the server would build and
+validate the figures again (cost: docs/BENCHMARKS.md, decision log). A
 `st.vega_lite_chart` without `on_select` has no spec-derived id: while its spec stays the
 same, Streamlit swaps the data into the mounted view. So every spec below depends only on
 the lane names, never on the data, which goes in the returned frame (long format).
@@ -11,8 +11,8 @@ the lane names, never on the data, which goes in the returned frame (long format
 Each builder returns (data, spec) for `st.vega_lite_chart(data, spec, theme=None)`: the
 charts carry the light look of kvviz.viz.theme themselves. Only the failure markers have a
 hover tooltip: a nearest-point hover layer (a point per datum plus a Voronoi diagram that
-Vega recomputes at every data update) made the four-tab Live page slower than with plotly
-(docs/BENCHMARKS.md).
+Vega recomputes at every data update) costs more than the plotly charts it replaces
+(docs/BENCHMARKS.md, decision log).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hostile pickles written opcode by opcode (protocol 4). Each builder returns the file's bytes.
 
-Also used by benchmarks/bench_pickle_bombs.py for the table in docs/RELIABILITY.md.
+Also used by `benchmarks/bench_inputs.py pickles` for the table in docs/RELIABILITY.md.
 """
 from __future__ import annotations
 
