@@ -227,8 +227,8 @@ def dir_mb(path: Path) -> float:
 
 
 def checkpoint(pages: list, minute: float, window: float, runs: Path, url: str) -> dict:
-    for p in pages:
-        p.evaluate("() => { window.__kvRedraws = []; window.__kvTicks = 0; }")
+    for p in pages:  # observe afresh: the canvas root may have been re-mounted since
+        p.evaluate(OBSERVE)
     c0 = tree_usage(url)
     t0 = time.monotonic()
     while time.monotonic() - t0 < window:
