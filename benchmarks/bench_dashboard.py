@@ -107,12 +107,14 @@ def first_heatmap_s(browser, url: str) -> float:
 OBSERVE = """() => {
   window.__kvRedraws = [];
   const root = document.querySelector('.kvmap');
-  new MutationObserver(() => window.__kvRedraws.push(performance.now()))
-    .observe(root, {attributes: true, attributeFilter: ['data-draws']});
+  if (window.__kvObs) window.__kvObs.disconnect();  // installed again: replace, not add
+  window.__kvObs = new MutationObserver(() => window.__kvRedraws.push(performance.now()));
+  window.__kvObs.observe(root, {attributes: true, attributeFilter: ['data-draws']});
   // Distinct panel runs shown: the caption "t = ... s" changes once per fragment run.
   window.__kvTicks = 0;
   let lastT = null;
-  setInterval(() => {
+  if (window.__kvTimer) clearInterval(window.__kvTimer);
+  window.__kvTimer = setInterval(() => {
     const cap = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
       .find(e => e.textContent.startsWith('t = '));
     const t = cap ? cap.textContent : null;
