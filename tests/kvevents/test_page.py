@@ -1,4 +1,5 @@
-"""pages/kvevents.py under AppTest: the forest, timeline, diagnoses and gaps of a recording."""
+"""The Node page's KV events tab (pages/kvevents_view.py) under AppTest: the forest, timeline,
+diagnoses and gaps of a recording."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from pagehelpers import figures, no_exception, page  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_kv_recording  # noqa: E402
 
-PAGE = "pages/kvevents.py"
+PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
 
 @pytest.fixture
@@ -43,6 +44,13 @@ def test_the_page_shows_forest_timeline_diagnoses_and_gaps(kv_runs):
     assert "evicted and stored again" in text
     assert "2 batches lost" in text
     assert any(len(df.value) == 1 for df in at.dataframe)  # the gap table
+
+
+def test_the_view_is_a_tab_of_the_node_page_and_not_a_page_of_its_own(kv_runs):
+    at = page(PAGE)
+    no_exception(at)
+    assert "KV events" in [t.label for t in at.tabs]
+    assert "kvevents" not in (ROOT / "app.py").read_text()
 
 
 def test_no_recording_says_how_to_make_one(kv_runs):
