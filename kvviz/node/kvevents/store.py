@@ -70,6 +70,28 @@ class KvEventWriter:
             self._rows.clear()
 
 
+def add_own_batches(conn: sqlite3.Connection, t: float, rows: list[tuple]) -> None:
+    """A collector's own published batches (kvviz.node.kvevents.engine_source rows: lane,
+    endpoint, dp_rank, encoding, seq, ts, n_events, n_stored, n_removed, n_cleared, payload)
+    received at run time t -> kv_* rows. A stream per (endpoint, dp rank), created on its first
+    batch with summary_json {"lane": its lane}. The caller commits."""
+    kv = KvEventWriter(conn)
+    ids: dict[tuple, int] = {}
+    for lane, endpoint, rank, encoding, seq, ts, ne, ns, nr, nc, payload in rows:
+        sid = ids.get((endpoint, rank))
+        if sid is None:
+            got = conn.execute("SELECT stream_id FROM kv_streams WHERE endpoint = ? AND "
+                               "dp_rank = ?", (endpoint, rank)).fetchone()
+            if got is None:
+                sid = kv.add_stream(endpoint, rank, "", None)
+                kv.set_stream(sid, encoding, t, {"lane": lane})
+            else:
+                sid = int(got[0])
+            ids[(endpoint, rank)] = sid
+        kv.add_batch((sid, seq, t, ts, rank, ne, ns, nr, nc, 0, 0, "ok", b"", payload))
+    kv.flush()
+
+
 def _create(conn: sqlite3.Connection) -> None:
     for stmt in SCHEMA.split(";"):
         if stmt.strip():
