@@ -13,6 +13,7 @@ from kvviz.node.kvevents.recorder import Recorder
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import kvevents as vk
 from pages import common
+from pages import kvevents_waiting as kw
 
 STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
 
@@ -83,6 +84,7 @@ def panel(run: str) -> None:
             gaps = store.gaps(conn)
             timeline = store.timeline(conn)
             model = model_of(run, conn)
+            end_s = kw.end_of_stream(conn, timeline)
         names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}
         summaries = [{**s, **counts.get(s["stream_id"], {}),
                       "cached_blocks": model.cached_blocks(s["stream_id"]),
@@ -90,6 +92,7 @@ def panel(run: str) -> None:
         one, fleet = st.tabs(["One cache", "Streams side by side"])
         with one:
             node_view(model, streams, names, summaries, gaps, timeline)
+            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges())
         with fleet:
             st.dataframe(vk.stream_table(summaries), hide_index=True)
             ids = [s["stream_id"] for s in streams]

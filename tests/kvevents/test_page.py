@@ -121,3 +121,30 @@ def test_recording_started_from_the_page_shows_the_stream(kv_runs):
         stop.set()
         th.join()
         pub.close()  # a recorder left running by a failure ends at exit (atexit)
+
+
+def _node_run(path, waiting: int) -> None:
+    from kvviz.store.writer import RunWriter
+
+    w = RunWriter(path, {"mode": "node", "url": "http://n:8000/metrics", "lanes": []})
+    for i in range(4):
+        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://n:8000/metrics",
+                                     "status": "ok", "message": "", "engine": "vllm",
+                                     "kv_usage": 0.01, "num_running": 4, "num_waiting": waiting,
+                                     "block_size": 16, "num_gpu_blocks": 1000}, {})
+    w.close()
+
+
+def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_runs):
+    write_kv_recording(kv_runs / "ev.db", free_base_port(2))
+    _node_run(kv_runs / "node.db", waiting=6)
+    at = page(PAGE)
+    no_exception(at)
+    assert at.selectbox(key="kve_gauges").value == "node.db"  # the Node tab's recording
+    text = " ".join(_texts(at))
+    assert "6 requests wait while KV usage is only 1%" in text
+    assert "4 requests have run in every recent scrape" in text
+    assert "of them are held by no running request" in text  # 10 blocks in use, more cached
+    at.selectbox(key="kve_gauges").set_value("none").run()
+    assert "requests wait" not in " ".join(_texts(at))
+    assert "cannot tell blocks in use from evictable ones" in " ".join(_texts(at))
