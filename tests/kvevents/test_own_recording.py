@@ -43,3 +43,32 @@ def test_the_run_holds_every_published_batch_and_the_same_cache(tmp_path):
         assert len(r.samples()) > 0
     finally:
         r.close()
+
+
+def test_record_alone_opens_no_socket_and_records_the_same_way(tmp_path):
+    p = argparse.ArgumentParser()
+    collect.add_arguments(p)
+    args = p.parse_args(["--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
+                         "--lane", "paged:16:prefix", "--prefix-sharing", "0.8", "--rate", "200",
+                         "--duration", "1", "--out", str(tmp_path / "c.db"),
+                         "--kv-events-record"])
+    col = collect.build(args)
+    col.run()
+    (lp,) = col.kv_publishers
+    assert not hasattr(lp.pub, "ctx")  # nothing bound, nothing sent
+    with store.connect(tmp_path / "c.db") as conn:
+        (s,) = store.streams(conn)
+        model, _ = store.load_model(conn)
+    assert s["endpoint"] == "kvviz:paged:16:prefix" and s["encoding"] == "map"
+    assert set(next(iter(model.forests.values())).parent) == lp.cached_hashes()
+
+
+def test_record_without_a_prefix_lane_is_one_error(tmp_path, capsys):
+    from kvviz.cli import main
+
+    assert main(["collect", "--mode", "sim", "--lane", "paged:16", "--kv-events-record",
+                 "--duration", "1", "--out", str(tmp_path / "c.db")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvviz collect: error: --kv-events-record: no lane caches prefixes; add one such as "
+        "--lane paged:16:prefix")
+    assert not (tmp_path / "c.db").exists()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from kvviz.alloc.blockpool import REMOVED, LogEntry
 from kvviz.node.kvevents.endpoints import endpoint_for_rank
-from kvviz.node.kvevents.publisher import Publisher, cleared, removed, stored
+from kvviz.node.kvevents.publisher import Publisher, Unpublished, cleared, removed, stored
 
 Key = tuple[int, int]  # (content id of the prompt up to `end`, end): kvviz.alloc.prefix
 VOCAB = 32_000
@@ -53,7 +53,7 @@ class LanePublisher:
     (lane, endpoint, dp_rank, encoding, seq, ts, n_events, n_stored, n_removed, n_cleared,
     payload) tuple per published batch until the owner takes them."""
 
-    def __init__(self, pub: Publisher, block_size: int, lane: str = "",
+    def __init__(self, pub: Publisher | Unpublished, block_size: int, lane: str = "",
                  endpoint: str = "") -> None:
         self.pub, self.block_size, self.lane, self.endpoint = pub, block_size, lane, endpoint
         self.known: set[Key] = set()
@@ -127,21 +127,26 @@ class LanePublisher:
         return {self.hash_of(k) for k in self.known}
 
 
-def attach(collector, endpoint: str, replay: str | None = None, fmt: str = "vllm",
+def attach(collector, endpoint: str | None, replay: str | None = None, fmt: str = "vllm",
            record: bool = True) -> list[LanePublisher]:
-    """Publish the collector's paged prefix-caching lanes (lane k on port + k); raises
-    ValueError when there is none or an address cannot be bound. With `record`, every
-    published batch also goes into the run's kv tables (the collector's `kv_rows`)."""
+    """Publish the collector's paged prefix-caching lanes (lane k on port + k; no sockets
+    when `endpoint` is None); raises ValueError when there is none or an address cannot be
+    bound. With `record`, every batch also goes into the run's kv tables (the collector's
+    `kv_rows`)."""
     lanes = [ln for ln in collector.sim.lanes if cached_prefix_keys_supported(ln.alloc)]
     if not lanes:
-        raise ValueError("--kv-events: no lane caches prefixes; add one such as "
+        flag = "--kv-events" if endpoint is not None else "--kv-events-record"
+        raise ValueError(f"{flag}: no lane caches prefixes; add one such as "
                          "--lane paged:16:prefix")
     pubs: list[LanePublisher] = []
     try:
         for k, ln in enumerate(lanes):
-            ep = endpoint_for_rank(endpoint, k)
-            pub = Publisher(ep, None if replay is None else endpoint_for_rank(replay, k), fmt,
-                            dp_rank=k)
+            if endpoint is None:
+                ep, pub = f"kvviz:{ln.name}", Unpublished(fmt, dp_rank=k)
+            else:
+                ep = endpoint_for_rank(endpoint, k)
+                pub = Publisher(ep, None if replay is None else endpoint_for_rank(replay, k),
+                                fmt, dp_rank=k)
             pubs.append(LanePublisher(pub, ln.alloc.block_size, ln.name, ep))
     except BaseException:
         for p in pubs:

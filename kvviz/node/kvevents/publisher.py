@@ -102,3 +102,23 @@ class Publisher:
             self.router.close()
         self.pub.close()
         self.ctx.term()
+
+
+class Unpublished:
+    """A Publisher without sockets: batches are numbered and encoded the same way (for a run
+    that records its own stream, `kvviz collect --kv-events-record`), and sent nowhere."""
+
+    def __init__(self, fmt: str = "vllm", dp_rank: int | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"--kv-events-format: must be one of {list(FORMATS)}, got {fmt!r}")
+        self.fmt, self.dp_rank, self.seq = fmt, dp_rank, 0
+        self.last_ts, self.last_payload = 0.0, b""
+
+    def publish(self, events: list, ts: float | None = None) -> int:
+        self.last_ts = time.time() if ts is None else ts
+        self.last_payload = _enc.encode([self.last_ts, events, self.dp_rank])
+        self.seq += 1
+        return self.seq - 1
+
+    def close(self) -> None:
+        pass
