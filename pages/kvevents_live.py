@@ -16,14 +16,21 @@ from kvviz.node.kvevents.model import CacheModel
 STATE = "kvviz_live_kvevents"  # (recording path, last batch id, CacheModel) of this session
 RATE_WINDOW_S = 10  # stores and evictions per second over this many seconds
 WAIT_WINDOW_S = 30.0
+BATCHES_PER_TICK = 20_000  # decoded per redraw at most
 
 
 def _model(path: str, conn) -> CacheModel:
+    """The run's model, advanced by at most BATCHES_PER_TICK batches (a day-long run opened
+    late catches up over several ticks instead of stalling one)."""
     held = st.session_state.get(STATE)
     if held is None or held[0] != path:
         held = (path, 0, None)
-    model, last = store.load_model(conn, held[1], held[2])
+    model, last = store.load_model(conn, held[1], held[2], limit=BATCHES_PER_TICK)
     st.session_state[STATE] = (path, last, model)
+    behind = conn.execute("SELECT COUNT(*) FROM kv_batches WHERE batch_id > ?",
+                          (last,)).fetchone()[0]
+    if behind:
+        st.caption(f"Reading the recorded stream: {behind:,} batches still to read.")
     return model
 
 

@@ -136,9 +136,10 @@ def timeline(conn: sqlite3.Connection) -> list[tuple]:
                         "ORDER BY stream_id, s").fetchall()
 
 
-def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
+def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None,
+               limit: int | None = None):
     """Rebuild (or continue) the CacheModel from decodable batches with batch_id >
-    after_batch; returns (model, last batch id)."""
+    after_batch (at most `limit` of them); returns (model, last batch id)."""
     from kvviz.node.kvevents.decode import Undecodable, decode
     from kvviz.node.kvevents.model import CacheModel
 
@@ -148,7 +149,8 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
     seqs = model._last_seq  # per stream, to see restarts as the subscriber did
     for bid, sid, seq, t, payload in conn.execute(
             "SELECT batch_id, stream_id, seq, t, payload FROM kv_batches WHERE batch_id > ? AND "
-            "status = 'ok' ORDER BY batch_id", (after_batch,)):
+            "status = 'ok' ORDER BY batch_id LIMIT ?", (after_batch, -1 if limit is None
+                                                         else limit)):
         last = bid
         if sid in seqs and seq <= seqs[sid]:  # a publisher restart: its cache is empty
             model.restart(sid)
