@@ -145,12 +145,17 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None,
 
     model = model if model is not None else CacheModel()
     rank_of = dict(conn.execute("SELECT stream_id, dp_rank FROM kv_streams").fetchall())
+    for sid, rank in rank_of.items():
+        if type(sid) is not int or type(rank) is not int:
+            raise ValueError(f"damaged recording: kv_streams row {sid!r}: dp_rank {rank!r} "
+                             "is not an integer")
     last = after_batch
     seqs = model._last_seq  # per stream, to see restarts as the subscriber did
     for bid, sid, seq, t, payload in conn.execute(
             "SELECT batch_id, stream_id, seq, t, payload FROM kv_batches WHERE batch_id > ? AND "
             "status = 'ok' ORDER BY batch_id LIMIT ?", (after_batch, -1 if limit is None
                                                          else limit)):
+        _check_row(bid, sid, seq, t, payload)
         last = bid
         if sid in seqs and seq <= seqs[sid]:  # a publisher restart: its cache is empty
             model.restart(sid)
@@ -161,6 +166,17 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None,
             continue
         model.apply(sid, rank_of.get(sid, 0) if b.dp_rank is None else b.dp_rank, b.events, t)
     return model, last
+
+
+def _check_row(bid, sid, seq, t, payload) -> None:
+    """One clear error for a hand-edited kv_batches row (values of the wrong type)."""
+    for name, v, ok in (("stream_id", sid, type(sid) is int), ("seq", seq, type(seq) is int),
+                        ("t", t, type(t) in (int, float) and t == t and abs(t) < 1e15),
+                        ("payload", payload, isinstance(payload, bytes))):
+        if not ok:
+            want = "bytes" if name == "payload" else "a number"
+            raise ValueError(f"damaged recording: kv_batches row {bid}: {name} "
+                             f"{str(v)[:40]!r} is not {want}")
 
 
 def stream_counts(conn: sqlite3.Connection) -> dict[int, dict]:
