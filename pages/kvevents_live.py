@@ -80,8 +80,7 @@ def lane_events(r, lane: str, bm, sample, t_now: float) -> None:
                "over ZeroMQ; events carry hashes only, the block map beside shows the blocks.")
     gauges = Gauges(kv_usage=float((bm.owner != FREE).sum()) / max(1, bm.num_blocks),
                     num_gpu_blocks=int(bm.num_blocks), num_running=_int(sample, "running"),
-                    num_waiting=_int(sample, "waiting"),
-                    max_running=(r.meta.get("engine") or {}).get("max_num_seqs"))
+                    num_waiting=_int(sample, "waiting"), max_running=_max_num_seqs(r.meta))
     lines = diagnose.diagnoses(mine, {sid: lane}) + diagnose.usage_and_waiting(
         mine, gauges, _recent(model, sid, t_now, WAIT_WINDOW_S), WAIT_WINDOW_S)
     for line in lines or ["Nothing unusual in this lane's stream."]:
@@ -90,4 +89,14 @@ def lane_events(r, lane: str, bm, sample, t_now: float) -> None:
 
 def _int(sample, key: str) -> int | None:
     v = None if sample is None else sample.get(key)
-    return None if v is None or v != v else int(v)
+    try:
+        return None if v is None or v != v else int(v)
+    except (TypeError, ValueError, OverflowError):  # a hand-edited counter: not a gauge
+        return None
+
+
+def _max_num_seqs(meta: dict) -> int | None:
+    """The engine's running-batch limit from the run's metadata (None if absent or odd)."""
+    engine = meta.get("engine") if isinstance(meta, dict) else None
+    limit = engine.get("max_num_seqs") if isinstance(engine, dict) else None
+    return limit if type(limit) is int and limit > 0 else None

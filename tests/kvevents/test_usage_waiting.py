@@ -2,6 +2,9 @@
 synthetic stream (and the node's gauges), and silence where there is nothing to say."""
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
 from kvviz.node.kvevents import diagnose
 from kvviz.node.kvevents.decode import REMOVED, STORED, Event
 from kvviz.node.kvevents.diagnose import Gauges, gauges_from_scrapes, usage_and_waiting
@@ -70,3 +73,18 @@ def test_light_churn_and_no_waiting_say_nothing():
 def test_scrapes_without_an_ok_one_give_no_gauges():
     assert gauges_from_scrapes([{"status": "unreachable"}]) is None
     assert diagnose.gauges_from_scrapes([]) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=hst.lists(hst.fixed_dictionaries(
+    {"status": hst.sampled_from(["ok", "unreachable"])},
+    optional={k: hst.one_of(hst.none(), hst.floats(), hst.integers(-2**70, 2**70),
+                            hst.text(max_size=3))
+              for k in ("kv_usage", "num_gpu_blocks", "num_running", "num_waiting")}),
+    max_size=6), cached=hst.integers(0, 40), recent=hst.none() | hst.tuples(
+        hst.integers(0, 9), hst.integers(0, 9)))
+def test_any_scrape_gives_gauges_or_none_and_sentences(rows, cached, recent):
+    g = gauges_from_scrapes(rows)
+    lines = usage_and_waiting(_model(cached) if cached else CacheModel(), g, recent)
+    assert all(isinstance(line, str) and line for line in lines)
+    assert not any(line.startswith("-") for line in lines)  # no negative request counts

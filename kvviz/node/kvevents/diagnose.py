@@ -46,16 +46,20 @@ def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) ->
     if not ok:
         return None
     last = ok[-1]
-
-    def num(key: str, kind=float):
-        v = last.get(key)
-        return None if v is None or v != v else kind(v)  # NaN: not reported
-    running = [r.get("num_running") for r in ok]
-    running = [int(v) for v in running if v is not None and v == v]
+    running = [v for v in (_num(r.get("num_running"), int) for r in ok) if v is not None]
     flat = len(running) >= FLAT_MIN_SCRAPES and running[-1] > 0 and \
         all(v == running[-1] for v in running[-FLAT_MIN_SCRAPES:])
-    return Gauges(num("kv_usage"), num("num_gpu_blocks", int), num("num_running", int),
-                  num("num_waiting", int), max_running, flat)
+    return Gauges(_num(last.get("kv_usage"), float), _num(last.get("num_gpu_blocks"), int),
+                  _num(last.get("num_running"), int), _num(last.get("num_waiting"), int),
+                  max_running, flat)
+
+
+def _num(v, kind):
+    """A scraped number, or None when it is missing, NaN, negative, huge or not a number."""
+    try:
+        return None if v is None or v != v else kind(v) if 0 <= float(v) < 1e18 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def shared_prefix_tokens(roots: Sequence[tuple]) -> tuple[int, int]:
