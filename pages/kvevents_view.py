@@ -1,7 +1,8 @@
 """The KV events view (a tab of the Node page): a serving node's prefix cache rebuilt from its
 KV-event stream (recorded by `kvviz events`, or started here), and a fleet of streams side by
-side. `render()` draws the whole tab; `summary(run)` is the compact form the Live page shows
-beside a lane's block map. Not a page of its own (app.py does not list it)."""
+side. `render()` draws the whole tab (pages/kvevents_waiting.py adds "why are requests
+waiting?"; Live's compact form is pages/kvevents_live.py). Not a page of its own: app.py does
+not list it."""
 from __future__ import annotations
 
 import streamlit as st
