@@ -20,7 +20,6 @@ PAGES = [
     ("pages/replay.py", "Replay", ":material/replay:"),
     ("pages/gpu.py", "GPU", ":material/memory:"),
     ("pages/node.py", "Node", ":material/dns:"),
-    ("pages/kvevents.py", "KV events", ":material/account_tree:"),
 ]
 
 st.set_page_config(page_title="kvviz", page_icon=":material/grid_view:", layout="wide")

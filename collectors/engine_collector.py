@@ -77,6 +77,7 @@ class EngineCollector:
         self.kv_factory = kv_factory  # real mode: allocator -> RealKV
         self.hooks: list[Hook] = []  # each called with every sample record (engine thread)
         self.sim_hooks: list[Callable] = []  # (sim, t) before each sample (kv-events publisher)
+        self.kv_rows: list[tuple] = []  # published KV-event batches, recorded with the sample
         self.stop_reason: str | None = None
         self.loop_no = 0
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
@@ -186,8 +187,9 @@ class EngineCollector:
     def _batch(self, t: float) -> Batch:
         for hook in self.sim_hooks:
             hook(self.sim, t)
+        kv, self.kv_rows = self.kv_rows, []
         return Batch(t, [self._lane_sample(ln, t) for ln in self.sim.lanes], self._new_events(),
-                     self._device())
+                     self._device(), kv)
 
     def _restart(self, t: float, sink: SampleWriter) -> None:
         """--loop: a fresh seeded stream; counters and ids continue."""

@@ -63,6 +63,7 @@ class Batch(NamedTuple):
     lanes: list[LaneSample]
     events: EventColumns  # already in run time and run-wide sequence ids
     device: Callable[[], list[dict]] | None  # called in put() (cheap: RSS, NVML, torch)
+    kv: list | tuple = ()  # the collector's own published KV-event batches (engine_source rows)
 
 
 class SampleWriter:
@@ -229,7 +230,7 @@ class SampleWriter:
             if here:
                 records.append({"t": batch.t, "step": s.step, "lane": s.lane, **rec})
         devices = batch.device() if batch.device is not None else []
-        item = (float(batch.t), lanes, batch.events, devices, here)
+        item = (float(batch.t), lanes, batch.events, devices, here, batch.kv)
         if self.mode == "process":
             self._q.put(store_process.pack(("batch", *item)))
         elif self.mode == "thread":

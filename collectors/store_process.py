@@ -78,10 +78,11 @@ class StoreSpec(NamedTuple):
 
 
 def write_batch(w, t: float, lanes: list, events: list, devices: list[dict],
-                has_metrics: bool = True) -> int:
+                has_metrics: bool = True, kv: list = ()) -> int:
     """One sample batch -> rows, committed as one transaction. Returns the samples written.
     `lanes`: (step, lane, rec, blockmap); rec holds sample_id, counters and, when
-    `has_metrics`, the block map's metrics (else they are computed here)."""
+    `has_metrics`, the block map's metrics (else they are computed here). `kv`: the
+    collector's own published KV-event batches (kvviz.node.kvevents.store.add_own_batches)."""
     for step, lane, rec, bm in lanes:
         if not has_metrics:
             from kvviz.metrics import compute
@@ -92,6 +93,10 @@ def write_batch(w, t: float, lanes: list, events: list, devices: list[dict],
     w.add_events(events)
     for dev in devices:
         w.add_device_memory(t, dev)
+    if kv:
+        from kvviz.node.kvevents.store import add_own_batches
+
+        add_own_batches(w.conn, t, kv)
     w.commit()
     return len(lanes)
 

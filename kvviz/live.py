@@ -139,6 +139,8 @@ class CollectorOptions:
                 args += [flag, str(value)]
         for lane in self.lanes:
             args += ["--lane", lane]
+        if any(LaneSpec.parse(lane).prefix_caching for lane in self.lanes):
+            args.append("--kv-events-record")  # its own KV-event stream, for the Live page
         return args + (["--loop"] if self.loop else [])
 
 

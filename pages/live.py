@@ -14,7 +14,7 @@ from kvviz.viz import pressure as vp
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
-from pages import common
+from pages import common, kvevents_live
 
 WINDOW_S = 300.0  # seconds of history in the time series
 PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (why not faster: docs/BENCHMARKS.md)
@@ -80,6 +80,7 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
         common.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
                                               title=lane), key=key,
                                on_zoom=partial(zoom_to, key, bm.num_blocks))
+        kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
 
 
 def zoom_to(key: str, num_blocks: int) -> None:

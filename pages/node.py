@@ -1,5 +1,6 @@
-"""Node: a real serving node's /metrics over time, a fleet via Prometheus, and a torch CUDA
-memory snapshot (loaded with kvviz.torchsnap's safe loader, never pickle.load).
+"""Node: a real serving node's /metrics over time, its KV-event streams (pages/kvevents_view),
+a fleet via Prometheus, and a torch CUDA memory snapshot (loaded with kvviz.torchsnap's safe
+loader, never pickle.load).
 
 Text that comes from outside (node messages, scraped bodies, Prometheus errors, URLs, file
 names) is never rendered as Markdown: it goes through `md` (escaped) or st.code / tables."""
@@ -22,7 +23,7 @@ from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import common
+from pages import common, kvevents_view
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
@@ -186,11 +187,14 @@ def snapshot_tab() -> None:
 
 common.enter_through_app("pages/node.py")
 st.title("Serving node")
-st.caption("A vLLM/SGLang node through its Prometheus /metrics, a fleet through a Prometheus "
-           "server, and PyTorch's caching allocator through a memory snapshot.")
-node, fleet, snapshot = st.tabs(["Node", "Fleet", "PyTorch memory snapshot"])
+st.caption("A vLLM/SGLang node through its Prometheus /metrics and its KV-event streams, a "
+           "fleet through a Prometheus server, and PyTorch's caching allocator through a "
+           "memory snapshot.")
+node, kv, fleet, snapshot = st.tabs(["Node", "KV events", "Fleet", "PyTorch memory snapshot"])
 with node:
     node_tab()
+with kv:
+    kvevents_view.render()
 with fleet:
     fleet_tab()
 with snapshot:

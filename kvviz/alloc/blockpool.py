@@ -4,6 +4,12 @@ Two kinds of free block: plain ones on a stack (a fresh pool hands out low ids f
 blocks are reused first) and cached ones that still hold a full block of some prefix's content,
 kept in LRU order and evicted only when no plain block is left. A prefix block is known by its
 key (chain id, end token; kvviz/alloc/prefix.py); registering a key again forgets the older copy.
+
+The event log (off unless `start_log()` was called): every key that becomes cached is appended
+as ("stored", key, parent key) and every evicted key as ("removed", key, None), in the order
+they happen, until `drain_log()` takes them. A KV-event publisher drains it once per sample, so
+blocks stored and evicted between two samples are published too. Off, it costs one test of
+`self.log` per register and per evicted block.
 """
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ from collections import OrderedDict
 import numpy as np
 
 Key = tuple[int, int]
+STORED, REMOVED = "stored", "removed"
+LogEntry = tuple[str, Key, "Key | None"]  # (STORED | REMOVED, key, parent key of a store)
 
 
 class BlockPool:
@@ -25,6 +33,20 @@ class BlockPool:
         self._key_of: dict[int, Key] = {}
         self._block_of: dict[Key, int] = {}
         self.parent_of: dict[Key, Key | None] = {}  # cached key -> the key before it
+        self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
+
+    def start_log(self) -> dict[Key, Key | None]:
+        """Log from now on; returns the keys cached now (key -> parent key), the state the
+        log's entries apply to."""
+        self.log = []
+        return {k: self.parent_of.get(k) for k in self._block_of}
+
+    def drain_log(self) -> list[LogEntry]:
+        """The entries since the last drain, oldest first (empty when not logging)."""
+        out = self.log or []
+        if self.log is not None:
+            self.log = []
+        return out
 
     @property
     def free_count(self) -> int:
@@ -45,6 +67,8 @@ class BlockPool:
                 gone = self._key_of.pop(b)
                 del self._block_of[gone]
                 self.parent_of.pop(gone, None)
+                if self.log is not None:
+                    self.log.append((REMOVED, gone, None))
             ev = np.asarray(evicted, np.int32)
             self.cached[ev] = False
             self.content[ev] = 0
@@ -87,6 +111,8 @@ class BlockPool:
         before it in the prompt (None for a prompt's first block)."""
         self.parent_of[key] = parent
         stale = self._block_of.get(key)
+        if stale is None and self.log is not None:  # a key already cached is no new content
+            self.log.append((STORED, key, parent))
         if stale is not None:  # an older copy of this content: forget it
             del self._key_of[stale]
             if stale in self._lru:

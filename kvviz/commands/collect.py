@@ -98,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="with --kv-events: a ROUTER replay endpoint (e.g. tcp://127.0.0.1:5558)")
     a("--kv-events-format", choices=("vllm", "sglang"), default="vllm",
       help="event encoding: vllm (maps tagged by type) or sglang (tagged arrays)")
+    a("--kv-events-record", action="store_true",
+      help="record the paged prefix lanes' KV events into the run's kv tables (always done "
+           "with --kv-events; alone, nothing is published)")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -195,7 +198,7 @@ def build(args: argparse.Namespace):
             raise KvvizError("--metrics-port: the Prometheus exporter (collectors/prometheus.py) "
                              "is not available in this build") from None
         exporter.attach(collector, args.metrics_port, args.metrics_address)
-    if getattr(args, "kv_events", None):
+    if getattr(args, "kv_events", None) or getattr(args, "kv_events_record", False):
         from kvviz.node.kvevents import engine_source
 
         collector.kv_publishers = engine_source.attach(

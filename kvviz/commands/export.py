@@ -1,7 +1,9 @@
 """`kvviz export RUN.db --parquet DIR | --csv DIR`: tables for sharing and notebooks.
 
 Writes samples, events, device_memory and blockmaps (Parquet keeps the encoded arrays as
-binary columns; CSV gets the block-map index only) plus run.json (metadata and status).
+binary columns; CSV gets the block-map index only) plus run.json (metadata and status); a
+recording with KV-event streams (`kvviz events`, `kvviz collect --kv-events`) adds kv_streams,
+kv_batches and kv_gaps (Parquet keeps each batch's topic and payload bytes; CSV its counts).
 Existing files are refused unless --overwrite, and then replaced only when they are an
 earlier export of the same kind (or empty); every file is written atomically.
 """
@@ -17,6 +19,8 @@ from kvviz import safeio
 HELP = "export a recording's tables to Parquet or CSV"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_RUN_JSON = 64 * 2**20
+KV_TABLES = {"kv_streams": "stream_id", "kv_batches": "batch_id", "kv_gaps": "gap_id"}
+KV_BLOB_COLS = ("topic", "payload")  # kv_batches: raw frames, binary (Parquet only)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,6 +90,25 @@ def _targets(out: Path, fmt: str, tables: dict, overwrite: bool) -> dict[str, Pa
     return paths
 
 
+SQL_TYPES = {"INTEGER": {"integer"}, "REAL": {"real", "integer"}, "TEXT": {"text"},
+             "BLOB": {"blob"}}
+
+
+def _check_types(r, table: str) -> None:
+    """Every value of `table` has its column's declared type (or NULL where allowed): a
+    hand-edited value is named here, not met by the Parquet/CSV writer."""
+    from kvviz.errors import StoreError
+
+    for _, col, decl, notnull, _, _ in r._q(f"PRAGMA table_info({table})"):
+        allowed = SQL_TYPES.get(str(decl).upper())
+        if allowed is None or not _IDENT.match(col):
+            continue
+        for kind, n in r._q(f"SELECT typeof({col}), COUNT(*) FROM {table} GROUP BY 1"):
+            if kind not in allowed and not (kind == "null" and not notnull):
+                raise StoreError(f"{safeio.printable(r.path)}: damaged recording ({table}."
+                                 f"{col}: {n} row(s) hold {kind}, not {str(decl).lower()})")
+
+
 def run(args: argparse.Namespace) -> int:
     from kvviz.store.reader import RunReader
     from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
@@ -102,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
             tables = {"samples": r.samples(), "events": r.events(),
                       "device_memory": r.device_memory(),
                       "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
+            if r._has("kv_batches"):  # KV-event streams (kvviz/node/kvevents/store.py)
+                for name, key in KV_TABLES.items():
+                    _check_types(r, name)
+                    tables[name] = r._df(f"SELECT * FROM {name} ORDER BY {key}")
             header = {"status": r.status, "status_message": r.status_message,
                       "format_version": r.format_version, "meta": r.meta}
         finally:
@@ -123,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
                 safeio.atomic_write(paths[name], lambda tmp, df=df: df.to_parquet(
                     tmp, engine="pyarrow", index=False), f"{name}.parquet")
             else:
-                data = df.drop(columns=[c for c in BLOB_COLS if c in df.columns])
+                binary = BLOB_COLS + KV_BLOB_COLS if name == "kv_batches" else BLOB_COLS
+                data = df.drop(columns=[c for c in binary if c in df.columns])
                 safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
                     tmp, index=False), f"{name}.csv")
         shown = safeio.printable(out)

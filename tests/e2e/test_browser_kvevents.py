@@ -1,4 +1,5 @@
-"""The KV events page in a real browser: the prefix forest (icicle) draws, no error box."""
+"""The Node page's KV events tab in a real browser: the prefix forest (icicle) draws, no error
+box."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ SHOTS = Path(os.environ.get("KVVIZ_SCREENSHOTS") or ROOT / ".pytest-screenshots"
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
-def test_kv_events_page_draws_the_forest(tmp_path):
+def test_kv_events_tab_draws_the_forest(tmp_path):
     sys.path.insert(0, str(ROOT))
     from tests.kvevents.conftest import free_base_port
     from tests.kvevents.recordings import write_kv_recording
@@ -27,7 +28,8 @@ def test_kv_events_page_draws_the_forest(tmp_path):
             sync_api.sync_playwright() as p:
         b = launch(p)
         page = b.new_page(viewport={"width": 1500, "height": 2200})
-        page.goto(f"{url}/kvevents")
+        page.goto(f"{url}/node")
+        page.get_by_role("tab", name="KV events").click(timeout=60_000)
         page.wait_for_selector("g.iciclelayer", timeout=60_000)
         page.wait_for_selector("text=different seeds", timeout=30_000)
         page.wait_for_timeout(2000)

@@ -1,4 +1,5 @@
-"""pages/kvevents.py under AppTest: the forest, timeline, diagnoses and gaps of a recording."""
+"""The Node page's KV events tab (pages/kvevents_view.py) under AppTest: the forest, timeline,
+diagnoses and gaps of a recording."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from pagehelpers import figures, no_exception, page  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_kv_recording  # noqa: E402
 
-PAGE = "pages/kvevents.py"
+PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
 
 @pytest.fixture
@@ -43,6 +44,13 @@ def test_the_page_shows_forest_timeline_diagnoses_and_gaps(kv_runs):
     assert "evicted and stored again" in text
     assert "2 batches lost" in text
     assert any(len(df.value) == 1 for df in at.dataframe)  # the gap table
+
+
+def test_the_view_is_a_tab_of_the_node_page_and_not_a_page_of_its_own(kv_runs):
+    at = page(PAGE)
+    no_exception(at)
+    assert "KV events" in [t.label for t in at.tabs]
+    assert "kvevents" not in (ROOT / "app.py").read_text()
 
 
 def test_no_recording_says_how_to_make_one(kv_runs):
@@ -113,3 +121,30 @@ def test_recording_started_from_the_page_shows_the_stream(kv_runs):
         stop.set()
         th.join()
         pub.close()  # a recorder left running by a failure ends at exit (atexit)
+
+
+def _node_run(path, waiting: int) -> None:
+    from kvviz.store.writer import RunWriter
+
+    w = RunWriter(path, {"mode": "node", "url": "http://n:8000/metrics", "lanes": []})
+    for i in range(4):
+        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://n:8000/metrics",
+                                     "status": "ok", "message": "", "engine": "vllm",
+                                     "kv_usage": 0.01, "num_running": 4, "num_waiting": waiting,
+                                     "block_size": 16, "num_gpu_blocks": 1000}, {})
+    w.close()
+
+
+def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_runs):
+    write_kv_recording(kv_runs / "ev.db", free_base_port(2))
+    _node_run(kv_runs / "node.db", waiting=6)
+    at = page(PAGE)
+    no_exception(at)
+    assert at.selectbox(key="kve_gauges").value == "node.db"  # the Node tab's recording
+    text = " ".join(_texts(at))
+    assert "6 requests wait while KV usage is only 1%" in text
+    assert "4 requests have run in every recent scrape" in text
+    assert "of them are held by no running request" in text  # 10 blocks in use, more cached
+    at.selectbox(key="kve_gauges").set_value("none").run()
+    assert "requests wait" not in " ".join(_texts(at))
+    assert "cannot tell blocks in use from evictable ones" in " ".join(_texts(at))

@@ -27,12 +27,14 @@ def test_engine_events_round_trip_with_identical_block_sets(fmt):
         while not sim.finished:
             for _ in range(5):
                 sim.step()
-            lp.update(cached_prefix_keys(sim.lanes[0].alloc))
+            lp.follow(sim.lanes[0].alloc)
             sub.poll(0)
         removed = sum(s.removed_blocks for s in sub.streams)
         drain(sub, lambda: sub.streams[0].last_seq == lp.pub.seq - 1)
         (f,) = sub.model.forests.values()
         assert set(f.parent) == lp.cached_hashes() and f.parent
+        keys = cached_prefix_keys(sim.lanes[0].alloc)  # and both are the allocator's cache
+        assert lp.cached_hashes() == {lp.hash_of(k) for k in keys}
         assert removed > 0  # the load evicts cached prefixes: both kinds of event were sent
         assert sub.streams[0].encoding == ("map" if fmt == "vllm" else "array")
     finally:

@@ -58,3 +58,18 @@ def test_loading_in_steps_equals_loading_at_once(tmp_path):
         {k: f.parent for k, f in whole.forests.items()}
     sub.close()
     w.close()
+
+
+def test_a_model_read_in_pieces_equals_one_read_at_once(tmp_path):
+    from tests.kvevents.recordings import write_kv_recording
+
+    write_kv_recording(tmp_path / "ev.db", free_base_port(2))
+    with store.connect(tmp_path / "ev.db") as conn:
+        whole, end = store.load_model(conn)
+        model, last, pieces = None, 0, 0
+        while last < end:
+            model, last = store.load_model(conn, last, model, limit=3)
+            pieces += 1
+    assert pieces > 3
+    assert {k: f.parent for k, f in model.forests.items()} == \
+        {k: f.parent for k, f in whole.forests.items()}

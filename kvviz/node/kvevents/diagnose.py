@@ -3,16 +3,63 @@
 Each answers a question people ask about real nodes: why is the prefix hit rate 0 although
 prompts share a system prompt (a block larger than the shared prefix; different hash seeds
 across instances), which prefixes are evicted and recomputed (churn), and what the stream
-itself lost (sequence gaps, restarts).
+itself lost (sequence gaps, restarts); and "usage looks low, why are requests waiting?"
+(`usage_and_waiting`, from the events plus the node's scraped gauges when there are some).
+
+What events can and cannot show: they name content blocks by hash (stored, evicted, cleared),
+never a physical block, a request, a reference count or a partly filled block. So the stream
+says how many blocks are cached and how fast they are stored, evicted and recomputed; only the
+node's gauges (usage, running, waiting) say how many blocks requests hold and who waits.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvviz.node.kvevents.model import CacheModel, Forest
 
 CHURN_MIN_RESTORES = 3  # a block stored again this many times after eviction is "churning"
 MIN_SHARED_TOKENS = 4  # a common start shorter than this is not called a shared prefix
+LOW_USAGE = 0.8  # below this KV usage, waiting requests are not waiting for memory
+RECOMPUTE_SHARE = 0.2  # this share of stores being re-stores of evicted blocks is heavy churn
+RECOMPUTE_MIN_STORES = 50  # fewer stores than this say nothing about churn
+FLAT_MIN_SCRAPES = 3  # running flat at its peak over this many scrapes looks like a limit
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """The node's scraped numbers at the latest scrape (None: the node does not report it).
+    `max_running`: a max-num-seqs style limit when known (kvviz's own engine);
+    `running_flat`: num_running was at its peak in every recent scrape (>= FLAT_MIN_SCRAPES)."""
+    kv_usage: float | None = None
+    num_gpu_blocks: int | None = None
+    num_running: int | None = None
+    num_waiting: int | None = None
+    max_running: int | None = None
+    running_flat: bool = False
+
+
+def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) -> Gauges | None:
+    """Gauges from a node recording's recent ok scrapes, oldest first (dicts of node_samples
+    columns); None when there is none."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        return None
+    last = ok[-1]
+    running = [v for v in (_num(r.get("num_running"), int) for r in ok) if v is not None]
+    flat = len(running) >= FLAT_MIN_SCRAPES and running[-1] > 0 and \
+        all(v == running[-1] for v in running[-FLAT_MIN_SCRAPES:])
+    return Gauges(_num(last.get("kv_usage"), float), _num(last.get("num_gpu_blocks"), int),
+                  _num(last.get("num_running"), int), _num(last.get("num_waiting"), int),
+                  max_running, flat)
+
+
+def _num(v, kind):
+    """A scraped number, or None when it is missing, NaN, negative, huge or not a number."""
+    try:
+        return None if v is None or v != v else kind(v) if 0 <= float(v) < 1e18 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def shared_prefix_tokens(roots: Sequence[tuple]) -> tuple[int, int]:
@@ -109,3 +156,87 @@ def overlap(model: CacheModel, streams: Sequence[int]) -> list[list[float]]:
     sets = {s: set().union(*(f.parent.keys() for _, f in model.of_stream(s))) for s in streams}
     return [[(len(sets[a] & sets[b]) / len(sets[a])) if sets[a] else 0.0 for b in streams]
             for a in streams]
+
+
+def recent_counts(timeline: Sequence[tuple], end_s: float, window_s: float
+                  ) -> tuple[int, int]:
+    """(blocks stored, blocks evicted) over all streams in the seconds (end_s - window_s,
+    end_s]; `timeline`: (stream, whole second, stored, removed) rows (store.timeline)."""
+    rows = [r for r in timeline if end_s - window_s <= r[1] + 1 <= end_s + 1]
+    return sum(int(r[2] or 0) for r in rows), sum(int(r[3] or 0) for r in rows)
+
+
+def usage_and_waiting(model: CacheModel, gauges: Gauges | None = None,
+                      recent: tuple[int, int] | None = None, window_s: float = 30.0
+                      ) -> list[str]:
+    """"Usage looks low, why are requests waiting?" in plain sentences, for all GPU caches of
+    the model together (one node). `recent`: (blocks stored, blocks evicted) in the last
+    `window_s` seconds of the stream, when known."""
+    gpu = [f for k, f in model.forests.items() if k.medium == "GPU"]
+    cached = sum(len(f.parent) for f in gpu)
+    out = []
+    g = gauges or Gauges()
+    if g.kv_usage is not None and g.num_gpu_blocks:
+        used = round(g.kv_usage * g.num_gpu_blocks)
+        if cached > used:
+            idle = cached - used
+            out.append(f"KV usage is {g.kv_usage:.0%} ({used:,} of {g.num_gpu_blocks:,} blocks "
+                       f"in use), yet the event stream holds {cached:,} cached blocks: at least "
+                       f"{idle:,} ({idle / cached:.0%}) of them are held by no running request. "
+                       "They are evictable prefix-cache blocks (stored, not removed, no longer "
+                       "referenced); usage counts them as free, and the engine reuses them "
+                       "(evicting them) as soon as it needs memory.")
+    elif cached:
+        tokens = sum(f.cached_tokens for f in gpu)
+        out.append(f"The event stream holds {cached:,} cached blocks ({tokens:,} tokens). Events "
+                   "carry no request ids or reference counts, so they cannot tell blocks in use "
+                   "from evictable ones; scrape the node's /metrics (Node tab) to compare with "
+                   "its KV usage.")
+    if g.num_waiting:
+        out.append(_waiting(g, recent, window_s))
+    out += _recompute(gpu, g)
+    return out
+
+
+def _waiting(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
+    w, run = g.num_waiting, g.num_running
+    if g.kv_usage is None:
+        msg = f"{w} requests wait; the node reports no KV usage, so memory cannot be ruled out."
+    elif g.kv_usage >= LOW_USAGE:
+        msg = (f"{w} requests wait with KV usage at {g.kv_usage:.0%}: memory is the limit "
+               "(admission needs free blocks")
+        msg += (f"; {recent[1]:,} cached blocks were evicted in the last {window_s:.0f} s)."
+                if recent and recent[1] else ").")
+        return msg
+    else:
+        msg = (f"{w} requests wait while KV usage is only {g.kv_usage:.0%}: memory is not "
+               "what holds them back")
+        if g.max_running and run is not None and run >= g.max_running:
+            msg += (f"; {run} requests run, the scheduler's limit of {g.max_running} "
+                    "(max-num-seqs): admission waits for a running request to finish.")
+        elif g.running_flat and run:
+            msg += (f"; {run} requests have run in every recent scrape, a flat maximum, as a "
+                    f"max-num-seqs style limit of {run} would give.")
+        else:
+            msg += ("; a scheduler limit (max-num-seqs, max-num-batched-tokens, the prefill "
+                    "budget) is the likely cause.")
+    if recent is not None and recent[0] == 0:
+        msg += (f" No block was stored in the last {window_s:.0f} s: no new full block of "
+                "prompt or output was computed, so admission has stalled, not slowed.")
+    return msg
+
+
+def _recompute(gpu: list[Forest], g: Gauges) -> list[str]:
+    stored = sum(f.stored for f in gpu)
+    again = sum(sum(f.restores.values()) for f in gpu)
+    if stored < RECOMPUTE_MIN_STORES or again < RECOMPUTE_SHARE * stored:
+        return []
+    msg = (f"{again:,} of {stored:,} stored blocks ({again / stored:.0%}) had been stored "
+           "before and evicted: their prefill was computed again (remove churn).")
+    if g.num_waiting and g.kv_usage is not None and g.kv_usage < LOW_USAGE:
+        msg += (" Usage is low, so running requests are not short of memory: free blocks "
+                "are reused oldest first, and these prefixes were not used again before their "
+                "turn came. A larger KV pool or fewer distinct prefixes would keep them.")
+    else:
+        msg += " The cache is smaller than the prefixes in use; more KV memory would keep them."
+    return [msg]

@@ -2,21 +2,25 @@
 BlockRemoved, published like a vLLM node (lane k of the paged prefix lanes = DP rank k,
 port + k).
 
-Events are the difference between two looks at a lane's cached prefix blocks (taken at each
-sample): blocks that became cached are stored, blocks that left the cache were evicted. Blocks
-stored and evicted between two samples are not seen. The only look into the allocator is
-`cached_prefix_keys`; everything else works on its keys.
+Events come from the block pool's event log (kvviz/alloc/blockpool.py): every key that became
+cached and every eviction, in the order they happened, drained once per sample. So a block
+stored and evicted between two samples is published as BlockStored then BlockRemoved. A lane
+whose pool is replaced (a --loop restart) publishes AllBlocksCleared, then the new pool's
+cache. Each published batch can also be kept as a kv_batches row (`rows`), so the collector
+records its own stream into its run (docs/FORMAT.md, "KV-event streams").
 """
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 
+from kvviz.alloc.blockpool import REMOVED, LogEntry
 from kvviz.node.kvevents.endpoints import endpoint_for_rank
-from kvviz.node.kvevents.publisher import Publisher, removed, stored
+from kvviz.node.kvevents.publisher import Publisher, Unpublished, cleared, removed, stored
 
 Key = tuple[int, int]  # (content id of the prompt up to `end`, end): kvviz.alloc.prefix
 VOCAB = 32_000
+ENCODING = {"vllm": "map", "sglang": "array"}  # how kvviz.node.kvevents.decode names them
 
 
 def cached_prefix_keys(alloc) -> dict[Key, Key | None]:
@@ -45,11 +49,16 @@ def synthetic_tokens(key: Key, block_size: int) -> list[int]:
 
 
 class LanePublisher:
-    """Diffs one lane's cached prefix blocks against the previous look and publishes."""
+    """Publishes one lane's prefix-cache log. `rows` (None: not kept) collects a
+    (lane, endpoint, dp_rank, encoding, seq, ts, n_events, n_stored, n_removed, n_cleared,
+    payload) tuple per published batch until the owner takes them."""
 
-    def __init__(self, pub: Publisher, block_size: int) -> None:
-        self.pub, self.block_size = pub, block_size
+    def __init__(self, pub: Publisher | Unpublished, block_size: int, lane: str = "",
+                 endpoint: str = "") -> None:
+        self.pub, self.block_size, self.lane, self.endpoint = pub, block_size, lane, endpoint
         self.known: set[Key] = set()
+        self.pool = None
+        self.rows: list[tuple] | None = None
 
     @staticmethod
     def hash_of(key: Key) -> int:
@@ -58,48 +67,95 @@ class LanePublisher:
         no memory of past keys."""
         return block_hash(None, key)
 
-    def update(self, keys: dict[Key, Key | None], ts: float | None = None) -> int:
-        """Publish what changed since the last call (`keys`: cached key -> its parent key);
-        returns the number of events sent."""
-        gone, new = self.known - keys.keys(), keys.keys() - self.known
-        fmt, bs = self.pub.fmt, self.block_size
-        events = []
-        if gone:
-            events.append(removed([self.hash_of(k) for k in sorted(gone)], fmt))
-        for k in sorted(new, key=lambda k: (k[1], k[0])):  # parents (shorter) first
-            p = keys[k]
-            events.append(stored([self.hash_of(k)], None if p is None else self.hash_of(p),
-                                 synthetic_tokens(k, bs), bs, fmt))
-        self.known = set(keys)
-        if events:
-            self.pub.publish(events, ts)
+    def follow(self, alloc, ts: float | None = None) -> int:
+        """Publish what `alloc`'s prefix cache did since the last call (its whole cache on the
+        first call, or when the lane's pool was replaced); returns the events sent."""
+        pool = alloc._pool
+        if pool is self.pool:
+            return self._publish(self._events(pool.drain_log()), ts)
+        head = [cleared(self.pub.fmt)] if self.known else []
+        self.known.clear()
+        self.pool = pool
+        now = pool.start_log()  # the cache as it is: stored, parents (shorter keys) first
+        entries = [("stored", k, now[k]) for k in sorted(now, key=lambda k: (k[1], k[0]))]
+        return self._publish(head + self._events(entries), ts)
+
+    def _events(self, entries: list[LogEntry]) -> list:
+        """Log entries -> events in the same order: consecutive removals form one
+        BlockRemoved; a store whose parent is the previous store's block extends it."""
+        runs: list[list] = []  # [is_removal, hashes, parent hash, token ids]
+        bs, known, h = self.block_size, self.known, self.hash_of
+        for kind, key, parent in entries:
+            last = runs[-1] if runs else None
+            if kind == REMOVED:
+                known.discard(key)
+                if last is not None and last[0]:
+                    last[1].append(h(key))
+                else:
+                    runs.append([True, [h(key)], None, None])
+                continue
+            known.add(key)
+            ph = None if parent is None else h(parent)
+            if last is not None and not last[0] and ph is not None and last[1][-1] == ph:
+                last[1].append(h(key))
+                last[3] += synthetic_tokens(key, bs)
+            else:
+                runs.append([False, [h(key)], ph, synthetic_tokens(key, bs)])
+        fmt = self.pub.fmt
+        return [removed(r[1], fmt) if r[0] else stored(r[1], r[2], r[3], bs, fmt) for r in runs]
+
+    def _publish(self, events: list, ts: float | None) -> int:
+        if not events:
+            return 0
+        seq = self.pub.publish(events, ts)
+        if self.rows is not None:
+            ns = nr = nc = 0
+            for e in events:
+                tag = e["type"] if isinstance(e, dict) else e[0]
+                if tag == "BlockStored":
+                    ns += len(e["block_hashes"] if isinstance(e, dict) else e[1])
+                elif tag == "BlockRemoved":
+                    nr += len(e["block_hashes"] if isinstance(e, dict) else e[1])
+                else:
+                    nc += 1
+            self.rows.append((self.lane, self.endpoint, self.pub.dp_rank or 0,
+                              ENCODING[self.pub.fmt], seq, self.pub.last_ts, len(events), ns,
+                              nr, nc, self.pub.last_payload))
         return len(events)
 
     def cached_hashes(self) -> set[int]:
         return {self.hash_of(k) for k in self.known}
 
 
-def attach(collector, endpoint: str, replay: str | None = None, fmt: str = "vllm"
-           ) -> list[LanePublisher]:
-    """Publish the collector's paged prefix-caching lanes (lane k on port + k); raises
-    ValueError when there is none or an address cannot be bound."""
+def attach(collector, endpoint: str | None, replay: str | None = None, fmt: str = "vllm",
+           record: bool = True) -> list[LanePublisher]:
+    """Publish the collector's paged prefix-caching lanes (lane k on port + k; no sockets
+    when `endpoint` is None); raises ValueError when there is none or an address cannot be
+    bound. With `record`, every batch also goes into the run's kv tables (the collector's
+    `kv_rows`)."""
     lanes = [ln for ln in collector.sim.lanes if cached_prefix_keys_supported(ln.alloc)]
     if not lanes:
-        raise ValueError("--kv-events: no lane caches prefixes; add one such as "
+        flag = "--kv-events" if endpoint is not None else "--kv-events-record"
+        raise ValueError(f"{flag}: no lane caches prefixes; add one such as "
                          "--lane paged:16:prefix")
     pubs: list[LanePublisher] = []
     try:
         for k, ln in enumerate(lanes):
-            pub = Publisher(endpoint_for_rank(endpoint, k),
-                            None if replay is None else endpoint_for_rank(replay, k), fmt,
-                            dp_rank=k)
-            pubs.append(LanePublisher(pub, ln.alloc.block_size))
+            if endpoint is None:
+                ep, pub = f"kvviz:{ln.name}", Unpublished(fmt, dp_rank=k)
+            else:
+                ep = endpoint_for_rank(endpoint, k)
+                pub = Publisher(ep, None if replay is None else endpoint_for_rank(replay, k),
+                                fmt, dp_rank=k)
+            pubs.append(LanePublisher(pub, ln.alloc.block_size, ln.name, ep))
     except BaseException:
         for p in pubs:
             p.pub.close()
         raise
-    names = [ln.name for ln in lanes]
-    collector.sim_hooks.append(_hook(pubs, names))
+    if record:
+        for lp in pubs:
+            lp.rows = []
+    collector.sim_hooks.append(_hook(pubs, collector if record else None))
     return pubs
 
 
@@ -107,11 +163,14 @@ def cached_prefix_keys_supported(alloc) -> bool:
     return bool(getattr(alloc, "prefix_caching", False)) and hasattr(alloc, "_pool")
 
 
-def _hook(pubs: list[LanePublisher], names: list[str]) -> Callable:
+def _hook(pubs: list[LanePublisher], collector) -> Callable:
     def on_sample(sim, t: float) -> None:
         by_name = {ln.name: ln for ln in sim.lanes}
-        for lp, name in zip(pubs, names):
-            ln = by_name.get(name)
+        for lp in pubs:
+            ln = by_name.get(lp.lane)
             if ln is not None:
-                lp.update(cached_prefix_keys(ln.alloc))
+                lp.follow(ln.alloc)
+            if collector is not None and lp.rows:
+                collector.kv_rows.extend(lp.rows)
+                lp.rows.clear()
     return on_sample

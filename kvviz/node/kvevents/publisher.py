@@ -29,6 +29,10 @@ def stored(hashes: list, parent: Any, token_ids: list, block_size: int, fmt: str
     return ["BlockStored", hashes, parent, token_ids, block_size, None, medium]
 
 
+def cleared(fmt: str) -> Any:
+    return {"type": "AllBlocksCleared"} if fmt == "vllm" else ["AllBlocksCleared"]
+
+
 def removed(hashes: list, fmt: str, medium: str = "GPU") -> Any:
     if fmt == "vllm":
         return {"type": "BlockRemoved", "block_hashes": hashes, "medium": medium}
@@ -43,6 +47,7 @@ class Publisher:
             raise ValueError(f"--kv-events-format: must be one of {list(FORMATS)}, got {fmt!r}")
         self.fmt, self.topic, self.dp_rank = fmt, topic.encode(), dp_rank
         self.seq = 0
+        self.last_ts, self.last_payload = 0.0, b""  # of the latest batch sent
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -66,7 +71,9 @@ class Publisher:
 
     def publish(self, events: list, ts: float | None = None) -> int:
         """Send one batch; returns its seq."""
-        payload = _enc.encode([time.time() if ts is None else ts, events, self.dp_rank])
+        ts = time.time() if ts is None else ts
+        payload = _enc.encode([ts, events, self.dp_rank])
+        self.last_ts, self.last_payload = ts, payload
         seq = self.seq
         with self._lock:
             self._buf.append((seq, payload))
@@ -95,3 +102,23 @@ class Publisher:
             self.router.close()
         self.pub.close()
         self.ctx.term()
+
+
+class Unpublished:
+    """A Publisher without sockets: batches are numbered and encoded the same way (for a run
+    that records its own stream, `kvviz collect --kv-events-record`), and sent nowhere."""
+
+    def __init__(self, fmt: str = "vllm", dp_rank: int | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"--kv-events-format: must be one of {list(FORMATS)}, got {fmt!r}")
+        self.fmt, self.dp_rank, self.seq = fmt, dp_rank, 0
+        self.last_ts, self.last_payload = 0.0, b""
+
+    def publish(self, events: list, ts: float | None = None) -> int:
+        self.last_ts = time.time() if ts is None else ts
+        self.last_payload = _enc.encode([self.last_ts, events, self.dp_rank])
+        self.seq += 1
+        return self.seq - 1
+
+    def close(self) -> None:
+        pass

@@ -70,6 +70,28 @@ class KvEventWriter:
             self._rows.clear()
 
 
+def add_own_batches(conn: sqlite3.Connection, t: float, rows: list[tuple]) -> None:
+    """A collector's own published batches (kvviz.node.kvevents.engine_source rows: lane,
+    endpoint, dp_rank, encoding, seq, ts, n_events, n_stored, n_removed, n_cleared, payload)
+    received at run time t -> kv_* rows. A stream per (endpoint, dp rank), created on its first
+    batch with summary_json {"lane": its lane}. The caller commits."""
+    kv = KvEventWriter(conn)
+    ids: dict[tuple, int] = {}
+    for lane, endpoint, rank, encoding, seq, ts, ne, ns, nr, nc, payload in rows:
+        sid = ids.get((endpoint, rank))
+        if sid is None:
+            got = conn.execute("SELECT stream_id FROM kv_streams WHERE endpoint = ? AND "
+                               "dp_rank = ?", (endpoint, rank)).fetchone()
+            if got is None:
+                sid = kv.add_stream(endpoint, rank, "", None)
+                kv.set_stream(sid, encoding, t, {"lane": lane})
+            else:
+                sid = int(got[0])
+            ids[(endpoint, rank)] = sid
+        kv.add_batch((sid, seq, t, ts, rank, ne, ns, nr, nc, 0, 0, "ok", b"", payload))
+    kv.flush()
+
+
 def _create(conn: sqlite3.Connection) -> None:
     for stmt in SCHEMA.split(";"):
         if stmt.strip():
@@ -114,19 +136,26 @@ def timeline(conn: sqlite3.Connection) -> list[tuple]:
                         "ORDER BY stream_id, s").fetchall()
 
 
-def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
+def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None,
+               limit: int | None = None):
     """Rebuild (or continue) the CacheModel from decodable batches with batch_id >
-    after_batch; returns (model, last batch id)."""
+    after_batch (at most `limit` of them); returns (model, last batch id)."""
     from kvviz.node.kvevents.decode import Undecodable, decode
     from kvviz.node.kvevents.model import CacheModel
 
     model = model if model is not None else CacheModel()
     rank_of = dict(conn.execute("SELECT stream_id, dp_rank FROM kv_streams").fetchall())
+    for sid, rank in rank_of.items():
+        if type(sid) is not int or type(rank) is not int:
+            raise ValueError(f"damaged recording: kv_streams row {sid!r}: dp_rank {rank!r} "
+                             "is not an integer")
     last = after_batch
     seqs = model._last_seq  # per stream, to see restarts as the subscriber did
     for bid, sid, seq, t, payload in conn.execute(
             "SELECT batch_id, stream_id, seq, t, payload FROM kv_batches WHERE batch_id > ? AND "
-            "status = 'ok' ORDER BY batch_id", (after_batch,)):
+            "status = 'ok' ORDER BY batch_id LIMIT ?", (after_batch, -1 if limit is None
+                                                         else limit)):
+        _check_row(bid, sid, seq, t, payload)
         last = bid
         if sid in seqs and seq <= seqs[sid]:  # a publisher restart: its cache is empty
             model.restart(sid)
@@ -137,6 +166,17 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model=None):
             continue
         model.apply(sid, rank_of.get(sid, 0) if b.dp_rank is None else b.dp_rank, b.events, t)
     return model, last
+
+
+def _check_row(bid, sid, seq, t, payload) -> None:
+    """One clear error for a hand-edited kv_batches row (values of the wrong type)."""
+    for name, v, ok in (("stream_id", sid, type(sid) is int), ("seq", seq, type(seq) is int),
+                        ("t", t, type(t) in (int, float) and t == t and abs(t) < 1e15),
+                        ("payload", payload, isinstance(payload, bytes))):
+        if not ok:
+            want = "bytes" if name == "payload" else "a number"
+            raise ValueError(f"damaged recording: kv_batches row {bid}: {name} "
+                             f"{str(v)[:40]!r} is not {want}")
 
 
 def stream_counts(conn: sqlite3.Connection) -> dict[int, dict]:

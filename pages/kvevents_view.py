@@ -1,5 +1,8 @@
-"""KV events: a serving node's prefix cache rebuilt from its KV-event stream (recorded by
-`kvviz events`, or started here), and a fleet of streams side by side."""
+"""The KV events view (a tab of the Node page): a serving node's prefix cache rebuilt from its
+KV-event stream (recorded by `kvviz events`, or started here), and a fleet of streams side by
+side. `render()` draws the whole tab (pages/kvevents_waiting.py adds "why are requests
+waiting?"; Live's compact form is pages/kvevents_live.py). Not a page of its own: app.py does
+not list it."""
 from __future__ import annotations
 
 import streamlit as st
@@ -11,6 +14,7 @@ from kvviz.node.kvevents.recorder import Recorder
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import kvevents as vk
 from pages import common
+from pages import kvevents_waiting as kw
 
 STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
 
@@ -81,13 +85,15 @@ def panel(run: str) -> None:
             gaps = store.gaps(conn)
             timeline = store.timeline(conn)
             model = model_of(run, conn)
+            end_s = kw.end_of_stream(conn, timeline)
         names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}
         summaries = [{**s, **counts.get(s["stream_id"], {}),
                       "cached_blocks": model.cached_blocks(s["stream_id"]),
                       "cached_tokens": model.cached_tokens(s["stream_id"])} for s in streams]
-        node, fleet = st.tabs(["Node", "Fleet"])
-        with node:
+        one, fleet = st.tabs(["One cache", "Streams side by side"])
+        with one:
             node_view(model, streams, names, summaries, gaps, timeline)
+            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges())
         with fleet:
             st.dataframe(vk.stream_table(summaries), hide_index=True)
             ids = [s["stream_id"] for s in streams]
@@ -139,17 +145,17 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
         st.dataframe(gaps, hide_index=True)
 
 
-common.enter_through_app("pages/kvevents.py")
-st.title("KV events")
-st.caption("The prefix cache of vLLM / SGLang / TensorRT-LLM nodes, rebuilt from the KV-event "
-           "streams they publish over ZeroMQ (see docs/NODE.md to enable them).")
-record_controls()
-runs = kv_recordings()
-if not runs:
-    st.info("No KV-event recording yet: start one above, or run `kvviz events "
-            "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
-else:
-    pick = st.selectbox("Recording", runs, key="kve_pick")
+def render() -> None:
+    """The whole KV events tab: record controls, a recording picker, its view."""
+    st.caption("The prefix cache of vLLM / SGLang / TensorRT-LLM nodes, rebuilt from the "
+               "KV-event streams they publish over ZeroMQ (see docs/NODE.md to enable them).")
+    record_controls()
+    runs = kv_recordings()
+    if not runs:
+        st.info("No KV-event recording yet: start one above, or run `kvviz events "
+                "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
+        return
+    pick = st.selectbox("KV-event recording", runs, key="kve_pick")
     with common.guard(f"Reading {pick}"):
         if is_live(pick):  # still being written: follow it
             st.fragment(run_every=2.0)(panel)(pick)

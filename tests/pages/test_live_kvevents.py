@@ -1,0 +1,50 @@
+"""Live shows kvviz's own engine both ways: under a prefix lane's block map, the KV-event stream
+the collector recorded for that lane (forest numbers, rates, diagnoses); other lanes and runs
+without a stream show none."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pagehelpers import canvases, no_exception, page
+
+from kvviz import live
+from kvviz.cli import main
+
+LANES = ["--lane", "paged:16:prefix", "--lane", "paged:16"]
+
+
+def _own_run(path: Path, *flags: str) -> None:
+    assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
+                 *LANES, "--prefix-sharing", "0.8", "--rate", "200", "--duration", "1.5",
+                 "--out", str(path), *flags]) == 0
+
+
+def _texts(at) -> str:
+    return " ".join(t.value for t in at.text)
+
+
+def test_a_prefix_lane_shows_its_event_stream_beside_its_block_map(runs: Path):
+    _own_run(runs / "own.db", "--kv-events-record")
+    at = page("pages/live.py", run="own.db")
+    at.sidebar.multiselect[0].set_value(["paged:16:prefix", "paged:16"]).run()
+    no_exception(at)
+    assert len(canvases(at)) == 2
+    heads = [m.value for m in at.markdown if "KV events of this lane" in m.value]
+    assert len(heads) == 1  # the prefix lane only
+    metrics = {m.label: m.value for m in at.get("metric")}
+    assert int(metrics["cached blocks"].replace(",", "")) > 0
+    text = _texts(at)  # 200 arrivals/s fill the cache: the lane's own gauges say who waits
+    assert "requests wait with KV usage at" in text and "memory is the limit" in text
+
+
+def test_a_run_without_an_event_stream_shows_no_event_view(runs: Path):
+    _own_run(runs / "plain.db")
+    at = page("pages/live.py", run="plain.db")
+    no_exception(at)
+    assert not [m for m in at.markdown if "KV events of this lane" in m.value]
+
+
+def test_the_live_collector_records_events_for_a_prefix_lane(tmp_path: Path):
+    prefix = live.CollectorOptions(lanes=("paged:16:prefix",)).argv(tmp_path / "x.db")
+    plain = live.CollectorOptions(lanes=("paged:16",)).argv(tmp_path / "x.db")
+    assert "--kv-events-record" in prefix and "--kv-events-record" not in plain
