@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node.kvevents import diagnose, store
 from kvviz.node.kvevents.recorder import Recorder
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory
 from kvviz.viz import kvevents as vk
 from pages import common
 
@@ -17,7 +17,7 @@ STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this
 
 @st.cache_resource(show_spinner=False)
 def recorder() -> Recorder:
-    return Recorder(live.runs_dir())
+    return Recorder(directory.runs_dir())
 
 
 def record_controls() -> None:
@@ -46,20 +46,8 @@ def record_controls() -> None:
                 st.code(text, language=None)
 
 
-def kv_recordings() -> list[str]:
-    out = []
-    for f in live.list_runs(live.runs_dir()):
-        try:
-            with store.connect(f.path) as conn:
-                if store.has_kv_events(conn):
-                    out.append(f.name)
-        except (OSError, store.sqlite3.Error):
-            continue
-    return out
-
-
 def is_live(run: str) -> bool:
-    with store.connect(live.resolve_run(live.runs_dir(), run)) as conn:
+    with store.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
         return conn.execute("SELECT status FROM run").fetchone()[0] == "running"
 
 
@@ -74,7 +62,7 @@ def model_of(run: str, conn):
 
 def panel(run: str) -> None:
     with common.guard(f"Reading {run}"):
-        path = live.resolve_run(live.runs_dir(), run)
+        path = directory.resolve_run(directory.runs_dir(), run)
         with store.connect(path) as conn:
             streams = store.streams(conn)
             counts = store.stream_counts(conn)
@@ -144,7 +132,7 @@ st.title("KV events")
 st.caption("The prefix cache of vLLM / SGLang / TensorRT-LLM nodes, rebuilt from the KV-event "
            "streams they publish over ZeroMQ (see docs/NODE.md to enable them).")
 record_controls()
-runs = kv_recordings()
+runs = directory.kv_event_recordings(directory.runs_dir())
 if not runs:
     st.info("No KV-event recording yet: start one above, or run `kvviz events "
             "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
