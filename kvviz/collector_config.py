@@ -17,8 +17,10 @@ import json
 import math
 from pathlib import Path
 
+from kvviz import safeio
 from kvviz.commands import argtypes as at
 from kvviz.config import LENGTH_PRESETS, MODEL_PRESETS, LaneSpec, check_lane_blocks
+from kvviz.errors import KvvizError
 from kvviz.traces.options import FORMATS, TraceOptions
 
 DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
@@ -92,7 +94,7 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         for name, typ in RANGES.items():
             value = getattr(self, name)
-            if value is not None or _DEFAULTS[name] is not None:
+            if value is not None or DEFAULTS[name] is not None:
                 object.__setattr__(self, name, typ.check(name, value))
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
@@ -100,7 +102,7 @@ class CollectorConfig:
                 raise ValueError(f"{name}: expected one of {shown}, got {getattr(self, name)!r}")
         for name in TEXT:
             value = getattr(self, name)
-            if not (isinstance(value, str) or value is None and _DEFAULTS[name] is None):
+            if not (isinstance(value, str) or value is None and DEFAULTS[name] is None):
                 raise ValueError(f"{name}: expected text, got {type(value).__name__}")
         for name in SWITCHES:
             if not isinstance(getattr(self, name), bool):
@@ -163,7 +165,7 @@ class CollectorConfig:
             raise ValueError("not a config: nested too deeply") from None
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object of settings, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(_DEFAULTS))
+        unknown = sorted(set(data) - set(DEFAULTS))
         if unknown:
             raise ValueError(f"{unknown[0]}: not a collector setting")
         data = {k: (math.inf if v == "inf" and k in RANGES else v) for k, v in data.items()}
@@ -174,24 +176,23 @@ class CollectorConfig:
         return path
 
     @classmethod
-    def load(cls, path: Path) -> CollectorConfig:
-        """The config in file `path`; ValueError "PATH: field: why" for a bad one."""
+    def load(cls, path: Path, what: str = "config") -> CollectorConfig:
+        """The config in file `path` (a regular file of at most MAX_FILE_BYTES, never a FIFO
+        or device); ValueError "<what> PATH: field: why" for a bad one."""
         try:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        if len(raw) > MAX_FILE_BYTES:
-            raise ValueError(f"{path}: over {MAX_FILE_BYTES} bytes: not a collector config")
+            raw = safeio.read_bytes(path, what, MAX_FILE_BYTES)
+        except KvvizError as exc:
+            raise ValueError(str(exc)) from None
         try:
             return cls.from_json(raw.decode("utf-8"))
         except UnicodeDecodeError:
-            raise ValueError(f"{path}: not UTF-8 text") from None
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
+            why = "not UTF-8 text"
+        except ValueError as exc:
+            why = str(exc)
+        raise ValueError(f"{what} {safeio.printable(path)}: {why}")
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CollectorConfig)}
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(CollectorConfig)}  # field -> default
 
 
 def _no_constant(name: str) -> None:
@@ -206,7 +207,7 @@ def flag(field: str) -> str:
 def as_flags(exc: ValueError) -> ValueError:
     """"field: why" as "--flag: why" (for the CLI's error line)."""
     field, sep, why = str(exc).partition(": ")
-    if sep and field in _DEFAULTS:
+    if sep and field in DEFAULTS:
         return ValueError(f"{flag(field)}: {why}")
     return exc
 

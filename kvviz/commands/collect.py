@@ -120,9 +120,9 @@ def config_of(args: argparse.Namespace) -> CollectorConfig:
     base = None
     if getattr(args, "config", None):
         try:
-            base = CollectorConfig.load(Path(args.config))
+            base = CollectorConfig.load(Path(args.config), "--config")
         except ValueError as exc:
-            raise KvvizError(f"--config {safeio.printable(exc)}") from None
+            raise KvvizError(safeio.printable(exc)) from None
     given = {k: v for k, v in vars(args).items() if k in SETTINGS}
     return from_flags(given, base)
 
