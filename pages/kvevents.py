@@ -6,18 +6,18 @@ import streamlit as st
 
 from kvviz.errors import KvvizError
 from kvviz.node.kvevents import diagnose, store
-from kvviz.node.kvevents.recorder import Recorder
 from kvviz.node.trust import plain_markdown as md
-from kvviz.runs import directory
+from kvviz.runs import directory, jobs
 from kvviz.viz import kvevents as vk
-from pages import common
+from pages import common, widgets
 
 STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
 
 
 @st.cache_resource(show_spinner=False)
-def recorder() -> Recorder:
-    return Recorder(directory.runs_dir())
+def recorder() -> jobs.EventsJob:
+    """The one KV-event recording job of this server, shared by every browser session."""
+    return jobs.EventsJob(directory.runs_dir())
 
 
 def record_controls() -> None:
@@ -29,21 +29,13 @@ def record_controls() -> None:
         ranks = c1.number_input("DP ranks per endpoint", 1, 64, 1, key="kve_ranks")
         replay = c2.text_input("Replay endpoints (optional)", key="kve_replay")
         topic = c3.text_input("Topic", key="kve_topic")
-        go, stop = st.columns(2)
-        if go.button("Start recording", key="kve_start", icon=":material/play_arrow:"):
+        if st.button("Start recording", key="kve_start", icon=":material/play_arrow:"):
             try:
                 st.session_state["kve_run"] = rec.start(eps.split(), int(ranks),
-                                                         replay.split() or None, topic)
+                                                         replay.split() or None, topic).name
             except (KvvizError, ValueError, OSError) as exc:
                 st.error(f"Cannot record: {md(exc)}", icon=":material/error:")
-        if stop.button("Stop", key="kve_stop", icon=":material/stop:"):
-            rec.stop()
-        state, code, text = rec.state()
-        if state != "idle":
-            st.text(f"{state} (exit code {code})" if code is not None else
-                    f"recording into {rec.recording}")
-            if text:
-                st.code(text, language=None)
+        widgets.job_status("KV-event recording", rec, "kve")
 
 
 def is_live(run: str) -> bool:

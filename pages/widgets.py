@@ -75,11 +75,8 @@ def job_status(title: str, job, key: str) -> JobStatus:
         st.info(text, icon=":material/info:")
     else:  # stopped unexpectedly
         st.warning(text, icon=":material/warning:")
-    if s.last_message and s.state != RUNNING:
+    if s.last_message:  # code, not an expander: the box may sit in one (KV events)
         st.code(s.last_message, language=None)
-    elif s.last_message:
-        with st.expander("Its log, last lines"):
-            st.code(s.last_message, language=None)
     stop, restart = st.columns(2)
     if stop.button("Stop", key=f"{key}_stop", icon=":material/stop:",
                    disabled=s.state != RUNNING):

@@ -1,4 +1,5 @@
-"""The dashboard's background jobs, side by side: the demo collector and a node scrape.
+"""The dashboard's background jobs, side by side: the demo collector, a node scrape and a
+KV-event recording.
 
 Each is one LoggedProcess recording into the runs directory, shared by every browser session
 (the pages keep one per server in st.cache_resource), and stops by itself when the dashboard
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from kvviz import lifecycle
 from kvviz.collector_config import CollectorConfig
+from kvviz.node.kvevents.endpoints import SubscriberConfig
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
 from kvviz.runs.directory import CONFIG_SUFFIX, VIEWER_SUFFIX, unique_recording
@@ -132,3 +134,37 @@ class ScrapeJob(LoggedProcess):
 
     def target(self) -> str | None:
         return self.url
+
+
+class EventsJob(LoggedProcess):
+    """One `python -m kvviz events ENDPOINT... --out runs/kv-events-<time>.db` at a time. The
+    arguments are checked here first, so a bad endpoint is one error, not a dead process;
+    only the endpoints the user typed are contacted."""
+
+    def __init__(self, root: Path, *, python: str = sys.executable) -> None:
+        super().__init__()
+        self.root, self.python = Path(root), python
+        self.subscription: SubscriberConfig | None = None
+
+    def start(self, endpoints: list[str], dp_ranks: int = 1, replay: list[str] | None = None,
+              topic: str = "") -> Path:
+        """Stop any running recording and start one; ValueError names a bad argument."""
+        sub = SubscriberConfig(tuple(endpoints), dp_ranks, tuple(replay or ()), topic)
+        with self._lock:
+            out = unique_recording(self.root, "kv-events")
+            argv = [self.python, "-m", "kvviz", "events", *sub.endpoints, "--dp-ranks",
+                    str(sub.dp_ranks), "--topic", sub.topic, "--quiet", "--out", str(out)]
+            for r in sub.replay:
+                argv += ["--replay", r]
+            self._launch_locked(argv, out, ROOT)
+            self.subscription = sub
+            return out
+
+    def restart(self) -> Path | None:
+        """The same streams again, into a new recording (None when none was started)."""
+        s = self.subscription
+        return None if s is None else self.start(list(s.endpoints), s.dp_ranks,
+                                                 list(s.replay), s.topic)
+
+    def target(self) -> str | None:
+        return None if self.subscription is None else " ".join(self.subscription.endpoints)

@@ -121,3 +121,23 @@ def test_a_scrape_job_refuses_a_bad_url_before_starting(tmp_path: Path):
         job.start("file:///etc/passwd")
     assert job.status().state == NOT_STARTED and job.restart() is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_events_job_refuses_bad_arguments_before_starting(tmp_path: Path):
+    job = jobs.EventsJob(tmp_path)
+    for endpoints, ranks in (([], 1), (["tcp://127.0.0.1:5557"], 0)):
+        with pytest.raises(ValueError):
+            job.start(endpoints, ranks)
+    assert job.status().state == NOT_STARTED and job.restart() is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_events_job_records_into_the_runs_directory_and_stops(tmp_path: Path):
+    job = jobs.EventsJob(tmp_path)
+    out = job.start(["tcp://127.0.0.1:1"])  # nothing publishes there: it waits, recording
+    assert out.parent == tmp_path and out.name.startswith("kv-events-")
+    assert job.status().target == "tcp://127.0.0.1:1"
+    assert wait_for(lambda: out.name in directory.kv_event_recordings(tmp_path))
+    job.stop()
+    s = job.status()
+    assert s.state == STOPPED and s.recording == out.name
