@@ -118,3 +118,19 @@ def test_any_settings_object_is_a_config_or_one_error_naming_a_field(data):
         assert str(exc).partition(": ")[0] in DEFAULTS or "nope" in str(exc)
         return
     assert CollectorConfig.from_json(c.to_json()) == c
+
+
+def test_the_defaults_the_help_states_are_the_configs():
+    """Fields whose default is None are resolved when the collector is built (max_seq_len:
+    2048, or a trace's longest request); the others must say in --help what they are."""
+    import re
+
+    p = build_parser("collect")._subparsers._group_actions[0].choices["collect"]
+    stated = 0
+    for a in p._actions:
+        m = re.search(r"\(default ([0-9.]+)[;)]", a.help or "")
+        value = getattr(CollectorConfig(), a.dest, None)
+        if m and value is not None:
+            assert m.group(1) == (value if isinstance(value, str) else f"{value:g}"), a.dest
+            stated += 1
+    assert stated >= 8
