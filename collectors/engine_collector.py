@@ -40,7 +40,11 @@ EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past 
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectorConfig:
+class CollectorPlan:
+    """One run's settings resolved (kvviz/commands/collect.build_config from a validated
+    kvviz.collector_config.CollectorConfig): the device present, the model shape, the trace
+    read, the output path checked."""
+
     out: Path
     mode: str  # "sim" | "real"
     device: str  # "cpu" | "cuda" (resolved, never "auto")
@@ -72,7 +76,7 @@ def _counters(lane: Lane) -> dict:
 
 
 class EngineCollector:
-    def __init__(self, cfg: CollectorConfig, kv_factory: Callable | None = None) -> None:
+    def __init__(self, cfg: CollectorPlan, kv_factory: Callable | None = None) -> None:
         self.cfg = cfg
         self.kv_factory = kv_factory  # real mode: allocator -> RealKV
         self.hooks: list[Hook] = []  # each called with every sample record (engine thread)

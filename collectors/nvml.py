@@ -86,3 +86,28 @@ class NvmlProbe:
             except self._nvml.NVMLError:
                 pass
             self._nvml = None
+
+
+def probe_devices() -> dict:
+    """NVML as the calling process (the dashboard) sees it, read once:
+    {'ok': bool, 'error': str, 'devices': [{'index', 'name', '*_bytes'}, ...]}."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"ok": False, "error": f"pynvml is not installed ({exc})", "devices": []}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_* subclasses; report the name plainly
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "devices": []}
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            devices.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                            "total_bytes": int(mem.total), "used_bytes": int(mem.used),
+                            "free_bytes": int(mem.free)})
+        return {"ok": True, "error": "", "devices": devices}
+    finally:
+        pynvml.nvmlShutdown()

@@ -2,23 +2,37 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from kvviz.errors import KvvizError
 from kvviz.safeio import printable
 
-# command name -> module under kvviz.commands
-COMMANDS = {
-    "simulate": "simulate",
-    "bench": "bench",
-    "collect": "collect",
-    "info": "info",
-    "export": "export",
-    "scrape": "scrape",
-    "torch-snapshot": "torch_snapshot",
-    "events": "events",
-}
+COMMANDS = ("simulate", "bench", "collect", "info", "export", "scrape", "torch-snapshot",
+            "events")
+
+
+def command_module(name: str):
+    """kvviz/commands/<name>.py, imported only when that command is built, so a command's
+    heavy imports (torch, pandas, prometheus_client) cost nothing to the others."""
+    if name == "simulate":
+        from kvviz.commands import simulate as mod
+    elif name == "bench":
+        from kvviz.commands import bench as mod
+    elif name == "collect":
+        from kvviz.commands import collect as mod
+    elif name == "info":
+        from kvviz.commands import info as mod
+    elif name == "export":
+        from kvviz.commands import export as mod
+    elif name == "scrape":
+        from kvviz.commands import scrape as mod
+    elif name == "torch-snapshot":
+        from kvviz.commands import torch_snapshot as mod
+    elif name == "events":
+        from kvviz.commands import events as mod
+    else:
+        raise KeyError(name)
+    return mod
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,17 +47,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"kvviz {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, mod_name in COMMANDS.items():
+    for name in COMMANDS:
         if only is not None and name != only:
             # other commands get a cheap placeholder so `kvviz --help` lists them
             sub.add_parser(name, help="")
             continue
-        try:
-            mod = importlib.import_module(f"kvviz.commands.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("kvviz.commands"):
-                continue  # command not built yet
-            raise
+        mod = command_module(name)
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)

@@ -1,7 +1,7 @@
 """When a child the dashboard started (the demo collector, a node scrape) stops on its own:
 its parent is gone, or no one has watched it for a while (docs/DASHBOARD.md, "Lifecycle").
 
-The dashboard (kvviz.live.Collector) starts `python -m collectors` with
+The dashboard (kvviz.runs.jobs.Collector) starts `python -m collectors` with
     KVVIZ_PARENT_PID  its own pid: when this process's parent is no longer that pid (the
                       dashboard died and the child was re-parented), the collector stops;
     KVVIZ_VIEWER_FILE a file the Live page touches while a tab shows the live collector;
@@ -10,7 +10,7 @@ A watcher thread checks both every WATCH_EVERY_S and stops the collector the way
 would (SIGTERM to itself: the recording closes as "stopped" with the reason below). Polling
 getppid, not PR_SET_PDEATHSIG: Linux sends that signal when the *thread* that started the
 child exits, and Streamlit starts it from a short-lived script thread. The Node page's scrape
-job (kvviz.node.scrape_process) gets KVVIZ_PARENT_PID only: it stops when the dashboard is gone.
+job (kvviz.runs.jobs.ScrapeJob) gets KVVIZ_PARENT_PID only: it stops when the dashboard is gone.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared Streamlit helpers: the collector, the run and lane pickers, error display.
+"""Shared Streamlit helpers: the demo collector, the run and lane pickers, error display.
 
 Not a page: app.py registers only the page scripts by name.
 """
@@ -16,10 +16,10 @@ from typing import NamedTuple
 import streamlit as st
 from streamlit import config as st_config
 
-from kvviz import live
 from kvviz.config import LaneSpec, lane_caption  # noqa: F401 (pages call common.lane_caption)
 from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory, jobs
 from kvviz.viz import blockcanvas, theme
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
@@ -47,12 +47,13 @@ class Selection(NamedTuple):
 
 
 @st.cache_resource(show_spinner=False)
-def collector() -> live.Collector:
+def collector() -> jobs.Collector:
     """The one demo collector of this server, shared by every browser session.
 
     $KVVIZ_COLLECTOR names another module to run (tests use a small fake one).
     """
-    return live.Collector(live.runs_dir(), module=os.environ.get("KVVIZ_COLLECTOR", "collectors"))
+    return jobs.Collector(directory.runs_dir(),
+                          module=os.environ.get("KVVIZ_COLLECTOR", "collectors"))
 
 
 @contextmanager
@@ -71,7 +72,7 @@ def reader(run: str | None) -> Iterator:
         yield None
         return
     try:
-        r = live.open_run(live.runs_dir(), run)
+        r = directory.open_run(directory.runs_dir(), run)
     except READ_ERRORS as exc:
         st.error(f"Cannot open recording {md(repr(run))}: {md(exc)}", icon=":material/error:")
         yield None
@@ -86,7 +87,7 @@ def _lanes_of(run: str | None) -> list[str]:
     if run is None:
         return []
     try:
-        r = live.open_run(live.runs_dir(), run)
+        r = directory.open_run(directory.runs_dir(), run)
     except READ_ERRORS:
         return []
     try:
@@ -125,7 +126,7 @@ def sidebar(page: str) -> Selection:
     between pages.
     """
     enter_through_app(page)
-    runs = [r.name for r in live.list_runs(live.runs_dir())]
+    runs = [r.name for r in directory.list_runs(directory.runs_dir())]
     options = [LIVE, *runs]
     stored = st.session_state.get(RUN_KEY, LIVE)
     choice = st.sidebar.selectbox(
@@ -139,8 +140,7 @@ def sidebar(page: str) -> Selection:
     run = collector().status().recording if is_live else choice
     lanes = _lanes_of(run)
     if is_live and not lanes:  # the collector has not written its header yet (first open)
-        opts = getattr(collector(), "options", None)
-        specs = opts.lanes if opts is not None else live.DEFAULT_LANES
+        specs = (collector().config or jobs.DEMO).lanes
         lanes = [LaneSpec.parse(s).label for s in specs]
     lane_key = f"kvviz_lanes:{run}"
     stored_lanes = [ln for ln in st.session_state.get(lane_key, lanes[:2]) if ln in lanes]
@@ -148,21 +148,6 @@ def sidebar(page: str) -> Selection:
                                     help="Allocators to show side by side.")
     st.session_state[lane_key] = picked
     return Selection(run, is_live, picked or lanes[:2])
-
-
-def collector_status_box() -> live.CollectorStatus:
-    s = collector().status()
-    if s.state == "running":
-        st.success(f"Collector running (pid {s.pid}), recording `{s.recording}`",
-                   icon=":material/radio_button_checked:")
-    elif s.state == "stopped":
-        st.warning(f"Collector stopped (exit code {s.returncode}). Recording `{s.recording}`"
-                   " keeps what it wrote.", icon=":material/stop_circle:")
-        if s.last_message:
-            st.code(s.last_message, language=None)
-    else:
-        st.info("Collector not started.", icon=":material/info:")
-    return s
 
 
 def headline_metrics(row) -> None:

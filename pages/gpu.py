@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz import live
+from collectors.nvml import probe_devices
 from kvviz.errors import KvvizError
-from kvviz.node.scrape_process import snapshot_files
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory
 from kvviz.torchsnap import load_snapshot_sandboxed, summarize
 from kvviz.viz import gpu as vg
 from kvviz.viz import torchsnap as vs
@@ -25,7 +25,7 @@ def kv_pool_bytes(meta: dict) -> int | None:
 
 
 def this_machine() -> None:
-    probe = live.nvml_probe()
+    probe = probe_devices()
     if probe["ok"]:
         for d in probe["devices"]:
             st.success(f"NVML on this machine: GPU {d['index']} {d['name']}: "
@@ -77,7 +77,8 @@ def torch_snapshots(run: str | None) -> None:
     if not run:
         return
     stem = run.rsplit(".", 1)[0]
-    files = [f for f in snapshot_files(live.runs_dir()) if f.startswith(f"{stem}-torchsnap-")]
+    files = [f for f in directory.snapshot_files(directory.runs_dir())
+             if f.startswith(f"{stem}-torchsnap-")]
     st.subheader("PyTorch allocator snapshots of the collector")
     if not files:
         st.caption("None for this recording: start a CUDA collector with "
@@ -85,7 +86,8 @@ def torch_snapshots(run: str | None) -> None:
         return
     pick = st.selectbox("Snapshot", files, key="gpu_torchsnap")
     try:  # the restricted loader: a snapshot file is a pickle, never pickle.load it
-        snap = load_snapshot_sandboxed(live.runs_dir() / pick)  # in a limited child process
+        path = directory.resolve_snapshot(directory.runs_dir(), pick)
+        snap = load_snapshot_sandboxed(path)  # in a limited child process
     except KvvizError as exc:
         st.error(f"{md(pick)}: {md(exc)}")
         return

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node.kvevents import diagnose, store
-from kvviz.node.kvevents.recorder import Recorder
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory, jobs
 from kvviz.viz import kvevents as vk
-from pages import common
+from pages import common, widgets
 from pages import kvevents_waiting as kw
 
 STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
 
 
 @st.cache_resource(show_spinner=False)
-def recorder() -> Recorder:
-    return Recorder(live.runs_dir())
+def recorder() -> jobs.EventsJob:
+    """The one KV-event recording job of this server, shared by every browser session."""
+    return jobs.EventsJob(directory.runs_dir())
 
 
 def record_controls() -> None:
@@ -33,37 +33,17 @@ def record_controls() -> None:
         ranks = c1.number_input("DP ranks per endpoint", 1, 64, 1, key="kve_ranks")
         replay = c2.text_input("Replay endpoints (optional)", key="kve_replay")
         topic = c3.text_input("Topic", key="kve_topic")
-        go, stop = st.columns(2)
-        if go.button("Start recording", key="kve_start", icon=":material/play_arrow:"):
+        if st.button("Start recording", key="kve_start", icon=":material/play_arrow:"):
             try:
                 st.session_state["kve_run"] = rec.start(eps.split(), int(ranks),
-                                                         replay.split() or None, topic)
+                                                         replay.split() or None, topic).name
             except (KvvizError, ValueError, OSError) as exc:
                 st.error(f"Cannot record: {md(exc)}", icon=":material/error:")
-        if stop.button("Stop", key="kve_stop", icon=":material/stop:"):
-            rec.stop()
-        state, code, text = rec.state()
-        if state != "idle":
-            st.text(f"{state} (exit code {code})" if code is not None else
-                    f"recording into {rec.recording}")
-            if text:
-                st.code(text, language=None)
-
-
-def kv_recordings() -> list[str]:
-    out = []
-    for f in live.list_runs(live.runs_dir()):
-        try:
-            with store.connect(f.path) as conn:
-                if store.has_kv_events(conn):
-                    out.append(f.name)
-        except (OSError, store.sqlite3.Error):
-            continue
-    return out
+        widgets.job_status("KV-event recording", rec, "kve")
 
 
 def is_live(run: str) -> bool:
-    with store.connect(live.resolve_run(live.runs_dir(), run)) as conn:
+    with store.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
         return conn.execute("SELECT status FROM run").fetchone()[0] == "running"
 
 
@@ -78,7 +58,7 @@ def model_of(run: str, conn):
 
 def panel(run: str) -> None:
     with common.guard(f"Reading {run}"):
-        path = live.resolve_run(live.runs_dir(), run)
+        path = directory.resolve_run(directory.runs_dir(), run)
         with store.connect(path) as conn:
             streams = store.streams(conn)
             counts = store.stream_counts(conn)
@@ -150,7 +130,7 @@ def render() -> None:
     st.caption("The prefix cache of vLLM / SGLang / TensorRT-LLM nodes, rebuilt from the "
                "KV-event streams they publish over ZeroMQ (see docs/NODE.md to enable them).")
     record_controls()
-    runs = kv_recordings()
+    runs = directory.kv_event_recordings(directory.runs_dir())
     if not runs:
         st.info("No KV-event recording yet: start one above, or run `kvviz events "
                 "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")

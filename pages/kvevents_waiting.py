@@ -7,10 +7,9 @@ import time
 
 import streamlit as st
 
-from kvviz import live
-from kvviz.node import scrape_process as sp
 from kvviz.node.kvevents import diagnose
 from kvviz.node.kvevents.diagnose import Gauges
+from kvviz.runs import directory
 from kvviz.store.reader import RunReader
 
 WINDOW_S = 30.0  # "recent": the last this many seconds of the stream
@@ -23,7 +22,7 @@ LIMITS = ("Events name content blocks by hash only: no request ids, no physical 
 
 def scraped_gauges() -> Gauges | None:
     """A node recording to compare with (the Node tab's by default); its latest gauges."""
-    runs = sp.node_recordings(live.runs_dir())
+    runs = directory.node_recordings(directory.runs_dir())
     if not runs:
         st.caption("No node scrape recorded: start one in the Node tab to compare the stream "
                    "with the node's usage, running and waiting requests.")
@@ -34,7 +33,7 @@ def scraped_gauges() -> Gauges | None:
                         index=options.index(here) if here in runs else 1)
     if pick == "none":
         return None
-    r = RunReader(live.resolve_run(live.runs_dir(), pick))
+    r = RunReader(directory.resolve_run(directory.runs_dir(), pick))
     try:
         rows = r.node_samples().tail(SCRAPES_KEPT).to_dict("records")
     finally:

@@ -5,16 +5,16 @@ from functools import partial
 
 import streamlit as st
 
-from kvviz import live
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory, jobs
 from kvviz.viz import blockcanvas as vc
 from kvviz.viz import pressure as vp
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
-from pages import common, kvevents_live
+from pages import common, kvevents_live, widgets
 
 WINDOW_S = 300.0  # seconds of history in the time series
 PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (why not faster: docs/BENCHMARKS.md)
@@ -27,7 +27,7 @@ ZOOM_KEY = "live_zoom"
 
 def controls() -> None:
     coll = common.collector()
-    common.collector_status_box()
+    widgets.job_status("Collector", coll, "collector")
     with st.expander("Collector settings: workload, allocators, block size"):
         with st.form("collector_form", border=False):
             c1, c2, c3, c4 = st.columns(4)
@@ -41,26 +41,24 @@ def controls() -> None:
             block = c3.select_slider("Paged block size (slots)", BLOCK_SIZES, value=16)
             prefix = c3.checkbox("Prefix caching (paged)")
             rate = c4.number_input("Arrivals per second (0: collector default)", 0.0, 1e4, 0.0)
-            traces = ["(synthetic workload)"] + [t.name for t in live.list_traces(live.runs_dir())]
+            traces = ["(synthetic workload)"] + [t.name for t in
+                                                 directory.list_traces(directory.runs_dir())]
             trace = c4.selectbox("Trace from the runs directory", traces,
                                  help="Azure, BurstGPT, Mooncake or kvviz CSV/JSONL placed in "
                                       "the runs directory; replayed instead of the workload")
             start = st.form_submit_button("Start / restart with these settings", type="primary")
-    stop = st.button("Stop collector", disabled=coll.status().state != "running")
     if start:
         lanes = (f"contiguous:{placement}:{reserve}",
                  f"paged:{block}" + (":prefix" if prefix else ""))
         try:
-            path = None if trace == traces[0] else live.resolve_trace(live.runs_dir(), trace)
-            opts = live.CollectorOptions(mode=mode, workload=workload, lanes=lanes,
-                                         rate=rate or None, trace=path and str(path))
+            path = None if trace == traces[0] else directory.resolve_trace(
+                directory.runs_dir(), trace)
+            config = jobs.demo_config(mode=mode, workload=workload, lanes=lanes,
+                                      rate=rate or jobs.DEMO.rate, trace=path and str(path))
         except (ValueError, KvvizError) as exc:
             st.error(f"Settings: {md(exc)}")
             return
-        coll.start(opts)
-        st.rerun()
-    if stop:
-        coll.stop()
+        coll.start(config)
         st.rerun()
 
 
@@ -100,7 +98,7 @@ def live_run(run: str | None, is_live: bool) -> str | None:
     """The recording to read this tick; the live one follows a restart made in another tab."""
     if is_live:
         run = common.collector().status().recording
-        if run is None or not (live.runs_dir() / run).is_file():
+        if run is None or not (directory.runs_dir() / run).is_file():
             if common.collector().status().state == "running":
                 st.info("Waiting for the collector to create its recording...")
             return None
@@ -215,7 +213,7 @@ st.title("Live KV cache")
 st.caption("Each square is a block of KV memory in address order. A contiguous allocator "
            "gives every sequence one range; a paged one hands out any free block.")
 if sel.live:
-    common.collector().ensure_started(live.CollectorOptions())
+    common.collector().ensure_started()
     controls()
     sel = sel._replace(run=common.collector().status().recording)
 elif sel.run:

@@ -12,27 +12,26 @@ import math
 import pandas as pd
 import streamlit as st
 
-from kvviz import live
 from kvviz.errors import KvvizError
 from kvviz.node import list_nodes
-from kvviz.node import scrape_process as sp
 from kvviz.node.promtext import pool_rows
 from kvviz.node.trust import plain_markdown as md
+from kvviz.runs import directory, jobs
 from kvviz.torchsnap import loads_snapshot_sandboxed, summarize
 from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import common, kvevents_view
+from pages import common, kvevents_view, widgets
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
 
 
 @st.cache_resource(show_spinner=False)
-def scraper() -> sp.ScrapeProcess:
+def scraper() -> jobs.ScrapeJob:
     """The one scrape subprocess of this server, shared by every browser session."""
-    return sp.ScrapeProcess(live.runs_dir())
+    return jobs.ScrapeJob(directory.runs_dir())
 
 
 def metrics_rows(heads: list, per_row: int = 4) -> None:
@@ -47,23 +46,12 @@ def scrape_controls() -> None:
     url = url_col.text_input("Node metrics URL", key="node_url",
                              placeholder="localhost:8000 or http://gpu7:30000/metrics")
     every = every_col.number_input("Every (s)", 0.5, 600.0, 2.0, key="node_every")
-    start, stop = st.columns(2)
-    if start.button("Start scraping", key="node_start", icon=":material/play_arrow:"):
+    if st.button("Start scraping", key="node_start", icon=":material/play_arrow:"):
         try:
             st.session_state[RUN_KEY] = proc.start(url, every).name
         except (KvvizError, ValueError, OSError) as exc:
             st.error(f"Cannot scrape {md(repr(url))}: {md(exc)}", icon=":material/error:")
-    if stop.button("Stop", key="node_stop", icon=":material/stop:"):
-        proc.stop()
-    s = proc.status()
-    if s.state == "running":
-        st.success(f"Scraping {md(s.url)} (pid {s.pid}) into {md(s.recording)}",
-                   icon=":material/radio_button_checked:")
-    elif s.state == "stopped":
-        st.warning(f"Scrape of {md(s.url)} ended (exit code {s.returncode}); "
-                   f"{md(s.recording)} keeps what it recorded.", icon=":material/stop_circle:")
-        if s.last_message:
-            st.code(s.last_message, language=None)
+    widgets.job_status("Scrape", proc, "node")
 
 
 @st.fragment(run_every=2.0)
@@ -120,7 +108,7 @@ def pools_table(r, latest) -> None:
 
 def node_tab() -> None:
     scrape_controls()
-    runs = sp.node_recordings(live.runs_dir())
+    runs = directory.node_recordings(directory.runs_dir())
     if not runs:
         st.info("No node recording yet: start scraping a node above, or record one with "
                 "`kvviz scrape URL --out runs/node.db`.", icon=":material/info:")
@@ -154,7 +142,7 @@ def snapshot_source() -> tuple[str, bytes] | None:
     hook = st.session_state.get(SNAPSHOT_KEY)
     up = st.file_uploader("torch.cuda.memory._snapshot() pickle", type=["pickle", "pkl"],
                           max_upload_size=common.UPLOAD_MAX_MB, key="snap_upload")
-    files = sp.snapshot_files(live.runs_dir())
+    files = directory.snapshot_files(directory.runs_dir())
     pick = st.selectbox("... or a snapshot in runs/", ["-", *files], key="snap_pick")
     if hook is not None:
         return hook
@@ -164,7 +152,7 @@ def snapshot_source() -> tuple[str, bytes] | None:
                              f"{common.UPLOAD_MAX_MB} MB upload limit")
         return up.name, up.getvalue()
     if pick != "-":
-        return pick, read_capped(live.runs_dir() / pick)
+        return pick, read_capped(directory.resolve_snapshot(directory.runs_dir(), pick))
     return None
 
 

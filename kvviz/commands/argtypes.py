@@ -2,7 +2,9 @@
 
 Each helper returns a callable for `type=` that raises argparse.ArgumentTypeError (so the
 CLI prints `kvviz CMD: error: argument --flag: ...` and exits 2) and carries its range in
-`.range_text`, which `rng()` appends to a flag's help so `--help` states it.
+`.range_text`, which `rng()` appends to a flag's help so `--help` states it. `.check(field,
+value)` applies the same range to a value that did not come from text (a config file's number,
+kvviz.collector_config): ValueError "field: why".
 """
 from __future__ import annotations
 
@@ -23,13 +25,23 @@ def _fmt(v: float) -> str:
 class _Typed:
     """A named argparse type callable; argparse uses __name__ in 'invalid X value' messages."""
 
-    def __init__(self, name: str, parse: Callable[[str], object], range_text: str) -> None:
+    def __init__(self, name: str, parse: Callable[[str], object], range_text: str,
+                 problem: Callable[[object], str | None]) -> None:
         self.__name__ = name
         self._parse = parse
+        self._problem = problem
         self.range_text = range_text
 
     def __call__(self, text: str) -> object:
         return self._parse(text)
+
+    def check(self, field: str, value: object) -> object:
+        """`value` when it is a number of this type within the range; else ValueError
+        "field: why" (bool is not a number here; an int is a float)."""
+        why = self._problem(value)
+        if why is not None:
+            raise ValueError(f"{field}: {why}")
+        return float(value) if self.__name__ == "float" else value  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return self.__name__
@@ -38,6 +50,14 @@ class _Typed:
 def int_range(lo: int, hi: int) -> _Typed:
     """An integer in [lo, hi] (both within int64)."""
     assert -INT64_MAX <= lo <= hi <= INT64_MAX
+
+    def problem(v: object) -> str | None:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return f"expected an integer, got {type(v).__name__}"
+        if not lo <= v <= hi:
+            return (f"must be in [{_fmt(lo)}, {_fmt(hi)}], got {v}" if abs(v) < 10**20 else
+                    f"must be in [{_fmt(lo)}, {_fmt(hi)}]")
+        return None
 
     def parse(text: str) -> int:
         s = text.strip().replace("_", "")
@@ -48,13 +68,12 @@ def int_range(lo: int, hi: int) -> _Typed:
             v = int(s)
         except ValueError:  # '+-5' and the like
             raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{_fmt(lo)}, {_fmt(hi)}], got {v}"
-                                             if len(digits) <= 20 else
-                                             f"must be in [{_fmt(lo)}, {_fmt(hi)}]")
+        why = problem(v)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
         return v
 
-    return _Typed("int", parse, f"{_fmt(lo)}..{_fmt(hi)}")
+    return _Typed("int", parse, f"{_fmt(lo)}..{_fmt(hi)}", problem)
 
 
 def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False,
@@ -63,24 +82,32 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
     left, right = "(" if lo_open else "[", ")" if hi_open else "]"
     range_text = f"{left}{_fmt(lo)}, {_fmt(hi)}{right}" + (" or inf" if allow_inf else "")
 
+    def problem(v: object) -> str | None:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return f"expected a number, got {type(v).__name__}"
+        try:
+            v = float(v)
+        except OverflowError:  # an integer past the float range
+            return f"must be in {range_text}"
+        if math.isnan(v):
+            return "must be a number, got nan"
+        if math.isinf(v):
+            return None if allow_inf and v > 0 else f"must be finite, in {range_text}, got {v}"
+        low_ok = v > lo if lo_open else v >= lo
+        high_ok = v < hi if hi_open else v <= hi
+        return None if low_ok and high_ok else f"must be in {range_text}, got {v:g}"
+
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
-        if math.isnan(v):
-            raise argparse.ArgumentTypeError("must be a number, got nan")
-        if math.isinf(v):
-            if allow_inf and v > 0:
-                return v
-            raise argparse.ArgumentTypeError(f"must be finite, in {range_text}, got {v}")
-        low_ok = v > lo if lo_open else v >= lo
-        high_ok = v < hi if hi_open else v <= hi
-        if not (low_ok and high_ok):
-            raise argparse.ArgumentTypeError(f"must be in {range_text}, got {v:g}")
+        why = problem(v)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
         return v
 
-    return _Typed("float", parse, range_text)
+    return _Typed("float", parse, range_text, problem)
 
 
 def rng(help_text: str, typ: _Typed) -> str:

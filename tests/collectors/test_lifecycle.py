@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from kvviz import live
+from kvviz.runs import jobs, process
 from kvviz.store.reader import RunReader
 
 from .conftest import ROOT, spawn, wait_for_samples
 
 IDLE_ENV = "KVVIZ_IDLE_STOP_S"  # kvviz/lifecycle.py (tests/collectors shadows the name)
-SIM = live.CollectorOptions(mode="sim", hz=10.0, rate=50.0)
+SIM = jobs.demo_config(mode="sim", hz=10.0, rate=50.0)
 DASHBOARD = """
 import sys, time
 from pathlib import Path
-from kvviz.live import Collector, CollectorOptions
+from kvviz.runs.jobs import Collector, demo_config
 c = Collector(Path(sys.argv[1]), cwd=Path(sys.argv[2]))
-out = c.start(CollectorOptions(mode="sim", hz=10.0, rate=50.0))
+out = c.start(demo_config(mode="sim", hz=10.0, rate=50.0))
 print(c.status().pid, out, flush=True)
 time.sleep(300)
 """
@@ -65,7 +65,7 @@ def _samples(path: Path) -> int:
 def env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     yield
-    live.stop_all()
+    process.stop_all()
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -90,7 +90,7 @@ def test_killing_the_dashboard_stops_its_collector_and_closes_the_run(tmp_path, 
 
 def test_a_collector_no_one_watches_stops_after_the_idle_time(tmp_path, env, monkeypatch):
     monkeypatch.setenv(IDLE_ENV, "2")
-    c = live.Collector(tmp_path, cwd=ROOT)
+    c = jobs.Collector(tmp_path, cwd=ROOT)
     out = c.start(SIM)
 
     def watched_until_recording() -> bool:
@@ -107,7 +107,7 @@ def test_a_collector_no_one_watches_stops_after_the_idle_time(tmp_path, env, mon
 
 def test_a_watched_collector_keeps_running(tmp_path, env, monkeypatch):
     monkeypatch.setenv(IDLE_ENV, "3")
-    c = live.Collector(tmp_path, cwd=ROOT)
+    c = jobs.Collector(tmp_path, cwd=ROOT)
     c.start(SIM)
     end = time.monotonic() + 8  # well past the idle time, touched all along
     while time.monotonic() < end:

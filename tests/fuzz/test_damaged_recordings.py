@@ -283,13 +283,13 @@ def show(runs: Path, script: str):
 def runs(tmp_path: Path, monkeypatch) -> Path:
     import streamlit
 
-    from kvviz import live
+    from kvviz.runs import process
 
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
     monkeypatch.setenv("KVVIZ_COLLECTOR", "tests.pages.fake_collector")
     streamlit.cache_resource.clear()
     yield tmp_path
-    live.stop_all()
+    process.stop_all()
     streamlit.cache_resource.clear()
 
 

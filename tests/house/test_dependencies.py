@@ -22,8 +22,8 @@ COVER = [
     ("collectors/torch_", "real"), ("kvviz/commands/collect.py", "real"),
     ("kvviz/commands/bench.py", "real"),
     ("kvviz/node/kvevents/", "events"), ("kvviz/commands/events.py", "events"),
-    ("kvviz/node/", "node"), ("collectors/", "collector"), ("kvviz/live.py", "collector"),
-    ("kvviz/runs.py", "collector"), ("kvviz/store", "collector"),
+    ("kvviz/node/", "node"), ("collectors/", "collector"), ("kvviz/runs/", "collector"),
+    ("kvviz/collector_config.py", "collector"), ("kvviz/store", "collector"),
     ("kvviz/commands/", "collector"), ("kvviz/", ""),
 ]
 

@@ -1,6 +1,7 @@
 """The layers import only what DESIGN.md allows them (checked in fresh interpreters)."""
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,46 @@ def test_the_core_imports_with_numpy_alone() -> None:
 
 def test_the_store_package_init_imports_nothing() -> None:
     assert "pandas" not in loaded_after("kvviz.store")
+
+
+# What kvviz/node may import of the project: itself and the floors below it (DESIGN.md).
+NODE_MAY_IMPORT = ("kvviz.node", "kvviz.errors", "kvviz.engine", "kvviz.alloc", "kvviz.blockmap",
+                   "kvviz.config", "kvviz.metrics", "kvviz.workload", "kvviz.traces")
+
+
+def project_imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of kvviz, collectors or pages in module `path` of
+    `package`, at any depth (function-level imports included), relative imports resolved."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            names = [base] if base != "kvviz" else [f"kvviz.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [(node.lineno, n) for n in names
+                  if n.split(".")[0] in ("kvviz", "collectors", "pages", "app")]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "kvviz" / "node").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_node_package_imports_nothing_above_it(path: Path) -> None:
+    package = ".".join(path.relative_to(ROOT).parts[:-1])
+    above = [f"line {line}: {mod}" for line, mod in project_imports(path, package)
+             if not any(mod == ok or mod.startswith(ok + ".") for ok in NODE_MAY_IMPORT)]
+    assert not above, f"{path.relative_to(ROOT)} imports above kvviz/node: {above}"
+
+
+def test_the_node_import_check_sees_function_level_relative_and_from_kvviz_imports(
+        tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from kvviz import runs\n    import collectors.nvml\n"
+                     "    from ...pages import common\n")
+    found = [m for _, m in project_imports(probe, "kvviz.node.kvevents")]
+    assert sorted(found) == ["collectors.nvml", "kvviz.pages", "kvviz.runs"]

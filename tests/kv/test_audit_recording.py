@@ -59,6 +59,6 @@ def test_an_audit_failure_is_an_event_with_its_reason(tmp_path):
 def test_audit_in_sim_mode_is_one_clear_error(capsys):
     assert main(["collect", "--mode", "sim", "--audit", "--out", "/nonexistent/x.db"]) == 2
     err = capsys.readouterr().err
-    assert "kvviz collect: error: --audit: needs --mode real" in err
+    assert "kvviz collect: error: --audit: needs mode real" in err
 
 

@@ -120,10 +120,10 @@ def test_any_answer_gives_a_sample_within_the_deadline(head, tail):
 
 
 def test_dashboard_stop_ends_a_scrape_of_a_hostile_node_as_stopped(hostile, tmp_path):
-    from kvviz.node.scrape_process import ScrapeProcess
+    from kvviz.runs.jobs import ScrapeJob
     from kvviz.store.reader import RunReader
 
-    proc = ScrapeProcess(tmp_path)
+    proc = ScrapeJob(tmp_path)
     out = proc.start(hostile.url("/drip-status"), interval_s=0.2, timeout_s=1.0)
     end = time.monotonic() + 30
     while proc.status().last_message.count("timeout") < 1 and time.monotonic() < end:

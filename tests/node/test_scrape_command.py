@@ -62,8 +62,8 @@ def test_the_line_says_off_when_the_node_has_prefix_caching_off():
 DASHBOARD = """
 import sys, time
 from pathlib import Path
-from kvviz.node.scrape_process import ScrapeProcess
-p = ScrapeProcess(Path(sys.argv[1]))
+from kvviz.runs.jobs import ScrapeJob
+p = ScrapeJob(Path(sys.argv[1]))
 out = p.start(sys.argv[2], interval_s=0.2, timeout_s=1.0)
 print(p.status().pid, out, flush=True)
 time.sleep(300)

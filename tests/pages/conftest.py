@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # recordings, pagehelpers
 
 from recordings import write_recording  # noqa: E402
 
-from kvviz import live  # noqa: E402
+from kvviz.runs import process  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,5 +30,5 @@ def runs(tmp_path: Path, monkeypatch, recording: Path) -> Path:
     shutil.copy(recording, tmp_path / "rec.db")
     st.cache_resource.clear()
     yield tmp_path
-    live.stop_all()
+    process.stop_all()
     st.cache_resource.clear()

@@ -1,6 +1,9 @@
-"""A stand-in for `python -m collectors` in tests: sim mode, same flags, paced in wall time.
+"""A stand-in for `python -m collectors` in tests: sim mode, paced in wall time.
 
-Run as `python -m tests.pages.fake_collector --out runs/x.db --quiet [--lane ...]`.
+Run as the dashboard runs a collector: `python -m tests.pages.fake_collector --config
+runs/x.config`; the config is read and validated by the collector's own code
+(kvviz.collector_config). Its lanes, workload, mode and output are used; the pacing is the
+fake's own (fast enough for tests).
 """
 from __future__ import annotations
 
@@ -14,28 +17,23 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from recordings import make_sim, meta_for, sample  # noqa: E402
 
+from kvviz.collector_config import CollectorConfig  # noqa: E402
 from kvviz.store.writer import RunWriter  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("--lane", action="append")
-    p.add_argument("--workload", default="sharegpt-like")
+    p.add_argument("--config", required=True)
     p.add_argument("--rate", type=float, default=40.0)
     p.add_argument("--capacity-tokens", type=int, default=65536)
     p.add_argument("--hz", type=float, default=5.0)
     p.add_argument("--steps-per-s", type=float, default=100.0)
-    p.add_argument("--loop", action="store_true")
-    p.add_argument("--mode", default="sim")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--model", default=None)
     p.add_argument("--fail-after", type=float, default=None, help="die with a message")
     a = p.parse_args(argv)
-    sim = make_sim(tuple(a.lane or ("contiguous:first-fit:max", "paged:16")),
-                   capacity=a.capacity_tokens, requests=5000, rate=a.rate, preset=a.workload)
-    w = RunWriter(Path(a.out), meta_for(sim, a.mode))
+    cfg = CollectorConfig.load(Path(a.config))
+    sim = make_sim(cfg.lanes, capacity=a.capacity_tokens, requests=5000, rate=a.rate,
+                   preset=cfg.workload)
+    w = RunWriter(Path(cfg.out), meta_for(sim, cfg.mode))
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     prev: dict[str, int] = {}

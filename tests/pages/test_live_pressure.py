@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pagehelpers import no_exception, page
 
-from kvviz import live
+from kvviz.runs import directory
 from kvviz.viz import pressure as vp
 
 
@@ -12,7 +12,7 @@ def test_live_shows_both_averages_of_the_window_under_each_shares_chart(runs):
     at = page("app.py", run="rec.db")
     at.run()  # the history fragment's first tick
     no_exception(at)
-    r = live.open_run(runs, "rec.db")
+    r = directory.open_run(runs, "rec.db")
     try:
         samples = r.samples()
         want = [vp.span_text(vp.span_shares(samples, lane)) for lane in r.lanes()]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pagehelpers import ROOT, decode, figures, heatmaps, no_exception, page, rerun_until
 
-from kvviz.node import scrape_process
+from kvviz.runs import directory, process
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 
@@ -29,7 +29,7 @@ SNAP = "kvviz_node_snapshot"
 @pytest.fixture
 def node_runs(runs: Path):
     yield runs
-    scrape_process.stop_all()
+    process.stop_all()
 
 
 @pytest.fixture
@@ -99,12 +99,12 @@ def test_scrape_started_from_the_page_records_the_node(node_runs, fake_node):
     at.number_input(key="node_every").set_value(0.5)
     at.button(key="node_start").click().run()
     no_exception(at)
-    assert any("Scraping" in s.value for s in at.success)
+    assert any("Scrape running" in s.value for s in at.success)
     rerun_until(at, lambda a: any(f["data"] for f in figures(a)))
     rec = at.session_state["kvviz_node_run"]
     assert rec.startswith("node-") and rec.endswith(".db")
     at.button(key="node_stop").click().run()
-    assert any("ended" in w.value for w in at.warning)
+    assert any("Scrape stopped" in w.value for w in at.warning)
     r = RunReader(node_runs / rec)
     assert r.status == "stopped" and (r.node_samples()["status"] == "ok").all()
 
@@ -115,7 +115,7 @@ def test_bad_url_is_an_error_not_a_scrape(node_runs):
     at.button(key="node_start").click().run()
     no_exception(at)
     assert "only http" in errors(at)
-    assert scrape_process.node_recordings(node_runs) == []
+    assert directory.node_recordings(node_runs) == []
 
 
 def test_snapshot_summary_and_heatmap(node_runs):

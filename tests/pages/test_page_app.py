@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import html
+import os
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 from pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
 from kvviz import cellstate as cs
-from kvviz import live
+from kvviz.runs import directory
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
@@ -24,7 +26,7 @@ def test_app_opens_on_live_and_starts_the_collector(runs):
     assert any("Collector running" in s.value for s in at.success)
     rerun_until(at, lambda a: len(canvases(a)) == 2)
     assert len(headline_grids(at)) == 2  # one grid of eight numbers per lane
-    assert any(r.name.startswith("live-") for r in live.list_runs(runs))
+    assert any(r.name.startswith("live-") for r in directory.list_runs(runs))
 
 
 def headline_grids(at) -> list[str]:
@@ -35,7 +37,7 @@ def test_headline_numbers_are_the_latest_samples(runs):
     at = page("app.py", run="rec.db")
     no_exception(at)
     grids = headline_grids(at)
-    r = live.open_run(runs, "rec.db")
+    r = directory.open_run(runs, "rec.db")
     try:
         lanes, samples = r.lanes(), r.samples()
     finally:
@@ -63,7 +65,7 @@ def test_collector_starts_once_per_server(runs):
     second = page("app.py")  # another browser session
     no_exception(second)
     assert common.collector().status().pid == pid
-    assert len([r for r in live.list_runs(runs) if r.name.startswith("live-")]) == 1
+    assert len([r for r in directory.list_runs(runs) if r.name.startswith("live-")]) == 1
 
 
 def test_live_heatmap_data_is_the_recordings_block_map(runs):
@@ -71,7 +73,7 @@ def test_live_heatmap_data_is_the_recordings_block_map(runs):
     no_exception(at)
     shown = canvases(at)
     assert len(shown) == 2
-    r = live.open_run(runs, "rec.db")
+    r = directory.open_run(runs, "rec.db")
     try:
         lanes = r.lanes()
         bms = [r.latest_blockmap(lane)[0] for lane in lanes]
@@ -133,7 +135,7 @@ def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
     assert len(canvases(at)) == 2  # the heatmaps; the history is Vega-Lite (kvviz.viz.vegalite)
     assert not figures(at)  # no plotly chart left on the Live page
     charts = {spec["title"]["text"]: data for spec, data in vega_charts(at)}
-    r = live.open_run(runs, "rec.db")
+    r = directory.open_run(runs, "rec.db")
     try:
         lanes = r.lanes()
         samples = r.samples()
@@ -159,3 +161,26 @@ def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
     assert len(fails) > 0 and len(feed) == len(fails)
     assert feed["seq_id"].tolist() == fails["seq_id"].tolist()
     assert feed["class"].tolist() == fails["class"].tolist()
+
+
+def test_the_live_page_touches_the_viewer_file(runs):
+    at = page("pages/live.py")
+    no_exception(at)
+    viewer = common.collector().viewer
+    assert viewer is not None and viewer.exists()
+    os.utime(viewer, (0, 0))
+    common.collector()._touched = 0.0  # let the next touch through at once
+    at.run()
+    assert viewer.stat().st_mtime > time.time() - 60
+
+
+def test_the_status_box_stops_and_restarts_the_collector(runs):
+    at = page("app.py")
+    rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
+    first = common.collector().status().recording
+    at.button(key="collector_stop").click().run()
+    assert common.collector().status().state == "stopped"
+    assert any("Collector stopped" in w.value for w in at.warning)
+    at.button(key="collector_restart").click().run()
+    s = common.collector().status()
+    assert s.state == "running" and s.recording != first

@@ -1,5 +1,6 @@
-"""Bad input: a malformed recording is an st.error with the reason; a dead collector is
-shown as stopped with its last message. Never a traceback."""
+"""Bad input: a malformed recording is an st.error with the reason; a collector that cannot
+start is an error with its last message, one killed under us stopped unexpectedly. Never a
+traceback."""
 from __future__ import annotations
 
 import os
@@ -47,19 +48,20 @@ def test_damaged_block_map_is_an_error_message(runs: Path, path: str):
     assert "damaged" in errors(at)
 
 
-def test_dead_collector_shows_stopped_with_its_last_message(runs: Path, monkeypatch):
+def test_dead_collector_shows_an_error_with_its_last_message(runs: Path, monkeypatch):
     monkeypatch.setenv("KVVIZ_COLLECTOR", "kvviz_no_such_collector_module")
     at = page("app.py")
-    rerun_until(at, lambda a: any("Collector stopped" in w.value for w in a.warning))
+    rerun_until(at, lambda a: any("Collector error (exit code 1)" in e.value for e in a.error))
     assert any("No module named" in c.value for c in at.code)
     assert at.title[0].value == "Live KV cache"  # the page keeps working
 
 
-def test_collector_that_crashes_later_is_shown_stopped(runs: Path, monkeypatch):
+def test_collector_that_is_killed_later_is_shown_stopped_unexpectedly(runs: Path):
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
     os.kill(common.collector().status().pid, signal.SIGKILL)  # the collector dies under us
-    rerun_until(at, lambda a: any("Collector stopped" in w.value for w in a.warning))
+    rerun_until(at, lambda a: any("Collector stopped unexpectedly (killed by SIGKILL)"
+                                  in w.value for w in a.warning))
     no_exception(at)
 
 

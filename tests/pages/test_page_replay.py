@@ -5,13 +5,13 @@ import numpy as np
 from pagehelpers import decode, heatmaps, no_exception, page
 from streamlit.testing.v1 import AppTest
 
-from kvviz import live
+from kvviz.runs import directory
 from kvviz.viz import heatmap as vh
 from pages import common
 
 
 def maps_at(runs, t: float):
-    r = live.open_run(runs, "rec.db")
+    r = directory.open_run(runs, "rec.db")
     try:
         return [r.blockmap_at(lane, t) for lane in r.lanes()]
     finally:

@@ -10,8 +10,8 @@ import pytest
 from pagehelpers import ROOT, no_exception, page
 from streamlit.runtime.context import ContextProxy
 
-from kvviz.node import scrape_process
 from kvviz.node.promtext import sample_from_text
+from kvviz.runs import directory, process
 from kvviz.store.writer import RunWriter
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -24,7 +24,7 @@ PIXEL = "![p](http://attacker.example/pixel) [link](http://attacker.example/) <i
 @pytest.fixture
 def node_runs(runs: Path):
     yield runs
-    scrape_process.stop_all()
+    process.stop_all()
 
 
 def forge_host(monkeypatch, host: str) -> None:
@@ -133,7 +133,7 @@ def test_scrape_outside_the_allow_list_is_refused_on_the_page(node_runs, monkeyp
     at.button(key="node_start").click().run()
     no_exception(at)
     assert "KVVIZ\\_SCRAPE\\_ALLOW" in errors(at)
-    assert scrape_process.node_recordings(node_runs) == []
+    assert directory.node_recordings(node_runs) == []
 
 
 def test_fleet_outside_the_allow_list_is_refused(node_runs, monkeypatch):

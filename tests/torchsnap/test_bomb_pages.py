@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from kvviz import live
+from kvviz.runs import process
 
 from . import bombs
 from .snaps import dumps, make_snapshot
@@ -23,7 +23,7 @@ def node_page(tmp_path, monkeypatch):
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
     st.cache_resource.clear()
     yield AppTest.from_file(str(ROOT / "pages" / "node.py"), default_timeout=60)
-    live.stop_all()
+    process.stop_all()
     st.cache_resource.clear()
 
 

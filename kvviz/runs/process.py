@@ -1,7 +1,7 @@
-"""A child process the dashboard starts and stops (the demo collector, a node scrape).
+"""A child process the dashboard starts and stops, its output in a log beside its recording.
 
-One at a time per manager, thread-safe (a manager is shared by every browser session), its
-output in a log file beside the recording, stopped at interpreter exit. No streamlit.
+One child at a time per LoggedProcess, thread-safe (a job is shared by every browser
+session), stopped at interpreter exit. No streamlit.
 """
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import threading
 import time
 import weakref
 from pathlib import Path
+
+from kvviz.runs.directory import LOG_SUFFIX
+from kvviz.runs.status import NEVER, JobStatus, state_of
 
 _ALL: weakref.WeakSet[LoggedProcess] = weakref.WeakSet()
 
@@ -25,37 +28,36 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
-def unique_recording(root: Path, prefix: str, suffix: str = ".db") -> Path:
-    """root/<prefix>-<time><suffix>, numbered when taken (its .log counts: it comes first)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out, k = root / f"{prefix}-{stamp}{suffix}", 2
-    while out.exists() or out.with_suffix(".log").exists():
-        out, k = root / f"{prefix}-{stamp}-{k}{suffix}", k + 1
-    return out
-
-
 class LoggedProcess:
+    LOG_LINES = 6  # lines of log shown in the status
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._log: Path | None = None
+        self._stop_requested = False
+        self.recording: Path | None = None
+        self.started_at: float | None = None
         _ALL.add(self)
 
     def _launch_locked(self, argv: list[str], out: Path, cwd: Path,
                        env: dict[str, str] | None = None) -> None:
-        """Stop the current child, then run argv with its output in out's .log; `env` is
-        added to this process's environment."""
+        """Stop the current child, then run argv recording into `out`, its output in out's
+        .log; `env` is added to this process's environment."""
         self._stop_locked()
-        self._log = out.with_suffix(".log")
+        self._log = out.with_suffix(LOG_SUFFIX)
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT,
                                           env=None if env is None else {**os.environ, **env})
+        self._stop_requested = False
+        self.recording, self.started_at = out, time.time()
 
     def _stop_locked(self, timeout_s: float = 5.0) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
+        self._stop_requested = True
         proc.terminate()  # children close their recordings as "stopped"
         try:
             proc.wait(timeout_s)
@@ -67,19 +69,25 @@ class LoggedProcess:
         with self._lock:
             self._stop_locked()
 
-    def last_message(self, lines: int = 6, max_bytes: int = 8192) -> str:
+    def last_message(self, lines: int | None = None, max_bytes: int = 8192) -> str:
         """The last non-blank lines the child printed."""
         if self._log is None or not self._log.exists():
             return ""
         with open(self._log, "rb") as f:
             f.seek(max(0, self._log.stat().st_size - max_bytes))
             text = f.read().decode("utf-8", "replace")
-        return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+        keep = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(keep[-(lines or self.LOG_LINES):])
 
-    def _state(self) -> tuple[str, int | None, int | None]:
-        """(running | stopped | not started, pid, return code)."""
+    def target(self) -> str | None:
+        """What the job works on, shown beside its state (None: nothing to name)."""
+        return None
+
+    def status(self) -> JobStatus:
         proc = self._proc
         if proc is None:
-            return "not started", None, None
+            return NEVER
         rc = proc.poll()
-        return ("running" if rc is None else "stopped"), proc.pid, rc
+        return JobStatus(state_of(rc, self._stop_requested), proc.pid, rc, self.started_at,
+                         self.recording.name if self.recording else None, self.target(),
+                         self.last_message())
