@@ -15,6 +15,8 @@ from kvviz.viz import kvevents as vk
 from pages import common, widgets
 from pages import kvevents_waiting as kw
 
+COLOUR_LABELS = {"evictions": "times evicted before",
+                 "age_s": "age (seconds since stored)"}
 STATE = "kvviz_kvevents_model"  # (recording, last batch id, CacheModel) of this session
 
 
@@ -104,7 +106,8 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
                 f"{'none evicted yet' if life is None else f'{life:.1f} s'}; prompts diverge "
                 f"at block {div[len(div) // 2] if div else '-'} (median of {len(div)} branch "
                 f"points); {f.unknown_removals} removals of blocks never seen stored.")
-        colour = st.radio("Colour", ["evictions", "age_s"], horizontal=True, key="kve_colour")
+        colour = st.radio("Colour", ["evictions", "age_s"], horizontal=True, key="kve_colour",
+                          format_func=COLOUR_LABELS.get)
         table = vk.forest_table(f, now=max(f.stored_t.values(), default=0.0))
         st.plotly_chart(vk.forest_figure(table, colour), key="kve_forest_fig")
         top, churn = st.columns(2)
