@@ -8,7 +8,6 @@ ValueError naming the argument. Backends live one per file behind `DecodeBackend
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
 from typing import NamedTuple, Protocol
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BACKENDS = {"torch": "kvviz.kv.attention_torch", "triton": "kvviz.kv.attention_triton"}
+BACKENDS = ("torch", "triton")
 
 
 class DecodeMeta(NamedTuple):
@@ -73,7 +72,7 @@ def get_backend(name: str, device: torch.device | str) -> DecodeBackend:
         raise ValueError(f"backend: unknown {name!r}; choose one of {['auto', *BACKENDS]}")
     if name not in _loaded:
         try:
-            _loaded[name] = importlib.import_module(BACKENDS[name]).BACKEND
+            _loaded[name] = _import_backend(name)
         except ImportError as exc:
             raise ValueError(f"backend: {name!r} cannot be imported ({exc})") from exc
     backend = _loaded[name]
@@ -81,6 +80,15 @@ def get_backend(name: str, device: torch.device | str) -> DecodeBackend:
     if reason is not None:
         raise ValueError(f"backend: {name!r} cannot run on {device}: {reason}")
     return backend
+
+
+def _import_backend(name: str) -> DecodeBackend:
+    """Import a backend's module on first use (triton's needs the triton package)."""
+    if name == "triton":
+        from kvviz.kv import attention_triton as module
+    else:
+        from kvviz.kv import attention_torch as module
+    return module.BACKEND
 
 
 def _triton_importable() -> bool:
