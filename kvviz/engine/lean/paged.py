@@ -1,0 +1,220 @@
+"""The lean lane's paged memory: a count of free blocks and the running sequences' phases.
+
+Without sharing a sequence of length L holds ceil(L / block_size) blocks, and block identity
+shows only in block maps (which a lean run never takes), so the pool is one number. A running
+sequence r writes its slot off[r] + T at step T and opens a block at step T when
+(off[r] + T - 1) % block_size == 0: sequences with the same phase off[r] % block_size open
+blocks at the same steps, so the blocks a span takes, the held-block sum over it and the
+first step at which the pool runs short are O(distinct phases) per span, not O(running):
+
+    phase p opens its first block of the span at step T + k_p, k_p = (-p - T) % bs + 1,
+    then every bs steps; opened(j) = q * running + (blocks of phases with k_p <= r),
+    j = q * bs + r.
+
+Internal waste: a sequence whose final length is F wastes ceil(F / bs) * bs - F slots from the
+step it enters its final block; those steps are a heap (`ents`) crossed by spans.
+"""
+from __future__ import annotations
+
+import heapq
+
+from kvviz.engine.lean.queue import CAPACITY, PREEMPTED, LeanLane
+
+
+class LeanPaged(LeanLane):
+    def __init__(self, lane) -> None:
+        super().__init__(lane)
+        self.bs = bs = lane.alloc.block_size
+        self.nb = lane.capacity // bs
+        self.free = self.nb  # free blocks
+        self.phases: dict[int, int] = {}  # off % bs -> running sequences
+        self.internal = 0  # slots never written in final blocks (sequences inside them)
+        self.waste = [(-f) % bs for f in self.final]  # per request: its final block's waste
+        self.enter = [0] * self.n_req  # running: the step it enters its final block
+        self.ents: list[tuple[int, int, int]] = []  # heap (enter step, ticket, request)
+        self.watermark = lane.cfg.watermark > 0
+
+    # ---- the allocator's answers ----------------------------------------------------------
+    def check(self, n: int, r: int | None) -> tuple:
+        bs = self.bs
+        nb = -(-n // bs)
+        free = self.free * bs
+        return (True, 0, nb * bs, free, free) if nb <= self.free else (
+            False, CAPACITY, nb * bs, free, free)
+
+    def admit(self, rid: int, n: int, r: int | None) -> int | None:
+        bs = self.bs
+        nb = -(-n // bs)
+        keep = -(-self.keep_now // bs) if self.keep_now else 0
+        if nb > self.free - keep:
+            return None
+        self.free -= nb
+        off = n - self.T
+        p = off % bs
+        self.phases[p] = self.phases.get(p, 0) + 1
+        w = self.waste[rid]
+        if w:
+            e = (-(-self.final[rid] // bs) - 1) * bs + 1 - off
+            self.enter[rid] = e
+            if e <= self.T:
+                self.internal += w
+            else:
+                heapq.heappush(self.ents, (e, self.ticket, rid))
+        return self.free * bs
+
+    def _forget(self, rid: int, length: int, upto: int) -> None:
+        """Forget a running sequence of `length` slots (final blocks entered through
+        `upto`); its blocks are the caller's to count."""
+        p = self.off[rid] % self.bs
+        c = self.phases[p] - 1
+        if c:
+            self.phases[p] = c
+        else:
+            del self.phases[p]
+        self.used -= length
+        if self.waste[rid] and self.enter[rid] <= upto:
+            self.internal -= self.waste[rid]
+
+    def release(self, rid: int) -> None:
+        length = self.off[rid] + self.T
+        self.free += -(-length // self.bs)
+        self._forget(rid, length, self.T)
+
+    def _cross(self, upto: int) -> int:
+        """Enter final blocks through step `upto`; returns the span's internal slot-steps
+        from those entries (each counts from its step through `upto`)."""
+        ents, run, extra = self.ents, self.run, 0
+        while ents and ents[0][0] <= upto:
+            e, tk, rid = heapq.heappop(ents)
+            if run.get(rid) == tk:
+                w = self.waste[rid]
+                self.internal += w
+                extra += w * (upto - e + 1)
+        return extra
+
+    # ---- decode ---------------------------------------------------------------------------
+    def decode(self) -> None:
+        n = len(self.run)
+        if not n:
+            return
+        T = self.T
+        need = self.phases.get((1 - T) % self.bs, 0)
+        if need <= self.free:
+            self.free -= need
+        else:
+            n = self._preempt()
+        self.used += n
+        self.tokens += n
+        if self.ents:
+            self._cross(T)
+
+    def _preempt(self) -> int:
+        """append_batch + preempt_from_tail at a step whose blocks run short; returns how
+        many sequences keep running (and decode)."""
+        bs, T, off = self.bs, self.T, self.off
+        ids = list(self.run)
+        before = [off[r] + T - 1 for r in ids]
+        avail, given = self.free, 0
+        ok, held = [], []
+        for x in before:
+            if x % bs:
+                ok.append(True)
+                held.append(x // bs + 1)
+            elif given < avail:
+                given += 1
+                ok.append(True)
+                held.append(x // bs + 1)
+            else:
+                ok.append(False)
+                held.append(x // bs)
+        free = avail - given
+        failed_before, f = [], 0  # failed sequences before each position
+        for o in ok:
+            failed_before.append(f)
+            f += not o
+        cut, freed = 0, 0
+        for c in range(len(ids) - 1, -1, -1):
+            freed += held[c]
+            if freed >= failed_before[c]:
+                cut = c
+                break
+        free += sum(held[cut:])
+        keep = [True] * cut + [False] * (len(ids) - cut)
+        back = 0
+        for i in range(cut):
+            if not ok[i]:
+                if free:
+                    free -= 1
+                else:
+                    keep[i] = False
+                    back += held[i]
+        self.free = free + back
+        lost = [r for r, k in zip(ids, keep) if not k]
+        for r in lost:
+            self._forget(r, off[r] + T - 1, T - 1)
+            del self.run[r]
+            self.generated[r] = self.output[r] - (self.fin[r] - T + 1)
+            self.events.append((T, PREEMPTED, r, 0, 0, 0, 0))
+        self.front.extendleft(reversed(lost))
+        self.just_preempted.update(lost)
+        self.preemptions += len(lost)
+        self.pressure = True
+        return len(ids) - len(lost)
+
+    # ---- shares and spans -----------------------------------------------------------------
+    def step_sums(self) -> tuple[int, int, int, int, int, float]:
+        """(used, reserved, internal, free, tail, efi) of step T."""
+        alloc = (self.nb - self.free) * self.bs
+        used, internal = self.used, self.internal
+        return used, alloc - used - internal, internal, self.free * self.bs, alloc - used, 0.0
+
+    def _free_floor(self) -> int:
+        if not self.waiting:
+            return 0
+        rid = self.front[0] if self.front else self.next_new
+        need = -(-(self.prompt[rid] + self.generated[rid]) // self.bs)
+        marks = [need]
+        if self.watermark and self.run:
+            marks.append(need + -(-self.keep // self.bs))
+        return max([0, *(m for m in marks if self.free >= m)])
+
+    def _starts(self) -> list[tuple[int, int]]:
+        """(k_p, sequences) per phase: its first block of the span opens at step T + k_p."""
+        bs, T = self.bs, self.T
+        return [((-p - T) % bs + 1, h) for p, h in self.phases.items()]
+
+    def horizon(self, limit: int) -> int:
+        n = len(self.run)
+        m = limit if not n else min(limit, self.next_finish() - 1 - self.T)
+        if m <= 0 or not n:
+            return max(m, 0)
+        budget = self.free - self._free_floor()
+        q, rem = divmod(budget, n)
+        acc = 0
+        for k, h in sorted(self._starts()):
+            if acc + h > rem:
+                return min(m, q * self.bs + k - 1)
+            acc += h
+        return m  # not reached: rem < n
+
+    def span(self, m: int) -> tuple[int, int, int, int, int]:
+        """Apply m decode-only steps; returns their (used, reserved, internal, free, tail)
+        sums."""
+        bs, n = self.bs, len(self.run)
+        opened = opened_sum = 0
+        for k, h in self._starts():
+            if k <= m:
+                c = (m - k) // bs + 1
+                opened += h * c
+                opened_sum += h * (c * (m - k + 1) - bs * c * (c - 1) // 2)
+        held = self.nb - self.free
+        alloc = bs * (m * held + opened_sum)
+        used = m * self.used + n * m * (m + 1) // 2
+        internal = m * self.internal
+        if self.ents:
+            internal += self._cross(self.T + m)
+        self.free -= opened
+        self.used += n * m
+        self.tokens += n * m
+        self.T += m
+        return used, alloc - used - internal, internal, m * self.nb * bs - alloc, alloc - used
