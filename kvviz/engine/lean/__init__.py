@@ -11,11 +11,12 @@ finished lane's is).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
-from kvviz.engine.events import FIELDS, EventColumns
+from kvviz.engine.events import FIELDS, MAX_STEP, EventColumns
 from kvviz.engine.jump import FAR, lane_can_jump, next_arrival_step
 from kvviz.engine.lane import Lane
 from kvviz.engine.lean.contiguous import LeanContiguous
@@ -45,10 +46,14 @@ def run_lean(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
     meaningful); returns its events."""
     m = LeanContiguous(lane) if lane.alloc.contiguous else LeanPaged(lane)
     arr = arrival_s.tolist()
+    steps = _arrival_steps(arrival_s, step_ms)
     total = len(arr)
     ap = 0
-    every, pressure_acc = lane.shares.every, lane.shares.pressure
-    events = m.events
+    events, front = m.events, m.front
+    # share sums: every step (e_*) and memory-pressure steps (p_*), added to Shares at the end
+    e_steps = e_used = e_res = e_int = e_free = e_tail = 0
+    p_steps = p_used = p_res = p_int = p_free = p_tail = 0
+    e_efi, p_efi = float(lane.shares.every["efi"]), float(lane.shares.pressure["efi"])
     turns = 0
     while m.done + m.rejected < total and (stop is None or m.T < stop):
         turns += 1
@@ -63,44 +68,107 @@ def run_lean(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
             m.arrived = ap
         logged = len(events)
         m.pressure = False
-        m.just_preempted.clear()
+        if m.just_preempted:
+            m.just_preempted.clear()
         m.decode()
-        m.finish()
-        m.schedule()
-        used, reserved, internal, free, tail, efi = m.step_sums()
+        if m.fins and m.fins[0][0] <= T:
+            m.finish()
+        if front or m.arrived > m.next_new:
+            m.schedule()
+        used, res, internal, free, tail, efi = m.step_sums()
         pressed = m.pressure
-        for acc in ((pressure_acc, every) if pressed else (every,)):
-            acc["steps"] += 1
-            acc["used"] += used
-            acc["reserved"] += reserved
-            acc["internal"] += internal
-            acc["free"] += free
-            acc["tail"] += tail
-            acc["efi"] = add_repeated(acc["efi"], efi, 1)
+        e_steps += 1
+        e_used += used
+        e_res += res
+        e_int += internal
+        e_free += free
+        e_tail += tail
+        if efi:  # adding 0.0 changes no float sum
+            e_efi += efi
+        if pressed:
+            p_steps += 1
+            p_used += used
+            p_res += res
+            p_int += internal
+            p_free += free
+            p_tail += tail
+            if efi:
+                p_efi += efi
         if m.done + m.rejected >= total:
             break
         quiet = len(events) == logged
-        waiting = m.waiting
+        waiting = len(front) + m.arrived - m.next_new
         if not (quiet or waiting == 0):
             continue
         limit = FAR if stop is None else stop - T
-        if waiting == 0:
-            nxt = next_arrival_step(arrival_s, m.arrived, T, step_ms)
-            if nxt is not None:
-                limit = min(limit, nxt - T - 1)
+        if waiting == 0 and m.arrived < total:
+            nxt = (_arrival_step(arrival_s, arr, m.arrived, T, step_ms) if steps is None
+                   else max(T + 1, steps[m.arrived]))
+            limit = min(limit, nxt - T - 1)
         k = m.horizon(limit) if limit > 0 else 0
         if 0 < k < FAR:
-            sums = m.span(k)
-            for acc in ((pressure_acc, every) if quiet and pressed else (every,)):
-                acc["steps"] += k
-                acc["used"] += sums[0]
-                acc["reserved"] += sums[1]
-                acc["internal"] += sums[2]
-                acc["free"] += sums[3]
-                acc["tail"] += sums[4]
-                acc["efi"] = add_repeated(acc["efi"], efi, k)
+            used, res, internal, free, tail = m.span(k)
+            e_steps += k
+            e_used += used
+            e_res += res
+            e_int += internal
+            e_free += free
+            e_tail += tail
+            if efi:
+                e_efi = add_repeated(e_efi, efi, k)
+            if quiet and pressed:
+                p_steps += k
+                p_used += used
+                p_res += res
+                p_int += internal
+                p_free += free
+                p_tail += tail
+                if efi:
+                    p_efi = add_repeated(p_efi, efi, k)
+    for acc, vals, efi in ((lane.shares.every, (e_steps, e_used, e_res, e_int, e_free, e_tail),
+                            e_efi),
+                           (lane.shares.pressure, (p_steps, p_used, p_res, p_int, p_free,
+                                                   p_tail), p_efi)):
+        if vals[0]:
+            for key, v in zip(("steps", "used", "reserved", "internal", "free", "tail"), vals):
+                acc[key] += v
+            acc["efi"] = efi
     m.write_back(lane)
     return _columns(events, lane._code, step_ms, lane.events.lanes)
+
+
+def _arrival_step(arrival_s: np.ndarray, arr: list[float], i: int, T: int,
+                  step_ms: float) -> int:
+    """next_arrival_step in plain Python (the same arithmetic), for request i."""
+    a = arr[i]
+    try:
+        t = max(T + 1, math.ceil(a * 1000.0 / step_ms) - 2)
+    except OverflowError:
+        t = MAX_STEP + 1
+    if t > MAX_STEP:  # the step engine's error
+        return next_arrival_step(arrival_s, i, T, step_ms)
+    while t * step_ms / 1000.0 < a:
+        t += max(1, t >> 52)
+    return t
+
+
+def _arrival_steps(arrival_s: np.ndarray, step_ms: float) -> list[int] | None:
+    """Per request, the first step whose clock reaches its arrival (the arithmetic of
+    next_arrival_step, all at once); None when some arrival is too far for that."""
+    a = np.asarray(arrival_s, np.float64)
+    if not a.size:
+        return []
+    if not np.isfinite(a).all():
+        return None
+    s0 = np.ceil(a * 1000.0 / step_ms) - 2
+    if s0.max() > 2**50:
+        return None
+    s = s0.astype(np.int64)
+    while True:
+        low = s * step_ms / 1000.0 < a
+        if not low.any():
+            return s.tolist()
+        s[low] += 1
 
 
 def _columns(events: list[tuple], code: int, step_ms: float, lanes) -> EventColumns:

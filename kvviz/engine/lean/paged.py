@@ -105,7 +105,7 @@ class LeanPaged(LeanLane):
             n = self._preempt()
         self.used += n
         self.tokens += n
-        if self.ents:
+        if self.ents and self.ents[0][0] <= T:
             self._cross(T)
 
     def _preempt(self) -> int:
@@ -178,22 +178,22 @@ class LeanPaged(LeanLane):
             marks.append(need + -(-self.keep // self.bs))
         return max([0, *(m for m in marks if self.free >= m)])
 
-    def _starts(self) -> list[tuple[int, int]]:
-        """(k_p, sequences) per phase: its first block of the span opens at step T + k_p."""
-        bs, T = self.bs, self.T
-        return [((-p - T) % bs + 1, h) for p, h in self.phases.items()]
-
     def horizon(self, limit: int) -> int:
         n = len(self.run)
         m = limit if not n else min(limit, self.next_finish() - 1 - self.T)
         if m <= 0 or not n:
             return max(m, 0)
-        budget = self.free - self._free_floor()
+        budget = self.free - (self._free_floor() if self.front or self.arrived > self.next_new
+                              else 0)
+        bs = self.bs
+        if budget >= n * (m // bs + 1):  # each sequence opens at most that many blocks
+            return m
         q, rem = divmod(budget, n)
         acc = 0
-        for k, h in sorted(self._starts()):
+        T = self.T
+        for k, h in sorted([((-p - T) % bs + 1, h) for p, h in self.phases.items()]):
             if acc + h > rem:
-                return min(m, q * self.bs + k - 1)
+                return min(m, q * bs + k - 1)
             acc += h
         return m  # not reached: rem < n
 
@@ -201,17 +201,33 @@ class LeanPaged(LeanLane):
         """Apply m decode-only steps; returns their (used, reserved, internal, free, tail)
         sums."""
         bs, n = self.bs, len(self.run)
-        opened = opened_sum = 0
-        for k, h in self._starts():
-            if k <= m:
-                c = (m - k) // bs + 1
-                opened += h * c
-                opened_sum += h * (c * (m - k + 1) - bs * c * (c - 1) // 2)
+        q, r = divmod(m, bs)
+        # phase p opens blocks at steps T + k, T + k + bs, ... (k = (-p - T) % bs + 1): q of
+        # them in the span, one more when k <= r. w, s: sequences with k <= r, their sum of k
+        w = s = s_all = 0
+        t = -self.T
+        if q:
+            for p, h in self.phases.items():
+                k = (t - p) % bs + 1
+                s_all += h * k
+                if k <= r:
+                    w += h
+                    s += h * k
+        else:
+            for p, h in self.phases.items():
+                k = (t - p) % bs + 1
+                if k <= r:
+                    w += h
+                    s += h * k
+        opened = q * n + w
+        opened_sum = (w * ((q + 1) * (m + 1) - bs * (q + 1) * q // 2) - (q + 1) * s
+                      + (n - w) * (q * (m + 1) - bs * q * (q - 1) // 2) - q * (s_all - s))
         held = self.nb - self.free
         alloc = bs * (m * held + opened_sum)
         used = m * self.used + n * m * (m + 1) // 2
         internal = m * self.internal
-        if self.ents:
+        ents = self.ents
+        if ents and ents[0][0] <= self.T + m:
             internal += self._cross(self.T + m)
         self.free -= opened
         self.used += n * m
