@@ -12,6 +12,7 @@ finished lane's is).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -171,13 +172,16 @@ def _arrival_steps(arrival_s: np.ndarray, step_ms: float) -> list[int] | None:
         s[low] += 1
 
 
-def _columns(events: list[tuple], code: int, step_ms: float, lanes) -> EventColumns:
-    """Event tuples (step, kind, seq, reason, need, free, largest) as EventColumns."""
-    a = np.array(events, np.int64).reshape(len(events), 7)
+def _columns(events: array, code: int, step_ms: float, lanes) -> EventColumns:
+    """Events, seven int64 each (step, kind, seq, reason, need, free, largest), as
+    EventColumns."""
+    a = np.frombuffer(events, np.int64).reshape(-1, 7) if len(events) else np.zeros((0, 7),
+                                                                                  np.int64)
+    k = a.shape[0]
     step = a[:, 0].copy()
     cols = {"time_s": step * step_ms / 1000.0, "step": step,
-            "lane": np.full(len(events), code, np.int8), "kind": a[:, 1].astype(np.int8),
+            "lane": np.full(k, code, np.int8), "kind": a[:, 1].astype(np.int8),
             "seq_id": a[:, 2].copy(), "reason": a[:, 3].astype(np.int8),
             "need_tokens": a[:, 4].copy(), "free_tokens": a[:, 5].copy(),
-            "largest_hole_tokens": a[:, 6].copy(), "count": np.ones(len(events), np.int64)}
+            "largest_hole_tokens": a[:, 6].copy(), "count": np.ones(k, np.int64)}
     return EventColumns({f: cols[f] for f in FIELDS}, lanes)

@@ -154,7 +154,7 @@ class LeanPaged(LeanLane):
             self._forget(r, off[r] + T - 1, T - 1)
             del self.run[r]
             self.generated[r] = self.output[r] - (self.fin[r] - T + 1)
-            self.events.append((T, PREEMPTED, r, 0, 0, 0, 0))
+            self.events.extend((T, PREEMPTED, r, 0, 0, 0, 0))
         self.front.extendleft(reversed(lost))
         self.just_preempted.update(lost)
         self.preemptions += len(lost)

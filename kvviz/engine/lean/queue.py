@@ -4,12 +4,13 @@ A LeanLane holds one lane's whole state as Python ints, lists and dicts (no nump
 event). Running sequences live in `run` (request id -> admission ticket, in admission order);
 sequence r written to step T holds `off[r] + T` slots and finishes at step `fin[r]`. The memory
 model (paged block count or contiguous ranges) is a subclass: check / admit / release / decode
-and the share sums over a span. Events are tuples (step, kind, seq, reason, need, free,
-largest) turned into EventColumns once, at the end.
+and the share sums over a span. Events go into one int64 array, seven numbers each (step,
+kind, seq, reason, need, free, largest), turned into EventColumns once, at the end.
 """
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 
 from kvviz.engine.events import KIND_CODE, REASON_CODE
@@ -57,7 +58,7 @@ class LeanLane:
         self.failures = {"CAPACITY": 0, "FRAGMENTATION": 0, "POLICY": 0}
         self.last_fail: tuple[int, int] | None = None
         self.pressure = False
-        self.events: list[tuple] = []
+        self.events = array("q")  # 7 int64 per event, see the module docstring
 
     # ---- the waiting queue ----------------------------------------------------------------
     @property
@@ -84,7 +85,7 @@ class LeanLane:
         if key != self.last_fail:
             self.last_fail = key
             self.failures[REASON_NAME[reason]] += 1
-            self.events.append((self.T, FAILED, rid, reason, adm[2], adm[3], adm[4]))
+            self.events.extend((self.T, FAILED, rid, reason, adm[2], adm[3], adm[4]))
 
     def _refuse(self, rid: int) -> tuple:
         adm = self.check(*self._need_of(rid))
@@ -100,7 +101,7 @@ class LeanLane:
                 whole = max(whole, self.reserve[rid])
             adm = self.check(whole, None)
         self.rejected += 1
-        self.events.append((self.T, REJECTED, rid, adm[1], adm[2], adm[3], adm[4]))
+        self.events.extend((self.T, REJECTED, rid, adm[1], adm[2], adm[3], adm[4]))
 
     # ---- phases ---------------------------------------------------------------------------
     def finish(self) -> None:
@@ -113,7 +114,7 @@ class LeanLane:
             del run[rid]
             self.generated[rid] = self.output[rid]
             self.done += 1
-            self.events.append((T, FINISHED, rid, 0, 0, 0, 0))
+            self.events.extend((T, FINISHED, rid, 0, 0, 0, 0))
 
     def next_finish(self) -> int:
         """The earliest finish step of a running sequence (something runs)."""
@@ -135,7 +136,7 @@ class LeanLane:
         heapq.heappush(self.fins, (f, tk, rid))
         self.used += n
         self.queries += n
-        self.events.append((T, ADMITTED, rid, 0, n, free, 0))
+        self.events.extend((T, ADMITTED, rid, 0, n, free, 0))
         return free
 
     def schedule(self) -> None:
