@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import FIELDS, MAX_STEP, EventColumns, EventLog
+from kvviz.engine.events import MAX_STEP, EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import add_repeated
 from kvviz.errors import KvvizError
@@ -244,12 +244,13 @@ def run_jumping(sim: Simulation, max_steps: int | None,
         finally:
             lane.events = shared
             lane.wall_seconds += time.perf_counter() - t0
-        parts.append((cols, np.full(len(cols), pos, np.int64)))
+        parts.append((cols, pos))
         sim.step_no = max(sim.step_no, lane.step_no)
         if progress is not None:
             tick()
     if parts:
-        cols = {f: np.concatenate([c[f] for c, _ in parts]) for f in FIELDS}
-        pos = np.concatenate([p for _, p in parts])
-        order = np.lexsort((np.arange(pos.size), pos, cols["step"]))
-        shared.extend(EventColumns({f: a[order] for f, a in cols.items()}, shared.lanes))
+        pos = np.concatenate([np.full(len(c), p, np.int64) for c, p in parts])
+        step = np.concatenate([c["step"] for c, _ in parts])
+        order = np.lexsort((np.arange(pos.size), pos, step))
+        del pos, step
+        shared.merge([c for c, _ in parts], order)
