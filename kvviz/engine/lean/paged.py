@@ -110,46 +110,34 @@ class LeanPaged(LeanLane):
 
     def _preempt(self) -> int:
         """append_batch + preempt_from_tail at a step whose blocks run short; returns how
-        many sequences keep running (and decode)."""
+        many sequences keep running (and decode). Costs one pass to find the sequences that
+        need a block, then O(victims): they come from the tail."""
         bs, T, off = self.bs, self.T, self.off
         ids = list(self.run)
-        before = [off[r] + T - 1 for r in ids]
-        avail, given = self.free, 0
-        ok, held = [], []
-        for x in before:
-            if x % bs:
-                ok.append(True)
-                held.append(x // bs + 1)
-            elif given < avail:
-                given += 1
-                ok.append(True)
-                held.append(x // bs + 1)
-            else:
-                ok.append(False)
-                held.append(x // bs)
-        free = avail - given
-        failed_before, f = [], 0  # failed sequences before each position
-        for o in ok:
-            failed_before.append(f)
-            f += not o
-        cut, freed = 0, 0
+        ph = (1 - T) % bs
+        needers = [i for i, r in enumerate(ids) if off[r] % bs == ph]  # their last block is full
+        avail = self.free
+        failed = needers[avail:]  # later sequences lose: no block left for them
+        failed_set = set(failed)
+        # the shortest suffix whose blocks cover one block for each failed sequence before it
+        j, freed, cut = len(failed), 0, 0
         for c in range(len(ids) - 1, -1, -1):
-            freed += held[c]
-            if freed >= failed_before[c]:
+            x = off[ids[c]] + T - 1  # slots written before this step
+            freed += x // bs + (c not in failed_set)  # a failed one did not get its block
+            while j and failed[j - 1] >= c:
+                j -= 1
+            if freed >= j:
                 cut = c
                 break
-        free += sum(held[cut:])
-        keep = [True] * cut + [False] * (len(ids) - cut)
-        back = 0
-        for i in range(cut):
-            if not ok[i]:
-                if free:
-                    free -= 1
-                else:
-                    keep[i] = False
-                    back += held[i]
-        self.free = free + back
-        lost = [r for r, k in zip(ids, keep) if not k]
+        free = freed  # every free block went to the first needers; the suffix came back
+        again = []  # failed before the cut and failed again: retried in order, while blocks last
+        for i in failed[:j]:
+            if free:
+                free -= 1
+            else:
+                again.append(i)
+        self.free = free + sum((off[ids[i]] + T - 1) // bs for i in again)  # released after
+        lost = [ids[i] for i in again] + ids[cut:]
         for r in lost:
             self._forget(r, off[r] + T - 1, T - 1)
             del self.run[r]
