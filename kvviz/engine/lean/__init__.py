@@ -56,6 +56,8 @@ def run_lean(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
     p_steps = p_used = p_res = p_int = p_free = p_tail = 0
     e_efi, p_efi = float(lane.shares.every["efi"]), float(lane.shares.pressure["efi"])
     turns = 0
+    decode, finish, schedule, step_sums = m.decode, m.finish, m.schedule, m.step_sums
+    fins, jp = m.fins, m.just_preempted
     while m.done + m.rejected < total and (stop is None or m.T < stop):
         turns += 1
         if tick is not None and turns % TICK == 0:
@@ -69,14 +71,14 @@ def run_lean(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
             m.arrived = ap
         logged = len(events)
         m.pressure = False
-        if m.just_preempted:
-            m.just_preempted.clear()
-        m.decode()
-        if m.fins and m.fins[0][0] <= T:
-            m.finish()
+        if jp:
+            jp.clear()
+        decode()
+        if fins and fins[0][0] <= T:
+            finish()
         if front or m.arrived > m.next_new:
-            m.schedule()
-        used, res, internal, free, tail, efi = m.step_sums()
+            schedule()
+        used, res, internal, free, tail, efi = step_sums()
         pressed = m.pressure
         e_steps += 1
         e_used += used
