@@ -1,6 +1,6 @@
 """Simulator throughput: kvviz's engine against a plain-Python loop, both sides in one run.
 
-    python benchmarks/bench_engine.py [floor|four-lanes|million] [--engine jump|step]
+    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor] [--engine jump|step]
                                       [--repeats 3] [--json]
 
 --engine: kvviz's jumping engine (default) or the step-by-step reference.
@@ -14,6 +14,12 @@ four-lanes: 20,000 sharegpt-like requests at 5 req/s through contiguous:first-fi
   contiguous:buddy:pow2, paged:16, paged:16:prefix at 65,536 slots (the Compare page's case).
 million: 1,000,000 requests at 20 req/s, capacity 1M tokens, paged:16 and
   contiguous:buddy:pow2; wall time and peak RSS.
+advisor: the Compare page's block-size advisor sweep with the page's defaults (sharegpt-like,
+  1,000 requests at 20 req/s, seed 0, 16,384 slots, default engine limits): paged lanes of
+  block sizes 1..256, one simulation each, as the page runs them.
+
+A run to the end takes the lean lane (kvviz/engine/lean) where it covers the lane, so
+--engine jump times the lean lane for every case here.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from collections import deque
 
 import harness
 
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.advisor import sweep_labels
+from kvviz.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.workload import Workload, generate
 
@@ -132,12 +139,31 @@ def million(a) -> None:
                  f"{a.requests:,} requests, 2 lanes: {t:.1f} s, peak RSS {rss:.0f} MB")
 
 
+def advisor(a) -> None:
+    preset = next(iter(LENGTH_PRESETS))  # the page's default
+    w = generate(WorkloadConfig(preset, num_requests=a.requests, rate=20.0, seed=0,
+                                max_seq_len=EngineConfig().max_seq_len))
+    lanes = sweep_labels()
+
+    def sweep() -> None:
+        for lane in lanes:
+            Simulation(w, [LaneSpec.parse(lane)], CacheConfig(capacity_tokens=16_384),
+                       EngineConfig(), advance=ENGINE["advance"]).run()
+
+    t = harness.median_s(sweep, a.repeats, warmup=0)
+    harness.emit(a, {"bench": "engine-advisor", "requests": a.requests, "seconds": t,
+                     "engine": a.engine, "lanes": len(lanes)},
+                 f"advisor sweep, {len(lanes)} paged lanes x {a.requests:,} requests: "
+                 f"{t:.2f} s")
+
+
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("case", nargs="?", default="floor", choices=["floor", "four-lanes",
-                                                                  "million"])
+                                                                  "million", "advisor"])
     ap.add_argument("--requests", type=int, default=None,
-                    help="default: 10,000 (floor), 20,000 (four-lanes), 1,000,000 (million)")
+                    help="default: 10,000 (floor), 20,000 (four-lanes), 1,000,000 (million), "
+                    "1,000 (advisor)")
     ap.add_argument("--lanes", nargs="*", default=["contiguous:first-fit:max",
                                                     "contiguous:buddy:pow2"],
                     help="floor: further lanes timed for reference")
@@ -145,9 +171,11 @@ def main() -> None:
                     help="kvviz engine: jump between events (default) or step one by one")
     a = ap.parse_args()
     ENGINE["advance"] = a.engine
-    default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000}[a.case]
+    default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000,
+               "advisor": 1_000}[a.case]
     a.requests = a.requests or (default // 20 if a.quick else default)
-    {"floor": floor, "four-lanes": four_lanes, "million": million}[a.case](a)
+    {"floor": floor, "four-lanes": four_lanes, "million": million,
+     "advisor": advisor}[a.case](a)
 
 
 if __name__ == "__main__":

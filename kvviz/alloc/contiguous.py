@@ -86,6 +86,19 @@ class ContiguousAllocator(Allocator):
     def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
         return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size
 
+    def footprints(self, tokens: np.ndarray) -> np.ndarray:
+        t = np.asarray(tokens, np.int64)
+        if t.size and t.min() < 1:
+            return super().footprints(t)  # the per-size error
+        cells = -(-t // self.block_size)
+        if self.placement == "buddy":  # 1 << (cells - 1).bit_length(), elementwise
+            x, order = cells - 1, np.zeros(cells.shape, np.int64)
+            while x.size and x.max() > 0:
+                order += x > 0
+                x >>= 1
+            cells = np.left_shift(1, order)
+        return cells * self.block_size
+
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
         cells = self._cells_for(num_tokens, reserve_tokens)[1]
         return self._answer(self._place.largest() >= cells, cells)

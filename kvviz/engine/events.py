@@ -168,6 +168,15 @@ class EventLog:
             for f, a in self._a.items():
                 a[i:i + k] = cols[f]
 
+    def merge(self, parts: list[EventColumns], order: np.ndarray) -> None:
+        """Append the events of `parts` (this log's lane codes) in `order`, an index into
+        their concatenation; one field at a time, so the peak holds one merged column."""
+        k = int(order.size)
+        if k:
+            i = self._room(k)
+            for f, a in self._a.items():
+                a[i:i + k] = np.concatenate([p.cols[f] for p in parts])[order]
+
     def add(self, ev: Event) -> None:
         self.add_one(ev.time_s, ev.step, self.lane_code(ev.lane), KIND_CODE[ev.kind],
                      ev.seq_id, REASON_CODE[ev.reason], ev.need_tokens, ev.free_tokens,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import FIELDS, MAX_STEP, EventColumns, EventLog
+from kvviz.engine.events import MAX_STEP, EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import add_repeated
 from kvviz.errors import KvvizError
@@ -209,7 +209,10 @@ def run_jumping(sim: Simulation, max_steps: int | None,
                 progress: Callable[[int, int], None] | None) -> None:
     """Simulation.run for the jumping engine: each lane runs on its own (lanes share only the
     request stream), logging into a private event log; the logs are then merged in the step
-    engine's order (by step, then lane). Real-mode lanes step together, as before."""
+    engine's order (by step, then lane). Real-mode lanes step together, as before. A run
+    to the end (no max_steps) takes the lean lane where it covers the lane
+    (kvviz/engine/lean): nobody samples its block maps."""
+    from kvviz.engine.lean import lane_can_lean, run_lean  # lean builds on this module
     total = len(sim.workload)
     if any(x.kv is not None for x in sim.lanes):
         while not sim.finished and (max_steps is None or sim.step_no < max_steps):
@@ -231,18 +234,23 @@ def run_jumping(sim: Simulation, max_steps: int | None,
         lane.events = own
         t0 = time.perf_counter()
         try:
-            run_lane(lane, sim._arrival, sim.engine.step_ms, max_steps,
-                     None if progress is None else tick)
+            if max_steps is None and lane_can_lean(lane):
+                cols = run_lean(lane, sim._arrival, sim.engine.step_ms, None,
+                                None if progress is None else tick)
+            else:
+                run_lane(lane, sim._arrival, sim.engine.step_ms, max_steps,
+                         None if progress is None else tick)
+                cols = own.since(0)[0]
         finally:
             lane.events = shared
             lane.wall_seconds += time.perf_counter() - t0
-        cols = own.since(0)[0]
-        parts.append((cols, np.full(len(cols), pos, np.int64)))
+        parts.append((cols, pos))
         sim.step_no = max(sim.step_no, lane.step_no)
         if progress is not None:
             tick()
     if parts:
-        cols = {f: np.concatenate([c[f] for c, _ in parts]) for f in FIELDS}
-        pos = np.concatenate([p for _, p in parts])
-        order = np.lexsort((np.arange(pos.size), pos, cols["step"]))
-        shared.extend(EventColumns({f: a[order] for f, a in cols.items()}, shared.lanes))
+        pos = np.concatenate([np.full(len(c), p, np.int64) for c, p in parts])
+        step = np.concatenate([c["step"] for c, _ in parts])
+        order = np.lexsort((np.arange(pos.size), pos, step))
+        del pos, step
+        shared.merge([c for c, _ in parts], order)
