@@ -195,7 +195,12 @@ class FakeCollector:
 
         self.cfg = cfg
         self.hooks: list = []
-        self.sim = SimpleNamespace(lanes=[SimpleNamespace(name=ln.label) for ln in cfg.lanes])
+        # lanes as the KV-event publisher sees them (no pool: nothing is allocated here)
+        self.sim = SimpleNamespace(lanes=[SimpleNamespace(
+            name=ln.label, alloc=SimpleNamespace(prefix_caching=ln.prefix_caching, _pool=None,
+                                                 block_size=ln.block_size))
+            for ln in cfg.lanes])
+        self.sim_hooks: list = []
 
     def run(self) -> str:
         return "finished"
