@@ -35,7 +35,7 @@ def scraped_gauges() -> Gauges | None:
         return None
     r = RunReader(directory.resolve_run(directory.runs_dir(), pick))
     try:
-        rows = r.node_samples().tail(SCRAPES_KEPT).to_dict("records")
+        rows = r.node_samples(last=SCRAPES_KEPT).to_dict("records")
     finally:
         r.close()
     return diagnose.gauges_from_scrapes(rows)

@@ -26,6 +26,7 @@ from pages import common, kvevents_view, widgets
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
+LIVE_SCRAPES = 1800  # scrapes drawn while a recording grows (an hour at the default 2 s)
 
 
 @st.cache_resource(show_spinner=False)
@@ -59,8 +60,12 @@ def node_panel(run: str) -> None:
     with common.reader(run) as r, common.guard(f"Reading {run}"):
         if r is None:
             return
-        df = r.node_samples()
-        st.caption(f"{md(run)}: node {md(r.meta.get('url', '?'))}, recording {md(r.status)}")
+        live = r.status == "running"  # redrawn every 2 s: read a fixed window, not it all
+        df = r.node_samples(last=LIVE_SCRAPES if live else None)
+        shown = (f"; the latest {len(df):,} scrapes" if live and len(df) == LIVE_SCRAPES
+                 else "")
+        st.caption(f"{md(run)}: node {md(r.meta.get('url', '?'))}, recording "
+                   f"{md(r.status)}{shown}")
         if df.empty:
             st.info("No scrape recorded yet.", icon=":material/hourglass_empty:")
             return
@@ -78,7 +83,7 @@ def node_panel(run: str) -> None:
         if "message" in df:  # plotly renders some HTML in hover text
             df = df.assign(message=df["message"].fillna("").astype(str).map(html.escape))
         st.plotly_chart(vn.node_figure(df), key="node_figure")
-        mem = r.device_memory()
+        mem = r.device_memory(last=LIVE_SCRAPES if live else None)
         reason = vg.nvml_reason(mem, r.meta)
         if reason is None:
             st.plotly_chart(vg.device_memory_figure(mem), key="node_gpu")

@@ -191,19 +191,27 @@ class RunReader:
         return check.frame(df, "events", str(self.path), need=EVENT_COLS,
                            text=("lane", "kind", "reason"), numeric=EVENT_NUMERIC)
 
-    def device_memory(self) -> pd.DataFrame:
-        df = self._df("SELECT * FROM device_memory ORDER BY row_id")
+    def device_memory(self, last: int | None = None) -> pd.DataFrame:
+        """Device-memory rows in time order; `last`: only the newest that many (a seek on
+        the row id: O(last), whatever the recording's length)."""
+        df = self._df(_newest("device_memory", last), () if last is None else (int(last),))
         check.frame(df, "device_memory", str(self.path), need=("row_id", "t"),
                     numeric=("row_id", "device_index"), suffix="_bytes")
         return df.drop(columns="row_id")
 
-    def node_samples(self, since_t: float | None = None, raw: bool = False) -> pd.DataFrame:
+    def node_samples(self, since_t: float | None = None, raw: bool = False,
+                     last: int | None = None) -> pd.DataFrame:
         """Scrapes of a node recording in time order (empty for other recordings): NODE_COLS
-        and any added columns; with raw=True a `raw` column of {series key: value} dicts."""
+        and any added columns; with raw=True a `raw` column of {series key: value} dicts.
+        `last`: only the newest that many scrapes, O(last) (a seek on the row id); since_t
+        scans the table."""
         if not self._has("node_samples"):
             return pd.DataFrame(columns=list(NODE_COLS))
-        where, params = codec.where(since_t=since_t)
-        df = self._df(f"SELECT * FROM node_samples{where} ORDER BY row_id", params)
+        if last is not None:
+            df = self._df(_newest("node_samples", last), (int(last),))
+        else:
+            where, params = codec.where(since_t=since_t)
+            df = self._df(f"SELECT * FROM node_samples{where} ORDER BY row_id", params)
         blobs = df.pop("raw_zlib") if "raw_zlib" in df else pd.Series([None] * len(df))
         check.frame(df, "node_samples", str(self.path), need=("row_id", "t"), text=NODE_TEXT,
                     numeric=tuple(c for c in ("row_id", *NODE_COLS) if c not in NODE_TEXT))
@@ -339,3 +347,12 @@ class RunReader:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+
+def _newest(table: str, last: int | None) -> str:
+    """SQL for a table's rows in row-id order; with `last`, only the newest that many (the
+    inner query walks the primary key backwards from its end)."""
+    if last is None:
+        return f"SELECT * FROM {table} ORDER BY row_id"
+    return (f"SELECT * FROM (SELECT * FROM {table} ORDER BY row_id DESC LIMIT ?) "
+            "ORDER BY row_id")

@@ -134,3 +134,18 @@ def test_reader_sees_samples_while_the_writer_runs(tmp_path):
 def test_bad_url_exits_2_and_writes_nothing(bad, tmp_path):
     assert scrape(bad, tmp_path / "x.db", "--count", "1") == 2
     assert not (tmp_path / "x.db").exists()
+
+
+def test_the_newest_scrapes_are_read_by_count_in_time_order(tmp_path):
+    out = tmp_path / "node.db"
+    w = RunWriter(out, {"mode": "node", "url": "http://x"})
+    for i in range(50):
+        w.add_node_sample(0.5 * i, {"time": 1e9 + i, "url": "http://x", "status": "ok"})
+        w.add_device_memory(0.5 * i, {"device_index": 0, "used_bytes": i})
+    w.close()
+    r = RunReader(out)
+    assert list(r.node_samples(last=5)["t"]) == [0.5 * i for i in range(45, 50)]
+    assert list(r.node_samples(last=500)["t"]) == list(r.node_samples()["t"])
+    assert list(r.device_memory(last=3)["used_bytes"]) == [47, 48, 49]
+    assert r.node_samples(last=0).empty
+    r.close()

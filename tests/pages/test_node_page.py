@@ -210,3 +210,16 @@ def test_fleet_table_and_fleet_errors(node_runs):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_growing_node_recording_is_drawn_from_its_latest_scrapes_only(node_runs):
+    w = RunWriter(node_runs / "node-live.db", {"mode": "node", "url": "http://n:8000/metrics",
+                                                "lanes": []})
+    for i in range(1805):  # still "running": the panel redraws it every 2 s
+        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://n", "status": "ok",
+                                     "engine": "vllm", "kv_usage": 0.5}, {})
+    w.commit()
+    at = page(PAGE)
+    no_exception(at)
+    assert any("the latest 1,800 scrapes" in c.value for c in at.caption)
+    w.close()
