@@ -14,7 +14,10 @@ def endpoint_for_rank(endpoint: str, rank: int) -> str:
     """DP rank r publishes on the endpoint's port + r (tcp only)."""
     if rank == 0:
         return endpoint
-    u = urllib.parse.urlsplit(endpoint)
+    try:
+        u = urllib.parse.urlsplit(endpoint)
+    except ValueError as exc:
+        raise ValueError(f"{endpoint!r}: {exc}") from None
     if u.scheme != "tcp" or u.port is None:
         raise ValueError(f"{endpoint}: --dp-ranks needs tcp://HOST:PORT endpoints")
     return f"tcp://{u.hostname if ':' not in (u.hostname or '') else f'[{u.hostname}]'}:" \
@@ -22,7 +25,11 @@ def endpoint_for_rank(endpoint: str, rank: int) -> str:
 
 
 def check_endpoint(endpoint: str) -> str:
-    u = urllib.parse.urlsplit(endpoint)
+    try:
+        u = urllib.parse.urlsplit(endpoint)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL": name the endpoint too
+        raise ValueError(f"{endpoint!r}: {exc}; expected tcp://HOST:PORT (or ipc://PATH)") \
+            from None
     if u.scheme == "ipc" and (u.netloc or u.path):
         return endpoint
     if u.scheme != "tcp":
