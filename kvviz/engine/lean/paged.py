@@ -76,19 +76,9 @@ class LeanPaged(LeanLane):
             self.internal -= self.waste[rid]
 
     def release(self, rid: int) -> None:
-        bs, off = self.bs, self.off[rid]
-        length = off + self.T
-        self.free += -(-length // bs)
-        p = off % bs
-        c = self.phases[p] - 1
-        if c:
-            self.phases[p] = c
-        else:
-            del self.phases[p]
-        self.used -= length
-        w = self.waste[rid]
-        if w and self.enter[rid] <= self.T:
-            self.internal -= w
+        length = self.off[rid] + self.T
+        self.free += -(-length // self.bs)
+        self._forget(rid, length, self.T)
 
     def _cross(self, upto: int) -> int:
         """Enter final blocks through step `upto`; returns the span's internal slot-steps
