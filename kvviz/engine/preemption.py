@@ -46,12 +46,15 @@ def _preempt_suffix(alloc: Allocator, ids: np.ndarray, ok: np.ndarray) -> np.nda
     sequence before it. A retry that still fails (copy-on-write can need two blocks)
     preempts that sequence too."""
     failed = ~ok
-    held = alloc.seq_allocated_tokens(ids) // alloc.block_size
-    freed = np.cumsum(held[::-1])[::-1]  # freed[c]: blocks held by positions >= c
     need = np.cumsum(failed) - failed  # failed sequences before position c
-    fits = np.flatnonzero(freed >= need)
-    cut = int(fits[-1]) if fits.size else 0
-    alloc.release_many(ids[cut:])
+    if getattr(alloc, "_sharing", False):
+        cut = _release_until_enough(alloc, ids, failed)
+    else:  # every held block is the sequence's own: releasing it frees them all
+        held = alloc.seq_allocated_tokens(ids) // alloc.block_size
+        freed = np.cumsum(held[::-1])[::-1]  # freed[c]: blocks held by positions >= c
+        fits = np.flatnonzero(freed >= need)
+        cut = int(fits[-1]) if fits.size else 0
+        alloc.release_many(ids[cut:])
     keep = np.zeros(ids.size, np.bool_)
     keep[:cut] = True
     retry = np.flatnonzero(failed[:cut])
@@ -63,3 +66,15 @@ def _preempt_suffix(alloc: Allocator, ids: np.ndarray, ok: np.ndarray) -> np.nda
             keep[lost] = False
     return keep
 
+
+def _release_until_enough(alloc: Allocator, ids: np.ndarray, failed: np.ndarray) -> int:
+    """Blocks shared with others (prefix hits, forks) stay held when one holder goes, so
+    count what a release really frees: preempt from the tail one sequence at a time until
+    the free blocks cover the failed sequences before the cut (vLLM's loop). Returns the
+    cut: positions >= cut were released."""
+    before = np.concatenate([[0], np.cumsum(failed)]).tolist()  # failed in positions < c
+    cut = ids.size
+    while cut > 0 and alloc.usage().free_tokens // alloc.block_size < before[cut]:
+        cut -= 1
+        alloc.release(int(ids[cut]))
+    return cut
