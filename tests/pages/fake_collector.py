@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from recordings import make_sim, meta_for, sample  # noqa: E402
 
+from kvviz import lifecycle  # noqa: E402
 from kvviz.collector_config import CollectorConfig  # noqa: E402
 from kvviz.store.writer import RunWriter  # noqa: E402
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     w = RunWriter(Path(cfg.out), meta_for(sim, cfg.mode))
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    lifecycle.watch()  # as the real collector: stop when the test process that started us dies
     prev: dict[str, int] = {}
     cursor, t0, last = 0, time.monotonic(), -1.0
     while not stop["flag"]:
