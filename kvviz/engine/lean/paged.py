@@ -201,6 +201,13 @@ class LeanPaged(LeanLane):
                 if k <= r:
                     w += h
                     s += h * k
+        elif r < len(self.phases):  # fewer offsets than phases: phase (t - j) % bs has k = j + 1
+            get = self.phases.get
+            for j in range(r):
+                h = get((t - j) % bs)
+                if h:
+                    w += h
+                    s += h * (j + 1)
         else:
             for p, h in self.phases.items():
                 k = (t - p) % bs + 1
