@@ -46,10 +46,10 @@ def _preempt_suffix(alloc: Allocator, ids: np.ndarray, ok: np.ndarray) -> np.nda
     sequence before it. A retry that still fails (copy-on-write can need two blocks)
     preempts that sequence too."""
     failed = ~ok
-    need = np.cumsum(failed) - failed  # failed sequences before position c
     if getattr(alloc, "_sharing", False):
         cut = _release_until_enough(alloc, ids, failed)
     else:  # every held block is the sequence's own: releasing it frees them all
+        need = np.cumsum(failed) - failed  # failed sequences before position c
         held = alloc.seq_allocated_tokens(ids) // alloc.block_size
         freed = np.cumsum(held[::-1])[::-1]  # freed[c]: blocks held by positions >= c
         fits = np.flatnonzero(freed >= need)
