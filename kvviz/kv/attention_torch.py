@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kvviz.kv.attention import DecodeMeta
+from kvviz.kv.attention_backend import DecodeMeta
 
 CPU_CHUNK_BYTES = 8 << 20  # K+V bytes gathered per chunk on CPU (fits a 32 MiB L3 twice)
 

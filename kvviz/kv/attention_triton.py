@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvviz.kv.attention import DecodeMeta
+from kvviz.kv.attention_backend import DecodeMeta
 
 LOG2E = 1.4426950408889634
 
