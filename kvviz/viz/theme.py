@@ -15,17 +15,18 @@ class StateStyle(NamedTuple):
     meaning: str  # one line a newcomer understands
 
 
+# Labels and meanings use kvviz.glossary's names (one vocabulary on every page).
 STATES: tuple[StateStyle, ...] = (
-    StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free (hole)",
+    StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free",
                "no sequence holds it; adjacent free blocks form a hole"),
-    StateStyle(cellstate.CACHED, "cached", "#b7e4c7", "Cached free",
+    StateStyle(cellstate.CACHED, "cached", "#b7e4c7", "Cached",
                "free, but still holds a prefix a new request can reuse"),
     StateStyle(cellstate.USED, "used", "#2b6cb0", "Used",
                "KV written by a live sequence"),
     StateStyle(cellstate.TAIL, "tail", "#f08c2e", "Tail waste",
-               "a sequence's last block, only partly written"),
-    StateStyle(cellstate.RESERVED, "reserved", "#a9c9ec", "Reserved",
-               "held for a sequence, nothing written yet (slack)"),
+               "a sequence's last block, partly written: its unwritten slots are tail waste"),
+    StateStyle(cellstate.RESERVED, "reserved", "#a9c9ec", "Slack",
+               "held by a sequence, nothing written yet"),
     StateStyle(cellstate.SHARED, "shared", "#7b3fb3", "Shared prefix",
                "one block read by several sequences (refcount > 1)"),
 )
