@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from kvviz import glossary
 from kvviz.node.trust import dashboard_host_ok
 from kvviz.node.trust import plain_markdown as md
 
@@ -34,6 +35,8 @@ if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
              "`--server.allowedHosts NAME` (README, Security).", icon=":material/gpp_bad:")
     st.stop()
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
+with st.sidebar.expander("Glossary: the words every page uses", icon=":material/menu_book:"):
+    st.markdown(glossary.markdown())
 wanted = st.session_state.pop("kvviz_wanted_page", None)  # see pages/common.enter_through_app
 if wanted in {f for f, _, _ in found}:
     st.switch_page(wanted)

@@ -29,6 +29,8 @@ TERMS: dict[str, str] = {
                                     "hole, near 1 = free slots shattered into small holes",
     "tail waste": "unwritten slots in sequences' partly written last blocks, as a share of "
                   "capacity",
+    "shared prefix": "a block read by several sequences at once (refcount > 1): their common "
+                     "prompt, stored once",
     "shared savings": "slots that prefix sharing saved: for each shared block, (refcount - 1) "
                       "x its written slots",
     "prefix hit rate": "prompt tokens served from the prefix cache / prompt tokens admitted "

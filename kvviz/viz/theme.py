@@ -60,7 +60,7 @@ STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
 STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
 
 FAILURE_COLOURS = {"CAPACITY": "#c0392b", "FRAGMENTATION": "#d4a017", "POLICY": "#7f8c8d"}
-FAILURE_MEANING = {
+FAILURE_MEANING = {  # short forms of kvviz.glossary's definitions
     "CAPACITY": "fewer free slots in total than the rounded need: a true out-of-memory",
     "FRAGMENTATION": "enough free slots in total, but no placement (no hole large enough)",
     "POLICY": "a placement existed, the scheduler refused (watermark, batch limit)",

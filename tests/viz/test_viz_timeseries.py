@@ -116,4 +116,5 @@ def test_a_prefix_lane_headline_shows_its_hit_rate_and_others_do_not():
     items = {h.label: h.value for h in vt.headline(row)}
     assert items["Prefix hit rate"] == "25%"
     assert "Prefix hit rate" not in {h.label for h in vt.headline({**row, "lane": "paged:16"})}
-    assert "Prefix hit rate" not in {h.label for h in vt.headline({**row, "prefix_query_tokens": 0})}
+    no_queries = vt.headline({**row, "prefix_query_tokens": 0})
+    assert "Prefix hit rate" not in {h.label for h in no_queries}
