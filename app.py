@@ -23,7 +23,10 @@ PAGES = [
     ("pages/node.py", "Node", ":material/dns:"),
 ]
 
-st.set_page_config(page_title="kvviz", page_icon=":material/grid_view:", layout="wide")
+# A local file, not a ":material/..." name: Streamlit turns those into a favicon URL on a
+# font CDN, and the dashboard fetches nothing from outside 127.0.0.1 (README, Security).
+st.set_page_config(page_title="kvviz", page_icon=str(HERE / "assets" / "favicon.png"),
+                   layout="wide")
 found = [(f, t, i) for f, t, i in PAGES if (HERE / f).is_file()]
 nav = st.navigation([st.Page(f, title=t, icon=i, default=k == 0)
                      for k, (f, t, i) in enumerate(found)])

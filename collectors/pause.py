@@ -23,7 +23,7 @@ class Pause:
         self._ctl = self.watcher.poll()
         wall = time.perf_counter() - t0
         if self._ctl.paused and not self.paused:
-            self.paused, self.frozen, self._sampled = True, wall - self.offset, time.monotonic()
+            self.paused, self.frozen, self._sampled = True, wall - self.offset, 0.0  # record it
             print(f"paused at t = {self.frozen:.2f} s", flush=True)
         elif not self._ctl.paused and self.paused:
             self.paused, self.offset = False, wall - self.frozen

@@ -72,7 +72,7 @@ def status_panel() -> None:
     running = s.state == RUNNING
     st.caption(md(origin_text(coll.origin, session)) + " " + md(config_text(
         running_config(coll))))
-    c1, c2, c3 = st.columns([1, 1, 3])
+    c1, c2, c3 = st.columns([1, 1, 6])
     if ctl.paused:
         if c1.button("Resume", key="collector_resume", icon=":material/play_arrow:",
                      disabled=not running):

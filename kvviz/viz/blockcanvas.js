@@ -25,7 +25,7 @@ const FONT = '12px "Source Sans", sans-serif';
 const INK = "#808495";
 const MAX_PLOT_H = 470;
 const OWNED = new Set([2, 3, 4, 5]); // used, tail, slack, shared (kvviz/cellstate.py codes)
-const SHADE = 0.72; // the darker shade of every other sequence in a contiguous map
+const SHADE = 0.8; // the darker shade of every other sequence in a contiguous map
 
 function rgb(hex) {
   const n = parseInt(hex.slice(1), 16);
