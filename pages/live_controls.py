@@ -99,7 +99,7 @@ def settings_form() -> None:
     """The settings, filled with the running configuration (re-filled for each new run)."""
     coll = common.collector()
     cfg = running_config(coll)
-    k = f"_{st.session_state.get(FORM_FOR)}"  # new widgets (with the running values) for each new run
+    k = f"_{st.session_state.get(FORM_FOR)}"  # new widgets, with its values, for each new run
     with st.expander("Collector settings: workload, lanes, prefix sharing, rate"):
         st.caption("One collector serves every open tab: **Start changes what every viewer "
                    "sees**, and their settings forms then show the new values.")

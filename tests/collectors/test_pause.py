@@ -55,7 +55,7 @@ def test_pause_freezes_the_clock_step_moves_it_one_step_resume_goes_on(tmp_path)
         assert n1 > n0, "paused, it should still write (readers see it alive)"
         for k in (1, 2):
             coll.step()
-            _until(lambda: _last(out)[1] == step0 + k, 10, f"step {k} was recorded")
+            _until(lambda k=k: _last(out)[1] == step0 + k, 10, f"step {k} was recorded")
             t, _, _ = _last(out)
             assert t == pytest.approx(t0 + k / SIM.steps_per_s, abs=1e-6)
         assert coll.control() == control.Control(True, 2)
