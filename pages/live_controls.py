@@ -77,16 +77,16 @@ def status_panel() -> None:
         if c1.button("Resume", key="collector_resume", icon=":material/play_arrow:",
                      disabled=not running):
             coll.set_paused(False)
-            st.rerun(scope="fragment")
+            st.rerun()
     elif c1.button("Pause", key="collector_pause", icon=":material/pause:",
                    disabled=not running, help="Stop the engine clock: no arrivals, no steps "
                    "(every open tab sees the pause)"):
         coll.set_paused(True)
-        st.rerun(scope="fragment")
+        st.rerun()
     if c2.button("Step", key="collector_step", icon=":material/skip_next:",
                  disabled=not running, help="Pause, then run one engine step and show it"):
         coll.step()
-        st.rerun(scope="fragment")
+        st.rerun()
     if ctl.paused and running:
         c3.info(f"Paused: the engine clock stands still (steps taken while paused: "
                 f"{ctl.steps}).", icon=":material/pause_circle:")

@@ -146,7 +146,9 @@ class Collector(LoggedProcess):
         """Start once per process (the first page view), and again when a viewer comes back
         to a collector that stopped for lack of viewers; otherwise do nothing."""
         with self._lock:
-            if self.autostarted and not self.idle_stopped():
+            if self.autostarted and not self.idle_stopped() or self._proc is not None and (
+                    self._proc.poll() is None):  # already running (started from a page)
+                self.autostarted = True
                 return
             self.autostarted = True
             back = self.idle_stopped() and self.config is not None
