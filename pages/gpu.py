@@ -43,9 +43,9 @@ on CUDA): device memory over time as NVML reports it (total, used, free, reserve
 driver, and the collector's own process), PyTorch's caching allocator (allocated, reserved,
 peak) against the size of the KV pools the lanes were given, so you can see how much of the
 GPU the KV cache takes and what else holds memory; and the collector's PyTorch allocator
-snapshots (`--torch-snapshot-every S`). On this CPU machine a recording has no device series:
-the page shows the KV pool size and why NVML was not read. For the KV cache itself, see Live
-and Replay; for a GPU server elsewhere, Node."""
+snapshots (`--torch-snapshot-every S`). On this CPU machine there is no device memory to
+read: the page shows why, and the KV pools' size against the collector's own host memory.
+For the KV cache itself, see Live and Replay; for a GPU server elsewhere, Node."""
 
 
 @st.fragment(run_every=2.0)

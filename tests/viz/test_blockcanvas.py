@@ -119,3 +119,11 @@ def test_a_downsampled_cell_names_its_first_owner_and_how_many_own_it():
     assert first.tolist() == [2, 4, 9] and who.tolist() == [7, 7, 4]
     assert many.tolist() == [1, 2, 1]
     assert vc.owner_parity(owner).tolist() == [0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_replays_plotly_heatmap_says_slots_for_a_contiguous_lane(sim_maps):
+    fig = vh.blockmap_figure(sim_maps["contiguous:first-fit:max"], 0, 64)
+    assert "<sup>slots 0-63 of" in fig.layout.title.text
+    assert fig.data[0].hovertemplate.startswith("slot %{customdata[0]}")
+    paged = vh.blockmap_figure(sim_maps["paged:16"])
+    assert "<sup>blocks 0-" in paged.layout.title.text
