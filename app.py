@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from kvviz import glossary
 from kvviz.node.trust import dashboard_host_ok
 from kvviz.node.trust import plain_markdown as md
 
@@ -22,7 +23,10 @@ PAGES = [
     ("pages/node.py", "Node", ":material/dns:"),
 ]
 
-st.set_page_config(page_title="kvviz", page_icon=":material/grid_view:", layout="wide")
+# A local file, not a ":material/..." name: Streamlit turns those into a favicon URL on a
+# font CDN, and the dashboard fetches nothing from outside 127.0.0.1 (README, Security).
+st.set_page_config(page_title="kvviz", page_icon=str(HERE / "assets" / "favicon.png"),
+                   layout="wide")
 found = [(f, t, i) for f, t, i in PAGES if (HERE / f).is_file()]
 nav = st.navigation([st.Page(f, title=t, icon=i, default=k == 0)
                      for k, (f, t, i) in enumerate(found)])
@@ -34,6 +38,8 @@ if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
              "`--server.allowedHosts NAME` (README, Security).", icon=":material/gpp_bad:")
     st.stop()
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
+with st.sidebar.expander("Glossary: the words every page uses", icon=":material/menu_book:"):
+    st.markdown(glossary.markdown())
 wanted = st.session_state.pop("kvviz_wanted_page", None)  # see pages/common.enter_through_app
 if wanted in {f for f, _, _ in found}:
     st.switch_page(wanted)

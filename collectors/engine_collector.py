@@ -20,8 +20,9 @@ import numpy as np
 
 from collectors import torch_memory
 from collectors.nvml import NvmlProbe
+from collectors.pause import Pause
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz import lifecycle
+from kvviz import control, lifecycle
 from kvviz.blockmap import FREE, BlockMap
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
@@ -241,8 +242,22 @@ class EngineCollector:
         pace = 1.0 / c.steps_per_s if c.steps_per_s > 0 else 0.0
         next_sample, line_t, steps, line_steps = 0.0, 0.0, 0, 0
         status, message = "finished", "duration reached"
+        pause = Pause(control.Watcher.from_env(), pace or self.sim.engine.step_ms / 1000)
         while True:
-            now = time.perf_counter() - t0
+            if pause.active(t0, c.quiet):  # paused: the engine clock stands still
+                if pause.step_due():  # a Step press: one engine step, recorded at once
+                    steps += 1
+                    self.sim.step(time_s=pause.frozen - self._loop_t0)
+                    sink.put(self._batch(pause.frozen))
+                    pause.stepped(self.sim.step_no)
+                elif pause.sample_due():  # keep the recording alive (readers: "running")
+                    sink.put(self._batch(pause.frozen))
+                if self.stop_reason is not None:
+                    status, message = "stopped", self.stop_reason
+                    break
+                time.sleep(control.POLL_S / 2)
+                continue
+            now = time.perf_counter() - t0 - pause.offset
             if now >= next_sample:
                 sink.put(self._batch(now))
                 next_sample = max(next_sample + period, now + period / 2)
@@ -257,7 +272,7 @@ class EngineCollector:
                     break
                 self._restart(now, sink)
             if pace and now < steps * pace:  # paced: wait for this step's time or a sample
-                time.sleep(max(0.0, min(steps * pace, next_sample) - now))
+                time.sleep(max(0.0, min(steps * pace, next_sample, now + control.POLL_S) - now))
                 continue
             self.sim.step(time_s=now - self._loop_t0)
             steps += 1
@@ -265,7 +280,8 @@ class EngineCollector:
                 if not c.quiet:
                     print(self.status_line(now, (steps - line_steps) / (now - line_t)), flush=True)
                 line_t, line_steps = now, steps
-        sink.put(self._batch(time.perf_counter() - t0))  # the final state, always recorded
+        end = pause.frozen if pause.paused else time.perf_counter() - t0 - pause.offset
+        sink.put(self._batch(end))  # the final state, always recorded
         return status, message
 
     def status_line(self, t: float, rate: float) -> str:
@@ -307,3 +323,4 @@ def versions(mode: str) -> dict:
     if mode == "real" and "torch" in sys.modules:
         out["torch"] = sys.modules["torch"].__version__
     return out
+

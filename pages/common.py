@@ -29,6 +29,7 @@ LIVE = "live collector"
 READ_ERRORS = (KvvizError, sqlite3.Error, OSError, ValueError, KeyError, IndexError,
                zlib.error, json.JSONDecodeError)
 RUN_KEY = "kvviz_run"
+LANES_SHOWN = 3  # lanes shown side by side until the user picks (the demo has three)
 # Largest upload, MiB (Streamlit's "MB"): the server refuses more (HTTP 413), so it must equal
 # server.maxUploadSize in .streamlit/config.toml (tests/torchsnap/test_upload_limit.py checks).
 UPLOAD_MAX_MB = 50
@@ -98,6 +99,14 @@ def _lanes_of(run: str | None) -> list[str]:
         r.close()
 
 
+def session_id() -> str | None:
+    """This browser session's id (who pressed Start, for the other tabs to see)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return None if ctx is None else ctx.session_id
+
+
 def under_apptest() -> bool:
     """True inside streamlit.testing's AppTest. It patches streamlit.config.get_option;
     st.get_option was bound at import and still reads False there."""
@@ -143,11 +152,12 @@ def sidebar(page: str) -> Selection:
         specs = (collector().config or jobs.DEMO).lanes
         lanes = [LaneSpec.parse(s).label for s in specs]
     lane_key = f"kvviz_lanes:{run}"
-    stored_lanes = [ln for ln in st.session_state.get(lane_key, lanes[:2]) if ln in lanes]
+    shown = lanes[:LANES_SHOWN]
+    stored_lanes = [ln for ln in st.session_state.get(lane_key, shown) if ln in lanes]
     picked = st.sidebar.multiselect("Lanes", lanes, default=stored_lanes,
                                     help="Allocators to show side by side.")
     st.session_state[lane_key] = picked
-    return Selection(run, is_live, picked or lanes[:2])
+    return Selection(run, is_live, picked or shown)
 
 
 def headline_metrics(row) -> None:

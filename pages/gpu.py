@@ -35,6 +35,17 @@ def this_machine() -> None:
         st.info(f"NVML is unavailable on the machine running this dashboard: "
                 f"**{probe['error']}** (no NVIDIA driver library here; a CPU-only machine)",
                 icon=":material/info:")
+        st.markdown(ON_A_GPU)
+
+
+ON_A_GPU = """**What this page shows on a machine with an NVIDIA GPU** (a collector in real mode
+on CUDA): device memory over time as NVML reports it (total, used, free, reserved by the
+driver, and the collector's own process), PyTorch's caching allocator (allocated, reserved,
+peak) against the size of the KV pools the lanes were given, so you can see how much of the
+GPU the KV cache takes and what else holds memory; and the collector's PyTorch allocator
+snapshots (`--torch-snapshot-every S`). On this CPU machine there is no device memory to
+read: the page shows why, and the KV pools' size against the collector's own host memory.
+For the KV cache itself, see Live and Replay; for a GPU server elsewhere, Node."""
 
 
 @st.fragment(run_every=2.0)

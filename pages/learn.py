@@ -76,8 +76,8 @@ if step.line is not None:
     st.plotly_chart(vl.slot_line_figure(step.line, names, title=title),
                     key=f"learn_line_{step.key}")
 if step.line is not None or step.paged is not None:
-    st.caption("Dark: KV written. Pale: held for the request but not written (a reservation, "
-               "or the unused tail of a block). Grey: free.")
+    st.caption("Dark: used (KV written). Pale: slack, held for the request but not written "
+               "yet (a reservation, or the unwritten tail of a block: tail waste). Grey: free.")
 if step.admission is not None and step.paged is None:
     show_admission(step.admission, "D")
 if step.paged is not None:

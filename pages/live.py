@@ -5,61 +5,22 @@ from functools import partial
 
 import streamlit as st
 
-from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
-from kvviz.errors import KvvizError
+from kvviz import glossary
 from kvviz.node.trust import plain_markdown as md
-from kvviz.runs import directory, jobs
+from kvviz.runs import directory
 from kvviz.viz import blockcanvas as vc
 from kvviz.viz import pressure as vp
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
-from pages import common, kvevents_live, widgets
+from pages import common, kvevents_live, live_controls
 
 WINDOW_S = 300.0  # seconds of history in the time series
 PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (why not faster: docs/BENCHMARKS.md)
 HISTORY_EVERY_S = 5.0  # the time series and the failure feed change slowly: redraw less often
-BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 HISTORY_POINTS = 300  # per lane and series: one per second of the window
 HISTORY_SHOWN = "live_history_shown"
 ZOOM_KEY = "live_zoom"
-
-
-def controls() -> None:
-    coll = common.collector()
-    widgets.job_status("Collector", coll, "collector")
-    with st.expander("Collector settings: workload, allocators, block size"):
-        with st.form("collector_form", border=False):
-            c1, c2, c3, c4 = st.columns(4)
-            presets = list(LENGTH_PRESETS)
-            workload = c1.selectbox("Workload", presets, index=presets.index("sharegpt-like"))
-            mode = c1.radio("Mode", ["real", "sim"], horizontal=True,
-                            help="real: torch KV pools and attention; sim: allocator only")
-            placement = c2.selectbox("Contiguous placement", PLACEMENTS)
-            reserve = c2.selectbox("Contiguous reservation", RESERVE_POLICIES,
-                                   help="max: reserve max_seq_len up front (as before paging)")
-            block = c3.select_slider("Paged block size (slots)", BLOCK_SIZES, value=16)
-            prefix = c3.checkbox("Prefix caching (paged)")
-            rate = c4.number_input("Arrivals per second (0: collector default)", 0.0, 1e4, 0.0)
-            traces = ["(synthetic workload)"] + [t.name for t in
-                                                 directory.list_traces(directory.runs_dir())]
-            trace = c4.selectbox("Trace from the runs directory", traces,
-                                 help="Azure, BurstGPT, Mooncake or kvviz CSV/JSONL placed in "
-                                      "the runs directory; replayed instead of the workload")
-            start = st.form_submit_button("Start / restart with these settings", type="primary")
-    if start:
-        lanes = (f"contiguous:{placement}:{reserve}",
-                 f"paged:{block}" + (":prefix" if prefix else ""))
-        try:
-            path = None if trace == traces[0] else directory.resolve_trace(
-                directory.runs_dir(), trace)
-            config = jobs.demo_config(mode=mode, workload=workload, lanes=lanes,
-                                      rate=rate or jobs.DEMO.rate, trace=path and str(path))
-        except (ValueError, KvvizError) as exc:
-            st.error(f"Settings: {md(exc)}")
-            return
-        coll.start(config)
-        st.rerun()
 
 
 def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], max_cells: int,
@@ -71,6 +32,7 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
         last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
         if not last.empty:
             common.headline_metrics(last.iloc[-1])
+        latest_failures(r, lane)
         start, stop = common.block_range(bm, lo, hi)
         # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
         # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
@@ -79,6 +41,27 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
                                               title=lane), key=key,
                                on_zoom=partial(zoom_to, key, bm.num_blocks))
         kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
+
+
+def failure_text(ev) -> str:
+    """One refused request as the allocator saw it at that moment."""
+    need, free, hole = int(ev.need_tokens), int(ev.free_tokens), int(ev.largest_hole_tokens)
+    why = {"FRAGMENTATION": "free >= need, but no hole that large",
+           "CAPACITY": "not enough free in total",
+           "POLICY": "memory would serve; the scheduler refused"}.get(ev.reason, "")
+    return (f"**{ev.reason}** at t = {ev.t:.1f} s: seq {int(ev.seq_id)} needs {need:,} "
+            f"slots; free {free:,}, largest hole {hole:,} ({why})")
+
+
+def latest_failures(r, lane: str) -> None:
+    """The lane's latest admission failure of each class, need against free and hole."""
+    ev = r.events(lane=lane, kinds=["admit_failed"], limit=200)
+    if ev.empty:
+        st.caption("No admission failure yet.")
+        return
+    last = ev.drop_duplicates("reason", keep="last").sort_values("t", ascending=False)
+    st.caption("Latest refused:  \n" + "  \n".join(failure_text(e) for e in
+                                                    last.itertuples()))
 
 
 def zoom_to(key: str, num_blocks: int) -> None:
@@ -113,7 +96,7 @@ def show(run: str | None, lanes: list[str], is_live: bool, draw_fn) -> None:
             return
         with common.guard(f"Reading {run}"):
             known = r.lanes()
-            draw_fn(r, [ln for ln in lanes if ln in known] or known[:2])
+            draw_fn(r, [ln for ln in lanes if ln in known] or known[:common.LANES_SHOWN])
 
 
 @st.fragment(run_every=PANEL_EVERY_S)
@@ -131,18 +114,42 @@ def draw(r, lanes: list[str]) -> None:
         st.warning(f"This recording {r.state}: it still says running, but nothing was "
                    f"written for over {r.stale_after_s:.0f} s (its writer was killed).")
     audit_banner(r)
+    if not has_real_sample(r):  # no map yet, or only the one taken before the first step
+        st.info("Waiting for the collector's first sample (after its first engine step)...",
+                icon=":material/hourglass_empty:")
+        return
     maps = {lane: r.latest_blockmap(lane) for lane in lanes}
     ready = {k: v for k, v in maps.items() if v is not None}
     if not ready:
-        st.info("Waiting for the first block map from the collector...")
+        st.info("Waiting for the first block map from the collector...",
+                icon=":material/hourglass_empty:")
         return
     lo, hi = common.zoom(ZOOM_KEY)
     max_cells = common.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())
-    st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}")
+    paused = " (paused)" if is_paused(r) else ""
+    st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}{paused}. In a contiguous "
+               "lane, neighbouring sequences alternate between a light and a dark shade.")
     for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
         lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
+
+
+def has_real_sample(r) -> bool:
+    """A sample the engine produced: recorded after its first step (the collector also
+    records the all-free state before it starts, which is no picture of anything)."""
+    last = r.last_t()
+    if last is None:
+        return False
+    rows = r.samples(since_t=last - 1.0)  # since_t is exclusive: the last second
+    return not rows.empty and int(rows["step"].max()) > 0
+
+
+def is_paused(r) -> bool:
+    """The live collector writing `r` is paused (its control file says so)."""
+    coll = common.collector()
+    s = coll.status()
+    return (s.recording == r.path.name and s.state == "running" and coll.control().paused)
 
 
 def audit_banner(r) -> None:
@@ -196,7 +203,8 @@ def draw_history(r, lanes: list[str]) -> None:
         for col, chart in zip(st.columns(2), row):
             col.vega_lite_chart(*chart, theme=None)
     st.subheader("Admission failures")
-    st.caption(" · ".join(f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
+    st.caption(" · ".join(f"**{k}**: {glossary.define(k).removeprefix('admission failure: ')}"
+                          for k in theme.FAILURE_MEANING))
     events = r.events(kinds=["admit_failed"], limit=500)
     recent = events[events["t"] >= samples["t"].max() - WINDOW_S]
     st.html(vl.failures_legend_html())
@@ -205,16 +213,21 @@ def draw_history(r, lanes: list[str]) -> None:
     feed = vt.failure_table(events).head(100)
     st.dataframe(feed, hide_index=True, height=min(300, 38 + 35 * max(1, len(feed))),
                  column_config={"t": st.column_config.NumberColumn("t (s)", format="%.2f"),
-                                "free_covers_need": "free total ≥ need"})
+                                "seq_id": "seq", "need_tokens": "need (slots)",
+                                "free_tokens": "free (slots)",
+                                "largest_hole_tokens": "largest hole (slots)",
+                                "free_covers_need": "free ≥ need"})
 
 
 sel = common.sidebar("pages/live.py")
 st.title("Live KV cache")
-st.caption("Each square is a block of KV memory in address order. A contiguous allocator "
-           "gives every sequence one range; a paged one hands out any free block.")
+st.caption("Each square is a block of KV memory in address order (a contiguous lane's square "
+           "is one slot). A contiguous allocator gives every sequence one range and refuses "
+           "with FRAGMENTATION when the free slots add up but no hole is large enough; a paged "
+           "one hands out any free block. Words: the glossary in the sidebar.")
 if sel.live:
     common.collector().ensure_started()
-    controls()
+    live_controls.show()
     sel = sel._replace(run=common.collector().status().recording)
 elif sel.run:
     st.info(f"Showing recording `{sel.run}` (pick the live collector in the sidebar to see "

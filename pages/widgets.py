@@ -60,9 +60,16 @@ def status_text(title: str, s: JobStatus, age_s: float | None) -> str:
     return head
 
 
-def job_status(title: str, job, key: str) -> JobStatus:
+def job_status(title: str, job, key: str, every_s: float = 1.0) -> None:
+    """The status box of `job` (job_status_box), redrawn every `every_s` seconds so its
+    uptime and last write are read afresh at each refresh, not when the page was opened."""
+    st.fragment(run_every=every_s)(job_status_box)(title, job, key)
+
+
+def job_status_box(title: str, job, key: str, restart=None) -> JobStatus:
     """Draw the status box of `job` (a kvviz.runs.jobs job) with its Stop and Restart
-    buttons (keys <key>_stop, <key>_restart); a press acts and reruns the page."""
+    buttons (keys <key>_stop, <key>_restart); a press acts and reruns the page. `restart`
+    (no arguments) replaces job.restart."""
     s = job.status()
     text = status_text(title, s, last_write_age(s.recording))
     if s.state == RUNNING:
@@ -77,15 +84,15 @@ def job_status(title: str, job, key: str) -> JobStatus:
         st.warning(text, icon=":material/warning:")
     if s.last_message:  # code, not an expander: the box may sit in one (KV events)
         st.code(s.last_message, language=None)
-    stop, restart = st.columns(2)
+    stop, again = st.columns(2)
     if stop.button("Stop", key=f"{key}_stop", icon=":material/stop:",
                    disabled=s.state != RUNNING):
         job.stop()
         st.rerun()
-    if restart.button("Restart", key=f"{key}_restart", icon=":material/restart_alt:",
-                      disabled=s.state == NOT_STARTED):
+    if again.button("Restart", key=f"{key}_restart", icon=":material/restart_alt:",
+                    disabled=s.state == NOT_STARTED):
         try:
-            job.restart()
+            (restart or job.restart)()
         except (KvvizError, ValueError, OSError) as exc:
             st.error(f"Cannot restart: {md(exc)}", icon=":material/error:")
             return s

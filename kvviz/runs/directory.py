@@ -19,6 +19,7 @@ RUN_SUFFIX = ".db"
 LOG_SUFFIX = ".log"  # a job's output, beside its recording
 CONFIG_SUFFIX = ".config"  # a collector's settings (kvviz.collector_config), beside its recording
 VIEWER_SUFFIX = ".viewer"  # touched while a tab shows the live collector (kvviz.lifecycle)
+CONTROL_SUFFIX = ".control"  # the live collector's pause / step requests (kvviz.control)
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 
 

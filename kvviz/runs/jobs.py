@@ -13,18 +13,26 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from kvviz import lifecycle
+from kvviz import control, lifecycle
 from kvviz.collector_config import CollectorConfig
 from kvviz.node.kvevents.endpoints import SubscriberConfig
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
-from kvviz.runs.directory import CONFIG_SUFFIX, VIEWER_SUFFIX, unique_recording
+from kvviz.runs.directory import CONFIG_SUFFIX, CONTROL_SUFFIX, VIEWER_SUFFIX, unique_recording
 from kvviz.runs.process import LoggedProcess
 from kvviz.runs.status import STOPPED
 
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
-DEMO = CollectorConfig(loop=True)  # the Live page's collector: `kvviz collect --loop`
+# The Live page's collector: `kvviz collect --loop` on a stream that shows every failure class
+# within its first minute (docs/DASHBOARD.md, "The default demo"): a contiguous lane that
+# reserves the next power of two (varied holes: FRAGMENTATION, then CAPACITY), one that
+# reserves max_seq_len (all holes alike: CAPACITY only), and paged blocks of 16; at 3
+# arrivals/s into 16,384 slots, with a running-batch limit of 24 (POLICY on the paged lane).
+DEMO = CollectorConfig(loop=True, rate=3.0, max_num_seqs=24,
+                       lanes=("contiguous:first-fit:pow2", "contiguous:first-fit:max",
+                              "paged:16"))
 
 
 def demo_config(**settings: object) -> CollectorConfig:
@@ -41,8 +49,17 @@ def run_config(config: CollectorConfig, out: Path) -> CollectorConfig:
                                kv_events_record=record)
 
 
+class Origin(NamedTuple):
+    """Who started the running collector, and when: shown beside the settings."""
+
+    at: float  # unix time
+    session: str | None  # the browser session that pressed Start (None: the server)
+    how: str  # "opened the page", "Start", "Restart", "a viewer came back"
+
+
 class Collector(LoggedProcess):
-    """One demo collector at a time (`python -m collectors --config runs/live-<time>.config`)."""
+    """One demo collector at a time (`python -m collectors --config runs/live-<time>.config`),
+    with pause and single-step through its control file (kvviz/control.py)."""
 
     def __init__(self, root: Path, *, module: str = "collectors", python: str = sys.executable,
                  cwd: Path | None = None) -> None:
@@ -52,9 +69,12 @@ class Collector(LoggedProcess):
         self.config: CollectorConfig | None = None
         self.autostarted = False
         self.viewer: Path | None = None  # touched while a tab shows the live collector
+        self.control_path: Path | None = None  # Pause / Step (kvviz/control.py)
+        self.origin: Origin | None = None
         self._touched = 0.0
 
-    def start(self, config: CollectorConfig = DEMO) -> Path:
+    def start(self, config: CollectorConfig = DEMO, *, session: str | None = None,
+              how: str = "Start") -> Path:
         """Stop any running collector, start a new one writing runs/live-<time>.db.
 
         The child stops by itself when this process is gone or when no viewer has touched
@@ -67,11 +87,32 @@ class Collector(LoggedProcess):
             self.viewer = out.with_suffix(VIEWER_SUFFIX)
             self.viewer.touch()
             self._touched = time.monotonic()
-            env = {lifecycle.PARENT_ENV: str(os.getpid()), lifecycle.VIEWER_ENV: str(self.viewer)}
+            self.control_path = out.with_suffix(CONTROL_SUFFIX)
+            control.write(self.control_path, control.Control())
+            env = {lifecycle.PARENT_ENV: str(os.getpid()), lifecycle.VIEWER_ENV: str(self.viewer),
+                   control.CONTROL_ENV: str(self.control_path)}
             self._launch_locked([self.python, "-m", self.module, "--config", str(settings)],
                                 out, self.cwd, env)
             self.config = config
+            self.origin = Origin(time.time(), session, how)
             return out
+
+    def control(self) -> control.Control:
+        """Paused or not, and the Step presses so far (Control() when none was started)."""
+        return control.Control() if self.control_path is None else control.read(
+            self.control_path)
+
+    def set_paused(self, paused: bool) -> None:
+        with self._lock:
+            if self.control_path is not None:
+                control.write(self.control_path, self.control()._replace(paused=paused))
+
+    def step(self) -> None:
+        """One engine step of a paused collector (pauses it first if it runs)."""
+        with self._lock:
+            if self.control_path is not None:
+                c = self.control()
+                control.write(self.control_path, control.Control(True, c.steps + 1))
 
     def touch_viewer(self, every_s: float = 5.0) -> None:
         """A tab shows the live collector: push its idle stop back (at most every `every_s`)."""
@@ -88,6 +129,9 @@ class Collector(LoggedProcess):
         if self.viewer is not None:
             self.viewer.unlink(missing_ok=True)
             self.viewer = None
+        if self.control_path is not None:
+            self.control_path.unlink(missing_ok=True)
+            self.control_path = None
 
     def stop(self) -> None:
         super().stop()
@@ -102,13 +146,18 @@ class Collector(LoggedProcess):
         """Start once per process (the first page view), and again when a viewer comes back
         to a collector that stopped for lack of viewers; otherwise do nothing."""
         with self._lock:
-            if self.autostarted and not self.idle_stopped():
+            if self.autostarted and not self.idle_stopped() or self._proc is not None and (
+                    self._proc.poll() is None):  # already running (started from a page)
+                self.autostarted = True
                 return
             self.autostarted = True
-        self.start(self.config if self.idle_stopped() and self.config else config)
+            back = self.idle_stopped() and self.config is not None
+        self.start(self.config if back and self.config else config,
+                   how="a viewer came back" if back else "opened the page")
 
-    def restart(self, config: CollectorConfig | None = None) -> Path:
-        return self.start(config or self.config or DEMO)
+    def restart(self, config: CollectorConfig | None = None, *,
+                session: str | None = None) -> Path:
+        return self.start(config or self.config or DEMO, session=session, how="Restart")
 
 
 class ScrapeJob(LoggedProcess):

@@ -8,7 +8,10 @@
 //            block_size, colours[], labels[] (index = state code; the last is "past the end"),
 //            count_columns[]
 // data.cells: Arrow table, one row per cell: state, then owner/filled/allocated/refcount
-//             (run == 1) or n_<state> (run > 1)
+//             (run == 1) or n_<state>, owner (the first owner) and owners (run > 1); and
+//             alt (meta.alt: a contiguous map) = 1 where the owning sequence is drawn in
+//             the darker of two shades, so neighbouring sequences stay apart
+// meta.unit: "slot" (cells of one slot: a contiguous lane) or "block"
 //
 // Drag across cells to zoom: the component sends a "zoom" trigger {start, stop} (blocks, stop
 // exclusive) that the page turns into its address-range slider; a double click sends
@@ -21,6 +24,8 @@ const M = { l: 86, r: 14, t: 6, b: 44 }; // plot margins, px
 const FONT = '12px "Source Sans", sans-serif';
 const INK = "#808495";
 const MAX_PLOT_H = 470;
+const OWNED = new Set([2, 3, 4, 5]); // used, tail, slack, shared (kvviz/cellstate.py codes)
+const SHADE = 0.8; // the darker shade of every other sequence in a contiguous map
 
 function rgb(hex) {
   const n = parseInt(hex.slice(1), 16);
@@ -165,12 +170,15 @@ function paint(s) {
   // cells: one pixel each in an offscreen image, scaled up without smoothing
   const state = s.cols.state;
   const lut = meta.colours.map(rgb);
+  const dark = lut.map((c) => c.map((v) => Math.round(v * SHADE)));
+  const alt = s.cols.alt;
   const pad = lut[lut.length - 1];
   const img = new ImageData(meta.cols, meta.rows);
   const px = img.data;
   const total = meta.rows * meta.cols;
   for (let i = 0; i < total; i++) {
-    const c = i < state.length ? lut[state[i]] || pad : pad;
+    const k = i < state.length ? state[i] : -1;
+    const c = k < 0 ? pad : (alt && alt[i] && OWNED.has(k) ? dark[k] : lut[k]) || pad;
     const o = i * 4;
     px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
   }
@@ -251,15 +259,20 @@ function hover(s) {
   const label = meta.labels[s.cols.state[i]];
   const first = meta.start + i * meta.run;
   tip.replaceChildren();
+  const unit = meta.unit || "block";
   if (meta.run === 1) {
     const owner = s.cols.owner[i];
-    line(tip, [[`block ${fmt(first)}: `], [label, true]]);
+    line(tip, [[`${unit} ${fmt(first)}: `], [label, true]]);
     line(tip, [[`owner seq ${owner < 0 ? "none" : owner}`]]);
     line(tip, [[`filled ${s.cols.filled[i]} / ${s.cols.allocated[i]} slots`]]);
     line(tip, [[`refcount ${s.cols.refcount[i]}`]]);
   } else {
     const last = Math.min(first + meta.run, meta.stop) - 1;
-    line(tip, [[`blocks ${fmt(first)}-${fmt(last)}: mostly `], [label, true]]);
+    line(tip, [[`${unit}s ${fmt(first)}-${fmt(last)}: mostly `], [label, true]]);
+    const owner = s.cols.owner[i];
+    const many = s.cols.owners[i];
+    line(tip, [[owner < 0 ? "owner seq none" : many > 1
+      ? `owner seq ${owner} and ${many - 1} more` : `owner seq ${owner}`]]);
     meta.count_columns.forEach((name, k) => {
       const n = s.cols[name][i];
       if (n > 0) line(tip, [[`${meta.labels[k]}: ${n}`]]);
@@ -282,7 +295,8 @@ export default function (component) {
   const meta = data.meta;
   const cols = { state: column(data.cells, "state") };
   const extra = meta.run === 1 ? ["owner", "filled", "allocated", "refcount"]
-    : meta.count_columns;
+    : [...meta.count_columns, "owner", "owners"];
+  if (meta.alt) extra.push("alt");
   for (const name of extra) cols[name] = column(data.cells, name);
   s.meta = meta;
   s.cols = cols;

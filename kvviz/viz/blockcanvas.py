@@ -27,6 +27,33 @@ JS = (_HERE / "blockcanvas.js").read_text(encoding="utf-8")
 CSS = (_HERE / "blockcanvas.css").read_text(encoding="utf-8")
 DETAIL_COLUMNS = ("owner", "filled", "allocated", "refcount")  # one cell per block
 COUNT_COLUMNS = tuple(f"n_{name}" for name in cellstate.STATE_NAMES)  # a run of blocks per cell
+RUN_COLUMNS = ("owner", "owners")  # a run per cell: its first owner, how many sequences own it
+ALT = "alt"  # contiguous maps: 1 where the owner is an odd sequence in address order
+
+
+def owner_parity(owner: np.ndarray) -> np.ndarray:
+    """int8 per block: 0/1 alternating from one owning sequence to the next in address
+    order (free blocks 0), so neighbouring sequences can be drawn in two shades."""
+    owned = owner >= 0
+    change = np.ones(owner.shape, bool)
+    change[1:] = owner[1:] != owner[:-1]
+    return ((np.cumsum(change & owned) % 2) * owned).astype(np.int8)
+
+
+def run_owners(owner: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per run of `run` blocks: the first owned block's index (-1: none), its owner (-1) and
+    the number of sequences that own blocks in it."""
+    n = owner.shape[0]
+    starts = np.arange(0, n, run)
+    owned = owner >= 0
+    pos = np.where(owned, np.arange(n), n)
+    first = np.minimum.reduceat(pos, starts)
+    who = np.where(first < n, owner[np.minimum(first, n - 1)], -1)
+    change = np.ones(n, bool)
+    change[1:] = owner[1:] != owner[:-1]
+    begins = (change & owned).astype(np.int32)
+    begins[starts] = owned[starts]  # a sequence running in from the previous cell counts
+    return np.where(first < n, first, -1), who.astype(np.int32), np.add.reduceat(begins, starts)
 
 
 def narrow(a: np.ndarray) -> np.ndarray:
@@ -62,12 +89,22 @@ def canvas_data(
         names, values = COUNT_COLUMNS, per_state
     for j, name in enumerate(names):
         cols[name] = narrow(values[:, j])
+    owner = bm.owner[c.start:c.stop]
+    first, who, many = (None, None, None) if c.run == 1 else run_owners(owner, c.run)
+    if c.run > 1:
+        cols["owner"], cols["owners"] = narrow(who), narrow(many)
+    if bm.contiguous:  # neighbouring sequences in two shades (parity at the cell's owner)
+        par = owner_parity(owner)
+        cols[ALT] = par if c.run == 1 else np.where(first >= 0, par[np.maximum(first, 0)],
+                                                    0).astype(np.int8)
     counts = per_state.sum(axis=0)
     span = c.stop - c.start
     per_cell = vh.cell_unit(c.run, bm.block_size)
+    unit = "slots" if bm.block_size == 1 else "blocks"
     meta = {
         "title": title or bm.label,
-        "subtitle": f"blocks {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}; {per_cell}",
+        "subtitle": f"{unit} {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}; {per_cell}",
+        "unit": unit[:-1], "alt": bool(bm.contiguous),
         "summary": "; ".join(f"{s.label} {100 * counts[s.code] / span:.1f}%"
                              for s in theme.STATES if counts[s.code]),
         "rows": c.rows, "cols": c.cols, "cells": int(ncell), "run": c.run,

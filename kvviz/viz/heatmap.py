@@ -129,14 +129,15 @@ def blockmap_figure(
 ) -> go.Figure:
     """Heatmap of blocks [start, stop); hover names the block(s), owner, fill and refcount."""
     c = blockmap_cells(bm, start, stop, max_cells=max_cells, cols=cols)
+    unit = "slot" if bm.block_size == 1 else "block"  # a contiguous lane's cells are slots
     if c.run == 1:
         custom = np.concatenate([c.first[..., None], c.detail], axis=2)
-        hover = ("block %{customdata[0]}: <b>%{text}</b><br>owner seq %{customdata[1]}"
+        hover = (unit + " %{customdata[0]}: <b>%{text}</b><br>owner seq %{customdata[1]}"
                  "<br>filled %{customdata[2]} / %{customdata[3]} slots"
                  "<br>refcount %{customdata[4]}<extra></extra>")
     else:
         custom = np.concatenate([c.first[..., None], c.counts], axis=2)
-        hover = (f"blocks %{{customdata[0]}} + {c.run}: mostly <b>%{{text}}</b><br>"
+        hover = (f"{unit}s %{{customdata[0]}} + {c.run}: mostly <b>%{{text}}</b><br>"
                  + _COUNTS_HOVER + "<extra></extra>")
     gap = 1 if c.cols <= 64 else 0
     heat = dict(
@@ -146,7 +147,7 @@ def blockmap_figure(
         zmin=-0.5, zmax=len(theme.STATE_COLOURS) - 0.5, colorscale=_COLOURSCALE,
         showscale=False, hovertemplate=hover, xgap=gap, ygap=gap,
     )
-    shown = f"blocks {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}"
+    shown = f"{unit}s {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}"
     per_cell = cell_unit(c.run, bm.block_size)
     layout = dict(
         title=dict(text=f"<b>{title or bm.label}</b><br><sup>{shown}; {per_cell}</sup>",

@@ -72,7 +72,7 @@ def _runs(owner: np.ndarray) -> list[tuple[int, int, int]]:
 def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
                      table: np.ndarray | None = None, table_owner: int | None = None,
                      tail_owner: int | None = None) -> go.Figure:
-    """One row of slots coloured by owner (pale = reserved, not written; grey = free).
+    """One row of slots coloured by owner (pale = slack, not written; grey = free).
 
     Paged maps get block borders and block ids; contiguous maps get their holes labelled.
     `table` draws `table_owner`'s block table above the line with an arrow per entry.
@@ -82,7 +82,7 @@ def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
     cap, bs = bm.capacity_tokens, bm.block_size
     blk = np.arange(cap) // bs
     label = np.array(["free"] + [f"{names[s]} {w}" for s in owners
-                                 for w in ("written", "reserved, not written")])
+                                 for w in ("written", "slack, not written")])
     hover = np.char.add(np.char.add(np.char.add("slot ", np.arange(cap).astype(str)),
                                     np.char.add(", block ", blk.astype(str))),
                         np.char.add(": ", label[codes]))

@@ -15,17 +15,18 @@ class StateStyle(NamedTuple):
     meaning: str  # one line a newcomer understands
 
 
+# Labels and meanings use kvviz.glossary's names (one vocabulary on every page).
 STATES: tuple[StateStyle, ...] = (
-    StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free (hole)",
+    StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free",
                "no sequence holds it; adjacent free blocks form a hole"),
-    StateStyle(cellstate.CACHED, "cached", "#b7e4c7", "Cached free",
+    StateStyle(cellstate.CACHED, "cached", "#b7e4c7", "Cached",
                "free, but still holds a prefix a new request can reuse"),
     StateStyle(cellstate.USED, "used", "#2b6cb0", "Used",
                "KV written by a live sequence"),
     StateStyle(cellstate.TAIL, "tail", "#f08c2e", "Tail waste",
-               "a sequence's last block, only partly written"),
-    StateStyle(cellstate.RESERVED, "reserved", "#a9c9ec", "Reserved",
-               "held for a sequence, nothing written yet (slack)"),
+               "a sequence's last block, partly written: its unwritten slots are tail waste"),
+    StateStyle(cellstate.RESERVED, "reserved", "#a9c9ec", "Slack",
+               "held by a sequence, nothing written yet"),
     StateStyle(cellstate.SHARED, "shared", "#7b3fb3", "Shared prefix",
                "one block read by several sequences (refcount > 1)"),
 )
@@ -59,7 +60,7 @@ STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
 STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
 
 FAILURE_COLOURS = {"CAPACITY": "#c0392b", "FRAGMENTATION": "#d4a017", "POLICY": "#7f8c8d"}
-FAILURE_MEANING = {
+FAILURE_MEANING = {  # short forms of kvviz.glossary's definitions
     "CAPACITY": "fewer free slots in total than the rounded need: a true out-of-memory",
     "FRAGMENTATION": "enough free slots in total, but no placement (no hole large enough)",
     "POLICY": "a placement existed, the scheduler refused (watermark, batch limit)",

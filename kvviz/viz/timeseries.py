@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvviz.glossary import define
 from kvviz.viz import theme
 
 FAILURE_CLASSES = ("CAPACITY", "FRAGMENTATION", "POLICY")
@@ -34,14 +35,13 @@ def headline(row: pd.Series | dict) -> list[Headline]:
     cap = max(1.0, _num(row, "capacity_tokens", 1.0))
     fails = {c: int(_num(row, col)) for c, col in FAILURE_COLUMNS.items()}
     return [
-        Headline("Used", f"{_num(row, 'used_tokens') / cap:.0%}", "KV slots written / capacity"),
-        Headline("Slack", f"{_num(row, 'slack_tokens') / cap:.0%}",
-                 "slots held by sequences but not written yet / capacity"),
-        Headline("Free", f"{_num(row, 'free_tokens') / cap:.0%}", "free slots / capacity"),
+        Headline("Used", f"{_num(row, 'used_tokens') / cap:.0%}", _share("used")),
+        Headline("Slack", f"{_num(row, 'slack_tokens') / cap:.0%}", _share("slack")),
+        Headline("Free", f"{_num(row, 'free_tokens') / cap:.0%}", _share("free")),
         Headline("Largest hole", f"{int(_num(row, 'largest_hole_tokens')):,}",
-                 "the longest run of adjacent free slots"),
-        Headline("Ext. frag. index", f"{_num(row, 'external_frag_index'):.2f}",
-                 "1 - largest hole / free: 0 = one big hole, near 1 = shattered"),
+                 f"slots: {define('largest hole')}"),
+        Headline("External fragmentation index", f"{_num(row, 'external_frag_index'):.2f}",
+                 define("external fragmentation index")),
         Headline("Failures C/F/P",
                  f"{fails['CAPACITY']}/{fails['FRAGMENTATION']}/{fails['POLICY']}",
                  "admission failures by class: CAPACITY / FRAGMENTATION / POLICY"),
@@ -52,15 +52,21 @@ def headline(row: pd.Series | dict) -> list[Headline]:
     ]
 
 
+def _share(term: str) -> str:
+    return f"share of capacity: {define(term)}"
+
+
 def _prefix_headline(row: pd.Series | dict) -> list[Headline]:
     """The prefix hit rate, for a lane whose samples count prefix-cache queries."""
     queries = _num(row, "prefix_query_tokens")
     hits = _num(row, "prefix_hit_tokens")
     if not queries or "prefix" not in str(row.get("lane", "")):
         return []
-    return [Headline("Prefix hit", f"{hits / queries:.0%}",
-                     "prompt tokens served from the prefix cache / prompt tokens admitted, "
-                     "since the start (vLLM's prefix_cache_hits / prefix_cache_queries)")]
+    cap = max(1.0, _num(row, "capacity_tokens", 1.0))
+    return [Headline("Prefix hit rate", f"{hits / queries:.0%}",
+                     f"since the start: {define('prefix hit rate')}"),
+            Headline("Shared savings", f"{_num(row, 'shared_savings_tokens') / cap:.0%}",
+                     _share("shared savings"))]
 
 
 def thin(samples: pd.DataFrame, max_points: int = 300) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """Every page in a real browser: no error box; the Live heatmap renders and changes;
-Learn's Next advances the story. Takes a screenshot of each page: into $KVVIZ_SCREENSHOTS
-when set (`KVVIZ_SCREENSHOTS=docs/screenshots` refreshes the README's pictures), else into a
-temporary folder."""
+Learn's Next advances the story. Takes a screenshot of each page but Live (whose pictures
+test_browser_live.py takes): into $KVVIZ_SCREENSHOTS when set
+(`KVVIZ_SCREENSHOTS=docs/screenshots` refreshes the README's pictures), else into
+.pytest-screenshots."""
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ COLOURS = """(cv) => {
 }"""
 DIGESTS = "() => [...document.querySelectorAll('.kvmap')].map(e => e.dataset.digest).join()"
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+PAGED = 2  # the default demo's lanes: contiguous pow2, contiguous max, paged:16
 PAGES = {"live": "", "compare": "compare", "learn": "learn", "replay": "replay", "gpu": "gpu",
          "node": "node"}
 
@@ -73,8 +75,8 @@ def test_live_heatmap_renders_and_changes(browser, app):
     page = open_page(browser, app)
     settle(page, HEAT, timeout_ms=90_000)
     assert_no_error(page)
-    assert page.locator(HEAT).count() == 2  # contiguous and paged, side by side
-    for i in range(2):
+    assert page.locator(HEAT).count() == 3  # the demo's three lanes, side by side
+    for i in range(3):
         assert page.locator(HEAT).nth(i).evaluate(COLOURS) >= 3  # states painted, not blank
     before = page.evaluate(DIGESTS)  # hashes of the state grids the canvases painted
     changed, end = False, time.monotonic() + 5
@@ -83,37 +85,35 @@ def test_live_heatmap_renders_and_changes(browser, app):
         changed = page.evaluate(DIGESTS) != before
     assert changed, "the Live heatmap did not change within 5 s"
     # hover: the box names the block under the mouse, and stays through the next repaints
-    box = page.locator(HEAT).nth(1).bounding_box()
+    box = page.locator(HEAT).nth(PAGED).bounding_box()
     page.mouse.move(box["x"] + 120, box["y"] + 20)
-    tip = page.locator(".kvmap-tip").nth(1)
+    tip = page.locator(".kvmap-tip").nth(PAGED)
     tip.wait_for(state="visible", timeout=5_000)
     assert tip.inner_text().startswith("block")
     assert "owner seq" in tip.inner_text() or "mostly" in tip.inner_text()
-    draws = int(page.locator(".kvmap").nth(1).get_attribute("data-draws"))
-    page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[1].dataset.draws > "
-                           f"{draws}", timeout=5_000)
+    draws = int(page.locator(".kvmap").nth(PAGED).get_attribute("data-draws"))
+    page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[{PAGED}].dataset.draws"
+                           f" > {draws}", timeout=5_000)
     assert tip.is_visible() and tip.inner_text().startswith("block")
     # drag across cells: the page zooms to that address range; a double click undoes it
-    sub = page.locator(".kvmap-sub").nth(1)
+    sub = page.locator(".kvmap-sub").nth(PAGED)
     assert sub.inner_text().startswith("blocks 0-")
     page.mouse.move(box["x"] + 150, box["y"] + 40)
     page.mouse.down()
     page.mouse.move(box["x"] + 300, box["y"] + 60, steps=5)
     page.mouse.up()
-    page.wait_for_function("() => !document.querySelectorAll('.kvmap-sub')[1].textContent"
-                           ".startsWith('blocks 0-')", timeout=10_000)
+    page.wait_for_function(f"() => !document.querySelectorAll('.kvmap-sub')[{PAGED}]"
+                           ".textContent.startsWith('blocks 0-')", timeout=10_000)
     first = int(sub.inner_text().split()[1].split("-")[0].replace(",", ""))
     assert first > 0, sub.inner_text()
     assert page.get_by_text("Zoom: address range shown").count() == 1
     page.mouse.dblclick(box["x"] + 150, box["y"] + 40)
-    page.wait_for_function("() => document.querySelectorAll('.kvmap-sub')[1].textContent"
-                           ".startsWith('blocks 0-')", timeout=10_000)
+    page.wait_for_function(f"() => document.querySelectorAll('.kvmap-sub')[{PAGED}]"
+                           ".textContent.startsWith('blocks 0-')", timeout=10_000)
     page.mouse.move(0, 0)
     page.wait_for_selector("text=Admission failures", timeout=30_000)  # the history follows
     page.wait_for_timeout(1500)
-    assert_no_error(page)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "live.png"))
+    assert_no_error(page)  # live.png comes from test_browser_live.py's walk
     page.close()
 
 

@@ -36,5 +36,5 @@ def test_kv_events_tab_draws_the_forest(tmp_path):
         boxes = page.locator(ERRORS)
         assert boxes.count() == 0, boxes.first.inner_text()
         SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / "kvevents.png"), full_page=True)
+        page.screenshot(path=str(SHOTS / "node-kvevents.png"), full_page=True)  # README
         b.close()

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from recordings import make_sim, meta_for, sample  # noqa: E402
 
-from kvviz import lifecycle  # noqa: E402
+from collectors.pause import Pause  # noqa: E402
+from kvviz import control, lifecycle  # noqa: E402
 from kvviz.collector_config import CollectorConfig  # noqa: E402
 from kvviz.store.writer import RunWriter  # noqa: E402
 
@@ -33,15 +34,27 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     cfg = CollectorConfig.load(Path(a.config))
     sim = make_sim(cfg.lanes, capacity=a.capacity_tokens, requests=5000, rate=a.rate,
-                   preset=cfg.workload)
+                   preset=cfg.workload, prefix_share=cfg.prefix_sharing)
     w = RunWriter(Path(cfg.out), meta_for(sim, cfg.mode))
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     lifecycle.watch()  # as the real collector: stop when the test process that started us dies
     prev: dict[str, int] = {}
     cursor, t0, last = 0, time.monotonic(), -1.0
+    pause = Pause(control.Watcher.from_env(), 1.0 / a.steps_per_s)
     while not stop["flag"]:
-        now = time.monotonic() - t0
+        if pause.active(t0, True):  # paused (kvviz/control.py): as the real collector
+            if pause.step_due():
+                sim.step(pause.frozen)
+                sample(w, sim, pause.frozen, prev, 1.0 / a.steps_per_s)
+                w.commit()
+                pause.stepped(sim.step_no)
+            elif pause.sample_due():
+                sample(w, sim, pause.frozen, prev, 1.0)
+                w.commit()
+            time.sleep(0.02)
+            continue
+        now = time.monotonic() - t0 - pause.offset
         if a.fail_after is not None and now > a.fail_after:
             w.close("error", "fake collector: simulated crash")
             print("RuntimeError: fake collector: simulated crash", file=sys.stderr)

@@ -13,8 +13,10 @@ LANES = ("contiguous:first-fit:max", "paged:16")
 
 
 def make_sim(lanes=LANES, capacity: int = 16384, requests: int = 400, rate: float = 40.0,
-             preset: str = "sharegpt-like", seed: int = 0) -> Simulation:
-    w = generate(WorkloadConfig(preset, num_requests=requests, rate=rate, seed=seed))
+             preset: str = "sharegpt-like", seed: int = 0,
+             prefix_share: float = 0.0) -> Simulation:
+    w = generate(WorkloadConfig(preset, num_requests=requests, rate=rate, seed=seed,
+                                prefix_share=prefix_share))
     return Simulation(w, [LaneSpec.parse(x) for x in lanes], CacheConfig(capacity_tokens=capacity))
 
 
@@ -38,6 +40,8 @@ def sample(writer: RunWriter, sim: Simulation, t: float, prev_tokens: dict[str, 
                  tokens_per_s=(toks - prev_tokens.get(ln.name, 0)) / dt if dt else 0.0,
                  running=int(ln.run_ids.size), waiting=ln.waiting_count,
                  **{f"admit_failures_{k.lower()}": v for k, v in ln.failures.items()},
+                 prefix_query_tokens=ln.prefix_query_tokens,
+                 prefix_hit_tokens=int(getattr(ln.alloc, "prefix_hit_tokens", 0)),
                  **ln.shares.counters())
         prev_tokens[ln.name] = toks
         writer.add_sample(t, sim.step_no, ln.name, m, bm if with_maps else None)

@@ -11,7 +11,7 @@ import pytest
 from pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
 from kvviz import cellstate as cs
-from kvviz.runs import directory
+from kvviz.runs import directory, jobs
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
@@ -24,8 +24,8 @@ def test_app_opens_on_live_and_starts_the_collector(runs):
     assert at.title[0].value == "Live KV cache"
     assert at.sidebar.selectbox[0].value == common.LIVE
     assert any("Collector running" in s.value for s in at.success)
-    rerun_until(at, lambda a: len(canvases(a)) == 2)
-    assert len(headline_grids(at)) == 2  # one grid of eight numbers per lane
+    rerun_until(at, lambda a: len(canvases(a)) == len(jobs.DEMO.lanes))
+    assert len(headline_grids(at)) == 3  # one grid of eight numbers per lane
     assert any(r.name.startswith("live-") for r in directory.list_runs(runs))
 
 
@@ -55,12 +55,13 @@ def test_lane_picker_is_filled_on_the_very_first_open(runs):
     at = page("app.py")  # the collector has just been started: its recording may not exist
     no_exception(at)
     lanes = at.sidebar.multiselect[0]
-    assert list(lanes.options) == ["contiguous:first-fit:max", "paged:16"]
+    assert list(lanes.options) == list(jobs.DEMO.lanes)
+    assert lanes.value == list(jobs.DEMO.lanes)  # all three shown side by side
 
 
 def test_collector_starts_once_per_server(runs):
     first = page("app.py")
-    rerun_until(first, lambda a: len(canvases(a)) == 2)
+    rerun_until(first, lambda a: len(canvases(a)) == 3)
     pid = common.collector().status().pid
     second = page("app.py")  # another browser session
     no_exception(second)

@@ -15,6 +15,9 @@ def test_unavailable_nvml_is_explained(runs):
     machine = " ".join(i.value for i in at.info) + " ".join(s.value for s in at.success)
     assert "NVML" in machine
     assert not at.error
+    told = " ".join(m.value for m in at.markdown)  # on a CPU machine: what it would show
+    if "NVMLError" in machine or "unavailable" in machine:
+        assert "What this page shows on a machine with an NVIDIA GPU" in told
 
 
 def test_device_memory_series_are_drawn(runs: Path):

@@ -51,7 +51,8 @@ def test_the_collector_gets_its_settings_as_a_config_file_it_reads_back(tmp_path
     out = coll.start(config)
     saved = CollectorConfig.load(out.with_suffix(directory.CONFIG_SUFFIX))
     assert saved == CollectorConfig(mode="sim", lanes=("paged:8",), rate=5.0, loop=True,
-                                    out=str(out), quiet=True)
+                                    max_num_seqs=jobs.DEMO.max_num_seqs, out=str(out),
+                                    quiet=True)
     assert coll.config == config
     from kvviz.store.reader import RunReader
 

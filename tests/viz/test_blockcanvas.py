@@ -33,7 +33,7 @@ def test_downsampled_cells_count_every_block_of_their_run(million):
     meta, cells = d["meta"], d["cells"]
     run = meta["run"]
     assert run == 1024 and meta["cells"] == len(cells) == 1024
-    assert list(cells.columns) == ["state", *vc.COUNT_COLUMNS]
+    assert list(cells.columns) == ["state", *vc.COUNT_COLUMNS, *vc.RUN_COLUMNS]
     counts = cells[list(vc.COUNT_COLUMNS)].to_numpy()
     assert (counts.sum(axis=1) == run).all()
     assert (counts.sum(axis=0) == cs.state_counts(cs.classify(million))).all()
@@ -58,7 +58,6 @@ def test_zoomed_range_starts_at_its_first_block(sim_maps):
     d = vc.canvas_data(bm, 100, 160)
     assert (d["meta"]["start"], d["meta"]["stop"], d["meta"]["cells"]) == (100, 160, 60)
     assert (d["cells"]["owner"].to_numpy() == bm.owner[100:160]).all()
-    assert d["meta"]["subtitle"].startswith(f"blocks 100-159 of {bm.num_blocks:,}")
 
 
 def test_summary_gives_each_present_state_share(sim_maps):
@@ -90,3 +89,41 @@ def test_renderer_sources_are_packaged():
     # the column names the renderer reads are the ones canvas_data writes
     for name in ("state", *vc.DETAIL_COLUMNS):
         assert f'"{name}"' in vc.JS, name
+
+
+def test_a_contiguous_lane_names_slots_and_shades_neighbouring_sequences_apart(sim_maps):
+    bm = sim_maps["contiguous:first-fit:max"]
+    d = vc.canvas_data(bm, 100, 160)
+    assert d["meta"]["subtitle"].startswith(f"slots 100-159 of {bm.num_blocks:,}")
+    assert d["meta"]["unit"] == "slot" and d["meta"]["alt"] is True
+    full = vc.canvas_data(bm)["cells"]
+    owner, alt = full["owner"].to_numpy(), full["alt"].to_numpy()
+    owned = owner >= 0
+    assert (alt[~owned] == 0).all()
+    edge = np.flatnonzero(owned[1:] & owned[:-1] & (owner[1:] != owner[:-1]))
+    assert edge.size, "the fixture should hold adjacent sequences"
+    assert (alt[edge] != alt[edge + 1]).all()  # two sequences side by side: two shades
+    same = np.flatnonzero(owned[1:] & (owner[1:] == owner[:-1]))
+    assert (alt[same] == alt[same + 1]).all()  # one sequence: one shade
+
+
+def test_paged_maps_keep_one_shade_and_say_blocks(sim_maps):
+    d = vc.canvas_data(sim_maps["paged:16"])
+    assert d["meta"]["unit"] == "block" and d["meta"]["alt"] is False
+    assert "alt" not in d["cells"].columns
+
+
+def test_a_downsampled_cell_names_its_first_owner_and_how_many_own_it():
+    owner = np.array([-1, -1, 7, 7, 7, 9, -1, -1, -1, 4, 4, 4], np.int32)
+    first, who, many = vc.run_owners(owner, 4)
+    assert first.tolist() == [2, 4, 9] and who.tolist() == [7, 7, 4]
+    assert many.tolist() == [1, 2, 1]
+    assert vc.owner_parity(owner).tolist() == [0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_replays_plotly_heatmap_says_slots_for_a_contiguous_lane(sim_maps):
+    fig = vh.blockmap_figure(sim_maps["contiguous:first-fit:max"], 0, 64)
+    assert "<sup>slots 0-63 of" in fig.layout.title.text
+    assert fig.data[0].hovertemplate.startswith("slot %{customdata[0]}")
+    paged = vh.blockmap_figure(sim_maps["paged:16"])
+    assert "<sup>blocks 0-" in paged.layout.title.text

@@ -38,7 +38,7 @@ def events() -> pd.DataFrame:
 def test_headline_reads_the_latest_sample():
     hl = {h.label: h.value for h in vt.headline(samples().iloc[4])}
     assert hl["Used"] == "40%" and hl["Slack"] == "5%" and hl["Free"] == "55%"
-    assert hl["Largest hole"] == "400" and hl["Ext. frag. index"] == "0.50"
+    assert hl["Largest hole"] == "400" and hl["External fragmentation index"] == "0.50"
     assert hl["Failures C/F/P"] == "4/8/0" and hl["Tokens/s"] == "123"
 
 
@@ -114,6 +114,7 @@ def test_a_prefix_lane_headline_shows_its_hit_rate_and_others_do_not():
     row = {"lane": "paged:16:prefix", "capacity_tokens": 100, "prefix_query_tokens": 400,
            "prefix_hit_tokens": 100}
     items = {h.label: h.value for h in vt.headline(row)}
-    assert items["Prefix hit"] == "25%"
-    assert "Prefix hit" not in {h.label for h in vt.headline({**row, "lane": "paged:16"})}
-    assert "Prefix hit" not in {h.label for h in vt.headline({**row, "prefix_query_tokens": 0})}
+    assert items["Prefix hit rate"] == "25%"
+    assert "Prefix hit rate" not in {h.label for h in vt.headline({**row, "lane": "paged:16"})}
+    no_queries = vt.headline({**row, "prefix_query_tokens": 0})
+    assert "Prefix hit rate" not in {h.label for h in no_queries}

@@ -1,0 +1,132 @@
+"""Live as a new user meets it, in Chromium, on a fresh server with the real demo collector:
+nothing drawn before a real sample, a status box that counts, FRAGMENTATION (free >= need >
+largest hole) within the demo's first minute, the glossary's words, a contiguous lane's
+hover naming its slot and owner, a prefix lane started from the form with shared blocks and
+hits, and a stopped collector's last write growing older. No request leaves 127.0.0.1.
+Saves live.png and live-kvevents.png (into $KVVIZ_SCREENSHOTS when set: README's pictures)."""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from appserver import CHROMIUM, ROOT, launch, serve
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
+sync_api = pytest.importorskip("playwright.sync_api")
+
+SHOTS = Path(os.environ.get("KVVIZ_SCREENSHOTS") or ROOT / ".pytest-screenshots")
+HEAT = ".kvmap canvas[role=img]"
+WAITING = "text=Waiting for the collector"
+STATUS = '[data-testid="stAlertContentSuccess"], [data-testid="stAlertContentWarning"]'
+ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+FRAG = re.compile(r"FRAGMENTATION at t = ([\d.]+) s: seq \d+ needs ([\d,]+) slots; free "
+                  r"([\d,]+), largest hole ([\d,]+)")
+LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
+
+
+def _num(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _status(page) -> str:
+    return page.locator(STATUS).first.inner_text()
+
+
+def _up_s(page) -> int:
+    m = re.search(r"up (?:(\d+) min )?(\d+) s", _status(page))
+    assert m, _status(page)
+    return int(m.group(1) or 0) * 60 + int(m.group(2))
+
+
+def _no_error(page) -> None:
+    boxes = page.locator(ERRORS)
+    assert boxes.count() == 0, boxes.first.inner_text()
+
+
+def test_live_walk_as_a_new_user(tmp_path):
+    outside: list[str] = []
+    with serve(tmp_path, log=tmp_path / "server.log") as url, \
+            sync_api.sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1500, "height": 2000})
+        page.on("request", lambda r: None if r.url.startswith(LOCAL) else outside.append(r.url))
+        opened = time.monotonic()
+        page.goto(url)
+        page.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
+        # first paint: the waiting box until a real sample, never beside a map
+        while page.locator(HEAT).count() == 0:
+            assert time.monotonic() - opened < 90, "no heatmap within 90 s"
+            page.wait_for_timeout(100)
+        assert page.locator(WAITING).count() == 0, "a map drawn under the waiting box"
+        t_first = float(re.search(r"t = ([\d.]+) s", page.inner_text("body")).group(1))
+        assert t_first > 0, "the map of the state before the engine's first step was drawn"
+        assert page.locator(HEAT).count() == 3  # the demo's three lanes side by side
+        # the status box counts (it was frozen at the page's first draw)
+        up = _up_s(page)
+        page.wait_for_timeout(3000)
+        assert _up_s(page) >= up + 2, _status(page)
+        # FRAGMENTATION within the demo's first minute, need against free and largest hole
+        page.wait_for_selector("text=/FRAGMENTATION at t =/", timeout=75_000)
+        m = FRAG.search(page.inner_text("body"))
+        assert m, "a FRAGMENTATION line without its numbers"
+        t, need, free, hole = float(m.group(1)), *(_num(g) for g in m.groups()[1:])
+        assert t < 60 and free >= need > hole, m.group(0)
+        page.wait_for_selector("text=/CAPACITY at t =/", timeout=30_000)
+        # one vocabulary: the glossary's words, not the old mixed ones
+        body = page.inner_text("body")
+        for word in ("Slack", "Tail waste", "External fragmentation index", "Largest hole",
+                     "Glossary"):
+            assert word in body, word
+        for old in ("Reserved (slack)", "Ext. frag.", "Free (hole)"):
+            assert old not in body, old
+        # a contiguous lane: slots, and the hover names the owner sequence
+        assert page.locator(".kvmap-sub").first.inner_text().startswith("slots 0-")
+        box = page.locator(HEAT).first.bounding_box()
+        page.mouse.move(box["x"] + 100, box["y"] + 12)
+        tip = page.locator(".kvmap-tip").first
+        tip.wait_for(state="visible", timeout=5_000)
+        assert tip.inner_text().startswith("slot") and "owner seq" in tip.inner_text()
+        page.mouse.move(0, 0)
+        page.wait_for_selector("text=Admission failures", timeout=30_000)
+        page.wait_for_timeout(1500)
+        _no_error(page)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "live.png"))
+        # favicon and every asset from this server
+        icons = page.eval_on_selector_all("link[rel~=icon]", "els => els.map(e => e.href)")
+        assert icons and all(h.startswith(url) for h in icons), icons
+        # a prefix lane from the form: shared blocks and hits within a minute
+        page.get_by_text("Collector settings: workload, lanes").click()
+        lanes = page.get_by_test_id("stMain").get_by_test_id("stMultiSelect").first
+        field = lanes.locator("input")
+        field.click()
+        for _ in range(2):  # drop paged:16 and first-fit:max, keep the pow2 lane
+            field.press("Backspace")
+        field.fill("paged:16:prefix")
+        field.press("Enter")
+        field.press("Escape")
+        page.get_by_role("button", name="Start / restart with these settings").click()
+        hits = '[aria-label^="Prefix hit rate: "]:not([aria-label="Prefix hit rate: 0%"])'
+        page.wait_for_selector(hits, timeout=60_000)
+        page.wait_for_function("() => [...document.querySelectorAll('.kvmap canvas')].some("
+                               "c => (c.getAttribute('aria-label') || '').includes("
+                               "'Shared prefix'))", timeout=30_000)
+        assert "Started" in page.inner_text("body") and "from this tab" in page.inner_text(
+            "body")
+        page.get_by_text("Collector settings: workload, lanes").click()  # fold the form
+        page.wait_for_timeout(6000)  # the lane's KV-event view fills
+        _no_error(page)
+        page.screenshot(path=str(SHOTS / "live-kvevents.png"), full_page=True)
+        # Stop: the last write grows older at each refresh
+        page.get_by_role("button", name="Stop").click()
+        page.wait_for_selector("text=Collector stopped", timeout=20_000)
+        page.wait_for_timeout(4000)
+        age = re.search(r"last written (\d+) s ago", _status(page))
+        assert age and int(age.group(1)) >= 3, _status(page)
+        browser.close()
+    assert outside == [], outside
