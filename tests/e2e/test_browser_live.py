@@ -62,7 +62,12 @@ def test_live_walk_as_a_new_user(tmp_path):
         while page.locator(HEAT).count() == 0:
             assert time.monotonic() - opened < 90, "no heatmap within 90 s"
             page.wait_for_timeout(100)
-        assert page.locator(WAITING).count() == 0, "a map drawn under the waiting box"
+        # Streamlit keeps an element of the previous run on screen (faded) until the run that
+        # replaced it finishes: under load the box may outlive the first map by a moment
+        deadline = time.monotonic() + 15
+        while page.locator(WAITING).count():
+            assert time.monotonic() < deadline, "the waiting box stays beside the map"
+            page.wait_for_timeout(100)
         t_first = float(re.search(r"t = ([\d.]+) s", page.inner_text("body")).group(1))
         assert t_first > 0, "the map of the state before the engine's first step was drawn"
         assert page.locator(HEAT).count() == 3  # the demo's three lanes side by side
