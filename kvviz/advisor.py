@@ -72,12 +72,10 @@ def sweep_labels(block_sizes: Iterable[int] = BLOCK_SIZES, prefix: bool = False)
 
 def memory_point(summary: dict) -> MemoryPoint:
     """Read one lane summary of kvviz.engine.Simulation.run."""
-    every = summary.get("all_steps_shares") or {}  # a lane never under memory pressure
-    tail = summary["tail_waste_share"]
-    internal = summary["internal_share"]
-    return MemoryPoint(int(summary["block_size"]),
-                       float(every["tail_waste"] if tail is None else tail),
-                       float(every["internal"] if internal is None else internal),
+    pressure = summary.get("pressure_step_shares")  # None: never under memory pressure
+    tail = summary["tail_waste_share"] if pressure is None else pressure["tail_waste"]
+    internal = summary["internal_share"] if pressure is None else pressure["internal"]
+    return MemoryPoint(int(summary["block_size"]), float(tail), float(internal),
                        int(sum(summary["admit_failures"].values())),
                        int(summary["preemptions"]), int(summary["steps"]),
                        float(summary.get("prefix_hit_rate", 0.0)))

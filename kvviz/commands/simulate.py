@@ -159,7 +159,7 @@ def run(a: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for r in rows:
         r["requests"] = len(w)
-        r["simulated_seconds"] = sim.time_s
+        r["simulated_seconds"] = r["steps"] * a.step_ms / 1000.0  # this lane's own steps
         r["max_seq_len"] = max_seq_len
         r.update(trace_fields(info, w))
     if a.json:
@@ -211,10 +211,10 @@ def format_table(rows: list[dict]) -> str:
              f"{'free':>7}{'tail':>7}{'extfrag':>8}{'prefix':>8}"
              + "".join(f"{k:>{cw[k]}}" for k, _ in COUNTS)]
     for r in rows:
-        every = r["all_steps_shares"]
+        every = {k: r[f"{k}_share"] for k in SHARE_COLS}
         lines.append(r["lane"])
         lines.append(f"{'  all steps':<26}{r['steps']:>{sw}}"
-                     + _share_cells(every, every["tail_waste"], every["external_frag_index"])
+                     + _share_cells(every, r["tail_waste_share"], r["external_frag_index_mean"])
                      + f"{r.get('prefix_hit_rate', 0.0):>8.1%}"
                      + "".join(f"{f(r):>{cw[k]}}" for k, f in COUNTS))
         n = r["pressure_steps"]
@@ -222,8 +222,8 @@ def format_table(rows: list[dict]) -> str:
             lines.append(f"{'  memory pressure':<26}{0:>{sw}}  never under memory pressure")
             continue
         frac = f"{n} ({n / max(1, r['steps']):.1%})"
-        pressure = {k: r[f"{k}_share"] for k in SHARE_COLS}
+        p = r["pressure_step_shares"]
         lines.append(f"{'  memory pressure':<26}{frac:>{sw}}" + _share_cells(
-            pressure, r["tail_waste_share"], r["external_frag_index_mean"]))
+            p, p["tail_waste"], p["external_frag_index"]))
     lines.append(FOOTER)
     return "\n".join(lines)

@@ -93,11 +93,12 @@ def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
     rows = []
     for s in summaries:
         sim_s = s["steps"] * step_ms / 1000.0
-        every = s["all_steps_shares"]
+        pressure = s["pressure_step_shares"]
         row = {"lane": s["lane"]}
-        row.update({k: np.nan if s[k] is None else float(s[k]) for k, _ in SHARES})
-        row.update({f"all_{k}": float(every[k.removesuffix("_share")]) for k, _ in SHARES})
-        row["all_tail_waste_share"] = float(every["tail_waste"])
+        row.update({k: np.nan if pressure is None else float(pressure[k.removesuffix("_share")])
+                    for k, _ in SHARES})
+        row.update({f"all_{k}": float(s[k]) for k, _ in SHARES})
+        row["all_tail_waste_share"] = float(s["tail_waste_share"])
         row["pressure_steps"] = int(s["pressure_steps"])
         row["pressure_fraction"] = s["pressure_steps"] / s["steps"] if s["steps"] else 0.0
         row.update({f: int(s["admit_failures"].get(f, 0)) for f in FAILURES})
