@@ -86,20 +86,19 @@ if step.line is not None:
 for k, (caption, bm) in enumerate(step.pictures):
     st.plotly_chart(vl.slot_line_figure(bm, step.names or {}, title=caption),
                     key=f"learn_pic_{step.key}_{k}")
-if step.line is not None or step.paged is not None or step.pictures:
-    st.html(theme.legend_html())
-    st.caption("The colours mean what they mean on Live; letters name the requests, a dark "
-               "line separates neighbours. Hover a slot for its owner and state.")
-if step.admission is not None and step.paged is None:
-    show_admission(step.admission, step.who, step.asked_tokens, story.PAGE if step.pictures
-                   else 1)
 if step.paged is not None:
     st.plotly_chart(vl.slot_line_figure(
         step.paged, names, title=f"Paged allocator, {step.paged.block_size} slots per block",
         table=step.table, table_owner=story.D_ID, tail_owner=step.tail_owner),
         key=f"learn_paged_{step.key}")
-    if step.admission is not None:
-        show_admission(step.admission, step.who, step.asked_tokens, step.paged.block_size)
+if step.line is not None or step.paged is not None or step.pictures:
+    st.html(theme.legend_html())
+    st.caption("The colours mean what they mean on Live; letters name the requests, a dark "
+               "line separates neighbours. Hover a slot for its owner and state.")
+if step.admission is not None:
+    block = step.paged.block_size if step.paged is not None else (
+        story.PAGE if step.pictures else 1)
+    show_admission(step.admission, step.who, step.asked_tokens, block)
 if step.key == "block-size":
     show_tradeoff()
 if step.key == "questions":

@@ -102,7 +102,8 @@ def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
     for seq, first, last in runs:  # one label per range (contiguous) or per block (paged)
         x = ((first + last + 1) * bs - 1) / 2
         shared = not bm.contiguous and int(bm.refcount[first]) > 1
-        text = f"<b>{names[seq]}</b>" + (f" ×{int(bm.refcount[first])}" if shared else "")
+        text = (f"<b>{names[seq]}</b> + {int(bm.refcount[first]) - 1} more (shared)" if shared
+                else f"<b>{names[seq]}</b>")
         fig.add_annotation(x=x, y=LABEL_Y, text=text, showarrow=False,
                            font=dict(color=theme.TITLE_COLOUR, size=15))
     for b in np.flatnonzero(bm.cached & (bm.owner == FREE)).tolist():
