@@ -154,7 +154,9 @@ def allocators_tab(source: tuple, capacity: int) -> None:
     st.markdown("**What explains the failures.** A lane that runs more requests at once fills "
                 "its memory sooner: it meets more refusals and preempts more, while it may "
                 "finish the same requests sooner.")
-    st.dataframe(vo.outcome_frame(df), hide_index=True, key="compare_outcome")
+    st.dataframe(vo.outcome_frame(df), hide_index=True, key="compare_outcome",
+                 column_config={k: st.column_config.Column(help=vo.HELP.get(k), width=w)
+                                for k, w in vo.WIDTHS.items()})
     st.markdown("\n".join(f"- {md(line)}" for line in vo.lane_sentences(df)))
     st.plotly_chart(vc.throughput_figure(df), key="compare_throughput")
     st.dataframe(vc.display_table(df), hide_index=True)
@@ -171,7 +173,8 @@ def advisor_tab(source: tuple, capacity: int) -> None:
     kernel = advisor.load_cached(advisor.cache_key(command))
     label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
     if st.button(label):
-        with st.spinner("Timing decode attention for block sizes 1..256 (a minute or so)"):
+        with st.spinner("Timing decode attention for block sizes 1..256, 3 rounds of 20 runs "
+                        "each (one to a few minutes; longer on a busy machine)"):
             try:
                 kernel = advisor.measure(command, refresh=True)
                 st.session_state.pop("advisor_bench_error", None)

@@ -19,17 +19,37 @@ WHY = {
 }
 
 
+HELP = {
+    "admitted": "admissions, re-admissions after a preemption included (finished + "
+                "preemptions)",
+    "finished": "requests that ran to their last token",
+    "rejected": "requests that can never fit this lane (longer than its capacity)",
+    "mean batch": "requests running at once, averaged over the lane's steps (tokens generated "
+                  "per step)",
+    "tokens / s": "tokens generated per simulated second",
+    "preemptions": "running requests evicted to free memory for others (recomputed later)",
+    "CAPACITY": "refusals: fewer free slots in total than the rounded need",
+    "FRAGMENTATION": "refusals: enough free slots in total, no hole large enough",
+    "POLICY": "refusals: memory was there, the scheduler held the request back",
+}
+WIDTHS = {"lane": 185, "admitted": 80, "finished": 75, "rejected": 75, "mean batch": 90,
+          "tokens / s": 85, "preemptions": 100, "CAPACITY": 85, "FRAGMENTATION": 120,
+          "POLICY": 70}
+
+
 def outcome_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per lane of kvviz.viz.compare.summary_frame, with human headers."""
+    """One row per lane of kvviz.viz.compare.summary_frame: what its failures go with.
+    `rejected` only when a lane rejected anything (HELP explains every column)."""
     out = pd.DataFrame({"lane": df["lane"]})
-    out["admissions (with re-admissions)"] = df["admissions"]
+    out["admitted"] = df["admissions"]
     out["finished"] = df["finished"]
-    out["rejected (never fit)"] = df["rejected"]
-    out["mean running batch"] = df["mean_batch"].round(1)
-    out["tokens / simulated s"] = df["tokens_per_sim_s"].round(0)
+    if (df["rejected"] > 0).any():
+        out["rejected"] = df["rejected"]
+    out["mean batch"] = df["mean_batch"].round(1)
+    out["tokens / s"] = df["tokens_per_sim_s"].round(0)
     out["preemptions"] = df["preemptions"]
     for key, name in CLASSES:
-        out[f"{name} failures"] = df[key]
+        out[name] = df[key]
     return out
 
 

@@ -151,18 +151,18 @@ def test_a_spiky_cpu_curve_in_the_cache_does_not_recommend_block_1(at: AppTest,
 def test_failures_are_shown_with_what_explains_them(at: AppTest) -> None:
     button(at, "Run comparison").click().run()
     assert not at.exception
-    out = next(d.value for d in at.dataframe if "mean running batch" in d.value)
-    assert {"admissions (with re-admissions)", "finished", "tokens / simulated s",
-            "preemptions", "CAPACITY failures"} <= set(out.columns)
-    assert (out["admissions (with re-admissions)"] == out["finished"]
-            + out["preemptions"]).all()
+    out = next(d.value for d in at.dataframe if "mean batch" in d.value)
+    assert list(out.columns) == ["lane", "admitted", "finished", "mean batch", "tokens / s",
+                                 "preemptions", "CAPACITY", "FRAGMENTATION", "POLICY"]
+    assert (out["admitted"] == out["finished"] + out["preemptions"]).all()
+    assert out["CAPACITY"].sum() > 0 and out["preemptions"].sum() > 0
     why = next(re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown
                if m.value.startswith("- "))
     lines = why.splitlines()
     assert len(lines) == len(out)  # one sentence per lane, naming the lane and its numbers
     for line, (_, row) in zip(lines, out.iterrows()):
-        assert line.startswith(f"- {row['lane']} ran {row['mean running batch']:.1f} requests")
-        assert f"{row['tokens / simulated s']:,.0f} tokens / simulated s" in line
+        assert line.startswith(f"- {row['lane']} ran {row['mean batch']:.1f} requests")
+        assert f"{row['tokens / s']:,.0f} tokens / simulated s" in line
 
 
 def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest) -> None:
