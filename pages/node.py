@@ -167,11 +167,17 @@ def fleet_tab() -> None:
     got = st.session_state.get("node_fleet")
     if got:
         st.caption(f"Nodes known to {md(got[0])}. KV usage: {USAGE_DEFINITION} The Node tab "
-                   "uses the same definition. A cell without a number says why.")
+                   "uses the same definition. Where a cell says n/a, the notes below say why.")
         if got[1].empty:
             st.info("This Prometheus server scrapes no targets and has no KV series.")
-        st.dataframe(got[1], hide_index=True, column_config={
-            k: st.column_config.Column(help=v) for k, v in vn.FLEET_HELP.items()})
+        table = got[1]
+        st.dataframe(table.drop(columns=["notes"]), hide_index=True, column_config={
+            k: st.column_config.Column(help=vn.FLEET_HELP.get(k), width=w)
+            for k, w in vn.FLEET_WIDTHS.items()})
+        if not table.empty:  # remote names and notes: escaped, shown as text
+            st.markdown("**Notes** (how KV usage was computed, why a cell says n/a)\n\n"
+                        + "\n".join(f"- {md(r.job)} {md(r.instance)}: {md(r.notes)}"
+                                     for r in table.itertuples()))
 
 
 def snapshot_source() -> tuple[str, bytes] | None:

@@ -20,17 +20,20 @@ from kvviz.viz.timeseries import Headline
 
 STATUS_COLOURS = {"ok": "#2a9d8f", "unreachable": "#c0392b", "timeout": "#d4a017",
                   "garbled": "#7b3fb3"}
-FLEET_COLUMNS = ["job", "instance", "engine", "up", "KV usage", "how KV usage is computed",
-                 "KV used / capacity (slots)", "external fragmentation (worst lane)",
-                 "KV series"]
+FLEET_COLUMNS = ["job", "instance", "engine", "up", "KV usage", "used / capacity (slots)",
+                 "ext. fragmentation", "KV series", "notes"]
 FLEET_HELP = {
     "KV usage": USAGE_DEFINITION,
+    "used / capacity (slots)": "KV slots in use / KV capacity, summed over the node's pools",
+    "ext. fragmentation": "external fragmentation index (1 - largest hole / free) of the "
+                          "node's worst lane; only kvviz collectors export it",
     "KV series": "how many KV time series Prometheus holds for the node (one per metric and "
                  "pool, engine, model or lane); 0: it holds none",
-    "external fragmentation (worst lane)": "1 - largest hole / free, of the node's worst "
-                                           "lane; only kvviz collectors export it",
     "up": "Prometheus's own `up` series: did its last scrape of the node succeed",
+    "notes": "how KV usage was computed, and why a cell says n/a",
 }
+FLEET_WIDTHS = {"job": 90, "instance": 150, "engine": 80, "up": 60, "KV usage": 90,
+                "used / capacity (slots)": 170, "ext. fragmentation": 130, "KV series": 90}
 NOT_EXPORTED = "n/a"
 
 
@@ -135,33 +138,36 @@ def node_figure(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _unknown(n, what: str) -> str:
-    """Why a fleet cell has no number."""
+def _notes(n) -> str:
+    """How the usage was computed and why any cell of the row says n/a, in few words."""
     if n.up is False:
-        return "unknown: node down (Prometheus's last scrape of it failed)"
+        return "node down: Prometheus's last scrape of it failed, so no KV numbers"
     if n.engine == "unknown":
-        return "unknown: no vLLM, SGLang or kvviz KV series for this node"
-    return f"unknown: {what}"
+        return "no vLLM, SGLang or kvviz KV series for this node"
+    out = [f"usage: {n.usage_basis}" if n.usage_basis else ""]
+    if n.up is None:
+        out.append("no `up` series: not a target of this Prometheus")
+    if n.kv_usage is not None and not (n.kv_used_tokens is not None and n.kv_capacity_tokens):
+        out.append("capacity in slots not exported")
+    if n.fragmentation is None:
+        out.append("fragmentation: kvviz collectors only")
+    return "; ".join(x for x in out if x)
 
 
 def fleet_table(nodes: list) -> pd.DataFrame:
-    """kvviz.node.FleetNode list -> one row per node, as text: every unknown says why."""
+    """kvviz.node.FleetNode list -> one row per node, as text; `notes` says why a cell is
+    n/a and how the usage was computed."""
     rows = []
     for n in nodes:
         cap, used = n.kv_capacity_tokens, n.kv_used_tokens
         rows.append({
             "job": n.job, "instance": n.instance, "engine": n.engine,
-            "up": {True: "up", False: "down"}.get(n.up, "no `up` series (not scraped by "
-                                                       "this Prometheus)"),
-            "KV usage": (f"{100 * n.kv_usage:.1f}%" if n.kv_usage is not None
-                         else _unknown(n, n.usage_basis or "no usage series")),
-            "how KV usage is computed": n.usage_basis or "-",
-            "KV used / capacity (slots)": (
-                f"{used:,.0f} / {cap:,.0f}" if used is not None and cap
-                else _unknown(n, "the node exports no capacity in slots")),
-            "external fragmentation (worst lane)": (
-                f"{n.fragmentation:.2f}" if n.fragmentation is not None
-                else _unknown(n, f"{n.engine} does not export it (kvviz collectors do)")),
-            "KV series": n.series,
+            "up": {True: "up", False: "down"}.get(n.up, NOT_EXPORTED),
+            "KV usage": NOT_EXPORTED if n.kv_usage is None else f"{100 * n.kv_usage:.1f}%",
+            "used / capacity (slots)": (f"{used:,.0f} / {cap:,.0f}" if used is not None and cap
+                                        else NOT_EXPORTED),
+            "ext. fragmentation": (NOT_EXPORTED if n.fragmentation is None
+                                   else f"{n.fragmentation:.2f}"),
+            "KV series": n.series, "notes": _notes(n),
         })
     return pd.DataFrame(rows, columns=FLEET_COLUMNS)

@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import pickle
+import re
 import socket
 import sys
 import threading
@@ -240,9 +241,11 @@ def test_fleet_table_and_fleet_errors(node_runs):
         table = at.dataframe[0].value.set_index("instance")
         assert table.loc["n1:8000", "KV usage"] == "50.0%"
         assert table.loc["n2:9400", "KV usage"] == "25.0%"
-        assert table.loc["n2:9400", "external fragmentation (worst lane)"] == "0.30"
-        assert table.loc["n1:8000", "KV used / capacity (slots)"] == (
-            "unknown: the node exports no capacity in slots")
+        assert table.loc["n2:9400", "ext. fragmentation"] == "0.30"
+        assert table.loc["n1:8000", "used / capacity (slots)"] == "n/a"
+        notes = re.sub(r"\\(.)", r"\1", next(m.value for m in at.markdown
+                                              if "**Notes**" in m.value))
+        assert "- vllm n1:8000: usage: one pool; capacity in slots not exported" in notes
         assert "None" not in table.to_string()
         assert any("capacity" in c.value and "same definition" in c.value
                    for c in at.caption)

@@ -72,15 +72,15 @@ def test_fleet_table_in_percent_and_every_unknown_says_why():
              FleetNode("c:3", "node", "unknown", None)]
     t = vn.fleet_table(nodes)
     assert list(t.columns) == vn.FLEET_COLUMNS
-    assert t["KV usage"].iloc[0] == "25.0%"
-    assert t["KV usage"].iloc[1] == "unknown: node down (Prometheus's last scrape of it failed)"
-    assert t["up"].tolist() == ["up", "down", "no `up` series (not scraped by this Prometheus)"]
-    assert t["external fragmentation (worst lane)"].iloc[0] == (
-        "unknown: vllm does not export it (kvviz collectors do)")
-    assert "no vLLM, SGLang or kvviz KV series" in t["KV usage"].iloc[2]
+    assert t["KV usage"].tolist() == ["25.0%", "n/a", "n/a"]
+    assert t["up"].tolist() == ["up", "down", "n/a"]
+    assert t["notes"].tolist() == [
+        "usage: one pool; capacity in slots not exported; fragmentation: kvviz collectors only",
+        "node down: Prometheus's last scrape of it failed, so no KV numbers",
+        "no vLLM, SGLang or kvviz KV series for this node"]
     cells = t.drop(columns=["KV series"]).to_numpy().ravel().tolist()
     assert not any(c is None or str(c) in ("None", "nan", "") for c in cells)
-    assert set(vn.FLEET_HELP) <= set(t.columns) and "KV series" in vn.FLEET_HELP
+    assert set(vn.FLEET_HELP) <= set(t.columns) == {*vn.FLEET_WIDTHS, "notes"}
     assert vn.fleet_table([]).empty
 
 
