@@ -55,12 +55,13 @@ def show_tradeoff() -> None:
     quiet = dict(delta_color="off", delta_arrow="off")
     c1, c2 = st.columns(2)
     c1.metric("tail waste", f"{p.tail_waste_tokens:,} slots",
-              f"{100 * p.tail_share:.1f}% of held slots", **quiet)
+              f"{100 * p.tail_share:.1f}% of capacity", **quiet)
     c2.metric("block-table entries", f"{p.table_entries:,}",
               f"{p.written_tokens / p.table_entries:.1f} slots per entry", **quiet)
     st.plotly_chart(vl.tradeoff_figure(pts, bs), key="learn_tradeoff")
-    st.caption(f"{SAMPLE} sharegpt-like requests placed at their final "
-               "length in a paged allocator, once per block size.")
+    st.caption(f"{SAMPLE} sharegpt-like requests placed at their final length in a paged "
+               "allocator sized to hold exactly their blocks, once per block size: capacity "
+               "= the slots they hold, so shares are of that capacity.")
 
 
 all_steps = steps()

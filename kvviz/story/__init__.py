@@ -44,6 +44,8 @@ class TradeoffPoint(NamedTuple):
 
     @property
     def tail_share(self) -> float:
+        """Tail waste as a share of capacity: the allocator holds exactly the sample's blocks,
+        so its capacity is the slots held (written + tail waste)."""
         held = self.tail_waste_tokens + self.written_tokens
         return self.tail_waste_tokens / held if held else 0.0
 

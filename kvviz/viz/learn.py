@@ -179,14 +179,14 @@ def tradeoff_figure(points: Sequence[TradeoffPoint], selected: int | None = None
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     colours = np.where(sizes == selected, theme.STATES[cellstate.TAIL].colour, "#f5c69a")
     fig.add_bar(x=xs, y=np.array([p.tail_share for p in points]), name="tail waste",
-                marker_color=colours, hovertemplate="block %{x}: %{y:.1%} of held slots"
+                marker_color=colours, hovertemplate="block %{x}: %{y:.1%} of capacity"
                 "<extra>tail waste</extra>", secondary_y=False)
     fig.add_scatter(x=xs, y=np.array([p.table_entries for p in points], np.int64),
                     name="block-table entries", mode="lines+markers",
                     line_color=theme.lane_colour(0), secondary_y=True,
                     hovertemplate="block %{x}: %{y:,} entries<extra>block tables</extra>")
     fig.update_xaxes(type="category", title="block size (slots)")
-    fig.update_yaxes(title="tail waste (share of held slots)", tickformat=".0%",
+    fig.update_yaxes(title="tail waste (share of capacity)", tickformat=".0%",
                      secondary_y=False)
     fig.update_yaxes(title="block-table entries (log)", type="log", secondary_y=True,
                      showgrid=False, dtick=1, tickformat="~s")
