@@ -166,8 +166,9 @@ def run(a: argparse.Namespace) -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens, {sim.step_no} steps "
-          f"({sim.time_s:.1f} simulated s), {sim.wall_seconds:.2f} s wall")
+    print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens; the last lane finished "
+          f"after {sim.step_no} steps ({sim.time_s:.1f} simulated s; each lane's own steps "
+          f"below), {sim.wall_seconds:.2f} s wall")
     if info is not None:
         print(trace_line(info, w, max_seq_len))
     elif w.clipped:
