@@ -84,6 +84,8 @@ class BenchResult(NamedTuple):
     key: dict  # machine, torch version, device, args
     measured_at: str
     from_cache: bool
+    device_name: str = ""  # the GPU's name for cuda timings, as the bench reported it
+    threads: int | None = None  # torch threads the bench ran with, as it reported
 
 
 def sweep_labels(block_sizes: Iterable[int] = BLOCK_SIZES, prefix: bool = False) -> list[str]:
@@ -196,8 +198,10 @@ def describe(command: Sequence[str], result: BenchResult) -> str:
         return args[args.index(name) + 1] if name in args[:-1] else default
 
     runs = int(flag("--repeats", "20")) * int(flag("--rounds", "1"))
-    return (f"{flag('--device', 'cpu')} ({result.key.get('machine', '?')}, torch "
-            f"{result.key.get('torch', '?')}, {flag('--threads', 'default')} torch threads, "
+    device = flag("--device", "cpu") + (f" {result.device_name}" if result.device_name else "")
+    threads = result.threads if result.threads else flag("--threads", "default")
+    return (f"{device} ({result.key.get('machine', '?')}, torch "
+            f"{result.key.get('torch', '?')}, {threads} torch threads, "
             f"median of {runs} runs per block size)")
 
 
@@ -245,6 +249,20 @@ def parse_bench_output(text: str) -> tuple[KernelPoint, ...]:
     return tuple(points[b] for b in sorted(points))
 
 
+def bench_environment(text: str) -> tuple[str, int | None]:
+    """(device name, torch threads) from the first bench JSON line that names them."""
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line) if line.strip().startswith("{") else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "threads" in obj:
+            threads = obj.get("threads")
+            return (str(obj.get("device_name") or "")[:80],
+                    int(threads) if isinstance(threads, int) and threads > 0 else None)
+    return "", None
+
+
 def load_cached(key: dict, directory: Path | None = None) -> BenchResult | None:
     path = cache_path(key, directory)
     try:
@@ -252,7 +270,10 @@ def load_cached(key: dict, directory: Path | None = None) -> BenchResult | None:
         points = tuple(KernelPoint(*p) for p in data["points"])
         if data["key"] != key or not points:
             return None
-        return BenchResult(points, key, str(data.get("measured_at", "")), True)
+        threads = data.get("threads")
+        return BenchResult(points, key, str(data.get("measured_at", "")), True,
+                           str(data.get("device_name") or "")[:80],
+                           threads if isinstance(threads, int) and threads > 0 else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # missing or unreadable: measure again
 
@@ -276,14 +297,16 @@ def measure(command: Sequence[str], directory: Path | None = None, refresh: bool
         last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
         raise BenchError(f"the kernel benchmark exited with status {proc.returncode}: {last[0]}")
     points = parse_bench_output(proc.stdout)
+    device_name, threads = bench_environment(proc.stdout)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     path = cache_path(key, directory)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "measured_at": stamp,
-                                   "points": [list(p) for p in points]}), encoding="utf-8")
+        tmp.write_text(json.dumps({"key": key, "measured_at": stamp, "device_name": device_name,
+                                   "threads": threads, "points": [list(p) for p in points]}),
+                       encoding="utf-8")
         tmp.replace(path)
     except OSError:
         pass  # a read-only home still gets the result, just not cached
-    return BenchResult(points, key, stamp, False)
+    return BenchResult(points, key, stamp, False, device_name, threads)

@@ -188,3 +188,17 @@ def test_bench_failures_raise_bench_error(tmp_path, runner, words) -> None:
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path))
     assert advisor.cache_dir() == tmp_path
+
+
+def test_cuda_timings_name_the_gpu_and_the_threads_they_ran_with(tmp_path) -> None:
+    out = "\n".join(json.dumps({"block_size": b, "paged_ms": t, "contiguous_ms": 1.0,
+                                "paged_ms_p10": t * 0.9, "paged_ms_p90": t * 1.1,
+                                "device_name": "NVIDIA H200", "threads": 3})
+                    for b, t in KERNEL.items())
+    cmd = advisor.bench_command("cuda", threads=3)
+    first = advisor.measure(cmd, tmp_path, runner=FakeRunner(out))
+    again = advisor.measure(cmd, tmp_path, runner=FakeRunner(""))  # from the cache
+    for res in (first, again):
+        assert (res.device_name, res.threads) == ("NVIDIA H200", 3)
+        assert advisor.describe(cmd, res).startswith("cuda NVIDIA H200 (")
+        assert res.points[0].paged_p90 == pytest.approx(KERNEL[1] * 1.1)
