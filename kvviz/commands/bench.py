@@ -92,9 +92,22 @@ def _timing(r: dict, path: str) -> str:
             f"spread {r[f'{path}_spread']:.0%})")
 
 
+def _warn_if_noisy(r: dict) -> None:
+    """One stderr line when a result's p10-p90 spread is over NOISY_SPREAD of its median."""
+    worst = max(r.get("paged_spread", 0.0), r.get("contiguous_spread", 0.0))
+    if worst > NOISY_SPREAD:
+        print(f"warning: block {r['block_size']}: the timings spread {worst:.0%} of the "
+              f"median (p10 to p90 over {r.get('runs', r.get('repeats', '?'))} runs): the "
+              "machine is busy or the timing is noise-dominated; compare medians only when "
+              "their spreads do not overlap, or rerun with more --repeats/--rounds, fixed "
+              "--threads, on a quiet machine", file=sys.stderr, flush=True)
+
+
 def _show(result: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result), flush=True)
+        if result["bench"] == "attention":
+            _warn_if_noisy(result)
         return
     if result["bench"] == "attention":
         r = result
@@ -107,13 +120,7 @@ def _show(result: dict, as_json: bool) -> None:
               f"torch threads {r.get('threads', '?')}, batch {r['batch']}, context "
               f"{r['context']}, heads {r['heads']}/{r['kv_heads']}, head_dim "
               f"{r['head_dim']}, {r['dtype']}, {r['device']}]", flush=True)
-        worst = max(r.get("paged_spread", 0.0), r.get("contiguous_spread", 0.0))
-        if worst > NOISY_SPREAD:
-            print(f"warning: block {r['block_size']}: the timings spread {worst:.0%} of the "
-                  f"median (p10 to p90 over {runs} runs): the machine is busy or the "
-                  "timing is noise-dominated; compare medians only when their spreads do not "
-                  "overlap, or rerun with more --repeats/--rounds, fixed --threads, on a "
-                  "quiet machine", file=sys.stderr, flush=True)
+        _warn_if_noisy(r)
     else:
         print(f"{result['steps_per_s']:.1f} decode steps/s ({result['tokens_per_s']:.0f} tok/s)"
               f"  {result['allocator']}, {result['seqs']} seqs, {result['model']}, "
