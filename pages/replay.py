@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 from kvviz.viz import theme
@@ -151,7 +152,10 @@ def page(r, run: str, lanes: list[str]) -> None:
 sel = common.sidebar("pages/replay.py")
 st.title("Replay")
 if not sel.run:
-    st.info("No recording yet: start the live collector or put a recording in runs/.")
+    others = directory.list_runs(directory.runs_dir())
+    st.info(f"The live collector has no recording yet. Pick one of the {len(others)} "
+            "recordings under **Run** in the sidebar." if others else
+            "No recording yet: start the live collector or put a recording in runs/.")
 else:
     with common.reader(sel.run) as rd:
         if rd is not None:

@@ -161,3 +161,10 @@ def test_pages_know_when_they_run_under_apptest(tmp_path):
     no_exception(at)
     assert at.markdown[0].value == "apptest=True"
     assert not common.under_apptest()  # and outside it, False
+
+
+def test_without_a_live_recording_it_points_at_the_recordings_there_are(runs):
+    at = page("pages/replay.py")  # the sidebar's default: the live collector, not started
+    no_exception(at)
+    assert at.session_state["kvviz_run"] == "live collector"
+    assert "Pick one of the 1 recordings under **Run** in the sidebar" in at.info[0].value
