@@ -13,6 +13,7 @@ from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import compare as vc
+from kvviz.viz import outcome as vo
 from kvviz.workload import Workload, generate
 from pages import common
 
@@ -150,6 +151,13 @@ def allocators_tab(source: tuple, capacity: int) -> None:
                "buddy). FRAGMENTATION: enough in total, no placement (contiguous only). "
                "POLICY: a placement existed, the scheduler refused (watermark, batch limit). "
                "Counted once per blocked request and reason.")
+    st.markdown("**What explains the failures.** A lane that runs more requests at once fills "
+                "its memory sooner: it meets more refusals and preempts more, while it may "
+                "finish the same requests sooner.")
+    st.dataframe(vo.outcome_frame(df), hide_index=True, key="compare_outcome",
+                 column_config={k: st.column_config.Column(help=vo.HELP.get(k), width=w)
+                                for k, w in vo.WIDTHS.items()})
+    st.markdown("\n".join(f"- {md(line)}" for line in vo.lane_sentences(df)))
     st.plotly_chart(vc.throughput_figure(df), key="compare_throughput")
     st.dataframe(vc.display_table(df), hide_index=True)
 
@@ -165,7 +173,8 @@ def advisor_tab(source: tuple, capacity: int) -> None:
     kernel = advisor.load_cached(advisor.cache_key(command))
     label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
     if st.button(label):
-        with st.spinner("Timing decode attention for block sizes 1..256 (a minute or so)"):
+        with st.spinner("Timing decode attention for block sizes 1..256, 3 rounds of 20 runs "
+                        "each (one to a few minutes; longer on a busy machine)"):
             try:
                 kernel = advisor.measure(command, refresh=True)
                 st.session_state.pop("advisor_bench_error", None)
@@ -178,9 +187,9 @@ def advisor_tab(source: tuple, capacity: int) -> None:
         else:
             st.info("No kernel timings for this machine yet; the memory side is shown alone.")
     else:
-        st.caption(f"Kernel timings: torch {kernel.key['torch']} on {kernel.key['machine']} "
-                   f"({device}), measured {kernel.measured_at}; medians of 20 runs, noisy on "
-                   "a busy machine: measure again if the curve looks jagged.")
+        st.caption(f"Kernel timings from {advisor.describe(command, kernel)}, measured "
+                   f"{kernel.measured_at}; the bars on the curve span p10 to p90. A difference "
+                   "inside that spread never decides the recommendation.")
     prefix = False
     if load_workload(*source).has_chains:  # shared prompts: larger blocks share less
         prefix = st.checkbox("Sweep with prefix caching (the requests share prompt blocks)",
@@ -194,7 +203,8 @@ def advisor_tab(source: tuple, capacity: int) -> None:
     if prefix:
         st.caption("Prefix hit rate by block size: " + ", ".join(
             f"{m.block_size}: {m.prefix_hit_rate:.0%}" for m in memory))
-    advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit)
+    advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit,
+                               source=advisor.describe(command, kernel) if kernel else "")
     if advice.block_size is not None:
         st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")
     st.plotly_chart(vc.advisor_figure(memory, kernel.points if kernel else None, advice),

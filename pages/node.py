@@ -13,8 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from kvviz.errors import KvvizError
-from kvviz.node import list_nodes
-from kvviz.node.promtext import pool_rows
+from kvviz.node import list_nodes, scrape
+from kvviz.node.engines import USAGE_DEFINITION
+from kvviz.node.promtext import NodeStatus, pool_rows
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.torchsnap import loads_snapshot_sandboxed, summarize
@@ -26,6 +27,8 @@ from pages import common, kvevents_view, widgets
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
+PENDING = "kvviz_node_pending"  # a recording a start just created: the picker moves to it
+PROBE_TIMEOUT_S = 3.0
 LIVE_SCRAPES = 1800  # scrapes drawn while a recording grows (an hour at the default 2 s)
 
 
@@ -48,15 +51,33 @@ def scrape_controls() -> None:
                              placeholder="localhost:8000 or http://gpu7:30000/metrics")
     every = every_col.number_input("Every (s)", 0.5, 600.0, 2.0, key="node_every")
     if st.button("Start scraping", key="node_start", icon=":material/play_arrow:"):
-        try:
-            st.session_state[RUN_KEY] = proc.start(url, every).name
-        except (KvvizError, ValueError, OSError) as exc:
-            st.error(f"Cannot scrape {md(repr(url))}: {md(exc)}", icon=":material/error:")
+        start_scrape(proc, url, every)
     widgets.job_status("Scrape", proc, "node")
+
+
+def start_scrape(proc: jobs.ScrapeJob, url: str, every: float) -> None:
+    """One scrape first: a node that does not answer is an error here, and nothing starts
+    (no recording, no running job). Then the background job, and the picker moves to it."""
+    try:
+        with st.spinner(f"Scraping {url} once..."):
+            probe = scrape.scrape_once(url, timeout_s=min(PROBE_TIMEOUT_S, every + 1.0))
+        if probe.status != NodeStatus.OK:
+            st.error(f"Cannot scrape {md(repr(url))}: {md(probe.status)}: "
+                     f"{md(probe.message)}. Nothing was started.", icon=":material/error:")
+            return
+        run = proc.start(url, every).name
+    except (KvvizError, ValueError, OSError) as exc:
+        st.error(f"Cannot scrape {md(repr(url))}: {md(exc)}", icon=":material/error:")
+        return
+    st.session_state[RUN_KEY] = st.session_state[PENDING] = run
 
 
 @st.fragment(run_every=2.0)
 def node_panel(run: str) -> None:
+    if not (directory.runs_dir() / run).exists():  # just started: the job creates it
+        st.info(f"Waiting for the first scrape into {md(run)}...",
+                icon=":material/hourglass_empty:")
+        return
     with common.reader(run) as r, common.guard(f"Reading {run}"):
         if r is None:
             return
@@ -76,6 +97,7 @@ def node_panel(run: str) -> None:
         (st.success if last["status"] == "ok" else st.warning)(text)
         latest = vn.latest_ok(df)
         metrics_rows(node_headlines(latest))
+        st.caption(f"KV usage: {USAGE_DEFINITION} The Fleet tab uses the same definition.")
         if latest is not None and isinstance(latest.get("capacity_caveat"), str) \
                 and latest["capacity_caveat"]:
             st.caption(f"KV capacity: {md(latest['capacity_caveat'])}")
@@ -114,6 +136,13 @@ def pools_table(r, latest) -> None:
 def node_tab() -> None:
     scrape_controls()
     runs = directory.node_recordings(directory.runs_dir())
+    pending = st.session_state.get(PENDING)
+    if pending in runs:
+        st.session_state.pop(PENDING)  # on disk now: listed like any other
+    elif pending:
+        runs = [pending, *runs]
+    if pending:  # a start moves the picker to its own recording, not the one shown before
+        st.session_state["node_pick"] = pending
     if not runs:
         st.info("No node recording yet: start scraping a node above, or record one with "
                 "`kvviz scrape URL --out runs/node.db`.", icon=":material/info:")
@@ -137,10 +166,18 @@ def fleet_tab() -> None:
                      icon=":material/error:")
     got = st.session_state.get("node_fleet")
     if got:
-        st.caption(f"Nodes known to {md(got[0])} (fragmentation: kvviz collectors, worst lane)")
+        st.caption(f"Nodes known to {md(got[0])}. KV usage: {USAGE_DEFINITION} The Node tab "
+                   "uses the same definition. Where a cell says n/a, the notes below say why.")
         if got[1].empty:
             st.info("This Prometheus server scrapes no targets and has no KV series.")
-        st.dataframe(got[1], hide_index=True)
+        table = got[1]
+        st.dataframe(table.drop(columns=["notes"]), hide_index=True, column_config={
+            k: st.column_config.Column(help=vn.FLEET_HELP.get(k), width=w)
+            for k, w in vn.FLEET_WIDTHS.items()})
+        if not table.empty:  # remote names and notes: escaped, shown as text
+            st.markdown("**Notes** (how KV usage was computed, why a cell says n/a)\n\n"
+                        + "\n".join(f"- {md(r.job)} {md(r.instance)}: {md(r.notes)}"
+                                     for r in table.itertuples()))
 
 
 def snapshot_source() -> tuple[str, bytes] | None:

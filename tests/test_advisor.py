@@ -23,16 +23,57 @@ WASTE = {1: 0.0, 4: 0.005, 16: 0.02, 64: 0.08, 256: 0.30}
 KERNEL = {1: 10.0, 4: 3.0, 16: 1.05, 64: 1.0, 256: 1.0}
 
 
-def test_smallest_block_within_both_limits() -> None:
+def test_largest_block_within_both_limits() -> None:
     a = advisor.recommend(mem(WASTE), ker(KERNEL), kernel_tolerance=0.10, waste_limit=0.05)
     assert a.block_size == 16
     assert a.candidates == (16,)
     assert "Block 16" in a.reason and "10.0%" in a.reason and "5.0%" in a.reason
 
 
-def test_a_looser_kernel_tolerance_picks_a_smaller_block() -> None:
+def test_a_looser_kernel_tolerance_admits_more_blocks_and_keeps_the_largest() -> None:
     a = advisor.recommend(mem(WASTE), ker(KERNEL), kernel_tolerance=2.0, waste_limit=0.05)
-    assert a.block_size == 4 and a.candidates == (4, 16)
+    assert a.block_size == 16 and a.candidates == (4, 16)
+
+
+# The issue's CPU curve: ~15 ms everywhere but spikes to ~200 ms at blocks 8-16.
+SWEEP_WASTE = {1: 0.0, 2: 0.001, 4: 0.003, 8: 0.006, 16: 0.012, 32: 0.025, 64: 0.05,
+               128: 0.10, 256: 0.20}
+
+
+def spiky(p10_of_spike: float) -> list[KernelPoint]:
+    flat = {bs: KernelPoint(bs, 15.0 + 0.01 * i, 10.0, 14.0, 17.0)
+            for i, bs in enumerate(SWEEP_WASTE)}
+    for bs in (8, 16):
+        flat[bs] = KernelPoint(bs, 200.0, 10.0, p10_of_spike, 260.0)
+    return list(flat.values())
+
+
+@pytest.mark.parametrize("p10_of_spike", [14.5, 190.0])  # noise, or a steady spike
+def test_a_spiky_cpu_curve_never_recommends_block_1(p10_of_spike) -> None:
+    a = advisor.recommend(mem(SWEEP_WASTE), spiky(p10_of_spike), 0.10, 0.05,
+                          source="cpu (x86_64, 4 torch threads, median of 60 runs)")
+    assert a.block_size not in (None, 1)
+    assert a.block_size == 64  # the largest block under the waste limit: the kernel is flat
+    assert "Kernel timings from cpu (x86_64, 4 torch threads" in a.reason
+    assert (8 in a.candidates) == (p10_of_spike < 17.0)  # inside the noise: not "slower"
+    assert "noisy" in a.reason or p10_of_spike > 100
+
+
+def test_a_difference_inside_the_noise_does_not_decide() -> None:
+    """Block 32 looks 30% slower by its median, but its p10 is under the best's p90."""
+    kernel = [KernelPoint(16, 10.0, 5.0, 8.0, 14.0), KernelPoint(32, 13.0, 5.0, 12.0, 16.0)]
+    a = advisor.recommend(mem({16: 0.01, 32: 0.02}), kernel, 0.10, 0.05)
+    assert a.block_size == 32 and a.candidates == (16, 32)
+    steady = [KernelPoint(16, 10.0, 5.0, 9.8, 10.2), KernelPoint(32, 13.0, 5.0, 12.8, 13.2)]
+    assert advisor.recommend(mem({16: 0.01, 32: 0.02}), steady, 0.10, 0.05).block_size == 16
+
+
+def test_bench_command_fixes_and_names_threads_and_rounds() -> None:
+    cmd = advisor.bench_command("cpu", threads=3)
+    assert cmd[cmd.index("--threads") + 1] == "3" and "--rounds" in cmd
+    res = advisor.BenchResult((), {"machine": "x86_64", "torch": "2.13.0"}, "", False)
+    assert advisor.describe(cmd, res) == ("cpu (x86_64, torch 2.13.0, 3 torch threads, median "
+                                          "of 60 runs per block size)")
 
 
 def test_waste_limit_wins_when_no_block_meets_both() -> None:
@@ -147,3 +188,17 @@ def test_bench_failures_raise_bench_error(tmp_path, runner, words) -> None:
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path))
     assert advisor.cache_dir() == tmp_path
+
+
+def test_cuda_timings_name_the_gpu_and_the_threads_they_ran_with(tmp_path) -> None:
+    out = "\n".join(json.dumps({"block_size": b, "paged_ms": t, "contiguous_ms": 1.0,
+                                "paged_ms_p10": t * 0.9, "paged_ms_p90": t * 1.1,
+                                "device_name": "NVIDIA H200", "threads": 3})
+                    for b, t in KERNEL.items())
+    cmd = advisor.bench_command("cuda", threads=3)
+    first = advisor.measure(cmd, tmp_path, runner=FakeRunner(out))
+    again = advisor.measure(cmd, tmp_path, runner=FakeRunner(""))  # from the cache
+    for res in (first, again):
+        assert (res.device_name, res.threads) == ("NVIDIA H200", 3)
+        assert advisor.describe(cmd, res).startswith("cuda NVIDIA H200 (")
+        assert res.points[0].paged_p90 == pytest.approx(KERNEL[1] * 1.1)

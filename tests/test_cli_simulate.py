@@ -12,7 +12,7 @@ from kvviz.cli import main
 FIELDS = {"lane", "allocator", "block_size", "steps", "finished", "preemptions",
           "admit_failures", "used_share", "reserved_share", "internal_share", "free_share",
           "tail_waste_share", "external_frag_index_mean", "tokens_generated", "wall_seconds",
-          "pressure_steps", "all_steps_shares"}
+          "pressure_steps", "pressure_step_shares", "simulated_seconds"}
 SHARES = ("used", "reserved", "internal", "free")
 
 
@@ -31,7 +31,8 @@ def test_json_has_every_documented_field_and_shares_sum_to_one(capsys):
         assert r["pressure_steps"] > 0  # 40k slots for 300 requests at once: memory is short
         total = sum(r[f"{k}_share"] for k in SHARES)
         assert total == pytest.approx(1.0, abs=1e-9)
-        assert sum(r["all_steps_shares"][k] for k in SHARES) == pytest.approx(1.0, abs=1e-9)
+        p = r["pressure_step_shares"]
+        assert sum(p[k] for k in SHARES) == pytest.approx(1.0, abs=1e-9)
         assert r["finished"] == 300
 
 
@@ -39,8 +40,9 @@ def test_a_lane_never_under_memory_pressure_has_null_pressure_shares(capsys):
     (r,) = run_json(capsys, "--requests", "100", "--capacity-tokens", "1000000",
                     "--max-num-seqs", "4")  # requests wait for the batch limit only
     assert r["pressure_steps"] == 0 and r["admit_failures"]["policy"] > 0
-    assert [r[f"{k}_share"] for k in SHARES] == [None] * 4
-    assert sum(r["all_steps_shares"][k] for k in SHARES) == pytest.approx(1.0)
+    assert r["pressure_step_shares"] is None  # named, and null: no pressure step
+    assert None not in [r[f"{k}_share"] for k in SHARES]  # the top level is over all steps
+    assert sum(r[f"{k}_share"] for k in SHARES) == pytest.approx(1.0)
 
 
 def test_the_table_shows_both_averages_and_says_what_they_average(capsys):
@@ -51,7 +53,7 @@ def test_the_table_shows_both_averages_and_says_what_they_average(capsys):
     out = capsys.readouterr().out
     n = r["pressure_steps"]
     assert f"{n} ({n / r['steps']:.1%})" in out and f"{r['used_share']:.1%}" in out
-    assert f"{r['all_steps_shares']['used']:.1%}" in out
+    assert f"{r['pressure_step_shares']['used']:.1%}" in out
     assert "refused for memory (CAPACITY or FRAGMENTATION) or a sequence was preempted" in out
     assert main(["simulate", "--requests", "50", "--capacity-tokens", "1000000"]) == 0
     assert "never under memory pressure" in capsys.readouterr().out
@@ -67,10 +69,9 @@ def test_contiguous_max_reservation_wastes_more_than_paged(capsys):
     rows = run_json(capsys, "--requests", "400", "--capacity-tokens", "60000",
                     "--lane", "contiguous:first-fit:max", "--lane", "paged:16")
     contiguous, paged = rows
-    c, p = contiguous["all_steps_shares"], paged["all_steps_shares"]
-    assert c["internal"] > 0.3  # reserving 2048 for ~500-token sequences
-    assert p["internal"] < 0.01
-    assert p["used"] > c["used"]
+    assert contiguous["internal_share"] > 0.3  # reserving 2048 for ~500-token sequences
+    assert paged["internal_share"] < 0.01
+    assert paged["used_share"] > contiguous["used_share"]
 
 
 def test_single_lane_flags_build_the_named_allocator(capsys):
@@ -124,3 +125,11 @@ def test_engine_jump_and_step_print_the_same_json_but_wall_time(capsys):
 def test_an_unknown_engine_exits_2(capsys):
     assert main(["simulate", "--engine", "warp"]) == 2
     assert "--engine" in capsys.readouterr().err
+
+
+def test_each_lane_reports_its_own_simulated_seconds(capsys):
+    rows = run_json(capsys, "--requests", "300", "--capacity-tokens", "40000", "--step-ms", "20",
+                    "--lane", "contiguous:first-fit:max", "--lane", "paged:16")
+    assert rows[0]["steps"] != rows[1]["steps"]  # the lanes finish at different steps
+    for r in rows:
+        assert r["simulated_seconds"] == pytest.approx(r["steps"] * 20 / 1000)

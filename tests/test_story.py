@@ -14,8 +14,8 @@ def _step(key: str) -> story.Step:
 
 def test_steps_are_unique_and_in_teaching_order() -> None:
     keys = [s.key for s in story.build_story()]
-    assert keys == ["line", "reserve", "finish", "fail", "paged", "tail", "block-size",
-                    "questions"]
+    assert keys == ["line", "reserve", "finish", "fail", "paged", "tail", "prefix", "preempt",
+                    "policy", "block-size", "questions"]
 
 
 def test_d_fails_by_fragmentation_under_contiguous() -> None:
@@ -51,8 +51,8 @@ def test_tail_waste_is_in_ds_last_block() -> None:
 
 def test_reservations_show_as_slack_in_the_contiguous_line() -> None:
     m = compute(_step("reserve").line)
-    assert m.used_tokens == 5 + 7 + 6
-    assert m.slack_tokens == (8 - 5) + (12 - 7) + (8 - 6)
+    assert m.used_tokens == sum(w for _, w, _ in story.ARRIVALS)
+    assert m.slack_tokens == sum(r - w for _, w, r in story.ARRIVALS)
 
 
 def test_tradeoff_waste_grows_and_tables_shrink_with_block_size() -> None:
@@ -71,3 +71,51 @@ def test_tradeoff_waste_grows_and_tables_shrink_with_block_size() -> None:
 def test_four_questions_answered() -> None:
     assert len(story.QUESTIONS) == 4
     assert all(q.endswith("?") and len(a) > 80 for q, a in story.QUESTIONS)
+
+
+def _slot_owner(bm) -> np.ndarray:
+    return np.repeat(bm.owner, bm.block_size)
+
+
+def test_step_5_pictures_agree_a_and_c_sit_on_the_same_slots_in_both() -> None:
+    step = _step("paged")
+    line, paged = _slot_owner(step.line), _slot_owner(step.paged)
+    for seq in (0, 2):  # A and C, live in both pictures
+        assert np.flatnonzero(line == seq).tolist() == np.flatnonzero(paged == seq).tolist()
+    assert np.flatnonzero(paged == 2).tolist() == list(range(20, 28))  # C at 20-27
+
+
+def test_step_5_says_that_d_rounds_up_to_whole_blocks() -> None:
+    step = _step("paged")
+    assert step.asked_tokens == story.D_TOKENS == 14
+    assert step.admission.need_tokens == -(-14 // story.PAGE) * story.PAGE == 16
+    assert "14 tokens round up to whole blocks: 4 blocks of 4 = 16 slots" in step.text
+
+
+def test_prefix_step_shares_blocks_then_keeps_them_cached_then_reuses_them() -> None:
+    step = _step("prefix")
+    (_, shared), (_, cached), (_, reused) = step.pictures
+    both = np.flatnonzero(shared.refcount > 1)
+    assert both.size == story.course.PREFIX // story.PAGE  # the 8-token prompt, 2 blocks
+    assert set(shared.owner[both].tolist()) <= set(step.names)
+    assert np.flatnonzero(cached.cached).tolist() == both.tolist()
+    assert (cached.owner == -1).all()  # E and F finished
+    assert np.all(reused.owner[both] == story.course.G)  # G took the cached blocks back
+
+
+def test_preemption_step_is_the_engines_and_evicts_the_latest_admitted() -> None:
+    step = _step("preempt")
+    (_, full), (_, after) = step.pictures
+    assert full.is_free.sum() == 0 and (full.filled == full.block_size).all()
+    assert 2 not in after.owner.tolist()  # R, admitted last, was preempted
+    assert {0, 1} <= set(after.owner.tolist()) and "**R**" in step.text
+
+
+def test_policy_step_is_a_refusal_with_memory_free() -> None:
+    step = _step("policy")
+    adm = step.admission
+    assert adm is not None and not adm.ok and adm.reason is Reason.POLICY
+    assert adm.free_tokens >= adm.need_tokens and adm.largest_hole_tokens >= adm.need_tokens
+    (_, bm), = step.pictures
+    assert len(set(bm.owner.tolist()) - {-1}) == story.course.BATCH_LIMIT
+    assert step.who == "M" and step.asked_tokens == story.course.M_PROMPT

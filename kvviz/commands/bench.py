@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 
 from kvviz.commands import argtypes as at
 
@@ -16,6 +18,8 @@ HEAD_DIM = at.int_range(1, 1024)
 REPEATS = at.int_range(MIN_REPEATS, 10**6)
 WARMUP = at.int_range(0, 10**6)
 STEPS = at.int_range(1, 10**7)
+ROUNDS = at.int_range(1, 1000)
+NOISY_SPREAD = 0.25  # kvviz.kv.bench.NOISY_SPREAD (not imported: this module stays torch-free)
 
 
 def _n(p: argparse.ArgumentParser, flag: str, typ, default, help_text: str = "") -> None:
@@ -28,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     a = sub.add_parser("attention", help="paged vs contiguous decode attention, same K/V",
                        description="Time paged vs contiguous decode attention over the same "
-                       "K/V (median of --repeats runs after warm-up). ratio = paged/contiguous, "
+                       "K/V: median, p10-p90 and spread of --repeats runs after warm-up (x "
+                       "--rounds for a sweep), and the torch thread count; a warning when the "
+                       "spread is over 25% of the median. ratio = paged/contiguous, "
                        "gbps = K/V bytes read / paged time.")
     a.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     _n(a, "--batch", BATCH, 16)
@@ -46,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _n(a, "--warmup", WARMUP, 3)
     a.add_argument("--sweep-block-sizes", action="store_true",
                    help="one result per block size 1, 2, 4, ..., 256")
+    _n(a, "--rounds", ROUNDS, 1, "times the whole sweep runs; each block size's runs are "
+       "pooled, so a burst of load hits one round, not all its runs")
     _common(a)
 
     r = sub.add_parser("real", help="RealKV decode steps per second",
@@ -70,17 +78,49 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
+def _gbps(x) -> str:
+    if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+        return "GB/s n/a (no positive time measured)"
+    return f"{x:.3g} GB/s"
+
+
+def _timing(r: dict, path: str) -> str:
+    ms = r[f"{path}_ms"]
+    if f"{path}_ms_p10" not in r:
+        return f"{ms:.3f} ms"
+    return (f"{ms:.3f} ms (p10-p90 {r[f'{path}_ms_p10']:.3f}-{r[f'{path}_ms_p90']:.3f}, "
+            f"spread {r[f'{path}_spread']:.0%})")
+
+
+def _warn_if_noisy(r: dict) -> None:
+    """One stderr line when a result's p10-p90 spread is over NOISY_SPREAD of its median."""
+    worst = max(r.get("paged_spread", 0.0), r.get("contiguous_spread", 0.0))
+    if worst > NOISY_SPREAD:
+        print(f"warning: block {r['block_size']}: the timings spread {worst:.0%} of the "
+              f"median (p10 to p90 over {r.get('runs', r.get('repeats', '?'))} runs): the "
+              "machine is busy or the timing is noise-dominated; compare medians only when "
+              "their spreads do not overlap, or rerun with more --repeats/--rounds, fixed "
+              "--threads, on a quiet machine", file=sys.stderr, flush=True)
+
+
 def _show(result: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result), flush=True)
+        if result["bench"] == "attention":
+            _warn_if_noisy(result)
         return
     if result["bench"] == "attention":
-        print(f"block {result['block_size']:>4}  paged {result['paged_ms']:.3f} ms "
-              f"({result['backend']})  contiguous {result['contiguous_ms']:.3f} ms "
-              f"({result['contiguous_backend']})  ratio {result['ratio']:.3f}  "
-              f"{result['gbps']:.1f} GB/s  [batch {result['batch']}, context "
-              f"{result['context']}, heads {result['heads']}/{result['kv_heads']}, head_dim "
-              f"{result['head_dim']}, {result['dtype']}, {result['device']}]", flush=True)
+        r = result
+        runs = r.get("runs", r.get("repeats", "?"))
+        rounds = r.get("rounds", 1)
+        how = f"{runs} runs" + (f" ({rounds} rounds x {r['repeats']})" if rounds > 1 else "")
+        print(f"block {r['block_size']:>4}  paged {_timing(r, 'paged')} ({r['backend']})  "
+              f"contiguous {_timing(r, 'contiguous')} ({r['contiguous_backend']})  "
+              f"ratio {r['ratio']:.3f}  {_gbps(r['gbps'])}  [median of {how}, "
+              f"torch threads {r.get('threads', '?')}, batch {r['batch']}, context "
+              f"{r['context']}, heads {r['heads']}/{r['kv_heads']}, head_dim "
+              f"{r['head_dim']}, {r['dtype']}, {r['device']}]", flush=True)
+        _warn_if_noisy(r)
     else:
         print(f"{result['steps_per_s']:.1f} decode steps/s ({result['tokens_per_s']:.0f} tok/s)"
               f"  {result['allocator']}, {result['seqs']} seqs, {result['model']}, "
@@ -148,7 +188,10 @@ def _run(args: argparse.Namespace, torch, bench) -> int:
         args.device, args.batch, args.context, args.heads, args.kv_heads, args.head_dim,
         args.block_size, args.dtype, args.backend, args.contiguous_backend, args.repeats,
         args.warmup, args.seed)
-    results = bench.sweep_block_sizes(cfg) if args.sweep_block_sizes else [
+    if args.rounds > 1 and not args.sweep_block_sizes:
+        raise ValueError("--rounds: only with --sweep-block-sizes (one block size: raise "
+                         "--repeats instead)")
+    results = bench.sweep_block_sizes(cfg, rounds=args.rounds) if args.sweep_block_sizes else [
         bench.bench_attention(cfg)]
     for res in results:
         _show(res, args.json)

@@ -159,15 +159,16 @@ def run(a: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for r in rows:
         r["requests"] = len(w)
-        r["simulated_seconds"] = sim.time_s
+        r["simulated_seconds"] = r["steps"] * a.step_ms / 1000.0  # this lane's own steps
         r["max_seq_len"] = max_seq_len
         r.update(trace_fields(info, w))
     if a.json:
         for r in rows:
             print(json.dumps(r))
         return 0
-    print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens, {sim.step_no} steps "
-          f"({sim.time_s:.1f} simulated s), {sim.wall_seconds:.2f} s wall")
+    print(f"{len(w)} requests, capacity {a.capacity_tokens} tokens; the last lane finished "
+          f"after {sim.step_no} steps ({sim.time_s:.1f} simulated s; each lane's own steps "
+          f"below), {sim.wall_seconds:.2f} s wall")
     if info is not None:
         print(trace_line(info, w, max_seq_len))
     elif w.clipped:
@@ -211,10 +212,10 @@ def format_table(rows: list[dict]) -> str:
              f"{'free':>7}{'tail':>7}{'extfrag':>8}{'prefix':>8}"
              + "".join(f"{k:>{cw[k]}}" for k, _ in COUNTS)]
     for r in rows:
-        every = r["all_steps_shares"]
+        every = {k: r[f"{k}_share"] for k in SHARE_COLS}
         lines.append(r["lane"])
         lines.append(f"{'  all steps':<26}{r['steps']:>{sw}}"
-                     + _share_cells(every, every["tail_waste"], every["external_frag_index"])
+                     + _share_cells(every, r["tail_waste_share"], r["external_frag_index_mean"])
                      + f"{r.get('prefix_hit_rate', 0.0):>8.1%}"
                      + "".join(f"{f(r):>{cw[k]}}" for k, f in COUNTS))
         n = r["pressure_steps"]
@@ -222,8 +223,8 @@ def format_table(rows: list[dict]) -> str:
             lines.append(f"{'  memory pressure':<26}{0:>{sw}}  never under memory pressure")
             continue
         frac = f"{n} ({n / max(1, r['steps']):.1%})"
-        pressure = {k: r[f"{k}_share"] for k in SHARE_COLS}
+        p = r["pressure_step_shares"]
         lines.append(f"{'  memory pressure':<26}{frac:>{sw}}" + _share_cells(
-            pressure, r["tail_waste_share"], r["external_frag_index_mean"]))
+            p, p["tail_waste"], p["external_frag_index"]))
     lines.append(FOOTER)
     return "\n".join(lines)

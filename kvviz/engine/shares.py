@@ -9,7 +9,7 @@ both averages. Cost: a few integer additions per step.
 from __future__ import annotations
 
 FIELDS = ("used", "reserved", "internal", "free", "tail", "efi")
-SHARE_KEYS = ("used", "reserved", "internal", "free")  # all_steps_shares' four shares
+SHARE_KEYS = ("used", "reserved", "internal", "free")  # the four shares of capacity
 EXACT_FLOAT_REPEATS = 1 << 20  # add.times above this: efi * times (may differ in the last bit)
 
 
@@ -69,15 +69,15 @@ class Shares:
         return out
 
     def summary(self) -> dict:
-        """Pressure averages under the flat keys (None when no step was under memory
-        pressure); `all_steps_shares` the same over every step counted."""
-        p = self._means(self.pressure)
-        every = self._means(self.every) or dict.fromkeys((*SHARE_KEYS, "tail_waste",
-                                                          "external_frag_index"), 0.0)
+        """The flat `*_share` keys (and `tail_waste_share`, `external_frag_index_mean`) are
+        averages over every step counted; `pressure_step_shares` holds the same averages over
+        the memory-pressure steps only (None when there was no such step)."""
+        keys = (*SHARE_KEYS, "tail_waste", "external_frag_index")
+        every = self._means(self.every) or dict.fromkeys(keys, 0.0)
         flat = {"used_share": "used", "reserved_share": "reserved",
                 "internal_share": "internal", "free_share": "free",
                 "tail_waste_share": "tail_waste", "external_frag_index_mean": "external_frag_index"}
-        out: dict = {k: None if p is None else p[v] for k, v in flat.items()}
+        out: dict = {k: every[v] for k, v in flat.items()}
         out["pressure_steps"] = self.pressure_steps
-        out["all_steps_shares"] = every
+        out["pressure_step_shares"] = self._means(self.pressure)
         return out

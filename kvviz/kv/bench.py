@@ -1,9 +1,13 @@
 """Benchmarks: paged vs contiguous decode attention over the same K/V, and real-mode steps.
 
 Timing: warm-up runs, then `repeats` timed runs of each path, interleaved (paged, contiguous,
-paged, ...) so that drift on a shared machine hits both alike; the median is reported.
-CUDA runs are timed with CUDA events, CPU runs with perf_counter. Index checks run once
-before timing (check_values=False inside the timed loop, for both paths).
+paged, ...) so that drift on a shared machine hits both alike. A sweep over block sizes can
+repeat the whole sweep `rounds` times, so that a burst of load on a shared machine hits one
+round of a block size, not all its runs. Reported: the median, the 10th and 90th percentiles
+and the spread (p90 - p10) / median of every run pooled, the number of runs and the torch
+thread count; `noisy` is set when the spread is over NOISY_SPREAD. CUDA runs are timed with
+CUDA events, CPU runs with perf_counter. Index checks run once before timing
+(check_values=False inside the timed loop, for both paths).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from kvviz.kv.attention import contiguous_decode_attention, get_backend, paged_d
 from kvviz.kv.cache import TORCH_DTYPES
 
 SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+NOISY_SPREAD = 0.25  # (p90 - p10) / median above this: the timing is noise-dominated
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,24 @@ def attention_inputs(cfg: AttentionBench) -> dict:
             "context_lens": torch.full((b,), n, dtype=torch.int32, device=dev)}
 
 
-def bench_attention(cfg: AttentionBench) -> dict:
-    """Median times of the paged and the contiguous path over the same K/V."""
+def percentile(xs: list[float], q: float) -> float:
+    """The q-quantile (0..1) of xs, linear between order statistics."""
+    v = sorted(xs)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def spread_stats(runs: list[float]) -> dict:
+    """Median, p10, p90 and the relative spread (p90 - p10) / median of runs (ms)."""
+    med = statistics.median(runs)
+    p10, p90 = percentile(runs, 0.10), percentile(runs, 0.90)
+    return {"ms": med, "p10": p10, "p90": p90, "spread": (p90 - p10) / med if med > 0 else 0.0}
+
+
+def _timed(cfg: AttentionBench) -> tuple[dict, dict, float, int]:
+    """({paged: [ms], contiguous: [ms]}, backends, max |paged - contiguous|, K/V bytes)."""
     dev = torch.device(cfg.device)
     x = attention_inputs(cfg)
 
@@ -135,24 +156,57 @@ def bench_attention(cfg: AttentionBench) -> dict:
     diff = (paged(True).float() - contiguous(True).float()).abs().max().item()
     runs = time_runs({"paged": paged, "contiguous": contiguous}, dev, cfg.repeats, cfg.warmup)
     kv_bytes = 2 * x["k_pool"].numel() * x["k_pool"].element_size()
-    p, c = statistics.median(runs["paged"]), statistics.median(runs["contiguous"])
+    return runs, {"backend": get_backend(cfg.backend, dev).name,
+                  "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name}, \
+        diff, kv_bytes
+
+
+def _result(cfg: AttentionBench, runs: dict, backends: dict, diff: float, kv_bytes: int,
+            rounds: int = 1) -> dict:
+    p, c = spread_stats(runs["paged"]), spread_stats(runs["contiguous"])
     return {
-        "bench": "attention", **asdict(cfg),
-        "backend": get_backend(cfg.backend, dev).name,
-        "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name,
-        "paged_ms": round(p, 4), "contiguous_ms": round(c, 4), "ratio": round(p / c, 4),
-        "gbps": round(kv_bytes / (p * 1e-3) / 1e9, 2),
-        "contiguous_gbps": round(kv_bytes / (c * 1e-3) / 1e9, 2),
+        "bench": "attention", **asdict(cfg), **backends,
+        "rounds": rounds, "runs": len(runs["paged"]),
+        "paged_ms": round(p["ms"], 4), "contiguous_ms": round(c["ms"], 4),
+        "ratio": round(p["ms"] / c["ms"], 4),
+        # GB/s with 4 significant digits: a slow CPU run reads ~0.05 GB/s, not "0.0"
+        "gbps": float(f"{kv_bytes / (p['ms'] * 1e-3) / 1e9:.4g}"),
+        "contiguous_gbps": float(f"{kv_bytes / (c['ms'] * 1e-3) / 1e9:.4g}"),
         "paged_ms_min": round(min(runs["paged"]), 4),
         "contiguous_ms_min": round(min(runs["contiguous"]), 4),
-        "kv_bytes": kv_bytes, "max_abs_diff": diff, **_environment(dev),
+        "paged_ms_p10": round(p["p10"], 4), "paged_ms_p90": round(p["p90"], 4),
+        "contiguous_ms_p10": round(c["p10"], 4), "contiguous_ms_p90": round(c["p90"], 4),
+        "paged_spread": round(p["spread"], 4), "contiguous_spread": round(c["spread"], 4),
+        "noisy": max(p["spread"], c["spread"]) > NOISY_SPREAD,
+        "kv_bytes": kv_bytes, "max_abs_diff": diff, **_environment(torch.device(cfg.device)),
     }
 
 
-def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES):
-    """One result per block size (a generator, so callers can print as they go)."""
+def bench_attention(cfg: AttentionBench) -> dict:
+    """Median (and spread) of the paged and the contiguous path over the same K/V."""
+    return _result(cfg, *_timed(cfg))
+
+
+def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES, rounds: int = 1):
+    """One result per block size (a generator). With rounds > 1 the whole sweep runs `rounds`
+    times and each block size's runs are pooled; results come after the last round."""
+    if rounds < 1:
+        raise ValueError(f"rounds: must be >= 1, got {rounds}")
+    if rounds == 1:
+        for bs in sizes:
+            yield bench_attention(replace(cfg, block_size=bs))
+        return
+    pooled: dict[int, list] = {}
+    for _ in range(rounds):
+        for bs in sizes:
+            runs, backends, diff, kv_bytes = _timed(replace(cfg, block_size=bs))
+            if bs not in pooled:
+                pooled[bs] = [{"paged": [], "contiguous": []}, backends, diff, kv_bytes]
+            for k in ("paged", "contiguous"):
+                pooled[bs][0][k] += runs[k]
+            pooled[bs][2] = max(pooled[bs][2], diff)
     for bs in sizes:
-        yield bench_attention(replace(cfg, block_size=bs))
+        yield _result(replace(cfg, block_size=bs), *pooled[bs], rounds=rounds)
 
 
 def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, steps: int = 100,

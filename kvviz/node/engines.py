@@ -86,7 +86,16 @@ def _per_pool(rows: Rows, label: str, fraction: bool = False) -> dict[str, float
     return {p: sum(vs) / len(vs) if fraction else sum(vs) for p, vs in acc.items()}
 
 
-def _weighted_usage(pools: list[PoolRow]) -> float | None:
+USAGE_DEFINITION = (
+    "A node's KV usage is its pools' used slots over their capacity: each pool's usage "
+    "(vLLM engine, SGLang attention-DP rank, kvviz lane) weighted by its capacity in slots. "
+    "Where a node exports no capacity for its pools, it is the plain mean of the pools' "
+    "usage, and the table says so.")
+
+
+def node_usage(pools: list[PoolRow]) -> float | None:
+    """THE usage of a node (USAGE_DEFINITION): capacity-weighted over its pools; the plain
+    mean when a pool with a usage has no capacity; None when no pool reports a usage."""
     known = [p for p in pools if p.usage is not None]
     if not known:
         return None
@@ -94,6 +103,18 @@ def _weighted_usage(pools: list[PoolRow]) -> float | None:
         return (sum(p.usage * p.capacity_tokens for p in known)  # type: ignore[operator]
                 / sum(p.capacity_tokens for p in known))  # type: ignore[misc]
     return sum(p.usage for p in known) / len(known)  # type: ignore[misc]
+
+
+def usage_basis(pools: list[PoolRow]) -> str:
+    """How node_usage got its number, in words (for tables)."""
+    known = [p for p in pools if p.usage is not None]
+    if not known:
+        return "no pool reports a KV usage"
+    if len(known) == 1:
+        return "one pool"
+    if all(p.capacity_tokens for p in known):
+        return f"capacity-weighted over {len(known)} pools"
+    return f"plain mean of {len(known)} pools: their capacity is not exported"
 
 
 def _sum_opt(values: list) -> float | None:
@@ -177,7 +198,7 @@ def vllm_fields(by_name: dict[str, Rows]) -> dict:
         off = off or any(v < 0 for _, v in v0)  # v0 engine: -1 means prefix caching is off
         hit_rate = _mean([(lab, v) for lab, v in v0 if v >= 0])
     return {
-        "kv_usage": _weighted_usage(pools),
+        "kv_usage": node_usage(pools),
         "kv_used_tokens": used,
         "kv_capacity_tokens": as_int(capacity),
         "num_running": as_int(_sum_opt([p.running for p in pools])),
@@ -206,7 +227,7 @@ def sglang_fields(by_name: dict[str, Rows]) -> dict:
               if hybrid else "")
     recent = pick(by_name, "sglang:num_retracted_reqs")
     return {
-        "kv_usage": _weighted_usage(pools),
+        "kv_usage": node_usage(pools),
         "kv_used_tokens": used,
         "kv_capacity_tokens": capacity,
         "num_running": as_int(_sum_opt([p.running for p in pools])),

@@ -1,9 +1,11 @@
 """The nodes a Prometheus server knows, with their KV usage, via its HTTP API (/api/v1/query).
 
 One instant query per metric; results are grouped by (instance, job). `up` lists every
-scrape target, so a node that is down still appears (up=False, no KV numbers). `timeout_s` is
-a deadline for the whole listing (all queries together), and the host must pass
-KVVIZ_SCRAPE_ALLOW.
+scrape target, so a node that is down still appears (up=False, no KV numbers). A node's KV
+usage is computed by the Node page's own code (kvviz.node.engines: vllm_pools / sglang_pools
+and node_usage, capacity-weighted over pools), from the same series Prometheus scraped from
+it. `timeout_s` is a deadline for the whole listing (all queries together), and the host must
+pass KVVIZ_SCRAPE_ALLOW.
 """
 from __future__ import annotations
 
@@ -16,22 +18,29 @@ from dataclasses import asdict, dataclass
 
 from kvviz.errors import KvvizError
 from kvviz.node import http
+from kvviz.node.engines import node_usage, sglang_pools, usage_basis, vllm_pools
 from kvviz.node.scrape import check_seconds
 from kvviz.node.trust import ScrapeNotAllowedError
 
 DEFAULT_TIMEOUT_S = 5.0
 _MAX_BODY = 64 * 1024 * 1024
 
-# PromQL -> (engine it reveals, what it measures). Usage metrics are fractions 0..1.
-FLEET_QUERIES: dict[str, tuple[str, str]] = {
-    "up": ("", "up"),
-    "vllm:kv_cache_usage_perc": ("vllm", "kv_usage"),
-    "vllm:gpu_cache_usage_perc": ("vllm", "kv_usage"),
-    "sglang:token_usage": ("sglang", "kv_usage"),
-    "kvviz_kv_used_tokens": ("kvviz", "kv_used_tokens"),
-    "kvviz_kv_capacity_tokens": ("kvviz", "kv_capacity_tokens"),
-    "kvviz_external_fragmentation": ("kvviz", "fragmentation"),
+# PromQL (a metric name) -> the engine it reveals. vLLM's and SGLang's are what
+# kvviz.node.engines reads for a node's pools (usage, capacity, used slots).
+FLEET_QUERIES: dict[str, str] = {
+    "up": "",
+    "vllm:kv_cache_usage_perc": "vllm",
+    "vllm:gpu_cache_usage_perc": "vllm",
+    "vllm:cache_config_info": "vllm",
+    "sglang:token_usage": "sglang",
+    "sglang:num_used_tokens": "sglang",
+    "sglang:max_total_num_tokens": "sglang",
+    "kvviz_kv_used_tokens": "kvviz",
+    "kvviz_kv_capacity_tokens": "kvviz",
+    "kvviz_external_fragmentation": "kvviz",
 }
+USAGE_METRICS = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+                 "sglang:num_used_tokens", "kvviz_kv_used_tokens"}
 
 
 class FleetError(KvvizError):
@@ -44,10 +53,12 @@ class FleetNode:
     job: str
     engine: str  # "vllm" | "sglang" | "kvviz" | "unknown"
     up: bool | None  # None when the node has series but no `up` (federated, pushed)
-    kv_usage: float | None = None  # 0..1; mean over the node's engines/models/lanes
-    kv_used_tokens: float | None = None  # kvviz collectors only (sum over lanes)
+    kv_usage: float | None = None  # 0..1; engines.node_usage: capacity-weighted over pools
+    kv_used_tokens: float | None = None  # slots in use, summed over pools (where known)
     fragmentation: float | None = None  # external fragmentation index, worst lane (kvviz)
     series: int = 0  # KV series found for the node
+    kv_capacity_tokens: float | None = None  # summed over pools (where known)
+    usage_basis: str = ""  # how kv_usage was computed (engines.usage_basis)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,43 +130,58 @@ def _vector(doc: object, base: str, promql: str) -> list[tuple[dict[str, str], f
     return out
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _kv_numbers(engine: str, by_name: dict[str, list]) -> dict:
+    """kv_usage, kv_used_tokens, kv_capacity_tokens, usage_basis of one node's series."""
+    if engine in ("vllm", "sglang"):
+        pools = vllm_pools(by_name) if engine == "vllm" else sglang_pools(by_name)
+        caps = [p.capacity_tokens for p in pools if p.usage is not None]
+        used = [p.used_tokens for p in pools if p.usage is not None]
+        known = bool(caps) and all(c for c in caps)
+        return {"kv_usage": node_usage(pools), "usage_basis": usage_basis(pools),
+                "kv_capacity_tokens": float(sum(caps)) if known else None,
+                "kv_used_tokens": float(sum(used)) if known and None not in used else None}
+    if engine == "kvviz":
+        used = [v for _, v in by_name.get("kvviz_kv_used_tokens", [])]
+        cap = [v for _, v in by_name.get("kvviz_kv_capacity_tokens", [])]
+        usage = sum(used) / sum(cap) if used and cap and sum(cap) > 0 else None
+        return {"kv_usage": usage, "kv_used_tokens": float(sum(used)) if used else None,
+                "kv_capacity_tokens": float(sum(cap)) if cap else None,
+                "usage_basis": (f"used / capacity over {len(cap)} lane"
+                                + ("s" if len(cap) != 1 else "")) if usage is not None
+                else "no kvviz capacity series"}
+    return {}
 
 
 def list_nodes(prom_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[FleetNode]:
     """Every target Prometheus scrapes plus any node with KV series, sorted by job, instance."""
     up: dict[tuple[str, str], bool] = {}
     engines: dict[tuple[str, str], set[str]] = {}
-    found: dict[tuple[str, str], dict[str, list[float]]] = {}
+    found: dict[tuple[str, str], dict[str, list]] = {}
     _check_timeout(timeout_s)
     end = time.monotonic() + timeout_s
-    for promql, (engine, what) in FLEET_QUERIES.items():
+    for promql, engine in FLEET_QUERIES.items():
         left = end - time.monotonic()
         if left <= 0:
             raise FleetError(f"{prom_url}: listing not complete within {timeout_s:g}s")
         for labels, value in query(prom_url, promql, timeout_s=left):
             key = (labels.get("instance", ""), labels.get("job", ""))
-            if what == "up":
+            if promql == "up":
                 up[key] = up.get(key, False) or value == 1.0
                 continue
             if not math.isfinite(value):
                 continue
-            engines.setdefault(key, set()).add(engine)
-            found.setdefault(key, {}).setdefault(what, []).append(value)
+            if promql in USAGE_METRICS:
+                engines.setdefault(key, set()).add(engine)
+            found.setdefault(key, {}).setdefault(promql, []).append((labels, value))
     nodes = []
     for key in sorted(set(up) | set(found), key=lambda k: (k[1], k[0])):
         got = found.get(key, {})
         names = engines.get(key, set())
         engine = next((e for e in ("vllm", "sglang", "kvviz") if e in names), "unknown")
-        usage = _mean(got.get("kv_usage", []))
-        used = sum(got["kv_used_tokens"]) if got.get("kv_used_tokens") else None
-        cap = sum(got["kv_capacity_tokens"]) if got.get("kv_capacity_tokens") else None
-        if usage is None and used is not None and cap:
-            usage = used / cap
-        frag = max(got["fragmentation"]) if got.get("fragmentation") else None
+        frag = [v for _, v in got.get("kvviz_external_fragmentation", [])]
         nodes.append(FleetNode(
-            instance=key[0], job=key[1], engine=engine, up=up.get(key), kv_usage=usage,
-            kv_used_tokens=used, fragmentation=frag, series=sum(len(v) for v in got.values()),
+            instance=key[0], job=key[1], engine=engine, up=up.get(key),
+            fragmentation=max(frag) if frag else None,
+            series=sum(len(v) for v in got.values()), **_kv_numbers(engine, got),
         ))
     return nodes

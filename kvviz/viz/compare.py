@@ -93,15 +93,20 @@ def summary_frame(summaries: Sequence[dict], step_ms: float) -> pd.DataFrame:
     rows = []
     for s in summaries:
         sim_s = s["steps"] * step_ms / 1000.0
-        every = s["all_steps_shares"]
+        pressure = s["pressure_step_shares"]
         row = {"lane": s["lane"]}
-        row.update({k: np.nan if s[k] is None else float(s[k]) for k, _ in SHARES})
-        row.update({f"all_{k}": float(every[k.removesuffix("_share")]) for k, _ in SHARES})
-        row["all_tail_waste_share"] = float(every["tail_waste"])
+        row.update({k: np.nan if pressure is None else float(pressure[k.removesuffix("_share")])
+                    for k, _ in SHARES})
+        row.update({f"all_{k}": float(s[k]) for k, _ in SHARES})
+        row["all_tail_waste_share"] = float(s["tail_waste_share"])
         row["pressure_steps"] = int(s["pressure_steps"])
         row["pressure_fraction"] = s["pressure_steps"] / s["steps"] if s["steps"] else 0.0
         row.update({f: int(s["admit_failures"].get(f, 0)) for f in FAILURES})
         row.update(preemptions=int(s["preemptions"]), rejected=int(s["rejected"]),
+                   finished=int(s["finished"]),
+                   # every admission ends in a finish or a preemption (then re-admission)
+                   admissions=int(s["finished"]) + int(s["preemptions"]),
+                   mean_batch=s["tokens_generated"] / s["steps"] if s["steps"] else 0.0,
                    steps=int(s["steps"]), tokens=int(s["tokens_generated"]),
                    tokens_per_sim_s=s["tokens_generated"] / sim_s if sim_s else 0.0,
                    wall_seconds=float(s["wall_seconds"]),
@@ -227,8 +232,12 @@ def advisor_figure(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] 
                 name="preemptions", marker_color="#555555", row=2, col=1)
     if kernel:
         kx = np.array([k.block_size for k in kernel], np.int64).astype(str)
-        fig.add_scatter(x=kx, y=np.array([k.paged_ms for k in kernel]), name="paged kernel",
-                        mode="lines+markers", line_color=theme.lane_colour(0), row=3, col=1)
+        med = np.array([k.paged_ms for k in kernel])
+        fig.add_scatter(x=kx, y=med, name="paged kernel (median, bar: p10-p90)",
+                        mode="lines+markers", line_color=theme.lane_colour(0), row=3, col=1,
+                        error_y=dict(type="data", symmetric=False,
+                                     array=np.array([k.high for k in kernel]) - med,
+                                     arrayminus=med - np.array([k.low for k in kernel])))
         fig.add_scatter(x=kx, y=np.array([k.contiguous_ms for k in kernel]),
                         name="contiguous kernel (no block table)", mode="lines",
                         line=dict(color="#888888", dash="dash"), row=3, col=1)

@@ -1,5 +1,8 @@
 """Learn figures: a line of slots with its owners labelled, a block table, the block-size trade.
 
+Slots are coloured by state in Live's colours (kvviz.viz.theme.STATES: used, reserved, tail
+waste, shared prefix, cached, free), so a colour means the same on every page; owners are
+told apart by their letter above the line and a dark boundary between neighbours.
 `slot_codes` is the pure data step (tests check it); the figures draw it.
 """
 from __future__ import annotations
@@ -16,39 +19,41 @@ from kvviz.metrics import hole_sizes, hole_starts
 from kvviz.story import TradeoffPoint
 from kvviz.viz import theme
 
-FREE_COLOUR = theme.STATES[cellstate.FREE].colour
-OWNER_COLOURS = ("#2b6cb0", "#d1495b", "#2a9d8f", "#6c4ab6", "#e9a23b", "#555555")
 LINE_Y = 0.0  # the slots row spans y in [-0.5, 0.5]
-TABLE_Y = 2.2  # the block-table row
-
-
-def _tint(hex_colour: str, amount: float = 0.6) -> str:
-    """Mix a colour with white: the pale shade of reserved, not yet written slots."""
-    rgb = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)], np.float64)
-    mixed = np.rint(rgb + (255 - rgb) * amount).astype(np.int64)
-    return "#" + "".join(f"{v:02x}" for v in mixed)
+LABEL_Y = 0.85  # owner letters, above the row
+TABLE_Y = 2.4  # the block-table row
+STATE_WORDS = {cellstate.FREE: "free", cellstate.CACHED: "cached (free, prefix kept)",
+               cellstate.USED: "used (KV written)",
+               cellstate.TAIL: "tail waste (held in the last block, not written)",
+               cellstate.RESERVED: "reserved (held, not written yet)",
+               cellstate.SHARED: "shared prefix (written, several holders)"}
 
 
 def slot_codes(bm: BlockMap, owners: Sequence[int]) -> np.ndarray:
-    """int8 [capacity_tokens]: 0 free; 1 + 2k written by owners[k]; 2 + 2k held, unwritten."""
+    """int8 [capacity_tokens]: each slot's state (kvviz.cellstate codes, Live's colours).
+    Owned slots: written -> USED (SHARED when the block has several holders); unwritten ->
+    RESERVED in a contiguous range or a paged block nothing is written in yet, TAIL in a
+    paged block partly written. Free slots: CACHED when the block keeps prefix content,
+    else FREE. Every live owner must be in `owners` (ValueError otherwise)."""
     bs = bm.block_size
     pos = np.tile(np.arange(bs, dtype=np.int32), bm.num_blocks)  # position inside its block
     owner = np.repeat(bm.owner, bs)
-    written = pos < np.repeat(bm.filled, bs)
-    rank = np.full(owner.shape, -1, np.int64)
-    for k, seq in enumerate(owners):
-        rank[owner == seq] = k
-    if ((owner != FREE) & (rank < 0)).any():
+    filled = np.repeat(bm.filled, bs)
+    written = pos < filled
+    if np.setdiff1d(np.unique(owner[owner != FREE]), np.asarray(owners, np.int64)).size:
         raise ValueError("slot_codes: a live sequence is missing from `owners`")
-    codes = np.where(owner == FREE, 0, 1 + 2 * rank + (~written).astype(np.int64))
+    owned = owner != FREE
+    codes = np.where(np.repeat(bm.cached, bs), cellstate.CACHED, cellstate.FREE)
+    unwritten = cellstate.RESERVED if bm.contiguous else np.where(
+        filled > 0, cellstate.TAIL, cellstate.RESERVED)
+    codes = np.where(owned & ~written, unwritten, codes)
+    shared = np.repeat(bm.refcount, bs) > 1
+    codes = np.where(owned & written, np.where(shared, cellstate.SHARED, cellstate.USED), codes)
     return codes.astype(np.int8)
 
 
-def _colourscale(n_owners: int) -> list[list]:
-    colours = [FREE_COLOUR]
-    for k in range(n_owners):
-        c = OWNER_COLOURS[k % len(OWNER_COLOURS)]
-        colours += [c, _tint(c)]
+def _colourscale() -> list[list]:
+    colours = [s.colour for s in theme.STATES]  # index = state code
     n = len(colours)
     scale = []
     for i, c in enumerate(colours):  # flat steps: code i covers [i/n, (i+1)/n]
@@ -72,7 +77,7 @@ def _runs(owner: np.ndarray) -> list[tuple[int, int, int]]:
 def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
                      table: np.ndarray | None = None, table_owner: int | None = None,
                      tail_owner: int | None = None) -> go.Figure:
-    """One row of slots coloured by owner (pale = slack, not written; grey = free).
+    """One row of slots coloured by owner (pale = reserved, not written; grey = free).
 
     Paged maps get block borders and block ids; contiguous maps get their holes labelled.
     `table` draws `table_owner`'s block table above the line with an arrow per entry.
@@ -81,22 +86,34 @@ def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
     codes = slot_codes(bm, owners)
     cap, bs = bm.capacity_tokens, bm.block_size
     blk = np.arange(cap) // bs
-    label = np.array(["free"] + [f"{names[s]} {w}" for s in owners
-                                 for w in ("written", "slack, not written")])
-    hover = np.char.add(np.char.add(np.char.add("slot ", np.arange(cap).astype(str)),
-                                    np.char.add(", block ", blk.astype(str))),
-                        np.char.add(": ", label[codes]))
+    slot_owner = np.repeat(bm.owner, bs)
+    who = np.array([names.get(int(o), "") for o in slot_owner.tolist()], dtype=object)
+    words = np.array([STATE_WORDS[c] for c in range(len(STATE_WORDS))], dtype=object)
+    hover = (np.char.add("slot ", np.arange(cap).astype(str)).astype(object)
+             + np.char.add(", block ", blk.astype(str)).astype(object) + ": "
+             + np.where(who == "", "", who + ", ") + words[codes])
     fig = go.Figure(go.Heatmap(
         z=codes[None, :], x=np.arange(cap), y=np.array([LINE_Y]), zmin=-0.5,
-        zmax=2 * len(owners) + 0.5, colorscale=_colourscale(len(owners)), showscale=False,
-        xgap=1, customdata=hover[None, :], hovertemplate="%{customdata}<extra></extra>"))
+        zmax=len(theme.STATES) - 0.5, colorscale=_colourscale(), showscale=False,
+        xgap=1, customdata=hover.astype(str)[None, :],
+        hovertemplate="%{customdata}<extra></extra>"))
     runs = _runs(bm.owner) if bm.contiguous else [
         (int(o), b, b) for b, o in enumerate(bm.owner.tolist()) if o != FREE]
     for seq, first, last in runs:  # one label per range (contiguous) or per block (paged)
         x = ((first + last + 1) * bs - 1) / 2
-        fig.add_annotation(x=x, y=LINE_Y, text=f"<b>{names[seq]}</b>", showarrow=False,
-                           font=dict(color="white", size=16))
+        shared = not bm.contiguous and int(bm.refcount[first]) > 1
+        text = (f"<b>{names[seq]}</b> + {int(bm.refcount[first]) - 1} more (shared)" if shared
+                else f"<b>{names[seq]}</b>")
+        fig.add_annotation(x=x, y=LABEL_Y, text=text, showarrow=False,
+                           font=dict(color=theme.TITLE_COLOUR, size=15))
+    for b in np.flatnonzero(bm.cached & (bm.owner == FREE)).tolist():
+        fig.add_annotation(x=b * bs + (bs - 1) / 2, y=LABEL_Y, text="cached", showarrow=False,
+                           font=dict(color="#2d6a4f", size=11))
     if bm.contiguous:
+        for (_, _, last), (_, first, _) in zip(runs, runs[1:]):
+            if first == last + 1:  # two ranges touch: a boundary between their owners
+                fig.add_shape(type="line", x0=first * bs - 0.5, x1=first * bs - 0.5,
+                              y0=-0.6, y1=0.6, line=dict(color="#222222", width=3))
         for start, size in zip(hole_starts(bm).tolist(), hole_sizes(bm).tolist()):
             fig.add_annotation(x=start * bs + (size - 1) / 2, y=-0.9, showarrow=False,
                                text=f"hole: {size} slots", font=dict(size=12, color="#555555"))
@@ -111,12 +128,12 @@ def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
             "block ", np.arange(bm.num_blocks).astype(str)), title=f"{bs} slots per block")
     if tail_owner is not None:
         _mark_tail(fig, bm, tail_owner, names)
-    top = 0.8
+    top = 1.15
     if table is not None and table_owner is not None:
         top = _draw_table(fig, np.asarray(table), bs, cap, names[table_owner])
     fig.update_yaxes(visible=False, range=[-1.3, top])
     fig.update_xaxes(range=[-0.6, cap - 0.4], showgrid=False, zeroline=False)
-    fig.update_layout(title=title, height=170 if table is None else 300,
+    fig.update_layout(title=title, height=190 if table is None else 320,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=40),
                       plot_bgcolor="white")
     return fig
@@ -162,14 +179,14 @@ def tradeoff_figure(points: Sequence[TradeoffPoint], selected: int | None = None
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     colours = np.where(sizes == selected, theme.STATES[cellstate.TAIL].colour, "#f5c69a")
     fig.add_bar(x=xs, y=np.array([p.tail_share for p in points]), name="tail waste",
-                marker_color=colours, hovertemplate="block %{x}: %{y:.1%} of held slots"
+                marker_color=colours, hovertemplate="block %{x}: %{y:.1%} of capacity"
                 "<extra>tail waste</extra>", secondary_y=False)
     fig.add_scatter(x=xs, y=np.array([p.table_entries for p in points], np.int64),
                     name="block-table entries", mode="lines+markers",
                     line_color=theme.lane_colour(0), secondary_y=True,
                     hovertemplate="block %{x}: %{y:,} entries<extra>block tables</extra>")
     fig.update_xaxes(type="category", title="block size (slots)")
-    fig.update_yaxes(title="tail waste (share of held slots)", tickformat=".0%",
+    fig.update_yaxes(title="tail waste (share of capacity)", tickformat=".0%",
                      secondary_y=False)
     fig.update_yaxes(title="block-table entries (log)", type="log", secondary_y=True,
                      showgrid=False, dtick=1, tickformat="~s")

@@ -14,13 +14,27 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvviz.node.engines import USAGE_DEFINITION
 from kvviz.viz import theme
 from kvviz.viz.timeseries import Headline
 
 STATUS_COLOURS = {"ok": "#2a9d8f", "unreachable": "#c0392b", "timeout": "#d4a017",
                   "garbled": "#7b3fb3"}
-FLEET_COLUMNS = ["job", "instance", "engine", "up", "KV usage %", "KV used tokens",
-                 "fragmentation", "series"]
+FLEET_COLUMNS = ["job", "instance", "engine", "up", "KV usage", "used / capacity (slots)",
+                 "ext. fragmentation", "KV series", "notes"]
+FLEET_HELP = {
+    "KV usage": USAGE_DEFINITION,
+    "used / capacity (slots)": "KV slots in use / KV capacity, summed over the node's pools",
+    "ext. fragmentation": "external fragmentation index (1 - largest hole / free) of the "
+                          "node's worst lane; only kvviz collectors export it",
+    "KV series": "how many KV time series Prometheus holds for the node (one per metric and "
+                 "pool, engine, model or lane); 0: it holds none",
+    "up": "Prometheus's own `up` series: did its last scrape of the node succeed",
+    "notes": "how KV usage was computed, and why a cell says n/a",
+}
+FLEET_WIDTHS = {"job": 90, "instance": 150, "engine": 80, "up": 60, "KV usage": 90,
+                "used / capacity (slots)": 170, "ext. fragmentation": 130, "KV series": 90}
+NOT_EXPORTED = "n/a"
 
 
 def _num(v: object) -> float | None:
@@ -44,18 +58,26 @@ def latest_ok(df: pd.DataFrame) -> pd.Series | None:
 
 
 def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if v is None else format(v, spec) + suffix
+    return NOT_EXPORTED if v is None else format(v, spec) + suffix
 
 
 def headlines(row: pd.Series | dict | None) -> list[Headline]:
-    """The node's latest ok numbers; '-' where the node does not export one."""
-    r = {} if row is None else dict(row)
+    """The node's latest ok numbers; 'n/a' where there is none, and the help says why (no
+    successful scrape yet, or the node's /metrics does not export it)."""
+    why = ("no successful scrape yet" if row is None
+           else "the node's /metrics does not export it")
+    heads = _headlines({} if row is None else dict(row))
+    return [h._replace(help=f"{h.help}. n/a: {why}") if h.value == NOT_EXPORTED else h
+            for h in heads]
+
+
+def _headlines(r: dict) -> list[Headline]:
     usage = _num(r.get("kv_usage"))
     hit = _num(r.get("prefix_hit_rate_interval"))
     hit = _num(r.get("prefix_hit_rate")) if hit is None else hit
     return [
         Headline("KV usage", _fmt(None if usage is None else 100 * usage, ".1f", "%"),
-                 "fraction of KV slots (blocks) in use"),
+                 USAGE_DEFINITION),
         Headline("KV capacity (blocks)", _fmt(_num(r.get("num_gpu_blocks")), ",.0f"),
                  f"blocks of {_fmt(_num(r.get('block_size')), '.0f')} slots"),
         Headline("KV capacity (tokens)", _fmt(_num(r.get("kv_capacity_tokens")), ",.0f"),
@@ -116,10 +138,36 @@ def node_figure(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _notes(n) -> str:
+    """How the usage was computed and why any cell of the row says n/a, in few words."""
+    if n.up is False:
+        return "node down: Prometheus's last scrape of it failed, so no KV numbers"
+    if n.engine == "unknown":
+        return "no vLLM, SGLang or kvviz KV series for this node"
+    out = [f"usage: {n.usage_basis}" if n.usage_basis else ""]
+    if n.up is None:
+        out.append("no `up` series: not a target of this Prometheus")
+    if n.kv_usage is not None and not (n.kv_used_tokens is not None and n.kv_capacity_tokens):
+        out.append("capacity in slots not exported")
+    if n.fragmentation is None:
+        out.append("fragmentation: kvviz collectors only")
+    return "; ".join(x for x in out if x)
+
+
 def fleet_table(nodes: list) -> pd.DataFrame:
-    """kvviz.node.FleetNode list -> one row per node (KV usage in %)."""
-    rows = [{"job": n.job, "instance": n.instance, "engine": n.engine, "up": n.up,
-             "KV usage %": None if n.kv_usage is None else 100 * n.kv_usage,
-             "KV used tokens": n.kv_used_tokens, "fragmentation": n.fragmentation,
-             "series": n.series} for n in nodes]
+    """kvviz.node.FleetNode list -> one row per node, as text; `notes` says why a cell is
+    n/a and how the usage was computed."""
+    rows = []
+    for n in nodes:
+        cap, used = n.kv_capacity_tokens, n.kv_used_tokens
+        rows.append({
+            "job": n.job, "instance": n.instance, "engine": n.engine,
+            "up": {True: "up", False: "down"}.get(n.up, NOT_EXPORTED),
+            "KV usage": NOT_EXPORTED if n.kv_usage is None else f"{100 * n.kv_usage:.1f}%",
+            "used / capacity (slots)": (f"{used:,.0f} / {cap:,.0f}" if used is not None and cap
+                                        else NOT_EXPORTED),
+            "ext. fragmentation": (NOT_EXPORTED if n.fragmentation is None
+                                   else f"{n.fragmentation:.2f}"),
+            "KV series": n.series, "notes": _notes(n),
+        })
     return pd.DataFrame(rows, columns=FLEET_COLUMNS)

@@ -31,12 +31,11 @@ def test_waiting_only_for_the_batch_limit_is_not_memory_pressure():
     for x in s.run(max_steps=100_000):
         assert x["admit_failures"]["policy"] > 0  # requests did wait, for the batch limit
         assert x["pressure_steps"] == 0
-        assert all(x[k] is None for k in (*FLAT, "tail_waste_share",
-                                          "external_frag_index_mean"))
-        assert sum(x["all_steps_shares"][k] for k in SHARES) == pytest.approx(1.0)
+        assert x["pressure_step_shares"] is None
+        assert sum(x[k] for k in FLAT) == pytest.approx(1.0)  # top level: over all steps
 
 
-def test_all_steps_shares_are_the_mean_of_each_step_usage():
+def test_top_level_shares_are_the_mean_of_each_step_usage():
     s = _sim(["paged:16", "contiguous:buddy:pow2"], 8192, rate=30.0)
     sums = {lane.name: np.zeros(2) for lane in s.lanes}
     steps = dict.fromkeys(sums, 0)
@@ -48,7 +47,7 @@ def test_all_steps_shares_are_the_mean_of_each_step_usage():
             sums[lane.name] += (u.used_tokens, u.free_tokens)
             steps[lane.name] += 1
     for x, lane in zip(s.summaries(), s.lanes):
-        every = x["all_steps_shares"]
+        every = {k: x[f"{k}_share"] for k in SHARES}
         assert steps[lane.name] == x["steps"]
         want = sums[lane.name] / (x["steps"] * lane.capacity)
         assert (every["used"], every["free"]) == pytest.approx(tuple(want))
@@ -81,6 +80,7 @@ def test_pressure_steps_are_the_steps_with_a_memory_refusal_or_a_preemption():
 def test_pressure_shares_sum_to_one_and_differ_from_all_steps_when_pressure_is_rare():
     x = _sim(["paged:16"], 8192, n=120, rate=15.0).run(max_steps=100_000)[0]
     assert 0 < x["pressure_steps"] < x["steps"]
-    assert sum(x[k] for k in FLAT) == pytest.approx(1.0)
-    assert min(x[k] for k in FLAT) >= 0
-    assert x["free_share"] < x["all_steps_shares"]["free"]
+    p = x["pressure_step_shares"]
+    assert sum(p[k] for k in SHARES) == pytest.approx(1.0)
+    assert min(p[k] for k in SHARES) >= 0
+    assert p["free"] < x["free_share"]

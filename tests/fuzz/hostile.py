@@ -246,7 +246,8 @@ def install_fakes(monkeypatch) -> None:
         return
     monkeypatch.setattr(kb, "bench_real", fake_bench_real)
     monkeypatch.setattr(kb, "bench_attention", fake_bench_attention)
-    monkeypatch.setattr(kb, "sweep_block_sizes", lambda cfg: [fake_bench_attention(cfg)])
+    monkeypatch.setattr(kb, "sweep_block_sizes",
+                        lambda cfg, rounds=1: [fake_bench_attention(cfg)])
 
 
 def flags_of(parser) -> list[tuple[str, bool]]:

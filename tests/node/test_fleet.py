@@ -28,7 +28,12 @@ ANSWERS = {
               ({"__name__": "up", **PROM}, "1")),
     "vllm:kv_cache_usage_perc": vec(({**V, "engine": "0"}, "0.5"), ({**V, "engine": "1"}, "0.3")),
     "vllm:gpu_cache_usage_perc": vec(),
+    "vllm:cache_config_info": vec(  # engine 1 holds three times the blocks of engine 0
+        ({**V, "engine": "0", "block_size": "16", "num_gpu_blocks": "1000"}, "1"),
+        ({**V, "engine": "1", "block_size": "16", "num_gpu_blocks": "3000"}, "1")),
     "sglang:token_usage": vec(({**S, "model_name": "q"}, "0.28")),
+    "sglang:num_used_tokens": vec(),
+    "sglang:max_total_num_tokens": vec(),
     "kvviz_kv_used_tokens": vec(({**K, "lane": "paged"}, "300"), ({**K, "lane": "contig"}, "500")),
     "kvviz_kv_capacity_tokens": vec(({**K, "lane": "paged"}, "1000"),
                                     ({**K, "lane": "contig"}, "1000")),
@@ -88,7 +93,11 @@ def test_lists_every_target_with_engine_and_usage(prom):
     assert set(nodes) == {"gpu1:8000", "gpu2:30000", "localhost:9400", "gpu3:8000",
                           "localhost:9090"}
     v, s, k = nodes["gpu1:8000"], nodes["gpu2:30000"], nodes["localhost:9400"]
-    assert (v.engine, v.up, v.kv_usage) == ("vllm", True, pytest.approx(0.4))
+    # capacity-weighted, as the Node page computes it: (0.5 x 16k + 0.3 x 48k) / 64k
+    assert (v.engine, v.up, v.kv_usage) == ("vllm", True, pytest.approx(0.35))
+    assert v.usage_basis == "capacity-weighted over 2 pools"
+    assert (v.kv_used_tokens, v.kv_capacity_tokens) == (pytest.approx(22400), 64000)
+    assert s.usage_basis == "one pool" and s.kv_capacity_tokens is None
     assert (s.engine, s.kv_usage, s.fragmentation) == ("sglang", pytest.approx(0.28), None)
     assert k.engine == "kvviz" and k.kv_used_tokens == 800
     assert k.kv_usage == pytest.approx(0.4) and k.fragmentation == pytest.approx(0.62)
@@ -129,3 +138,20 @@ def test_malformed_answers_raise(raw, why):
 def test_non_http_url_refused():
     with pytest.raises(FleetError, match="not an http"):
         query("file:///etc", "up")
+
+
+def test_fleet_and_node_page_give_one_node_one_usage(prom):
+    """The same series, scraped by the Node page and read through Prometheus: one number."""
+    from kvviz.node.scrape import sample_from_text
+
+    text = "\n".join([
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+        'vllm:kv_cache_usage_perc{engine="1"} 0.3',
+        "# TYPE vllm:cache_config_info gauge",
+        'vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="1000"} 1',
+        'vllm:cache_config_info{engine="1",block_size="16",num_gpu_blocks="3000"} 1', ""])
+    node = sample_from_text(text, url="http://gpu1:8000/metrics", time=0.0)
+    fleet = next(n for n in list_nodes(prom.url) if n.instance == "gpu1:8000")
+    assert node.kv_usage == pytest.approx(fleet.kv_usage)
+    assert node.kv_usage != pytest.approx((0.5 + 0.3) / 2)  # not the plain mean of pools

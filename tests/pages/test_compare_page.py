@@ -78,7 +78,7 @@ def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest) 
     at.multiselect[0].set_value(["paged:16:prefix", "paged:16"]).run()
     button(at, "Run comparison").click().run()
     assert not at.exception
-    table = at.dataframe[1].value
+    table = next(d.value for d in at.dataframe if "prefix hit %" in d.value)
     assert table["prefix hit %"].tolist() == [77.6, 0.0]
 
 
@@ -118,7 +118,7 @@ def test_failed_and_clipped_rows_are_shown(at: AppTest) -> None:
 def test_advisor_with_cached_kernel_times_recommends(at: AppTest, tmp_path) -> None:
     cmd = advisor.bench_command("cpu")
     key = advisor.cache_key(cmd)
-    points = [[b, 4.0 if b < 16 else 1.0, 1.0] for b in advisor.BLOCK_SIZES]
+    points = [[b, 1.0 if b == 16 else 4.0, 1.0] for b in advisor.BLOCK_SIZES]
     advisor.cache_path(key, tmp_path).write_text(
         json.dumps({"key": key, "measured_at": "then", "points": points}), encoding="utf-8")
     at.run()
@@ -127,6 +127,42 @@ def test_advisor_with_cached_kernel_times_recommends(at: AppTest, tmp_path) -> N
     assert not at.exception
     assert "Recommended block size: 16." in at.success[0].value
     assert len(at.get("plotly_chart")) == 1
+
+
+def test_a_spiky_cpu_curve_in_the_cache_does_not_recommend_block_1(at: AppTest,
+                                                                    tmp_path) -> None:
+    """The issue's curve: ~15 ms everywhere, ~200 ms at blocks 8-16, spread named."""
+    cmd = advisor.bench_command("cpu")
+    key = advisor.cache_key(cmd)
+    points = [[b, 200.0 if b in (8, 16) else 15.0, 10.0, 14.0 if b in (8, 16) else 14.5,
+               260.0 if b in (8, 16) else 16.0] for b in advisor.BLOCK_SIZES]
+    advisor.cache_path(key, tmp_path).write_text(
+        json.dumps({"key": key, "measured_at": "then", "points": points}), encoding="utf-8")
+    at.run()
+    assert any(f"{advisor.bench_threads()} torch threads" in c.value and "cpu (" in c.value
+               for c in at.caption)
+    button(at, "Run block-size sweep").click().run()
+    assert not at.exception
+    won = at.success[0].value
+    assert "Recommended block size: 1." not in won and "Kernel timings from cpu (" in won
+    assert "noisy" in won
+
+
+def test_failures_are_shown_with_what_explains_them(at: AppTest) -> None:
+    button(at, "Run comparison").click().run()
+    assert not at.exception
+    out = next(d.value for d in at.dataframe if "mean batch" in d.value)
+    assert list(out.columns) == ["lane", "admitted", "finished", "mean batch", "tokens / s",
+                                 "preemptions", "CAPACITY", "FRAGMENTATION", "POLICY"]
+    assert (out["admitted"] == out["finished"] + out["preemptions"]).all()
+    assert out["CAPACITY"].sum() > 0 and out["preemptions"].sum() > 0
+    why = next(re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown
+               if m.value.startswith("- "))
+    lines = why.splitlines()
+    assert len(lines) == len(out)  # one sentence per lane, naming the lane and its numbers
+    for line, (_, row) in zip(lines, out.iterrows()):
+        assert line.startswith(f"- {row['lane']} ran {row['mean batch']:.1f} requests")
+        assert f"{row['tokens / s']:,.0f} tokens / simulated s" in line
 
 
 def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest) -> None:

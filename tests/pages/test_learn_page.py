@@ -62,8 +62,31 @@ def test_paging_step_admits_d_and_draws_both_lines(at: AppTest) -> None:
     assert len(at.get("plotly_chart")) == 2
 
 
+def index(key: str) -> int:
+    return [s.key for s in story.build_story()].index(key)
+
+
+def test_paging_step_says_d_rounds_up_to_blocks(at: AppTest) -> None:
+    go(at, "Next", index("paged"))
+    assert at.success[0].value == ("admit(D, 14 tokens) → ok: 14 tokens round up to 4 blocks "
+                                   "of 4 = 16 slots")
+
+
+@pytest.mark.parametrize("key, charts", [("prefix", 3), ("preempt", 2), ("policy", 1)])
+def test_course_steps_draw_the_engines_pictures(at: AppTest, key: str, charts: int) -> None:
+    go(at, "Next", index(key))
+    assert at.subheader[0].value == story.build_story()[index(key)].title
+    assert len(at.get("plotly_chart")) == charts
+    if key == "policy":
+        assert "reason **POLICY**" in at.error[0].value
+        assert "9 tokens round up to 3 blocks of 4 = 12 slots" in at.error[0].value
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics == {"need": "12 slots", "free in total": "16 slots",
+                           "largest hole": "16 slots"}
+
+
 def test_block_size_slider_updates_the_numbers(at: AppTest) -> None:
-    go(at, "Next", 6)
+    go(at, "Next", index("block-size"))
     before = {m.label: m.value for m in at.metric}
     at.select_slider[0].set_value(128).run()
     after = {m.label: m.value for m in at.metric}

@@ -6,6 +6,8 @@ import http.server
 import json
 import os
 import pickle
+import re
+import socket
 import sys
 import threading
 import urllib.parse
@@ -30,6 +32,15 @@ SNAP = "kvviz_node_snapshot"
 def node_runs(runs: Path):
     yield runs
     process.stop_all()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
 
 
 @pytest.fixture
@@ -107,6 +118,34 @@ def test_scrape_started_from_the_page_records_the_node(node_runs, fake_node):
     assert any("Scrape stopped" in w.value for w in at.warning)
     r = RunReader(node_runs / rec)
     assert r.status == "stopped" and (r.node_samples()["status"] == "ok").all()
+
+
+def test_an_unreachable_node_is_an_error_and_nothing_starts(node_runs, closed_port_url):
+    at = page(PAGE)
+    at.text_input(key="node_url").input(closed_port_url)
+    at.button(key="node_start").click().run()
+    no_exception(at)
+    assert "Cannot scrape" in errors(at) and "unreachable" in errors(at)
+    assert "Nothing was started" in errors(at)
+    assert not any("Scrape running" in s.value for s in at.success)
+    assert directory.node_recordings(node_runs) == []
+
+
+def test_a_second_scrape_shows_its_own_recording_not_the_first(node_runs, fake_node):
+    write_node_run(node_runs / "node-old.db", ["unreachable", "unreachable"])
+    at = page(PAGE)
+    assert at.selectbox(key="node_pick").value == "node-old.db"
+    assert "Last scrape: **unreachable**" in at.warning[0].value
+    at.text_input(key="node_url").input(fake_node.url("/metrics"))
+    at.number_input(key="node_every").set_value(0.5)
+    at.button(key="node_start").click().run()
+    no_exception(at)
+    new = at.session_state["kvviz_node_run"]
+    assert new != "node-old.db" and at.selectbox(key="node_pick").value == new
+    rerun_until(at, lambda a: any("Last scrape: **ok**" in s.value for s in a.success))
+    assert at.selectbox(key="node_pick").value == new
+    assert not any("unreachable" in w.value for w in at.warning)
+    at.button(key="node_stop").click().run()
 
 
 def test_bad_url_is_an_error_not_a_scrape(node_runs):
@@ -200,9 +239,16 @@ def test_fleet_table_and_fleet_errors(node_runs):
         at.button(key="fleet_go").click().run()
         no_exception(at)
         table = at.dataframe[0].value.set_index("instance")
-        assert table.loc["n1:8000", "KV usage %"] == 50.0
-        assert table.loc["n2:9400", "KV usage %"] == 25.0
-        assert table.loc["n2:9400", "fragmentation"] == 0.3
+        assert table.loc["n1:8000", "KV usage"] == "50.0%"
+        assert table.loc["n2:9400", "KV usage"] == "25.0%"
+        assert table.loc["n2:9400", "ext. fragmentation"] == "0.30"
+        assert table.loc["n1:8000", "used / capacity (slots)"] == "n/a"
+        notes = re.sub(r"\\(.)", r"\1", next(m.value for m in at.markdown
+                                              if "**Notes**" in m.value))
+        assert "- vllm n1:8000: usage: one pool; capacity in slots not exported" in notes
+        assert "None" not in table.to_string()
+        assert any("capacity" in c.value and "same definition" in c.value
+                   for c in at.caption)
         at.text_input(key="fleet_url").input("ftp://nowhere")
         at.button(key="fleet_go").click().run()
         no_exception(at)

@@ -1,11 +1,19 @@
 """Replay: the heatmaps at the cursor's moment; a failure row moves the cursor."""
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
+import pytest
+import streamlit as st
 from pagehelpers import decode, heatmaps, no_exception, page
+from recordings import write_recording
 from streamlit.testing.v1 import AppTest
 
 from kvviz.runs import directory
+from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 from pages import common
 
@@ -57,10 +65,79 @@ def test_selecting_a_failure_jumps_to_its_moment(runs):
     at.run()
     no_exception(at)
     t = at.slider(key="replay_t").value
-    assert abs(t - float(table["t"].iloc[row])) < 1e-9
+    assert abs(t - float(table["time (s)"].iloc[row])) < 1e-9
     check_heatmaps_match(at, runs, t)
     at.slider(key="replay_t").set_value(0.5).run()  # the selection does not pin the cursor
     assert abs(at.slider(key="replay_t").value - 0.5) < 1e-9
+
+
+def _select(at, row: int) -> None:
+    at.session_state["replay_failures"] = {"selection": {"rows": [row], "columns": [],
+                                                         "cells": []}}
+    at.run()
+    no_exception(at)
+
+
+def test_the_failure_table_has_human_headers_and_one_checkbox_column(runs):
+    at = page("pages/replay.py", run="rec.db")
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["time (s)", "lane", "request", "class", "need",
+                                   "free in total", "largest hole", "free ≥ need"]
+    assert not any(table[c].dtype == bool for c in table.columns)  # only the selection box
+    assert set(table["free ≥ need"]) <= {"yes", "no"}
+    cfg = json.loads(at.dataframe[0].proto.columns)
+    widths = {k: v["width"] for k, v in cfg.items() if not v.get("hidden")}
+    assert set(widths) == set(table.columns) and sum(widths.values()) <= 860  # fits the page
+    for col in table.columns:  # every cell and header fits its column (~8 px a character)
+        longest = max(len(col), *(len(f"{v:.2f}" if col == "time (s)" else str(v))
+                                  for v in table[col]))
+        assert widths[col] >= 7 * longest + 12, col
+
+
+FRAG_LANES = ("contiguous:first-fit:exact", "paged:16")
+
+
+@pytest.fixture(scope="module")
+def frag_recording(tmp_path_factory) -> Path:
+    """Exact-size ranges in 8,192 slots: FRAGMENTATION failures, a block map every step."""
+    return write_recording(tmp_path_factory.mktemp("frag") / "rec.db", steps=400, every=1,
+                           capacity=8192, lanes=FRAG_LANES)
+
+
+@pytest.fixture
+def frag_runs(tmp_path, monkeypatch, frag_recording) -> Path:
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    shutil.copy(frag_recording, tmp_path / "rec.db")
+    st.cache_resource.clear()
+    yield tmp_path
+    st.cache_resource.clear()
+
+
+def test_jump_to_failure_marks_the_refused_request_on_its_lane(frag_runs):
+    at = page("pages/replay.py", run="rec.db")
+    table = at.dataframe[0].value
+    row = int(np.flatnonzero(table["class"].to_numpy() == "FRAGMENTATION")[0])
+    _select(at, row)
+    f = table.iloc[row]
+    warn = at.warning[0].value
+    assert warn.startswith(f"Request {f['request']} refused at {f['time (s)']:.2f} s, "
+                           f"FRAGMENTATION: needs {f['need']:,} slots; "
+                           f"{f['free in total']:,} free in total, largest hole "
+                           f"{f['largest hole']:,}.")
+    assert "the hole was too small" in warn
+    i = FRAG_LANES.index(f["lane"])
+    spec = heatmaps(at)[i]
+    names = [sh.get("name") for sh in spec["layout"].get("shapes", [])]
+    assert "largest hole" in names and "need" in names
+    assert not heatmaps(at)[1 - i]["layout"].get("shapes")  # only the failure's own lane
+    # the outlined hole is the largest hole the request met, and the need runs past it
+    bm, _ = maps_at(frag_runs, float(f["time (s)"]))[i]
+    mark = fm.mark_for(bm, fm.Failure("FRAGMENTATION", int(f["need"]), int(f["free in total"]),
+                                      int(f["largest hole"]), 0, 0.0))
+    assert mark.hole[1] - mark.hole[0] == f["largest hole"]
+    assert mark.need[1] - mark.need[0] == f["need"] > mark.hole[1] - mark.hole[0]
+    at.slider(key="replay_t").set_value(0.5).run()  # moving away drops the mark
+    assert not at.warning and not any(h["layout"].get("shapes") for h in heatmaps(at))
 
 
 def test_play_advances_the_cursor(runs):
@@ -84,3 +161,10 @@ def test_pages_know_when_they_run_under_apptest(tmp_path):
     no_exception(at)
     assert at.markdown[0].value == "apptest=True"
     assert not common.under_apptest()  # and outside it, False
+
+
+def test_without_a_live_recording_it_points_at_the_recordings_there_are(runs):
+    at = page("pages/replay.py")  # the sidebar's default: the live collector, not started
+    no_exception(at)
+    assert at.session_state["kvviz_run"] == "live collector"
+    assert "Pick one of the 1 recordings under **Run** in the sidebar" in at.info[0].value

@@ -68,7 +68,7 @@ def test_table_columns_stay_aligned_for_seven_digit_counts():
            "free_share": 0.4, "tail_waste_share": 0.01, "external_frag_index_mean": 0.0,
            "admit_failures": {"capacity": 12_345_678, "fragmentation": 0, "policy": 3},
            "preemptions": 1_234_567, "steps": 99_999_999, "clipped_requests": 5,
-           "pressure_steps": 12, "all_steps_shares": shares, "prefix_hit_rate": 0.25}
+           "pressure_steps": 12, "pressure_step_shares": shares, "prefix_hit_rate": 0.25}
     lines = format_table([row, dict(row, lane="contiguous:first-fit:max", steps=1)]).splitlines()
     header, rows = lines[0], [ln for ln in lines if ln.startswith("  all steps")]
     ends = [[i for i in range(len(ln)) if ln[i] != " " and (i + 1 == len(ln) or ln[i + 1] == " ")]

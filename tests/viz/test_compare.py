@@ -40,10 +40,10 @@ def test_stacked_share_bars_are_all_steps_then_pressure_averages_summing_to_one(
     stack = np.vstack([np.asarray(t.x, np.float64) for t in fig.data])  # [shares, 2 * lanes]
     labels = list(fig.data[0].y)
     for i, s in enumerate(summaries):
-        every = s["all_steps_shares"]
-        assert stack[:, 2 * i] == pytest.approx([every[k.removesuffix("_share")]
-                                                 for k, _ in vc.SHARES])
-        assert stack[:, 2 * i + 1] == pytest.approx([s[k] for k, _ in vc.SHARES])
+        pressure = s["pressure_step_shares"]
+        assert stack[:, 2 * i] == pytest.approx([s[k] for k, _ in vc.SHARES])
+        assert stack[:, 2 * i + 1] == pytest.approx([pressure[k.removesuffix("_share")]
+                                                     for k, _ in vc.SHARES])
         n = s["pressure_steps"]
         assert labels[2 * i] == f"{s['lane']} · all {s['steps']} steps"
         assert labels[2 * i + 1] == (f"{s['lane']} · memory pressure: {n} steps "
@@ -87,9 +87,9 @@ def test_throughput_bars_and_steps_text(summaries) -> None:
 def test_display_table_is_in_percent(summaries) -> None:
     t = vc.display_table(vc.summary_frame(summaries, STEP_MS))
     s = summaries[0]
-    assert t["used % (memory pressure)"].iloc[0] == pytest.approx(round(100 * s["used_share"], 1))
-    assert t["used % (all steps)"].iloc[0] == pytest.approx(
-        round(100 * s["all_steps_shares"]["used"], 1))
+    assert t["used % (memory pressure)"].iloc[0] == pytest.approx(
+        round(100 * s["pressure_step_shares"]["used"], 1))
+    assert t["used % (all steps)"].iloc[0] == pytest.approx(round(100 * s["used_share"], 1))
     assert t["memory-pressure steps"].iloc[0] == s["pressure_steps"]
     assert {"fragmentation failures", "preemptions", "steps to finish"} <= set(t.columns)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz import story
+from kvviz import cellstate, story
 from kvviz.blockmap import empty_blockmap
 from kvviz.viz import learn as vl
+from kvviz.viz import theme
 
 OWNERS = sorted(story.NAMES)
 
@@ -18,17 +19,39 @@ def _step(key: str) -> story.Step:
 def test_slot_codes_of_the_reservations() -> None:
     codes = vl.slot_codes(_step("reserve").line, OWNERS)
     assert codes.dtype == np.int8 and codes.shape == (story.SLOTS,)
-    # A: 5 written, 3 reserved; B: 7 + 5; C: 6 + 2; 4 free at the end
-    expect = [1] * 5 + [2] * 3 + [3] * 7 + [4] * 5 + [5] * 6 + [6] * 2 + [0] * 4
+    u, r, f = cellstate.USED, cellstate.RESERVED, cellstate.FREE
+    # A: 5 written, 3 reserved; B: 9 + 3; C: 6 + 2; 4 free at the end
+    expect = [u] * 5 + [r] * 3 + [u] * 9 + [r] * 3 + [u] * 6 + [r] * 2 + [f] * 4
     assert codes.tolist() == expect
 
 
 def test_slot_codes_of_paged_blocks_follow_fill() -> None:
     step = _step("paged")
     codes = vl.slot_codes(step.paged, OWNERS)
-    d_written = int((codes == 1 + 2 * OWNERS.index(story.D_ID)).sum())
-    assert d_written == story.D_TOKENS
-    assert int((codes == 0).sum()) == 0  # D took the last free blocks
+    d = np.repeat(step.paged.owner, step.paged.block_size) == story.D_ID
+    assert int((codes[d] == cellstate.USED).sum()) == story.D_TOKENS
+    assert set(codes[d].tolist()) == {cellstate.USED, cellstate.TAIL}  # 2 slots of tail
+    assert int((codes == cellstate.FREE).sum()) == 0  # D took the last free blocks
+
+
+def test_colours_mean_what_they_mean_on_live() -> None:
+    """Purple is Live's shared prefix: on Learn it marks shared blocks, never a request."""
+    purple = theme.STATES[cellstate.SHARED].colour
+    scale = vl._colourscale()
+    assert [c for _, c in scale[::2]] == [s.colour for s in theme.STATES]
+    for step in story.build_story():
+        maps = [m for m in (step.line, step.paged) if m is not None]
+        maps += [m for _, m in step.pictures]
+        for bm in maps:
+            codes = vl.slot_codes(bm, sorted(step.names or story.NAMES))
+            shared = np.repeat(bm.refcount > 1, bm.block_size) & (
+                np.repeat(bm.owner, bm.block_size) >= 0)
+            assert ((codes == cellstate.SHARED) == (shared & (codes != cellstate.TAIL))).all()
+    d_codes = vl.slot_codes(_step("paged").paged, OWNERS)
+    assert cellstate.SHARED not in d_codes.tolist()  # D is not drawn in purple
+    assert any(cellstate.SHARED in vl.slot_codes(m, sorted(_step("prefix").names)).tolist()
+               for _, m in _step("prefix").pictures)
+    assert purple == scale[2 * cellstate.SHARED][1]
 
 
 def test_slot_codes_need_every_owner() -> None:

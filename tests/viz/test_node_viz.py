@@ -59,19 +59,37 @@ def test_headlines_from_the_latest_ok_sample():
 def test_missing_numbers_are_dashes_and_failed_runs_have_no_ok_row():
     down = pd.DataFrame({"t": [0.0], "status": ["garbled"], "message": ["html"]})
     assert vn.latest_ok(down) is None
-    assert {h.value for h in vn.headlines(None)} == {"-"}
+    assert {h.value for h in vn.headlines(None)} == {"n/a"}
     fig = spec(vn.node_figure(down))
     assert [tr["name"] for tr in fig["data"]] == ["garbled"]
     assert vn.status_counts(samples()) == {"ok": 3, "unreachable": 1, "timeout": 1}
 
 
-def test_fleet_table_in_percent():
-    nodes = [FleetNode("a:1", "vllm", "vllm", True, kv_usage=0.25, series=1),
-             FleetNode("b:2", "kvviz", "kvviz", False)]
+def test_fleet_table_in_percent_and_every_unknown_says_why():
+    nodes = [FleetNode("a:1", "vllm", "vllm", True, kv_usage=0.25, series=1,
+                       usage_basis="one pool"),
+             FleetNode("b:2", "kvviz", "kvviz", False),
+             FleetNode("c:3", "node", "unknown", None)]
     t = vn.fleet_table(nodes)
     assert list(t.columns) == vn.FLEET_COLUMNS
-    assert t["KV usage %"].iloc[0] == 25.0 and pd.isna(t["KV usage %"].iloc[1])
+    assert t["KV usage"].tolist() == ["25.0%", "n/a", "n/a"]
+    assert t["up"].tolist() == ["up", "down", "n/a"]
+    assert t["notes"].tolist() == [
+        "usage: one pool; capacity in slots not exported; fragmentation: kvviz collectors only",
+        "node down: Prometheus's last scrape of it failed, so no KV numbers",
+        "no vLLM, SGLang or kvviz KV series for this node"]
+    cells = t.drop(columns=["KV series"]).to_numpy().ravel().tolist()
+    assert not any(c is None or str(c) in ("None", "nan", "") for c in cells)
+    assert set(vn.FLEET_HELP) <= set(t.columns) == {*vn.FLEET_WIDTHS, "notes"}
     assert vn.fleet_table([]).empty
+
+
+def test_headlines_say_why_a_number_is_missing():
+    assert {h.value for h in vn.headlines(None)} == {"n/a"}
+    assert all("no successful scrape yet" in h.help for h in vn.headlines(None))
+    heads = {h.label: h for h in vn.headlines({"kv_usage": 0.5})}
+    assert heads["KV usage"].value == "50.0%" and "capacity" in heads["KV usage"].help
+    assert "does not export it" in heads["Preemptions/s"].help
 
 
 @pytest.fixture(scope="module")

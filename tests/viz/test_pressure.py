@@ -38,8 +38,9 @@ def test_the_span_from_the_first_step_equals_the_lane_summary():
     assert (span.steps, span.pressure_steps) == (s["steps"], s["pressure_steps"]) and s[
         "pressure_steps"] > 0
     assert [span.all_steps[k] for k in SHARES] == pytest.approx(
-        [s["all_steps_shares"][k] for k in SHARES])
-    assert [span.pressure[k] for k in SHARES] == pytest.approx([s[f"{k}_share"] for k in SHARES])
+        [s[f"{k}_share"] for k in SHARES])
+    assert [span.pressure[k] for k in SHARES] == pytest.approx(
+        [s["pressure_step_shares"][k] for k in SHARES])
 
 
 def test_a_middle_span_averages_only_the_steps_between_its_samples():

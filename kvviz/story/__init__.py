@@ -1,12 +1,15 @@
-"""The Learn story as data: each step is built by calling the real allocators and snapshotting.
+"""The Learn story as data: each step is built by calling the real allocators (and, for
+preemption and POLICY, the real engine) and snapshotting.
 
 The line has 32 slots. Contiguous: A, B, C each reserve a range for their maximum length;
 B finishes; D needs 14 slots, 16 are free, the largest hole has 12: a fragmentation failure.
-Paged (block size 4): the same A, B, C take blocks as they write; B finishes; D's four
-blocks land in both holes and its block table says where they are.
+Paged (block size 4): the same A, B, C take blocks as they write, and land on the same
+slots; B finishes; D's 14 tokens round up to four blocks, which land in both holes, and its
+block table says where they are. kvviz/story/course.py adds prefix sharing, preemption and
+POLICY.
 
     contiguous  AAAAAAAA BBBBBBBBBBBB CCCCCCCC ....   ->  B finishes  ->  D (14) fails
-    paged       [A][A] [B][B] [C][C] [.][.]          ->  D gets blocks 2, 3, 6, 7
+    paged       [A][A] [B][B][B] [C][C] [.]           ->  D gets blocks 2, 3, 4, 7
 """
 from __future__ import annotations
 
@@ -16,29 +19,21 @@ from typing import NamedTuple
 import numpy as np
 
 from kvviz.alloc import Admission, ContiguousAllocator, PagedAllocator
-from kvviz.blockmap import BlockMap
 from kvviz.config import WorkloadConfig
 from kvviz.metrics import tail_waste_tokens
+from kvviz.story import course
+from kvviz.story.record import Step
 from kvviz.workload import generate
 
 SLOTS = 32
 PAGE = 4  # block size of the paged half of the story
 NAMES = {0: "A", 1: "B", 2: "C", 3: "D"}
-# (seq id, tokens written now, tokens the contiguous allocator reserves for its maximum)
-ARRIVALS = ((0, 5, 8), (1, 7, 12), (2, 6, 8))
+# (seq id, tokens written now, tokens the contiguous allocator reserves for its maximum).
+# B has written 9 of 12: three blocks of 4 under paging, so that A, B and C sit on the same
+# slots in both pictures (A 0-7, B 8-19, C 20-27).
+ARRIVALS = ((0, 5, 8), (1, 9, 12), (2, 6, 8))
 D_ID, D_TOKENS = 3, 14
 TRADEOFF_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-class Step(NamedTuple):
-    key: str
-    title: str
-    text: str  # markdown
-    line: BlockMap | None = None  # the contiguous line of slots
-    paged: BlockMap | None = None  # the paged line (block size PAGE)
-    admission: Admission | None = None  # the record of D's attempt, where the step has one
-    table: np.ndarray | None = None  # D's block table (physical block ids in logical order)
-    tail_owner: int | None = None  # a sequence whose last block's tail waste to point out
 
 
 class TradeoffPoint(NamedTuple):
@@ -49,6 +44,8 @@ class TradeoffPoint(NamedTuple):
 
     @property
     def tail_share(self) -> float:
+        """Tail waste as a share of capacity: the allocator holds exactly the sample's blocks,
+        so its capacity is the slots held (written + tail waste)."""
         held = self.tail_waste_tokens + self.written_tokens
         return self.tail_waste_tokens / held if held else 0.0
 
@@ -81,7 +78,8 @@ def build_story() -> list[Step]:
         "reserve", "A, B and C reserve ranges",
         "A contiguous allocator gives each request one range of adjacent slots. Nobody knows "
         "how long an answer will be, so each range is sized for the request's maximum: "
-        "A has written 5 slots of 8, B 7 of 12, C 6 of 8. The pale part is reserved, not yet "
+        "A has written 5 slots of 8, B 9 of 12, C 6 of 8. The dark blue part is **used** (KV "
+        "written); the pale blue part is **reserved**: held for the request, not yet "
         "written.", line=c.snapshot()))
     c.release(1)
     steps.append(Step(
@@ -104,11 +102,15 @@ def build_story() -> list[Step]:
     steps.append(Step(
         "paged", "The same under paging",
         f"A paged allocator cuts the line into blocks of {PAGE} slots and hands out any free "
-        "block, one at a time as a request writes. After B finishes, blocks "
-        f"{', '.join(str(b) for b in np.flatnonzero(before.is_free))} are free. D gets "
-        f"{table.size} of them, scattered over both holes; its **block table** maps D's "
-        "logical blocks to where they sit. The attention kernel follows this table.",
-        line=c.snapshot(), paged=p.snapshot(), admission=adm_p, table=table))
+        "block, one at a time as a request writes. A, B and C sit on the same slots as "
+        "above. After B finishes, blocks "
+        f"{', '.join(str(b) for b in np.flatnonzero(before.is_free))} are free. D's "
+        f"{D_TOKENS} tokens round up to whole blocks: {table.size} blocks of {PAGE} = "
+        f"{adm_p.need_tokens} slots. D gets {table.size} free blocks, scattered over both "
+        "holes; its **block table** maps D's logical blocks to where they sit. The attention "
+        "kernel follows this table.",
+        line=c.snapshot(), paged=p.snapshot(), admission=adm_p, table=table,
+        asked_tokens=D_TOKENS))
     bm = p.snapshot()
     waste = (-D_TOKENS) % PAGE
     steps.append(Step(
@@ -117,8 +119,9 @@ def build_story() -> list[Step]:
         f"{D_TOKENS - (table.size - 1) * PAGE} and leaves **{waste} slots** unused until D "
         "writes more. Every live request has at most one such partial block, so the waste "
         "is bounded by block size - 1 per request. Here A, C and D together leave "
-        f"{tail_waste_tokens(bm)} slots of tail waste.",
+        f"{tail_waste_tokens(bm)} slots of tail waste (orange).",
         paged=bm, table=table, tail_owner=D_ID))
+    steps += course.steps()
     steps.append(Step(
         "block-size", "Choosing a block size",
         "Bigger blocks mean shorter block tables (less indirection for the kernel) but more "
@@ -179,5 +182,5 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
      "by the allocator, and the kernel only has to cope with scattered blocks."),
 )
 
-__all__ = ["NAMES", "QUESTIONS", "Step", "TradeoffPoint", "build_story",
+__all__ = ["NAMES", "course", "QUESTIONS", "Step", "TradeoffPoint", "build_story",
            "d_fails_contiguous", "sample_lengths", "tradeoff"]
