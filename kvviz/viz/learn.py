@@ -25,7 +25,7 @@ TABLE_Y = 2.4  # the block-table row
 STATE_WORDS = {cellstate.FREE: "free", cellstate.CACHED: "cached (free, prefix kept)",
                cellstate.USED: "used (KV written)",
                cellstate.TAIL: "tail waste (held in the last block, not written)",
-               cellstate.RESERVED: "reserved (held, not written yet)",
+               cellstate.RESERVED: "slack (held, not written yet)",
                cellstate.SHARED: "shared prefix (written, several holders)"}
 
 
