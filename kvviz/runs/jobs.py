@@ -67,7 +67,7 @@ class Collector(LoggedProcess):
             self.viewer = out.with_suffix(VIEWER_SUFFIX)
             self.viewer.touch()
             self._touched = time.monotonic()
-            env = {lifecycle.PARENT_ENV: str(os.getpid()), lifecycle.VIEWER_ENV: str(self.viewer)}
+            env = {lifecycle.VIEWER_ENV: str(self.viewer)}
             self._launch_locked([self.python, "-m", self.module, "--config", str(settings)],
                                 out, self.cwd, env)
             self.config = config
@@ -133,7 +133,7 @@ class ScrapeJob(LoggedProcess):
             out = unique_recording(self.root, "node")
             self._launch_locked([self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
                                  "--interval", str(interval_s), "--timeout", str(timeout_s)],
-                                out, ROOT, env={lifecycle.PARENT_ENV: str(os.getpid())})
+                                out, ROOT)
             self.url, self.every = url, (interval_s, timeout_s)
             return out
 
