@@ -12,7 +12,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the NUL)
-FDS_PER_STREAM = 4  # a SUB socket, its monitor pair and its connection (measured: 3-4)
+FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
 FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python's own
 
 

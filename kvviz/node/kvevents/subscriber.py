@@ -83,6 +83,7 @@ class Stream:
     seen_topics: set = field(default_factory=set)
     last_error: str = ""
     disconnects: int = 0
+    over_cap: int = 0  # stored blocks the model did not apply (kvviz.node.kvevents.model)
     replay_after: float = 0.0  # monotonic time before which the replay socket is not asked
 
 
@@ -238,7 +239,9 @@ class Subscriber:
         st.cleared += nc
         st.unknown_events += b.unknown
         rank = st.dp_rank if b.dp_rank is None else b.dp_rank
+        capped = self.model.over_cap
         self.model.apply(st.sid, rank, b.events, t)
+        st.over_cap += self.model.over_cap - capped
         if self.writer is not None:
             self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
                                    b.unknown, int(replayed), "ok", topic, payload))
@@ -325,6 +328,9 @@ class Subscriber:
             elif st.undecodable:
                 out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
                                      f"messages, none a KV-event batch: {st.last_error})")
+            elif st.disconnects:
+                out[st.sid] = (False, f"{st.endpoint}: {st.disconnects} disconnect(s) "
+                                      f"before any KV-event batch: {st.last_error}")
             elif not st.connected:
                 why = why_not_connected(st.endpoint)
                 out[st.sid] = (False, f"{st.endpoint}: cannot connect ({why})")
@@ -342,7 +348,7 @@ class Subscriber:
                  "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
                  "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
                  "restarts": st.restarts, "wrong_topic": st.wrong_topic,
-                 "disconnects": st.disconnects}
+                 "disconnects": st.disconnects, "over_cap": st.over_cap}
                 for st in self.streams]
 
     def close(self) -> None:
