@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import sys
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             kv.flush()
             sub.close()
         writer.close(status, message)
+        gc.freeze()  # the recording is closed: exit without a collection over the model
     if status == "error":
         print(f"kvviz events: error: {printable(message)}", file=sys.stderr)
         return 2
