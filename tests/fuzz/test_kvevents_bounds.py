@@ -173,3 +173,19 @@ def test_the_writer_buffer_flushes_itself(tmp_path, monkeypatch):
         kv.add_batch((1, i, 0.0, None, 0, 0, 0, 0, 0, 0, 0, "ok", b"", b"x" * 300))
     assert len(kv._rows) < 4
     assert kv.conn.execute("SELECT COUNT(*) FROM kv_batches").fetchone()[0] >= 7
+
+
+def test_more_streams_than_zeromqs_default_socket_limit(tmp_path):
+    """340+ streams passed ZeroMQ's 1,023-socket default (a ZMQError); the context's limit
+    now fits the streams (each a SUB socket and a monitor pair)."""
+    sub, _ = _sub_many(tmp_path, 400)
+    try:
+        sub.poll(10)
+        assert len(sub.streams) == 400
+    finally:
+        sub.close()
+
+
+def _sub_many(tmp_path, ranks: int) -> tuple[Subscriber, KvEventWriter]:
+    kv = KvEventWriter(sqlite3.connect(tmp_path / "m.db"))
+    return Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000",), dp_ranks=ranks), kv), kv
