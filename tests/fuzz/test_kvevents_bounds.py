@@ -3,6 +3,7 @@ any frames give counts and never an exception, a replay wait ends on should_stop
 and the writer buffer stay bounded. Servers bind 127.0.0.1 and are closed by the test."""
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 
@@ -189,3 +190,34 @@ def test_more_streams_than_zeromqs_default_socket_limit(tmp_path):
 def _sub_many(tmp_path, ranks: int) -> tuple[Subscriber, KvEventWriter]:
     kv = KvEventWriter(sqlite3.connect(tmp_path / "m.db"))
     return Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000",), dp_ranks=ranks), kv), kv
+
+
+class _Queue:
+    """A stand-in for a SUB socket: `n` messages (None: endless), then zmq.Again."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.taken = n, 0
+
+    def recv_multipart(self, _flags: int = 0) -> list[bytes]:
+        if self.n is not None and self.taken >= self.n:
+            raise zmq.Again()
+        self.taken += 1
+        return [b"", seq_bytes(self.taken), batch(self.taken)]
+
+
+def test_a_flooding_stream_does_not_starve_a_quiet_one(tmp_path, monkeypatch):
+    sub, _ = _sub(tmp_path)
+    try:
+        flood, quiet = _Queue(None), _Queue(5)
+        a, b = sub.streams[0], dataclasses.replace(sub.streams[0], sid=2)
+        sub._by_sock = {flood: a, quiet: b}
+        monkeypatch.setattr(sub.poller, "poll", lambda _ms: [(flood, zmq.POLLIN),
+                                                             (quiet, zmq.POLLIN)])
+        monkeypatch.setattr(sub, "handle", lambda st, frames: time.sleep(0.002))
+        t0 = time.monotonic()
+        sub.poll(10)
+        assert time.monotonic() - t0 < 0.5  # the budget holds against an endless queue
+        assert flood.taken > 5 and quiet.taken == 5  # all of the quiet one handled
+    finally:
+        sub._by_sock = {}
+        sub.close()

@@ -144,15 +144,17 @@ class Subscriber:
     # ---- receiving ------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 100, max_messages: int = 10_000) -> int:
         """Handle what arrives within timeout_ms; returns the number of messages handled.
-        Returns after about POLL_BUDGET_S of handling, or when should_stop() says so."""
+        Returns after about POLL_BUDGET_S of handling (shared by the streams with messages),
+        or when should_stop() says so."""
         n = 0
         ready = self.poller.poll(min(timeout_ms, SLICE_MS))
-        end = time.monotonic() + POLL_BUDGET_S
+        share = POLL_BUDGET_S / max(1, sum(s in self._by_sock for s, _ in ready))
         for sock, _ in ready:
             st = self._by_sock.get(sock)
             if st is None:
                 self._monitor_event(sock)
                 continue
+            end = time.monotonic() + share  # each ready stream its share: no starving
             while n < max_messages and time.monotonic() < end and not self.should_stop():
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
