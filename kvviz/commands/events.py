@@ -50,6 +50,19 @@ def _meta(args: argparse.Namespace, t0: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """SIGINT / SIGTERM are caught first thing, so one that arrives while the recording is
+    being set up still closes it as stopped."""
+    stop: list[str] = []
+    old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _record(args, stop)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _record(args: argparse.Namespace, stop: list[str]) -> int:
     from kvviz import lifecycle
     from kvviz.node.kvevents.endpoints import check_fd_limit
     from kvviz.node.kvevents.store import KvEventWriter
@@ -72,9 +85,6 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.time()
     lifecycle.watch(command="events")  # started by the dashboard: stop when it is gone
     writer = RunWriter(out, _meta(args, t0))
-    stop: list[str] = []
-    old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
-           for s in (signal.SIGINT, signal.SIGTERM)}
     status, message, sub = "finished", "duration reached", None
     end = None if args.duration is None else time.monotonic() + args.duration
     try:
@@ -88,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
         status, message = "error", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         if sub is not None:
             for st, summ in zip(sub.streams, sub.summary()):
                 kv.set_stream(st.sid, st.encoding, st.first_t, summ)
