@@ -2,7 +2,7 @@
 
 Each row starts tests/fuzz/hostile_zmq.py's HostileNode (PUB + ROUTER on 127.0.0.1, served by
 threads of this process) and `python -m kvviz events` as a child recording it, sends the child
-SIGTERM after `seconds`, and reports the child's peak RSS (wait4's ru_maxrss of that child
+SIGTERM `seconds` after its recording exists, and reports the child's peak RSS (wait4's ru_maxrss of that child
 alone), the time from SIGTERM to its exit, its exit code, and the rows its recording holds.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def run(name: str, seconds: float, tmp: Path) -> dict:
         argv += ["--replay", node.replay]
     t0 = time.monotonic()
     try:
-        res = run_events(argv, signal_after_s=seconds, limit_s=120)
+        res = run_events(argv, signal_after_s=seconds, limit_s=120, ready=out)
     finally:
         node.close()
     offered = node.events_sent / max(1e-9, time.monotonic() - t0) if pub == "flood" else None

@@ -16,7 +16,10 @@ from tests.fuzz.hostile import check_property, run_cli
 from tests.fuzz.hostile_zmq import HostileNode, run_events
 
 DURATION_S = 2.0
-SLACK_S = 2.5  # the promise is 1 s; a shared 2-core machine adds start-up and scheduling
+# The promise is 1 s (benchmarks/floods.py measures it); these bounds only tell an answer
+# from a hang (the issue saw 40-86 s) on a shared 2-core machine where start-up alone can
+# take seconds. Durations count from the child's start, SIGTERM from when it was sent.
+SLACK_S = 8.0
 CEILING_MB = 1024  # docs/RELIABILITY.md, "KV-event streams"
 SENTINEL = b"a file the command must not touch"
 
@@ -110,7 +113,7 @@ def test_sigterm_is_honoured_whatever_the_sockets_do(out_dir, pub, router):
     node = HostileNode(pub, router)
     out = out_dir / "e.db"
     try:
-        res = run_events(_argv(node, out, None), signal_after_s=1.5, limit_s=60)
+        res = run_events(_argv(node, out, None), signal_after_s=1.0, limit_s=60, ready=out)
     finally:
         node.close()
     _check(out_dir, out, res)
