@@ -2,8 +2,9 @@
 
 Each row starts tests/fuzz/hostile_zmq.py's HostileNode (PUB + ROUTER on 127.0.0.1, served by
 threads of this process) and `python -m kvviz events` as a child recording it, sends the child
-SIGTERM `seconds` after its recording exists, and reports the child's peak RSS (wait4's ru_maxrss of that child
-alone), the time from SIGTERM to its exit, its exit code, and the rows its recording holds.
+SIGTERM `seconds` after its recording exists, and reports the child's peak RSS (wait4's
+ru_maxrss of that child alone), the time from SIGTERM to its exit, its exit code, and the rows
+its recording holds.
 """
 from __future__ import annotations
 
