@@ -75,8 +75,8 @@ def check_endpoint(endpoint: str) -> str:
 
 
 def check_fd_limit(streams: int) -> int:
-    """The open files `streams` SUB sockets need, raising the soft RLIMIT_NOFILE up to the
-    hard one when that is enough; ValueError (ulimit -n named) when it is not."""
+    """The open files `streams` SUB sockets need, raising the soft RLIMIT_NOFILE to that
+    when the hard limit allows; ValueError (ulimit -n named) when it does not."""
     need = streams * FDS_PER_STREAM + FDS_SPARE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and need > soft:
