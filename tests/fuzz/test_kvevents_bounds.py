@@ -221,3 +221,24 @@ def test_a_flooding_stream_does_not_starve_a_quiet_one(tmp_path, monkeypatch):
     finally:
         sub._by_sock = {}
         sub.close()
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://-x:5000", "tcp://\u00e4:5000", "tcp://%41:5000"])
+def test_a_connect_zeromq_refuses_closes_its_sockets_and_says_why(endpoint):
+    """Addresses past the up-front check that ZeroMQ still refuses: one ValueError, and the
+    context terminates (a monitor left open made close wait forever)."""
+    import threading
+
+    got: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000", endpoint)))
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            got.append(exc)
+    th = threading.Thread(target=build, daemon=True)  # a hang fails, it does not block
+    th.start()
+    th.join(10)
+    assert not th.is_alive(), "the subscriber hung closing its context"
+    assert len(got) == 1 and isinstance(got[0], ValueError)
+    assert "ZeroMQ refuses the address" in str(got[0])
