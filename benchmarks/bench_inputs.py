@@ -3,6 +3,7 @@
     python benchmarks/bench_inputs.py events [--events 400000] [--batch 100] [--json]
     python benchmarks/bench_inputs.py pickles [--only SUBSTRING] [--json]
     python benchmarks/bench_inputs.py traces [--rows 1000000] [--repeats 3] [--json]
+    python benchmarks/bench_inputs.py floods [--seconds 10] [--only SUBSTRING] [--json]
 
 events: KV-event subscriber throughput, events/s decoded, applied to the prefix-cache model
   and written to a recording (kv_batches rows, WAL, a commit every 0.5 s of wall time), in
@@ -20,6 +21,11 @@ pickles: each input parsed exactly as `kvviz torch-snapshot FILE` does (a child 
 traces: synthetic files in the published layouts (Azure CSV with 7-digit fractional
   timestamps, BurstGPT CSV, kvviz CSV, Mooncake JSONL) read with `kvviz.traces.read_trace`;
   the best wall and CPU time of --repeats reads. Target: >= 1M rows/s for the CSV formats.
+floods: `kvviz events` recording a hostile node (benchmarks/floods.py: floods, 100 MB
+  batches, 50 MB topic frames, replay sockets that flood, stall or send 50 MB answers), sent
+  SIGTERM --seconds after its recording exists: its peak RSS and the time from SIGTERM to
+  exit. Targets: peak RSS under 1 GB, exit within 1 s of SIGTERM. Without --json: the table
+  of docs/RELIABILITY.md.
 """
 from __future__ import annotations
 
@@ -244,19 +250,39 @@ def traces(a, tmp: Path) -> None:
                            f"{r['rows_per_s']:>11,} rows/s {r['rows_per_cpu_s']:>11,} rows/CPU-s")
 
 
+def floods(a, tmp: Path) -> None:
+    import floods as fl
+
+    rows = [fl.run(name, a.seconds, tmp) for name in fl.CASES if a.only in name]
+    if a.json:
+        for r in rows:
+            harness.emit(a, r)
+    else:
+        print("| input | offered events/s | peak RSS | SIGTERM to exit | exit | rows recorded |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            rate = "" if r["offered_events_per_s"] is None else f"{r['offered_events_per_s']:,}"
+            print(f"| {r['input']} | {rate} | {r['peak_rss_mb']} MB | "
+                  f"{r['sigterm_to_exit_s']:.2f} s | {r['exit']} | {r['rows']:,} "
+                  f"({r['ok_rows']:,} decoded) |")
+
+
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
-    ap.add_argument("case", choices=["events", "pickles", "traces"])
+    ap.add_argument("case", choices=["events", "pickles", "traces", "floods"])
     ap.add_argument("--events", type=int, default=400_000, help="events: events sent")
     ap.add_argument("--batch", type=int, default=100, help="events: events per batch")
     ap.add_argument("--port", type=int, default=47557, help="events: first of 4 ports")
-    ap.add_argument("--only", default="", help="pickles: inputs whose name contains this")
+    ap.add_argument("--only", default="", help="pickles, floods: inputs whose name contains "
+                    "this")
     ap.add_argument("--rows", type=int, default=1_000_000, help="traces: rows per file")
+    ap.add_argument("--seconds", type=float, default=10.0, help="floods: SIGTERM after this")
     a = ap.parse_args()
     if a.quick:
-        a.events, a.rows, a.repeats = 4_000, 20_000, 1
+        a.events, a.rows, a.repeats, a.seconds = 4_000, 20_000, 1, 2.0
     with tempfile.TemporaryDirectory() as d:
-        {"events": events, "pickles": pickles, "traces": traces}[a.case](a, Path(d))
+        {"events": events, "pickles": pickles, "traces": traces, "floods": floods}[a.case](
+            a, Path(d))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from kvviz.errors import KvvizError
 from kvviz.safeio import printable
@@ -75,6 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per place, as Python shows them
+        code = _run(args)
+    if code == 0:  # an error line is the only line: warnings on the way to it are dropped
+        for w in caught[:20]:
+            print(f"kvviz {args.command}: warning: {w.category.__name__}: "
+                  f"{printable(w.message)}", file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit code; an error is one line `kvviz CMD: error: ...` (exit 2)."""
     try:
         return int(args._run(args) or 0)
     except (KvvizError, ValueError) as exc:

@@ -159,7 +159,8 @@ class CollectorConfig:
         """A config from `to_json`'s text; missing fields take their defaults. ValueError
         names an unknown or bad field."""
         try:
-            data = json.loads(text, parse_constant=_no_constant)
+            data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
+                              object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not JSON ({exc})") from None
         except RecursionError:
@@ -198,6 +199,24 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(CollectorConfig)}  # f
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a setting value (write \"inf\" for infinity)")
+
+
+def _finite(text: str) -> float:
+    """A JSON number; one past the float range (1e400) is refused, not read as infinity."""
+    v = float(text)
+    if math.isinf(v):
+        raise ValueError(f"{text[:40]} is past the float range (write \"inf\" for infinity)")
+    return v
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object; a key given twice is refused, naming it (json keeps the last silently)."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"{k}: given twice")
+        out[k] = v
+    return out
 
 
 def flag(field: str) -> str:

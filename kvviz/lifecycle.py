@@ -9,8 +9,10 @@ The dashboard (kvviz.runs.jobs.Collector) starts `python -m collectors` with
 A watcher thread checks both every WATCH_EVERY_S and stops the collector the way a signal
 would (SIGTERM to itself: the recording closes as "stopped" with the reason below). Polling
 getppid, not PR_SET_PDEATHSIG: Linux sends that signal when the *thread* that started the
-child exits, and Streamlit starts it from a short-lived script thread. The Node page's scrape
-job (kvviz.runs.jobs.ScrapeJob) gets KVVIZ_PARENT_PID only: it stops when the dashboard is gone.
+child exits, and Streamlit starts it from a short-lived script thread. Every job the dashboard
+starts (kvviz.runs.process.LoggedProcess) gets KVVIZ_PARENT_PID and calls `watch` first thing:
+the Node page's scrape job and KV-event recording job get no viewer file, so they stop only
+when the dashboard is gone.
 """
 from __future__ import annotations
 
@@ -62,27 +64,28 @@ def why_stop(parent: int | None, viewer: Path | None, idle_s: float,
     return None
 
 
-def watch(environ: dict | None = None) -> threading.Thread | None:
-    """Start the watcher when the dashboard set the variables (None otherwise)."""
+def watch(environ: dict | None = None, command: str = "collect") -> threading.Thread | None:
+    """Start the watcher when the dashboard set the variables (None otherwise); `command`
+    names this process in the line it prints when it stops it."""
     env = environ if environ is not None else os.environ
     parent = int(env[PARENT_ENV]) if env.get(PARENT_ENV, "").isdigit() else None
     viewer = Path(env[VIEWER_ENV]) if env.get(VIEWER_ENV) else None
     if parent is None and viewer is None:
         return None
     idle_s = idle_stop_s(env)
-    t = threading.Thread(target=_loop, args=(parent, viewer, idle_s), daemon=True,
+    t = threading.Thread(target=_loop, args=(parent, viewer, idle_s, command), daemon=True,
                          name="kvviz-lifecycle")
     t.start()
     return t
 
 
-def _loop(parent: int | None, viewer: Path | None, idle_s: float) -> None:
+def _loop(parent: int | None, viewer: Path | None, idle_s: float, command: str) -> None:
     global _reason
     while True:
         why = why_stop(parent, viewer, idle_s)
         if why is not None:
             _reason = why
-            print(f"kvviz collect: {why}: stopping", file=sys.stderr, flush=True)
+            print(f"kvviz {command}: {why}: stopping", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
             return
         time.sleep(WATCH_EVERY_S)

@@ -102,12 +102,20 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+        if math.isinf(v) and not is_inf_text(text):  # 1e400: past the float range, not inf
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is too large (must be in "
+                                             f"{range_text})")
         why = problem(v)
         if why is not None:
             raise argparse.ArgumentTypeError(why)
         return v
 
     return _Typed("float", parse, range_text, problem)
+
+
+def is_inf_text(text: str) -> bool:
+    """Whether `text` spells infinity (inf, +Infinity ...), not a number past the float range."""
+    return text.strip().lstrip("+-").lower() in ("inf", "infinity")
 
 
 def rng(help_text: str, typ: _Typed) -> str:

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import sys
 import time
 from pathlib import Path
 
+from kvviz.commands import argtypes as at
 from kvviz.errors import KvvizError
+from kvviz.safeio import printable
 
 HELP = "record the KV-cache event streams (ZeroMQ) of vLLM / SGLang / TensorRT-LLM nodes"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
 COMMIT_S = 0.5
+MAX_MESSAGE_MB = at.float_range(0.001, 1024.0)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,8 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--topic", default="", help="only messages whose topic starts with this (default: all)")
     a("--out", type=Path, default=None, metavar="FILE",
       help="recording to create (default runs/events-<UTC time>.db; never overwritten)")
-    a("--duration", type=float, default=None, metavar="S",
-      help="stop after S seconds (default: until Ctrl-C / SIGTERM)")
+    a("--duration", type=at.SECONDS, default=None, metavar="S",
+      help=at.rng("stop after S seconds (default: until Ctrl-C / SIGTERM)", at.SECONDS))
+    a("--max-message-mb", type=MAX_MESSAGE_MB, default=16.0, metavar="MB", help=at.rng(
+      "a message frame larger than this drops the connection before it is buffered "
+      "(default 16; it bounds memory, docs/RELIABILITY.md)", MAX_MESSAGE_MB))
     a("--json", action="store_true", help="print one JSON object per stream when stopping")
     a("--quiet", action="store_true", help="no per-second status line")
 
@@ -43,6 +50,21 @@ def _meta(args: argparse.Namespace, t0: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """SIGINT / SIGTERM are caught first thing, so one that arrives while the recording is
+    being set up still closes it as stopped."""
+    stop: list[str] = []
+    old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _record(args, stop)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _record(args: argparse.Namespace, stop: list[str]) -> int:
+    from kvviz import lifecycle
+    from kvviz.node.kvevents.endpoints import check_fd_limit
     from kvviz.node.kvevents.store import KvEventWriter
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.store.writer import RunWriter
@@ -50,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration > 0:
         raise ValueError(f"--duration: must be > 0, got {args.duration}")
     cfg = SubscriberConfig(tuple(args.endpoints), args.dp_ranks, tuple(args.replay or ()),
-                           args.topic)
+                           args.topic, max_message_bytes=int(args.max_message_mb * 2**20))
+    check_fd_limit(len(cfg.endpoints) * cfg.dp_ranks)  # before any file or socket exists
     out: Path = args.out or Path("runs") / time.strftime("events-%Y%m%dT%H%M%SZ.db", time.gmtime())
     if out.exists():
         raise KvvizError(f"--out {out}: already exists (choose another name)")
@@ -60,29 +83,30 @@ def run(args: argparse.Namespace) -> int:
         else:
             raise KvvizError(f"--out {out}: directory {out.parent} does not exist")
     t0 = time.time()
+    lifecycle.watch(command="events")  # started by the dashboard: stop when it is gone
     writer = RunWriter(out, _meta(args, t0))
-    stop: list[str] = []
-    old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
-           for s in (signal.SIGINT, signal.SIGTERM)}
     status, message, sub = "finished", "duration reached", None
+    end = None if args.duration is None else time.monotonic() + args.duration
     try:
         kv = KvEventWriter(writer.conn)
         sub = Subscriber(cfg, kv)
+        sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)
+    except ValueError as exc:  # a stream that cannot be set up: one line, the run closed
+        status, message = "error", str(exc)
     except BaseException as exc:
         status, message = "error", f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         if sub is not None:
             for st, summ in zip(sub.streams, sub.summary()):
                 kv.set_stream(st.sid, st.encoding, st.first_t, summ)
             kv.flush()
             sub.close()
         writer.close(status, message)
+        gc.freeze()  # the recording is closed: exit without a collection over the model
     if status == "error":
-        print(f"kvviz events: error: {message}", file=sys.stderr)
+        print(f"kvviz events: error: {printable(message)}", file=sys.stderr)
         return 2
     if args.json and sub is not None:
         for summ in sub.summary():
@@ -113,7 +137,9 @@ def _loop(args, sub, kv, writer, stop: list[str]) -> tuple[str, str]:
         if args.duration is not None and now - start >= args.duration:
             return "finished", "duration reached"
         if stop:
-            return "stopped", f"stopped by {stop[-1]}"
+            from kvviz import lifecycle
+
+            return "stopped", lifecycle.stop_reason() or f"stopped by {stop[-1]}"
         if not args.quiet and now - last_line >= 1.0:
             last_line = now
             parts = [f"{s['endpoint']}: {s['events']} ev, {s['cached_blocks']} cached, "

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     url = normalize_url(args.url)
     from kvviz import lifecycle
 
-    lifecycle.watch()  # started by the dashboard: stop when it is gone (KVVIZ_PARENT_PID)
+    lifecycle.watch(command="scrape")  # started by the dashboard: stop when it is gone
     ok = 0
     stop = threading.Event()
     stopped_by: list[str] = []
@@ -206,7 +206,8 @@ def run(args: argparse.Namespace) -> int:
             for s, h in old.items():
                 signal.signal(s, h)
         if stopped_by and isinstance(recorder, StoreSink):
-            recorder.status, recorder.message = "stopped", f"stopped by {stopped_by[0]}"
+            recorder.status, recorder.message = "stopped", (
+                lifecycle.stop_reason() or f"stopped by {stopped_by[0]}")
     if not ok:
         print(f"kvviz scrape: no successful scrape of {safeio.printable(url)} in {n} tries",
               file=sys.stderr)

@@ -89,7 +89,7 @@ class Collector(LoggedProcess):
             self._touched = time.monotonic()
             self.control_path = out.with_suffix(CONTROL_SUFFIX)
             control.write(self.control_path, control.Control())
-            env = {lifecycle.PARENT_ENV: str(os.getpid()), lifecycle.VIEWER_ENV: str(self.viewer),
+            env = {lifecycle.VIEWER_ENV: str(self.viewer),
                    control.CONTROL_ENV: str(self.control_path)}
             self._launch_locked([self.python, "-m", self.module, "--config", str(settings)],
                                 out, self.cwd, env)
@@ -182,7 +182,7 @@ class ScrapeJob(LoggedProcess):
             out = unique_recording(self.root, "node")
             self._launch_locked([self.python, "-m", "kvviz", "scrape", url, "--out", str(out),
                                  "--interval", str(interval_s), "--timeout", str(timeout_s)],
-                                out, ROOT, env={lifecycle.PARENT_ENV: str(os.getpid())})
+                                out, ROOT)
             self.url, self.every = url, (interval_s, timeout_s)
             return out
 

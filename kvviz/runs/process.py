@@ -1,7 +1,8 @@
 """A child process the dashboard starts and stops, its output in a log beside its recording.
 
 One child at a time per LoggedProcess, thread-safe (a job is shared by every browser
-session), stopped at interpreter exit. No streamlit.
+session), stopped at interpreter exit. No streamlit. Every child gets KVVIZ_PARENT_PID (this
+process) so that it stops itself when this process is killed (kvviz/lifecycle.py).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 import weakref
 from pathlib import Path
 
+from kvviz import lifecycle
 from kvviz.runs.directory import LOG_SUFFIX
 from kvviz.runs.status import NEVER, JobStatus, state_of
 
@@ -43,13 +45,13 @@ class LoggedProcess:
     def _launch_locked(self, argv: list[str], out: Path, cwd: Path,
                        env: dict[str, str] | None = None) -> None:
         """Stop the current child, then run argv recording into `out`, its output in out's
-        .log; `env` is added to this process's environment."""
+        .log; `env` is added to this process's environment, and KVVIZ_PARENT_PID."""
         self._stop_locked()
         self._log = out.with_suffix(LOG_SUFFIX)
+        env = {**os.environ, lifecycle.PARENT_ENV: str(os.getpid()), **(env or {})}
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT,
-                                          env=None if env is None else {**os.environ, **env})
+                                          stderr=subprocess.STDOUT, env=env)
         self._stop_requested = False
         self.recording, self.started_at = out, time.time()
 

@@ -132,6 +132,14 @@ def test_torch_snapshot(sandbox, paths, data) -> None:
     _fuzz("torch-snapshot", None, 1, [], data, paths)
 
 
+@FUZZ
+@given(data=st.data())
+def test_events(sandbox, paths, data) -> None:
+    # a real subscriber (nothing listens on port 1): --duration 0.3 last ends every run
+    endpoint = data.draw(st.sampled_from(["tcp://127.0.0.1:1", "ipc://x.sock"]))
+    _fuzz("events", None, 0, [endpoint, "--duration", "0.3", "--quiet"], data, paths)
+
+
 _CELL = st.sampled_from(["0", "1", "7", "-1", "1.5", "nan", "inf", "1e400", str(2**63),
                          str(2**64 + 5), "-9223372036854775809", "", " ", "x", '"3"', "true",
                          "null", "[]", "{}", "\x1b[2J", "\x00", "9" * 50])

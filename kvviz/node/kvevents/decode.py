@@ -12,7 +12,9 @@ absent; encoding "array"). Positional fields:
 
 Block hashes are ints (TensorRT-LLM: 64-bit) or bytes; both are kept as they are (hashable).
 An event with an unknown tag or a malformed body becomes an UNKNOWN event holding the raw
-object; a payload that is not an EventBatch raises Undecodable. Never anything else.
+object; a payload that is not an EventBatch raises Undecodable. Never anything else: a
+payload nested deeper than MAX_DEPTH levels (a real batch has 5 or 6) is Undecodable too,
+whether the decoder's own recursion limit or the depth check below stops it.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ STORED, REMOVED, CLEARED, UNKNOWN = 0, 1, 2, 3
 KIND_NAMES = ("BlockStored", "BlockRemoved", "AllBlocksCleared", "unknown")
 _TAGS = {"BlockStored": STORED, "BlockRemoved": REMOVED, "AllBlocksCleared": CLEARED}
 _decoder = msgspec.msgpack.Decoder()
+MAX_DEPTH = 32  # containers inside containers; an EventBatch with extra_keys is ~6 deep
 
 
 class Undecodable(ValueError):
@@ -47,6 +50,23 @@ class DecodedBatch(NamedTuple):
     events: list[Event]
     encoding: str  # "map" | "array" | "empty" (no events to tell)
     unknown: int  # events with an unknown tag or a malformed body
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `obj` nests lists / dicts more than `limit` deep (iterative: no recursion)."""
+    todo = [(obj, 1)]
+    while todo:
+        o, d = todo.pop()
+        if isinstance(o, dict):
+            items = [*o.keys(), *o.values()]
+        elif isinstance(o, (list, tuple)):
+            items = o
+        else:
+            continue
+        if d > limit:
+            return True
+        todo.extend((x, d + 1) for x in items if isinstance(x, (list, tuple, dict)))
+    return False
 
 
 def _hash(h: Any) -> bool:
@@ -145,6 +165,8 @@ def _fast(payload: bytes) -> DecodedBatch | None:
             b = dec.decode(payload)
         except (msgspec.ValidationError, msgspec.DecodeError):
             continue
+        except RecursionError:
+            raise Undecodable(f"nested deeper than {MAX_DEPTH} levels") from None
         if i:  # try the layout that worked first next time
             _FAST.insert(0, _FAST.pop(i))
         if b.data_parallel_rank is not None and b.data_parallel_rank < 0:
@@ -158,8 +180,11 @@ def _fast(payload: bytes) -> DecodedBatch | None:
 def _fixup(events: list) -> None:
     """Block size from the token ids where a BlockStored does not send it."""
     for e in events:
-        if e.kind == STORED and not e.block_size and e.token_ids and e.hashes:
-            e.block_size = len(e.token_ids) // len(e.hashes)
+        if e.kind == STORED:
+            if not e.block_size and e.token_ids and e.hashes:
+                e.block_size = len(e.token_ids) // len(e.hashes)
+            if e.extra_keys is not None and too_deep(e.extra_keys, MAX_DEPTH - 4):
+                raise Undecodable(f"nested deeper than {MAX_DEPTH} levels")
 
 
 def decode(payload: bytes) -> DecodedBatch:
@@ -172,6 +197,10 @@ def decode(payload: bytes) -> DecodedBatch:
         obj = _decoder.decode(payload)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:
         raise Undecodable(f"not msgpack ({exc})") from None
+    except RecursionError:
+        raise Undecodable(f"nested deeper than {MAX_DEPTH} levels") from None
+    if too_deep(obj):
+        raise Undecodable(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(obj, dict):
         ts, events, rank = obj.get("ts"), obj.get("events"), obj.get("data_parallel_rank")
     elif isinstance(obj, list) and len(obj) >= 2:

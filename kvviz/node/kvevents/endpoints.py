@@ -5,9 +5,15 @@ connects anywhere except a DNS lookup of a named host that did not connect.
 """
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import urllib.parse
 from dataclasses import dataclass
+
+IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the NUL)
+FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
+FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python's own
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -20,18 +26,37 @@ def endpoint_for_rank(endpoint: str, rank: int) -> str:
         raise ValueError(f"{endpoint!r}: {exc}") from None
     if u.scheme != "tcp" or u.port is None:
         raise ValueError(f"{endpoint}: --dp-ranks needs tcp://HOST:PORT endpoints")
+    if u.port + rank > 65535:
+        raise ValueError(f"{endpoint}: DP rank {rank} would publish on port {u.port + rank}, "
+                         "past 65535")
     return f"tcp://{u.hostname if ':' not in (u.hostname or '') else f'[{u.hostname}]'}:" \
            f"{u.port + rank}"
 
 
 def check_endpoint(endpoint: str) -> str:
+    """`endpoint` when ZeroMQ will accept it as written: tcp://HOST:PORT (port 1-65535,
+    nothing after the port, no user name) or ipc://PATH (a path that fits a Unix socket);
+    ValueError naming what is wrong otherwise. No character below 0x21 or DEL anywhere
+    (urlsplit drops a trailing newline silently; ZeroMQ does not)."""
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ValueError(f"{endpoint!r}: expected tcp://HOST:PORT (or ipc://PATH)")
+    bad = next((c for c in endpoint if ord(c) < 0x21 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise ValueError(f"{endpoint!r}: contains {bad!r} (no spaces or control characters "
+                         "in an endpoint)")
+    if endpoint.startswith("ipc://"):
+        path = endpoint[len("ipc://"):]
+        if not path:
+            raise ValueError(f"{endpoint!r}: expected ipc://PATH with a path")
+        if len(os.fsencode(path)) > IPC_PATH_MAX:
+            raise ValueError(f"{endpoint[:60]!r}...: the ipc path is {len(os.fsencode(path))} "
+                             f"bytes; a Unix socket path holds at most {IPC_PATH_MAX}")
+        return endpoint
     try:
         u = urllib.parse.urlsplit(endpoint)
     except ValueError as exc:  # e.g. "Invalid IPv6 URL": name the endpoint too
         raise ValueError(f"{endpoint!r}: {exc}; expected tcp://HOST:PORT (or ipc://PATH)") \
             from None
-    if u.scheme == "ipc" and (u.netloc or u.path):
-        return endpoint
     if u.scheme != "tcp":
         raise ValueError(f"{endpoint!r}: expected tcp://HOST:PORT (or ipc://PATH)")
     try:
@@ -40,7 +65,31 @@ def check_endpoint(endpoint: str) -> str:
         port = None
     if not u.hostname or port is None or u.hostname == "*":
         raise ValueError(f"{endpoint!r}: expected tcp://HOST:PORT with a host and a port")
+    if "@" in u.netloc:
+        raise ValueError(f"{endpoint!r}: no user name or password in a ZeroMQ endpoint")
+    if u.path or u.query or u.fragment or endpoint.endswith(("?", "#")):
+        raise ValueError(f"{endpoint!r}: nothing may follow the port (tcp://HOST:PORT)")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{endpoint!r}: port must be in [1, 65535], got {port}")
     return endpoint
+
+
+def check_fd_limit(streams: int) -> int:
+    """The open files `streams` SUB sockets need, raising the soft RLIMIT_NOFILE to that
+    when the hard limit allows; ValueError (ulimit -n named) when it does not."""
+    need = streams * FDS_PER_STREAM + FDS_SPARE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and need > soft:
+        if hard == resource.RLIM_INFINITY or need <= hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+                return need
+            except (ValueError, OSError):
+                pass
+        raise ValueError(f"{streams} streams (endpoints x --dp-ranks) need about {need} open "
+                         f"files; this process may open {soft} (ulimit -n; hard limit "
+                         f"{'unlimited' if hard == resource.RLIM_INFINITY else hard})")
+    return need
 
 
 @dataclass(frozen=True)
@@ -50,6 +99,7 @@ class SubscriberConfig:
     replay: tuple[str, ...] = ()  # one per endpoint, or none
     topic: str = ""
     replay_timeout_s: float = 2.0
+    max_message_bytes: int = 16 << 20  # a larger frame drops the connection (ZMQ_MAXMSGSIZE)
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -61,8 +111,16 @@ class SubscriberConfig:
                              f"{len(self.replay)}")
         for e in (*self.endpoints, *self.replay):
             check_endpoint(e)
+        if self.dp_ranks > 65535:
+            raise ValueError(f"--dp-ranks: must be <= 65535, got {self.dp_ranks}")
         for e in self.endpoints:
             endpoint_for_rank(e, self.dp_ranks - 1)
+        for e in self.replay:
+            endpoint_for_rank(e, self.dp_ranks - 1)
+        if not 1024 <= self.max_message_bytes <= 1 << 30:
+            raise ValueError("--max-message-mb: must be in [0.001, 1024]")
+        if not (isinstance(self.topic, str) and len(self.topic) <= 4096):
+            raise ValueError("--topic: expected text of at most 4096 characters")
 
 
 def why_not_connected(endpoint: str) -> str:

@@ -6,7 +6,12 @@ ids, so the forest is exactly what the events say: BlockStored adds (a hash alre
 duplicate), BlockRemoved drops (an unknown hash is counted, never fatal), AllBlocksCleared
 empties. A removed block's children keep their parent hash (they show as orphans).
 
-Invariants (tests/kvevents/test_model.py):
+Memory is bounded whatever a stream says: at most MAX_CACHED_BLOCKS cached blocks and
+MAX_FORESTS forests per model (about 0.4 KB per block); a BlockStored past either is not
+applied and its blocks are counted in `over_cap` (the model is then a lower bound: a node
+with more cached blocks than that is larger than any this view is built for).
+
+Invariants (tests/kvevents/test_model.py, below the caps):
   cached_tokens == sum(ntok[h] for h in parent); nkids[p] == #{cached h : parent[h] == p};
   the forest after any event sequence equals one rebuilt from scratch.
 """
@@ -21,6 +26,8 @@ from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
 LIFETIMES_KEPT = 100_000  # most recent block lifetimes kept per forest
 ROOT_TOKENS_KEPT = 50_000  # first blocks whose token ids are kept (for seed/prefix diagnoses)
 EVICTIONS_KEPT = 1_000_000  # evicted hashes remembered; past this, those evicted once go
+MAX_CACHED_BLOCKS = 1_000_000  # per model, all forests together (~400 MB)
+MAX_FORESTS = 1024  # (stream, dp rank, medium, group) combinations per model
 
 
 class ForestKey(NamedTuple):
@@ -93,6 +100,7 @@ class Forest:
         """Keep the memory of a day-long stream bounded: forget blocks evicted only once."""
         hot = {h: n for h, n in self.evictions.items() if n > 1}
         self.evictions = defaultdict(int, hot)
+        self.restores = defaultdict(int, {h: n for h, n in self.restores.items() if h in hot})
 
     def clear(self) -> None:
         self.cleared += 1
@@ -159,10 +167,15 @@ class CacheModel:
         self.timeline: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
         self.t_first: float | None = None
         self._last_seq: dict[int, int] = {}  # used by store.load_model
+        self.n_cached = 0  # cached blocks in all forests
+        self.over_cap = 0  # stored blocks not applied: past MAX_CACHED_BLOCKS / MAX_FORESTS
 
-    def forest(self, key: ForestKey) -> Forest:
+    def forest(self, key: ForestKey) -> Forest | None:
+        """The forest of `key`, created on first use (None past MAX_FORESTS)."""
         f = self.forests.get(key)
         if f is None:
+            if len(self.forests) >= MAX_FORESTS:
+                return None
             f = self.forests[key] = Forest()
         return f
 
@@ -182,22 +195,31 @@ class CacheModel:
                 if f is None:
                     f = near[mg] = self.forest(ForestKey(stream, rank, ev.medium or "GPU",
                                                          ev.group))
+                if f is None or kind == STORED and \
+                        self.n_cached + len(ev.hashes) > MAX_CACHED_BLOCKS:
+                    if kind == STORED:
+                        self.over_cap += len(ev.hashes)
+                    continue
+                before = len(f.parent)
                 if kind == STORED:
                     f.store(ev.hashes, ev.parent, ev.token_ids, ev.block_size, t)
                     line[0] += len(ev.hashes)
                 else:
                     f.remove(ev.hashes, t)
                     line[1] += len(ev.hashes)
+                self.n_cached += len(f.parent) - before
             elif kind == CLEARED:
                 for k, f in self.forests.items():
                     if k.stream == stream and k.dp_rank == rank and (
                             ev.medium is None or k.medium == ev.medium):
+                        self.n_cached -= len(f.parent)
                         f.clear()
 
     def restart(self, stream: int) -> None:
         """The stream's publisher restarted: its caches are empty (not a cleared event)."""
         for k, f in self.forests.items():
             if k.stream == stream:
+                self.n_cached -= len(f.parent)
                 f.clear()
                 f.cleared -= 1
 

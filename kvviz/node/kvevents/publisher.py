@@ -5,9 +5,16 @@ answers `[b"", start_seq]` with `[b"", seq, payload]` for every buffered batch f
 then `[b"", -1, b""]`. Formats: "vllm" = array envelope `[ts, events, dp_rank]` with events as
 maps tagged by "type"; "sglang" = the same envelope with tagged-array events. Binds loopback
 unless the endpoint says otherwise. The replay socket is served by its own thread.
+
+An ipc://PATH endpoint: ZeroMQ's bind deletes whatever PATH is, so an existing PATH is
+refused unless it is a socket nobody listens on (one a killed run left); the socket bound
+here is removed on close (ZeroMQ leaves it).
 """
 from __future__ import annotations
 
+import os
+import socket
+import stat
 import threading
 import time
 from collections import deque
@@ -39,6 +46,56 @@ def removed(hashes: list, fmt: str, medium: str = "GPU") -> Any:
     return ["BlockRemoved", hashes, medium]
 
 
+def claim_ipc(endpoint: str, flag: str = "--kv-events") -> str | None:
+    """The file an ipc:// endpoint will bind (None: not ipc, or an abstract name); ValueError
+    when that path exists and is anything but a stale socket, or is too long."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return None
+    from kvviz.node.kvevents.endpoints import check_endpoint
+
+    try:
+        check_endpoint(endpoint)
+    except ValueError as exc:
+        raise ValueError(f"{flag} {exc}") from None
+    path = endpoint[len("ipc://"):]
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise ValueError(f"{flag} {endpoint}: cannot check {path!r} ({exc.strerror})") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ValueError(f"{flag} {endpoint}: {path!r} exists and is not a socket; binding "
+                         "there would delete it (choose another path)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return path  # stale: nobody listens
+    except OSError as exc:
+        raise ValueError(f"{flag} {endpoint}: cannot check the socket {path!r} "
+                         f"({exc.strerror})") from None
+    finally:
+        probe.close()
+    raise ValueError(f"{flag} {endpoint}: a process is listening on {path!r} already")
+
+
+def _bound_file(path: str | None) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if st is not None and stat.S_ISSOCK(st.st_mode) else None
+
+
+def _remove_bound(path: str | None, ident: tuple[int, int] | None) -> None:
+    if ident is not None and _bound_file(path) == ident:
+        try:
+            os.unlink(path)  # type: ignore[arg-type]
+        except OSError:
+            pass
+
+
 class Publisher:
     def __init__(self, endpoint: str, replay: str | None = None, fmt: str = "vllm",
                  topic: str = "", dp_rank: int | None = None, buffer_steps: int = 10_000,
@@ -56,18 +113,28 @@ class Publisher:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._files: list[tuple[str | None, tuple[int, int] | None]] = []
         try:
+            path = claim_ipc(endpoint)
+            rpath = None if replay is None else claim_ipc(replay, "--kv-events-replay")
+            if path is not None and path == rpath:
+                raise ValueError(f"--kv-events-replay {replay}: the same path as --kv-events")
             self.pub.bind(endpoint)
+            self._files.append((path, _bound_file(path)))
             if replay is not None:
                 self.router = self.ctx.socket(zmq.ROUTER)
                 self.router.setsockopt(zmq.LINGER, 0)
                 self.router.bind(replay)
+                self._files.append((rpath, _bound_file(rpath)))
                 self._thread = threading.Thread(target=self._serve, daemon=True,
                                                 name="kv-events-replay")
                 self._thread.start()
         except zmq.ZMQError as exc:
             self.close()
             raise ValueError(f"--kv-events {endpoint}: cannot bind ({exc})") from None
+        except ValueError:
+            self.close()
+            raise
 
     def publish(self, events: list, ts: float | None = None) -> int:
         """Send one batch; returns its seq."""
@@ -100,8 +167,10 @@ class Publisher:
         if self._thread is not None:
             self._thread.join(2.0)
             self.router.close()
-        self.pub.close()
-        self.ctx.term()
+        self.ctx.destroy(linger=0)
+        for path, ident in self._files:
+            _remove_bound(path, ident)
+        self._files = []
 
 
 class Unpublished:

@@ -33,14 +33,18 @@ STATUSES = ("ok", "undecodable")
 GAP_KINDS = ("gap", "restart")
 
 
+FLUSH_BYTES = 32 << 20  # buffered payload bytes that make add_batch flush by itself
+
+
 class KvEventWriter:
     """Buffers batch rows and writes them with one executemany per flush (the caller commits
-    through its RunWriter). Not thread-safe."""
+    through its RunWriter); at most FLUSH_BYTES of payloads wait. Not thread-safe."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         _create(conn)
         self._rows: list[tuple] = []
+        self._bytes = 0
 
     def add_stream(self, endpoint: str, dp_rank: int, topic: str, replay: str | None) -> int:
         cur = self.conn.execute("INSERT INTO kv_streams (endpoint, dp_rank, topic, replay) "
@@ -50,6 +54,9 @@ class KvEventWriter:
     def add_batch(self, row: tuple) -> None:
         """row: values in BATCH_COLS order."""
         self._rows.append(row)
+        self._bytes += len(row[-1]) + len(row[-2] or b"")
+        if self._bytes > FLUSH_BYTES:
+            self.flush()
 
     def add_gap(self, stream_id: int, t: float, kind: str, first: int, last: int,
                 filled: bool) -> None:
@@ -68,6 +75,7 @@ class KvEventWriter:
             self.conn.executemany(f"INSERT INTO kv_batches ({', '.join(BATCH_COLS)}) VALUES "
                                   f"({', '.join('?' * len(BATCH_COLS))})", self._rows)
             self._rows.clear()
+        self._bytes = 0
 
 
 def add_own_batches(conn: sqlite3.Connection, t: float, rows: list[tuple]) -> None:

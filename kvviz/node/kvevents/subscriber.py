@@ -8,6 +8,17 @@ cleared), the same message twice is ignored. A subscriber that joins late asks t
 socket for the batches before its first one. Every message is recorded raw; what does not
 decode is counted ("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
+
+Bounds (docs/RELIABILITY.md, "KV-event streams"): a frame larger than the config's
+max_message_bytes makes ZeroMQ drop the connection before it is buffered (counted as a
+disconnect; the publisher's seqs then show the gap); each SUB socket queues at most
+rcv_hwm(...) messages, so the receive queues hold at most RECEIVE_BUDGET bytes (then ZeroMQ
+pushes back on TCP and the publisher drops, which the seqs show as gaps); a replay request
+waits at most replay_timeout_s and takes at most REPLAY_MAX_BYTES; a replay socket that
+failed is not asked again for REPLAY_BACKOFF_S, one that answered not before as long again
+as the answer took (so replays take at most half the time under a flood of gaps); `poll`
+returns within about POLL_BUDGET_S plus one message's handling, and `should_stop` (set by
+the caller) ends a replay wait.
 """
 from __future__ import annotations
 
@@ -22,6 +33,7 @@ from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, de
 from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
     SubscriberConfig,
     check_endpoint,
+    check_fd_limit,
     endpoint_for_rank,
     why_not_connected,
 )
@@ -30,6 +42,17 @@ from kvviz.node.kvevents.store import KvEventWriter
 
 END_SEQ = -1
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
+RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
+REPLAY_MAX_BYTES = 64 << 20  # of one replay answer; the rest is not read
+REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
+POLL_BUDGET_S = 0.1
+SLICE_MS = 100  # the longest single wait: should_stop is checked between slices
+
+
+def rcv_hwm(streams: int, max_message_bytes: int) -> int:
+    """Messages each SUB socket may queue: RECEIVE_BUDGET over the worst case (two frames of
+    max_message_bytes per message), within [2, 1000]."""
+    return max(2, min(1000, RECEIVE_BUDGET // max(1, 2 * streams * max_message_bytes)))
 
 
 @dataclass
@@ -59,6 +82,9 @@ class Stream:
     wrong_topic: int = 0
     seen_topics: set = field(default_factory=set)
     last_error: str = ""
+    disconnects: int = 0
+    over_cap: int = 0  # stored blocks the model did not apply (kvviz.node.kvevents.model)
+    replay_after: float = 0.0  # monotonic time before which the replay socket is not asked
 
 
 class Subscriber:
@@ -74,7 +100,12 @@ class Subscriber:
         self.streams: list[Stream] = []
         self._by_sock: dict[zmq.Socket, Stream] = {}
         self._topic = cfg.topic.encode()
+        self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
+        n = len(cfg.endpoints) * cfg.dp_ranks
+        self._hwm = rcv_hwm(n, cfg.max_message_bytes)
         try:
+            check_fd_limit(n)
+            self.ctx.set(zmq.MAX_SOCKETS, max(1024, 3 * n + 64))
             for i, ep in enumerate(cfg.endpoints):
                 for r in range(cfg.dp_ranks):
                     self._add(endpoint_for_rank(ep, r), r,
@@ -86,13 +117,21 @@ class Subscriber:
     def _add(self, endpoint: str, rank: int, replay: str | None) -> None:
         sock = self.ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 100_000)
-        mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sock.setsockopt(zmq.RCVHWM, self._hwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
+        try:
+            mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        except zmq.ZMQError as exc:
+            sock.close()
+            raise ValueError(f"{endpoint}: cannot monitor the socket ({exc})") from None
         try:
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
+            sock.disable_monitor()
+            mon.close()
             sock.close()
-            raise ValueError(f"{endpoint}: cannot connect ({exc})") from None
+            raise ValueError(f"{endpoint}: ZeroMQ refuses the address ({exc.strerror})") \
+                from None
         sock.setsockopt(zmq.SUBSCRIBE, b"")  # topics are checked here, to name a mismatch
         sid = self.writer.add_stream(endpoint, rank, self.cfg.topic, replay) if self.writer \
             else len(self.streams) + 1
@@ -104,14 +143,19 @@ class Subscriber:
 
     # ---- receiving ------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 100, max_messages: int = 10_000) -> int:
-        """Handle what arrives within timeout_ms; returns the number of messages handled."""
+        """Handle what arrives within timeout_ms; returns the number of messages handled.
+        Returns after about POLL_BUDGET_S of handling (shared by the streams with messages),
+        or when should_stop() says so."""
         n = 0
-        for sock, _ in self.poller.poll(timeout_ms):
+        ready = self.poller.poll(min(timeout_ms, SLICE_MS))
+        share = POLL_BUDGET_S / max(1, sum(s in self._by_sock for s, _ in ready))
+        for sock, _ in ready:
             st = self._by_sock.get(sock)
             if st is None:
                 self._monitor_event(sock)
                 continue
-            while n < max_messages:
+            end = time.monotonic() + share  # each ready stream its share: no starving
+            while n < max_messages and time.monotonic() < end and not self.should_stop():
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
@@ -130,6 +174,11 @@ class Subscriber:
             if ev["event"] == zmq.EVENT_CONNECTED:
                 st.connected = True
             elif ev["event"] == zmq.EVENT_DISCONNECTED:
+                if st.connected:
+                    st.disconnects += 1
+                    st.last_error = (f"the connection dropped (a frame over "
+                                     f"{self.cfg.max_message_bytes} bytes, or the publisher "
+                                     "went away)")
                 st.connected = False
 
     def handle(self, st: Stream, frames: list[bytes]) -> None:
@@ -148,7 +197,7 @@ class Subscriber:
             return
         seq = int.from_bytes(seq_b, "big", signed=True)
         last = st.last_seq
-        if last is None and seq > 0 and st.replay:  # joined late: take what the buffer holds
+        if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
         elif last is not None:
             if seq == last and payload == st.last_payload:
@@ -192,7 +241,9 @@ class Subscriber:
         st.cleared += nc
         st.unknown_events += b.unknown
         rank = st.dp_rank if b.dp_rank is None else b.dp_rank
+        capped = self.model.over_cap
         self.model.apply(st.sid, rank, b.events, t)
+        st.over_cap += self.model.over_cap - capped
         if self.writer is not None:
             self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
                                    b.unknown, int(replayed), "ok", topic, payload))
@@ -209,26 +260,40 @@ class Subscriber:
 
     def _fill(self, st: Stream, t: float, first: int, last: int) -> None:
         st.gaps += 1
-        got = self._replay(st, first, last, t) if st.replay else 0
+        got = self._replay(st, first, last, t) if st.replay and self._may_replay(st) else 0
         missing = last - first + 1 - got
         st.lost_batches += missing
         self._gap(st, t, "gap", first, last, missing == 0)
 
+    def _may_replay(self, st: Stream) -> bool:
+        return time.monotonic() >= st.replay_after and not self.should_stop()
+
     def _replay(self, st: Stream, first: int, last: int, t: float) -> int:
-        """Ask the replay socket for batches from `first`; ingest those up to `last`."""
+        """Ask the replay socket for batches from `first`; ingest those up to `last`.
+        Bounded: replay_timeout_s, REPLAY_MAX_BYTES, should_stop(); a failure backs off."""
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        got = 0
+        sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
+        sock.setsockopt(zmq.RCVHWM, 2)
+        got = taken = 0
+        ok, t_start = False, time.monotonic()
         try:
             sock.connect(st.replay)  # type: ignore[arg-type]
-            sock.send_multipart([b"", first.to_bytes(8, "big", signed=True)])
+            sock.send_multipart([b"", first.to_bytes(8, "big", signed=True)], zmq.NOBLOCK)
             deadline = time.monotonic() + self.cfg.replay_timeout_s
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sock.poll(int(left * 1000) + 1):
+                if left <= 0 or self.should_stop():
                     st.last_error = f"replay from {st.replay}: no end marker in time"
                     break
+                if not sock.poll(min(SLICE_MS, int(left * 1000) + 1)):
+                    continue
                 fr = sock.recv_multipart()
+                taken += sum(map(len, fr))
+                if taken > REPLAY_MAX_BYTES:
+                    st.last_error = (f"replay from {st.replay}: answer larger than "
+                                     f"{REPLAY_MAX_BYTES} bytes")
+                    break
                 if fr and fr[0] == b"":
                     fr = fr[1:]
                 if len(fr) < 1 or len(fr[0]) != 8:
@@ -236,15 +301,18 @@ class Subscriber:
                     break
                 seq = int.from_bytes(fr[0], "big", signed=True)
                 if seq == END_SEQ:
+                    ok = True
                     break
                 if first <= seq <= last and len(fr) >= 2:
                     self._ingest(st, seq, fr[1], None, t, True)
                     st.replayed_batches += 1
                     got += 1
         except zmq.ZMQError as exc:
-            st.last_error = f"replay from {st.replay}: {exc}"
+            st.last_error = f"replay from {st.replay}: {exc.strerror}"
         finally:
             sock.close()
+            now = time.monotonic()
+            st.replay_after = now + (now - t_start if ok else REPLAY_BACKOFF_S)
         return got
 
     # ---- reporting ------------------------------------------------------------------------
@@ -262,6 +330,9 @@ class Subscriber:
             elif st.undecodable:
                 out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
                                      f"messages, none a KV-event batch: {st.last_error})")
+            elif st.disconnects:
+                out[st.sid] = (False, f"{st.endpoint}: {st.disconnects} disconnect(s) "
+                                      f"before any KV-event batch: {st.last_error}")
             elif not st.connected:
                 why = why_not_connected(st.endpoint)
                 out[st.sid] = (False, f"{st.endpoint}: cannot connect ({why})")
@@ -278,7 +349,8 @@ class Subscriber:
                  "cached_tokens": self.model.cached_tokens(st.sid), "gaps": st.gaps,
                  "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
                  "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
-                 "restarts": st.restarts, "wrong_topic": st.wrong_topic}
+                 "restarts": st.restarts, "wrong_topic": st.wrong_topic,
+                 "disconnects": st.disconnects, "over_cap": st.over_cap}
                 for st in self.streams]
 
     def close(self) -> None:
@@ -286,5 +358,5 @@ class Subscriber:
             st.sock.disable_monitor()
             st.monitor.close()
             st.sock.close()
-        self.ctx.term()
+        self.ctx.destroy(linger=0)  # any socket left open would make term() wait forever
 

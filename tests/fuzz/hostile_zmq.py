@@ -1,0 +1,233 @@
+"""A hostile KV-event node for the tests and benchmarks: a PUB and a ROUTER replay socket on
+127.0.0.1 that misbehave on purpose until stopped (depth, size, floods, silence, garbage, gaps).
+
+`HostileNode(pub, router)` binds both on free ports and serves from two threads of this
+process; `close()` stops and joins them. Each behaviour loops until stopped, so whatever
+kvviz does, it is the client that must give up. `run_events(...)` runs `kvviz events` as a
+child against it and returns its exit code, stderr, wall time and peak RSS (wait4's
+ru_maxrss of that child alone).
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import zmq
+
+ROOT = Path(__file__).resolve().parents[2]
+PUB_KINDS = ("silent", "garbage", "deep-array", "deep-map", "gaps", "flood", "big-topic",
+             "big-batch", "valid")
+ROUTER_KINDS = ("none", "silent", "flood", "big", "garbage", "valid")
+END = (-1).to_bytes(8, "big", signed=True)
+
+
+def seq_bytes(s: int) -> bytes:
+    return s.to_bytes(8, "big", signed=True)
+
+
+def batch(i: int, events: int = 1) -> bytes:
+    """A valid vLLM-style batch: `events` BlockStored of one 16-token block each."""
+    evs = [{"type": "BlockStored", "block_hashes": [i * events + k + 1],
+            "parent_block_hash": None, "token_ids": list(range(16)), "block_size": 16,
+            "lora_id": None, "medium": "GPU"} for k in range(events)]
+    return msgspec.msgpack.encode([time.time(), evs, 0])
+
+
+_MARK = 2**64 - 1
+_EV = msgspec.msgpack.encode({"type": "BlockStored", "block_hashes": [_MARK],
+                              "parent_block_hash": None, "token_ids": list(range(16)),
+                              "block_size": 16, "lora_id": None, "medium": "GPU"})
+_EV_HEAD, _EV_TAIL = _EV.split(b"\xcf" + b"\xff" * 8)
+
+
+def flood_batch(i: int, events: int = 100) -> bytes:
+    """`batch(i, events)` (distinct hashes) spliced from bytes: ~0.3 us per event, so one
+    thread offers millions of events per second."""
+    base = i * events + 1
+    body = b"".join(_EV_HEAD + b"\xcf" + (base + k).to_bytes(8, "big") + _EV_TAIL
+                    for k in range(events))
+    return (b"\x93\xcb" + msgspec.msgpack.encode(time.time())[1:] + b"\xdc"
+            + events.to_bytes(2, "big") + body + b"\x00")
+
+
+def deep(depth: int = 1000, form: str = "array") -> bytes:
+    """A ~1 KB batch whose only event is nested `depth` deep (array or map form)."""
+    head = msgspec.msgpack.encode([1.0, []])[:-1]  # [ts, <events list follows>
+    if form == "map":
+        head = msgspec.msgpack.encode({"ts": 1.0, "events": None})[:-1]
+    return head + b"\x91" + b"\x91" * depth + b"\xc0"
+
+
+def big_batch(nbytes: int) -> bytes:
+    """A valid batch of about `nbytes`: one BlockStored whose token_ids are fixints."""
+    n = max(16, nbytes - 200)
+    head = msgspec.msgpack.encode([1.0, [{"type": "BlockStored", "block_hashes": [7],
+                                          "parent_block_hash": None, "block_size": 16,
+                                          "token_ids": None}], 0])
+    cut = head.rindex(b"\xc0")  # token_ids: None -> array32 of n fixints
+    return head[:cut] + b"\xdd" + n.to_bytes(4, "big") + b"\x01" * n + head[cut + 1:]
+
+
+class HostileNode:
+    def __init__(self, pub: str, router: str = "none", *, big_bytes: int = 20 << 20,
+                 flood_events: int = 100) -> None:
+        assert pub in PUB_KINDS and router in ROUTER_KINDS, (pub, router)
+        self.pub_kind, self.router_kind = pub, router
+        self.big_bytes, self.flood_events = big_bytes, flood_events
+        self.ctx = zmq.Context()
+        self.stop = threading.Event()
+        self.sent = 0
+        self.events_sent = 0  # flood: events handed to the PUB socket (it drops past its HWM)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 1000)
+        port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.replay: str | None = None
+        self.threads = [threading.Thread(target=self._publish, daemon=True)]
+        if router != "none":
+            self.router = self.ctx.socket(zmq.ROUTER)
+            self.router.setsockopt(zmq.LINGER, 0)
+            rport = self.router.bind_to_random_port("tcp://127.0.0.1")
+            self.replay = f"tcp://127.0.0.1:{rport}"
+            self.threads.append(threading.Thread(target=self._serve, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def _send(self, frames: list[bytes]) -> None:
+        try:
+            self.pub.send_multipart(frames, zmq.NOBLOCK)
+            self.sent += 1
+        except zmq.Again:
+            pass
+
+    def _publish(self) -> None:
+        rng = random.Random(0)
+        kind, i = self.pub_kind, 0
+        big = big_batch(self.big_bytes) if kind == "big-batch" else b""
+        topic = b"t" * self.big_bytes if kind == "big-topic" else b""
+        while not self.stop.is_set():
+            if kind == "silent":
+                self.stop.wait(0.05)
+                continue
+            if kind == "garbage":
+                n = rng.choice([0, 1, 2, 3, 4, 7])
+                self._send([rng.randbytes(rng.choice([0, 1, 8, 9, 300])) for _ in range(n)]
+                           or [b""])
+            elif kind.startswith("deep"):
+                self._send([b"", seq_bytes(i), deep(1000, kind.split("-")[1])])
+            elif kind == "gaps":  # every message skips one seq
+                self._send([b"", seq_bytes(2 * i), batch(i)])
+            elif kind == "flood":  # distinct blocks, as fast as one thread can
+                self._send([b"", seq_bytes(i), flood_batch(i, self.flood_events)])
+                self.events_sent += self.flood_events
+                i += 1
+                continue  # no pause
+            elif kind == "big-topic":
+                self._send([topic, seq_bytes(i), batch(i)])
+            elif kind == "big-batch":
+                self._send([b"", seq_bytes(i), big])
+            else:  # valid
+                self._send([b"", seq_bytes(i), batch(i)])
+            i += 1
+            self.stop.wait(0.02)
+
+    def _serve(self) -> None:
+        rng = random.Random(1)
+        kind = self.router_kind
+        big = b"x" * self.big_bytes if kind == "big" else b""
+        while not self.stop.is_set():
+            if not self.router.poll(50):
+                continue
+            frames = self.router.recv_multipart()
+            ident = frames[0]
+            if kind == "silent":
+                continue
+            start = int.from_bytes(frames[-1], "big", signed=True) if len(frames[-1]) == 8 \
+                else 0
+            if kind == "valid":
+                for s in range(max(0, start), max(0, start) + 3):
+                    self.router.send_multipart([ident, b"", seq_bytes(s), batch(s)])
+                self.router.send_multipart([ident, b"", END, b""])
+                continue
+            end = time.monotonic() + 5.0  # answer this request for 5 s, never ending it
+            s = max(0, start)
+            while not self.stop.is_set() and time.monotonic() < end:
+                if kind == "flood":
+                    fr = [ident, b"", seq_bytes(s), batch(s)]
+                elif kind == "big":
+                    fr = [ident, b"", seq_bytes(s), big]
+                    self.stop.wait(0.05)
+                else:  # garbage
+                    fr = [ident] + [rng.randbytes(rng.choice([0, 3, 8, 50]))
+                                    for _ in range(rng.choice([0, 1, 2, 5]))]
+                try:
+                    self.router.send_multipart(fr, zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    self.stop.wait(0.001)
+                s += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+        self.ctx.destroy(linger=0)
+
+
+@dataclass
+class Outcome:
+    code: int
+    stderr: str
+    wall_s: float  # from start (or from the signal, when one was sent) to exit
+    peak_rss_mb: float
+
+
+def run_events(argv: list[str], *, signal_after_s: float | None = None,
+               limit_s: float = 60.0, nofile: int | None = None,
+               ready: Path | None = None) -> Outcome:
+    """`python -m kvviz events ARGV` as a child: its exit code, stderr, time and peak RSS.
+    With signal_after_s, SIGTERM is sent then (counted from when `ready` exists, when given:
+    the recording, so a slow interpreter start on a loaded machine is not what is timed)
+    and wall_s counts from it. A child still running at limit_s is killed (SIGKILL, by its
+    PID) and reported as code -9."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("KVVIZ_PARENT_PID", None)
+
+    def limits() -> None:
+        if nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    err_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvviz-events-{os.getpid()}.err"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "kvviz", "events", *argv], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err, preexec_fn=limits)
+    start = t0 = time.monotonic()
+    signalled = False
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        now = time.monotonic()
+        if ready is not None and not ready.exists() and not signalled:
+            t0 = now  # the timed part starts once the recording exists
+        elif signal_after_s is not None and not signalled and now - t0 >= signal_after_s:
+            os.kill(proc.pid, signal.SIGTERM)
+            signalled, t0 = True, now
+        if now - start > limit_s:
+            os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.01)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    text = err_path.read_text(errors="replace")
+    err_path.unlink()
+    return Outcome(proc.returncode, text, wall, ru.ru_maxrss / 1024)
