@@ -144,6 +144,6 @@ if __name__ == "__main__":  # write the crafted set to a directory, for timing b
     out.mkdir(parents=True, exist_ok=True)
     srcs = {"engine": crafted.engine_run(out / "src-engine.db"),
             "kv": crafted.kv_run(out / "src-kv.db"), "node": crafted.node_run(out / "src-node.db")}
-    for i, (name, how) in enumerate(crafted.named(crafted.bomb(1)).items()):
+    for i, (_name, how) in enumerate(crafted.named(crafted.bomb(1)).items()):
         for kind, src in srcs.items():
             crafted.edit(src, out / f"{i:03d}-{kind}.db", how)
