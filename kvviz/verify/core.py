@@ -72,8 +72,8 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         rep.contents.update(streams.kv_events(db, rep, have))
         if meta.get("mode") == "node":
             rep.contents.update(streams.node_samples(db, rep, have))
-            _say(rep, "a node recording: {node_samples} scrapes ({node_samples_ok} ok) over "
-                 "{node_span_s:.1f} s, checked; no lanes, block maps or engine events")
+            _say(rep, "a node recording ({node_samples_ok} of its scrapes ok): no lanes, "
+                 "block maps or engine events")
             return rep
         if meta.get("mode") == "kv-events" or ("samples" not in have and rep.contents):
             _say(rep, "a KV-event recording: no lanes, block maps or engine events")
