@@ -10,7 +10,6 @@ import shutil
 import sys
 
 import pytest
-import streamlit as st
 from hostile_text import endpoint, lane_name, rename_endpoints, rename_lane
 from pagehelpers import ROOT, figures, no_exception, page
 
