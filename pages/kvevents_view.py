@@ -46,7 +46,7 @@ def record_controls() -> None:
 
 EVENT_CAP = 1_000_000  # block stores + removals one session rebuilds the cache from
 WORK = "n_stored + n_removed + n_cleared"  # what rebuilding costs, per batch
-STEP = 2_000  # batches decoded between checks of the cap
+STEP = 500  # batches decoded between checks of the cap
 GAPS_SHOWN = 1_000  # rows of the gap table listed (all are counted)
 
 
@@ -86,9 +86,9 @@ def cap_note(read: int, total: int, t_last) -> None:
     if total > read:
         at = f" (up to t = {t_last:.1f} s)" if isinstance(t_last, (int, float)) else ""
         st.warning(f"This recording holds {total:,} block stores and removals; the cache "
-                   f"below is rebuilt from the first {read:,}{at} (this page reads at most "
-                   f"{EVENT_CAP:,}, to stay quick and bounded in memory). `kvviz export` and "
-                   "the recording itself hold all of it.",
+                   f"below is rebuilt from the first {read:,}{at}: this page stops reading "
+                   f"once it has {EVENT_CAP:,}, to stay quick and bounded in memory. `kvviz "
+                   "export` and the recording itself hold all of it.",
                    icon=":material/content_cut:")
 
 
