@@ -162,7 +162,7 @@ def dashboard_host_ok(host_header: str | None, *, server_address: str | None = N
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$=^&\"'])")
 # GFM turns bare URLs (http://, https://, www.) and e-mail addresses into links whatever the
 # backslashes: an invisible word joiner inside each keeps them text.
-_AUTOLINK = re.compile(r"(?i)\b(h)(ttps?:)|\b(w)(ww\.)|(@)")
+_AUTOLINK = re.compile(r"(?i)\b(h)(ttps?:)(?=//[^\s/])|\b(w)(ww\.)(?=\w)|(?<=\w)(@)(?=\w)")
 
 
 def plain_markdown(text: object, max_chars: int = 2000) -> str:
