@@ -188,7 +188,10 @@ def atomic_write(path: Path, write: Callable[[Path], None], what: str = "output"
     except OSError as exc:
         raise PathError(f"{what} {printable(path)}: cannot create a file in "
                         f"{printable(path.parent)} ({_os_reason(exc)})") from None
-    os.close(fd)
+    try:  # mkstemp makes 0600; the result is the user's file, as open() would make it
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
         write(tmp)
@@ -197,6 +200,19 @@ def atomic_write(path: Path, write: Callable[[Path], None], what: str = "output"
         raise PathError(f"{what} {printable(path)}: cannot write ({_os_reason(exc)})") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux: /proc; elsewhere set and restore)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: Path, text: str, what: str = "output") -> None:

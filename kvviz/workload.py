@@ -160,30 +160,12 @@ def clip_lengths(prompt: np.ndarray, output: np.ndarray, max_seq_len: int):
     return prompt, output
 
 
-# ---- traces (kvviz/traces reads every format; these keep the old entry points) ----------
+# ---- traces (kvviz/traces reads every format; parse_trace/load_trace live there) -------
 def clip_workload(w: Workload, max_seq_len: int) -> Workload:
     """The workload with prompt+output cut to max_seq_len; `clipped` counts the requests cut."""
     prompt, output = clip_lengths(w.prompt, w.output, max_seq_len)
     cut = int(((prompt != w.prompt) | (output != w.output)).sum())
     return replace(w, prompt=prompt, output=output, clipped=w.clipped + cut)
-
-
-def parse_trace(text: str, name: str = "trace", *, max_seq_len: int | None = 2048,
-                prefix_tokens: int = 256) -> Workload:
-    """Parse a trace of any known format held in a string; clip to max_seq_len (None: no clip).
-    Errors name the file, the line and the column."""
-    from kvviz.traces import read_trace_bytes
-
-    w, _ = read_trace_bytes(text.encode("utf-8"), name, prefix_tokens=prefix_tokens)
-    return w if max_seq_len is None else clip_workload(w, max_seq_len)
-
-
-def load_trace(path: str | Path, *, max_seq_len: int | None = 2048,
-               prefix_tokens: int = 256) -> Workload:
-    from kvviz.traces import read_trace
-
-    w, _ = read_trace(path, prefix_tokens=prefix_tokens)
-    return w if max_seq_len is None else clip_workload(w, max_seq_len)
 
 
 def is_kvviz_trace(path: Path) -> bool:

@@ -44,18 +44,52 @@ def record_controls() -> None:
         widgets.job_status("KV-event recording", rec, "kve")
 
 
+EVENT_CAP = 1_000_000  # block stores + removals one session rebuilds the cache from
+WORK = "n_stored + n_removed + n_cleared"  # what rebuilding costs, per batch
+STEP = 500  # batches decoded between checks of the cap
+GAPS_SHOWN = 1_000  # rows of the gap table listed (all are counted)
+
+
 def is_live(run: str) -> bool:
     with store.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
-        return conn.execute("SELECT status FROM run").fetchone()[0] == "running"
+        row = conn.execute("SELECT status FROM run").fetchone()
+    if row is None:
+        raise ValueError("the run header row is missing: not a complete kvviz recording")
+    return row[0] == "running"
 
 
 def model_of(run: str, conn):
+    """The cache rebuilt from the recording's first EVENT_CAP block stores and removals (what
+    this session read so far is kept, so a live recording is read on from its last batch):
+    (model, stores and removals read, those the recording holds, the t of the last batch
+    read)."""
     held = st.session_state.get(STATE)
     if held is None or held[0] != run:
-        held = (run, 0, None)
-    model, last = store.load_model(conn, held[1], held[2])
-    st.session_state[STATE] = (run, last, model)
-    return model
+        held = (run, 0, None, 0)
+    _, last, model, read = held
+    while read < EVENT_CAP:
+        model, nxt = store.load_model(conn, last, model, limit=STEP)
+        if nxt == last:
+            break
+        got = conn.execute(f"SELECT TOTAL({WORK}) FROM kv_batches WHERE batch_id > ? AND "
+                           "batch_id <= ? AND status = 'ok'", (last, nxt)).fetchone()[0]
+        read, last = read + int(got), nxt
+    st.session_state[STATE] = (run, last, model, read)
+    total, t_last = conn.execute(
+        f"SELECT TOTAL({WORK}), (SELECT t FROM kv_batches WHERE batch_id = ?) FROM "
+        "kv_batches WHERE status = 'ok'", (last,)).fetchone()
+    return model, read, int(total), t_last
+
+
+def cap_note(read: int, total: int, t_last) -> None:
+    """Say that the view stops at the cap, and where."""
+    if total > read:
+        at = f" (up to t = {t_last:.1f} s)" if isinstance(t_last, (int, float)) else ""
+        st.warning(f"This recording holds {total:,} block stores and removals; the cache "
+                   f"below is rebuilt from the first {read:,}{at}: this page stops reading "
+                   f"once it has {EVENT_CAP:,}, to stay quick and bounded in memory. `kvviz "
+                   "export` and the recording itself hold all of it.",
+                   icon=":material/content_cut:")
 
 
 def panel(run: str) -> None:
@@ -64,10 +98,11 @@ def panel(run: str) -> None:
         with store.connect(path) as conn:
             streams = store.streams(conn)
             counts = store.stream_counts(conn)
-            gaps = store.gaps(conn)
+            gaps = store.gaps(conn, GAPS_SHOWN)
             timeline = store.timeline(conn)
-            model = model_of(run, conn)
+            model, read, total, t_last = model_of(run, conn)
             end_s = kw.end_of_stream(conn, timeline)
+        cap_note(read, total, t_last)
         names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}
         summaries = [{**s, **counts.get(s["stream_id"], {}),
                       "cached_blocks": model.cached_blocks(s["stream_id"]),
@@ -124,7 +159,9 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
     for line in found or ["Nothing unusual found in the recorded stream."]:
         st.text(line)  # plain text: endpoints and streams are remote data, never Markdown
     if gaps:
-        st.caption("Sequence gaps and publisher restarts")
+        many = sum(n for n, _ in gap_counts.values()) + sum(restarts.values())
+        st.caption("Sequence gaps and publisher restarts" + (
+            f" (the first {len(gaps):,} of {many:,})" if many > len(gaps) else ""))
         st.dataframe(gaps, hide_index=True)
 
 

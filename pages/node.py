@@ -209,10 +209,18 @@ def snapshot_tab() -> None:
     except (KvvizError, ValueError, OSError) as exc:
         st.error(f"Refused: {md(exc)}", icon=":material/gpp_bad:")
         return
-    summary = summarize(snap)
+    try:  # sizes the loader accepts (< 2**64) can still pass what int64 arithmetic holds
+        summary = summarize(snap)
+        figure = vs.snapshot_figure(snap)
+        table = vs.segment_table(summary)
+    except (OverflowError, ValueError) as exc:
+        st.error(f"Refused: {md(src[0])}: sizes in this snapshot do not fit 64-bit arithmetic "
+                 f"(a segment or block of 2^63 bytes or more?): {md(exc)}",
+                 icon=":material/gpp_bad:")
+        return
     metrics_rows(vs.headlines(summary))
-    st.plotly_chart(vs.snapshot_figure(snap), key="snap_figure")
-    st.dataframe(vs.segment_table(summary), hide_index=True)
+    st.plotly_chart(figure, key="snap_figure")
+    st.dataframe(table, hide_index=True)
 
 
 common.enter_through_app("pages/node.py")

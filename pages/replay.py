@@ -60,8 +60,9 @@ def shown_table(table):
 def lane_at(col, lane: str, got, rows, t: float, cells: tuple, i: int,
             failure: fm.Failure | None = None) -> None:
     with col:
-        st.markdown(f"#### {lane}")
-        st.caption(common.lane_caption(lane))
+        # lane names come from the recording: shown as text, never Markdown (links, images)
+        st.markdown(f"#### {common.md(lane)}")
+        st.caption(common.md(common.lane_caption(lane)))
         if not rows.empty:
             common.headline_metrics(rows.iloc[-1])
         if got is None:

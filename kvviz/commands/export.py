@@ -1,9 +1,12 @@
 """`kvviz export RUN.db --parquet DIR | --csv DIR`: tables for sharing and notebooks.
 
 Writes samples, events, device_memory and blockmaps (Parquet keeps the encoded arrays as
-binary columns; CSV gets the block-map index only) plus run.json (metadata and status); a
-recording with KV-event streams (`kvviz events`, `kvviz collect --kv-events`) adds kv_streams,
-kv_batches and kv_gaps (Parquet keeps each batch's topic and payload bytes; CSV its counts).
+binary columns; CSV gets the block-map index only), blocks (every kept map decoded: one row
+per block with owner, filled, allocated, refcount, cached) plus run.json (metadata and
+status); a node recording adds node_samples (Parquet keeps raw_zlib), a recording with
+KV-event streams (`kvviz events`, `kvviz collect --kv-events`) kv_streams, kv_batches and
+kv_gaps (Parquet keeps each batch's topic and payload bytes; CSV its counts). Files get the
+user's umask.
 Existing files are refused unless --overwrite, and then replaced only when they are an
 earlier export of the same kind (or empty); every file is written atomically.
 """
@@ -110,39 +113,53 @@ def _check_types(r, table: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvviz.commands import export_blocks as blocks
+    from kvviz.commands.info import DAMAGED
+    from kvviz.errors import StoreError
     from kvviz.store.reader import RunReader
-    from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
-    from kvviz.commands.info import DAMAGED
-    from kvviz.errors import StoreError
-
     safeio.check_input_file(args.run, "recording")
     try:
         r = RunReader(args.run)
-        try:
-            tables = {"samples": r.samples(), "events": r.events(),
-                      "device_memory": r.device_memory(),
-                      "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
-            if r._has("kv_batches"):  # KV-event streams (kvviz/node/kvevents/store.py)
-                for name, key in KV_TABLES.items():
-                    _check_types(r, name)
-                    tables[name] = r._df(f"SELECT * FROM {name} ORDER BY {key}")
-            header = {"status": r.status, "status_message": r.status_message,
-                      "format_version": r.format_version, "meta": r.meta}
-        finally:
-            r.close()
+    except DAMAGED as exc:
+        raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+    try:
+        return _export(args, r, blocks)
     except DAMAGED as exc:  # a hand-edited or damaged field the reader did not catch
         raise StoreError(f"{args.run}: damaged recording ({type(exc).__name__}: "
                          f"{str(exc)[:200]})") from None
+    finally:
+        r.close()
+
+
+def _export(args: argparse.Namespace, r, blocks) -> int:
+    from kvviz.store.contents import kv_events, kv_line
+    from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
+
+    tables = {"samples": r.samples(), "events": r.events(), "device_memory": r.device_memory(),
+              "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
+    if r._has("node_samples"):  # a node recording (kvviz scrape --out)
+        _check_types(r, "node_samples")
+        tables["node_samples"] = r._df("SELECT * FROM node_samples ORDER BY row_id")
+    if r._has("kv_batches"):  # KV-event streams (kvviz/node/kvevents/store.py)
+        for name, key in KV_TABLES.items():
+            _check_types(r, name)
+            tables[name] = r._df(f"SELECT * FROM {name} ORDER BY {key}")
+    index = blocks.index_of(r)
+    header = {"status": r.status, "status_message": r.status_message,
+              "format_version": r.format_version, "meta": r.meta}
     try:
         header_text = json.dumps(header, indent=1, default=str)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{safeio.printable(args.run)}: run metadata cannot be written as "
                          f"JSON ({type(exc).__name__})") from None
     jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
-    plans = [(fmt, out, _targets(out, fmt, tables, args.overwrite)) for fmt, out in jobs]
+    first = {**tables, "blocks": pd_columns(blocks.COLUMNS)}
+    plans = [(fmt, out, _targets(out, fmt, first, args.overwrite)) for fmt, out in jobs]
+    n_blocks = blocks.count(r)
     for fmt, out, paths in plans:
         safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():
@@ -150,11 +167,29 @@ def run(args: argparse.Namespace) -> int:
                 safeio.atomic_write(paths[name], lambda tmp, df=df: df.to_parquet(
                     tmp, engine="pyarrow", index=False), f"{name}.parquet")
             else:
-                binary = BLOB_COLS + KV_BLOB_COLS if name == "kv_batches" else BLOB_COLS
+                binary = {"kv_batches": BLOB_COLS + KV_BLOB_COLS,
+                          "node_samples": ("raw_zlib",)}.get(name, BLOB_COLS)
                 data = df.drop(columns=[c for c in binary if c in df.columns])
                 safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
                     tmp, index=False), f"{name}.csv")
+        safeio.atomic_write(paths["blocks"], lambda tmp, fmt=fmt: blocks.write(
+            r, index, tmp, fmt), f"blocks.{fmt}")
         shown = safeio.printable(out)
-        print(f"{shown}: {', '.join(f'{k} ({len(v)} rows)' for k, v in tables.items())} "
-              "+ run.json")
+        rows = [f"{k} ({len(v)} rows)" for k, v in tables.items()]
+        print(f"{shown}: {', '.join(rows)}, blocks ({n_blocks} rows: {len(index)} block maps "
+              "decoded) + run.json")
+    kv = kv_events(r._q, str(r.path))
+    if kv:
+        print("  " + kv_line(kv))
+    if "node_samples" in tables:
+        nodes = tables["node_samples"]
+        ok = int((nodes["status"] == "ok").sum()) if "status" in nodes else 0
+        print(f"  node scrapes: {len(nodes)} ({ok} ok)")
     return 0
+
+
+def pd_columns(names: tuple[str, ...]):
+    """An empty frame with these columns (what _targets needs to name a table's first one)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns=list(names))

@@ -28,15 +28,22 @@ def read_summary(path: str) -> dict:
     from kvviz.store.reader import RunReader
 
     safeio.check_input_file(path, "recording")
+    from kvviz.store.contents import kv_events
+
     r = RunReader(path)
     try:
         s = r.summary()
         if s.get("mode") == "node":
             nodes = r.node_samples()
             s["node_samples"] = len(nodes)
+            s["url"] = r.meta.get("url")
+            s["node_samples_ok"] = int((nodes["status"] == "ok").sum()) if len(nodes) else 0
             if len(nodes) and "t" in nodes:
                 t = nodes["t"].astype(float)
                 s["duration_s"] = float(t.max() - t.min())
+        s["kv_events"] = kv_events(r._q, str(r.path))
+        if s["kv_events"] and not s["samples"] and not s["node_samples"]:
+            s["duration_s"] = s["kv_events"]["span_s"]
     finally:
         r.close()
     return s
@@ -56,12 +63,22 @@ def run(args: argparse.Namespace) -> int:
     out = _say
     msg = f" ({s['status_message']})" if s["status_message"] else ""
     out(f"{s['path']}: {s['status']}{msg}")
-    samples = f"{s['samples']} samples"
-    if "node_samples" in s:
-        samples = f"{s['node_samples']} node samples"
-    out(f"  {s['mode']} mode on {s['device']}, format {s['format_version']}, "
-        f"{_num(s['duration_s'], '.1f')} s, {samples}, {s['events']} events, "
-        f"block-map stride {s['blockmap_stride']}")
+    kv = s.get("kv_events") or {}
+    if s["mode"] == "node":
+        held = (f"{s['node_samples']} scrapes ({s.get('node_samples_ok', 0)} ok) of "
+                f"{safeio.printable(str(s.get('url') or 'a node'))[:200]}")
+    elif s["mode"] == "kv-events" or (kv and not s["samples"]):
+        held = f"{kv.get('batches', 0)} KV-event batches"
+    else:
+        held = (f"{s['samples']} samples, {s['events']} engine events, block-map stride "
+                f"{s['blockmap_stride']}")
+    where = "" if s["device"] in (None, "node") else f" on {s['device']}"
+    out(f"  {s['mode']} recording{where}, format {s['format_version']}, "
+        f"{_num(s['duration_s'], '.1f')} s, {held}")
+    if kv:
+        from kvviz.store.contents import kv_line
+
+        out("  " + kv_line(kv))
     age = s["heartbeat_age_s"]
     if s["status"] == "running" and isinstance(age, (int, float)):
         out(f"  last heartbeat {age:.1f} s ago"

@@ -160,13 +160,19 @@ def dashboard_host_ok(host_header: str | None, *, server_address: str | None = N
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$=^&\"'])")
+# GFM turns bare URLs (http://, https://, www.) and e-mail addresses into links whatever the
+# backslashes: an invisible word joiner inside each keeps them text.
+_AUTOLINK = re.compile(r"(?i)\b(h)(ttps?:)(?=//[^\s/])|\b(w)(ww\.)(?=\w)|(?<=\w)(@)(?=\w)")
 
 
 def plain_markdown(text: object, max_chars: int = 2000) -> str:
     """`text` escaped so that Streamlit's Markdown shows it literally: every ASCII punctuation
-    Markdown, GFM, LaTeX or Streamlit directives act on gets a backslash; newlines become
+    Markdown, GFM, LaTeX or Streamlit directives act on gets a backslash; bare URLs and e-mail
+    addresses (which GFM links anyway) get an invisible word joiner (U+2060); newlines become
     spaces; control characters are dropped; long text is cut at `max_chars`."""
     s = "".join(ch if ch.isprintable() else " " for ch in str(text))
     if len(s) > max_chars:
         s = s[:max_chars] + "..."
+    s = _AUTOLINK.sub(lambda m: "\u2060".join(g for g in m.groups() if g is not None)
+                      + ("\u2060" if m.group(5) else ""), s)
     return _MD_SPECIAL.sub(r"\\\1", s)

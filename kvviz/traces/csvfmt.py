@@ -72,6 +72,10 @@ class CsvReader:
         kinds = [tdt, "i8", "i8"] + (["U128" if sp.extra_is_model else "i8"]
                                      if len(self.names) == 4 else [])
         self.dtype = np.dtype([(f"c{i}", k) for i, k in enumerate(kinds)])
+        # datetimes: the year read again on its own, to catch dates that M8[ns] wraps
+        self.fast_cols = self.cols + [self.cols[0]] if sp.datetime else self.cols
+        self.fast_dtype = np.dtype(self.dtype.descr + [("year", "M8[Y]")]) if sp.datetime \
+            else self.dtype
 
     def read(self, chunks: Iterator[tuple[int, str]]) -> None:
         for line_no, text in chunks:
@@ -124,9 +128,11 @@ class CsvReader:
     def _fast(self, text: str) -> Rows | None:
         try:
             arr = np.loadtxt(io.StringIO(text), delimiter=",", quotechar='"', comments=None,
-                             usecols=self.cols, dtype=self.dtype, ndmin=1)
-        except ValueError:
+                             usecols=self.fast_cols, dtype=self.fast_dtype, ndmin=1)
+        except (ValueError, OverflowError):
             return None
+        if self.spec.datetime and _wrapped(arr["c0"], arr["year"]).any():
+            return None  # the line-by-line pass names the date
         return self._rows(arr, None, [])
 
     def _slow(self, line_no: int, text: str) -> Rows:
@@ -153,8 +159,10 @@ class CsvReader:
                 raw = fields[c].strip()
                 try:
                     row.append(f(raw))
-                except (ValueError, OverflowError):
-                    bad.append((line_no + i, name, f"not a valid value: {raw[:40]!r}"))
+                except (ValueError, OverflowError) as exc:
+                    why = str(exc) if "nanosecond clock" in str(exc) else \
+                        f"not a valid value: {raw[:40]!r}"
+                    bad.append((line_no + i, name, why))
                     break
             else:
                 vals.append(tuple(row))
@@ -164,12 +172,25 @@ class CsvReader:
 
     def _conv_time(self, raw: str):
         if self.spec.datetime:
-            return np.datetime64(raw, "ns")
+            ns = np.datetime64(raw, "ns")
+            if _wrapped(ns, np.datetime64(raw, "Y")):
+                raise ValueError(f"{raw[:40]!r} is outside the dates a nanosecond clock holds "
+                                 f"({NS_RANGE})")
+            return ns
         return float(raw)
 
 
+NS_RANGE = "1677-09-21 to 2262-04-11"
+
+
+def _wrapped(ns, year):
+    """Where a date parsed as M8[ns] wrapped around (its year is not the year written): 2**64
+    ns are about 584 years, so a wrapped date always lands in another year."""
+    return ~np.isnat(ns) & (np.asarray(ns).astype("M8[Y]") != year)
+
+
 def _group(raw: str) -> int:
-    return -1 if raw == "" else int(raw)
+    return -1 if raw == "" else _int64(raw)
 
 
 def _int64(raw: str) -> int:

@@ -41,6 +41,11 @@ def _number(obj: dict, key: str, whole: bool) -> float:
         raise _Bad(key, f"not a {'whole ' if whole else ''}number: {str(v)[:40]!r}")
     if whole and abs(v) > 1 << 62:
         raise _Bad(key, "out of range")
+    if isinstance(v, int) and abs(v) > 1 << 62:  # a time: past float range -> OverflowError
+        try:
+            v = float(v)
+        except OverflowError:
+            raise _Bad(key, f"out of range (an integer of {len(str(v))} digits)") from None
     return v
 
 

@@ -16,7 +16,7 @@ from kvviz.traces.csvfmt import CsvReader, CsvSpec
 from kvviz.traces.formats import SPECS, detect
 from kvviz.traces.options import TraceInfo, TraceOptions
 from kvviz.traces.rows import Sink
-from kvviz.workload import Workload
+from kvviz.workload import Workload, clip_workload
 
 
 def read_trace(path: str | Path, opts: TraceOptions | None = None, *, prefix_tokens: int = 256,
@@ -104,3 +104,18 @@ def _workload(sink: Sink, spec, opts: TraceOptions, prefix_tokens: int, fmt: str
     info = TraceInfo(name, fmt, sink.rows_read, sink.kept, sink.bad, sink.failed, sink.filtered,
                      sink.outside, span, w.chain_block)
     return w, info
+
+
+def parse_trace(text: str, name: str = "trace", *, max_seq_len: int | None = 2048,
+                prefix_tokens: int = 256) -> Workload:
+    """Parse a trace of any known format held in a string; clip to max_seq_len (None: no clip).
+    Errors name the file, the line and the column."""
+    w, _ = read_trace_bytes(text.encode("utf-8"), name, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)
+
+
+def load_trace(path: str | Path, *, max_seq_len: int | None = 2048,
+               prefix_tokens: int = 256) -> Workload:
+    """read_trace's workload alone, clipped to max_seq_len (None: no clip)."""
+    w, _ = read_trace(path, prefix_tokens=prefix_tokens)
+    return w if max_seq_len is None else clip_workload(w, max_seq_len)

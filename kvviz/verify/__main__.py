@@ -6,6 +6,12 @@ import json
 import sys
 
 from kvviz.verify.core import Report, Unreadable, verify
+from kvviz.verify.rows import MAX_EVENTS
+
+HOLDS = (("samples", "samples"), ("events", "engine events"), ("node_samples", "scrapes"),
+         ("kv_streams", "KV-event streams"), ("kv_batches", "KV-event batches"),
+         ("kv_events", "KV events"), ("kv_batches_undecodable", "undecodable batches"),
+         ("kv_gaps", "gaps"), ("kv_restarts", "publisher restarts"))
 
 
 def summary(rep: Report) -> str:
@@ -13,6 +19,11 @@ def summary(rep: Report) -> str:
              f"{rep.checks} checks, {rep.mismatch_count} mismatches"]
     if rep.note:
         lines.append(f"  {rep.note}")
+    held = [f"{rep.contents[k]} {words}" for k, words in HOLDS if k in rep.contents]
+    span = rep.contents.get("kv_span_s", rep.contents.get("node_span_s"))
+    if held:
+        lines.append("  holds " + ", ".join(held)
+                     + ("" if span is None else f", over {span:.1f} s"))
     for lane, s in rep.lanes.items():
         lines.append(f"  {lane}: {s['samples']} samples, {s.get('maps_decoded', 0)} of "
                      f"{s['maps']} block maps decoded, {s.get('tables_checked', 0)} block "
@@ -28,9 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kvviz verify", description=__doc__)
     p.add_argument("path", help="a recording (RUN.db)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--max-events", type=int, default=MAX_EVENTS, metavar="N",
+                   help=f"refuse (exit 2) a recording of more engine events than this "
+                        f"(default {MAX_EVENTS}; about 0.5 KB of memory each)")
     args = p.parse_args(argv)
+    if args.max_events < 1:
+        p.error("--max-events must be >= 1")
     try:
-        rep = verify(args.path)
+        rep = verify(args.path, args.max_events)
     except Unreadable as exc:
         print(f"kvviz verify: error: {exc}", file=sys.stderr)
         return 2

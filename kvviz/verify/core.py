@@ -1,24 +1,19 @@
 """verify(path): decode a whole recording and check it against docs/FORMAT.md."""
 from __future__ import annotations
 
-import json
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from kvviz.verify import checks, decode
+from kvviz.verify import checks, decode, rows, streams
+from kvviz.verify import events as engine_events
+from kvviz.verify.header import Unreadable, meta_of, open_db, tables
 from kvviz.verify.replay import LaneReplay
 
-APP_ID = 0x6B76767A
 MAX_LISTED = 200  # mismatches kept in the report (all are counted)
-KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected")
-CHUNK_KINDS = ("admitted", "finished")
-
-
-class Unreadable(Exception):
-    """Not a kvviz recording this verifier can open."""
 
 
 @dataclass
@@ -31,6 +26,8 @@ class Report:
     mismatches: list = field(default_factory=list)
     mismatch_count: int = 0
     note: str = ""
+    live: bool = False  # the writer was still running: a consistent snapshot was verified
+    contents: dict = field(default_factory=dict)  # what the file holds, table by table
 
     def bad(self, where: str, what: str) -> None:
         self.mismatch_count += 1
@@ -50,114 +47,71 @@ class Report:
     def as_dict(self) -> dict:
         return {"path": self.path, "format_version": self.format_version,
                 "status": self.status, "ok": self.mismatch_count == 0, "checks": self.checks,
-                "note": self.note,
+                "note": self.note, "live": self.live, "contents": self.contents,
                 "lanes": self.lanes, "mismatch_count": self.mismatch_count,
                 "mismatches": self.mismatches}
 
 
-def open_db(path: Path) -> tuple[sqlite3.Connection, int]:
-    if not path.is_file():
-        raise Unreadable(f"{path}: no such file")
-    with path.open("rb") as fh:
-        head = fh.read(100)
-    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
-        raise Unreadable(f"{path}: not a SQLite database")
-    if int.from_bytes(head[68:72], "big") != APP_ID:
-        raise Unreadable(f"{path}: application_id is not 0x6B76767A ('kvvz')")
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        row = db.execute("SELECT app, format_version, status, meta, blockmap_stride FROM run "
-                         "WHERE id = 1").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise Unreadable(f"{path}: unreadable ({exc})") from None
-    if row is None or row[0] != "kvviz":
-        raise Unreadable(f"{path}: no run row with app = 'kvviz'")
-    return db, int(row[1])
-
-
-def rows(db: sqlite3.Connection, sql: str, args: tuple = ()) -> list[dict]:
-    cur = db.execute(sql, args)
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
-
-
-def tables(db: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def load_events(db: sqlite3.Connection, rep: Report) -> list[dict]:
-    """Every event of the run in event_id order (rows and decoded chunks)."""
-    evs = []
-    chunked = "event_chunks" in tables(db)  # format 1: every event is a row
-    for ev in rows(db, "SELECT * FROM events"):
-        if ev["kind"] not in KINDS or (chunked and ev["kind"] in CHUNK_KINDS):
-            rep.bad(f"events row {ev['event_id']}", f"kind {ev['kind']!r} is not a row kind")
-        elif not all(isinstance(ev[k], int) for k in ("step", "seq_id", "need_tokens")):
-            rep.bad(f"events row {ev['event_id']}", "step, seq_id or need_tokens is not an "
-                    "integer")
-        else:
-            evs.append(ev)
-    if chunked:
-        for ch in rows(db, "SELECT * FROM event_chunks ORDER BY chunk_id"):
-            where = f"event_chunks row {ch['chunk_id']}"
-            try:
-                cols = decode.event_chunk(ch["n"], ch["encoding"], ch["data"])
-            except decode.Undecodable as exc:
-                rep.bad(where, str(exc))
-                continue
-            ids, t = cols["event_id"], cols["t"]
-            rep.checks += 1
-            if ch["kind"] not in CHUNK_KINDS or ch["n"] < 1 or (
-                    (int(ids[0]), int(ids[-1]), float(t[0]), float(t[-1]))
-                    != (ch["id_first"], ch["id_last"], ch["t_first"], ch["t_last"])):
-                rep.bad(where, "its kind, n or first/last id and t disagree with its data")
-            for k in range(ch["n"]):
-                evs.append({"event_id": int(ids[k]), "t": float(t[k]),
-                            "step": int(cols["step"][k]), "lane": ch["lane"],
-                            "kind": ch["kind"], "seq_id": int(cols["seq_id"][k]),
-                            "reason": None, "need_tokens": int(cols["need_tokens"][k]),
-                            "free_tokens": int(cols["free_tokens"][k])})
-    evs.sort(key=lambda e: e["event_id"])
-    ids = [e["event_id"] for e in evs]
-    rep.checks += 1
-    if ids != list(range(1, len(ids) + 1)):
-        rep.bad("events", "event ids are not 1, 2, 3, ... without gaps or repeats")
-    return evs
-
-
-def verify(path: str | Path) -> Report:
+def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
     """Raises Unreadable when the file cannot be read as a recording at all."""
     path = Path(path)
     db, version = open_db(path)
     rep = Report(str(path), version)
     try:
-        run = rows(db, "SELECT * FROM run")[0]
-        rep.status = run["status"]
-        try:
-            meta = json.loads(run["meta"])
-        except (TypeError, ValueError):
-            meta = None
-        if not isinstance(meta, dict) or not isinstance(meta.get("lanes", []), list):
-            raise Unreadable(f"{path}: run.meta is not the documented JSON object")
+        run = next(engine_events.table_rows(db, "SELECT * FROM run"))
+        rep.status = run["status"] if isinstance(run["status"], str) else repr(run["status"])
+        meta = meta_of(run["meta"], path)
         have = tables(db)
+        if rep.status == "running":
+            rep.live = True
+            beat = run.get("heartbeat_unix")
+            age = (f", last commit {time.time() - beat:.1f} s ago"
+                   if isinstance(beat, (int, float)) else "")
+            rep.note = ("a live recording (status running" + age + "): verified one "
+                        "consistent snapshot, what was committed when the check began")
+        rep.contents.update(streams.kv_events(db, rep, have))
         if meta.get("mode") == "node":
-            rep.note = "a node recording (scrapes): no lanes, block maps or events to verify"
+            rep.contents.update(streams.node_samples(db, rep, have))
+            _say(rep, "a node recording ({node_samples_ok} of its scrapes ok): no lanes, "
+                 "block maps or engine events")
+            return rep
+        if meta.get("mode") == "kv-events" or ("samples" not in have and rep.contents):
+            _say(rep, "a KV-event recording: no lanes, block maps or engine events")
             return rep
         missing = {"samples", "blockmaps", "events"} - have
         if missing:
             raise Unreadable(f"{path}: tables {sorted(missing)} are missing")
-        events = load_events(db, rep)
-        lanes = {ln.get("name"): ln for ln in meta.get("lanes", []) if isinstance(ln, dict)}
-        names = [r[0] for r in db.execute("SELECT DISTINCT lane FROM samples")]
+        chunked = "event_chunks" in have  # format 1: every event is a row
+        for table in ("samples", "blockmaps", "events", "event_chunks", "block_tables"):
+            if table in have:
+                rows.columns(db, table)
+        events = engine_events.load(db, rep, chunked, max_events)
+        lanes = {ln.get("name"): ln for ln in meta.get("lanes", [])}
+        names = []
+        for (lane,) in db.execute("SELECT DISTINCT lane FROM samples"):
+            if isinstance(lane, str):
+                names.append(lane)
+            else:
+                rep.bad("samples", f"lane {rows.shown(lane)} is not text")
         stride = run["blockmap_stride"]
-        if not isinstance(stride, int) or stride < 1:
-            rep.bad("run", f"blockmap_stride {stride!r} is not a positive integer")
+        if not rows._fits(stride, "int") or stride < 1:
+            rep.bad("run", f"blockmap_stride {rows.shown(stride)} is not a positive integer")
             stride = 1
+        by_lane: dict = {}
+        for e in events:
+            by_lane.setdefault(e["lane"], []).append(e)
         for lane in names:
-            _lane(db, rep, lane, lanes.get(lane, {}), [e for e in events if e["lane"] == lane],
-                  stride)
+            _lane(db, rep, lane, lanes.get(lane, {}), by_lane.get(lane, []), stride,
+                  "block_tables" in have)
         for lane in sorted({str(e["lane"]) for e in events} - set(names)):
             rep.bad(f"{lane} events", "events of a lane that has no samples")
+        rep.contents.update(samples=sum(s["samples"] for s in rep.lanes.values()),
+                            events=len(events))
+    except rows.Missing as exc:
+        raise Unreadable(f"{path}: {exc}") from None
+    except engine_events.TooMany as exc:
+        raise Unreadable(f"{path}: {exc}, more than the verifier holds at once (--max-events "
+                         "raises the limit: about 0.5 KB of memory per event)") from None
     except sqlite3.DatabaseError as exc:
         raise Unreadable(f"{path}: unreadable ({exc})") from None
     finally:
@@ -165,15 +119,44 @@ def verify(path: str | Path) -> Report:
     return rep
 
 
+def _say(rep: Report, text: str) -> None:
+    line = text.format(**rep.contents)
+    rep.note = f"{rep.note}; {line}" if rep.note else line
+
+
+def _typed(db: sqlite3.Connection, rep: Report, table: str, lane: str) -> dict:
+    """sample_id -> row of `table` for `lane` without its blobs (read one map at a time by
+    _full), rows that do not fit FORMAT.md left out."""
+    out = {}
+    have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    cols = [c for c in have if c not in decode.BLOB_COLUMNS]
+    blobs = [f"typeof({c}) AS {c}" for c in have if c in decode.BLOB_COLUMNS]
+    sql = f"SELECT {', '.join(cols + blobs)} FROM {table} WHERE lane = ?"
+    for r in engine_events.table_rows(db, sql, (lane,)):
+        shape = {c: (b"" if r[c] == "blob" else None if r[c] == "null" else r[c])
+                 for c in have if c in decode.BLOB_COLUMNS}
+        bad = rows.problem(table, {**r, **shape})
+        if bad is None and table == "blockmaps":
+            bad = rows.map_bounds(r)
+        if bad:
+            rep.bad(f"{lane} {table} row {r['sample_id']}", bad)
+        else:
+            out[r["sample_id"]] = r
+    return out
+
+
+def _full(db: sqlite3.Connection, table: str, row: dict) -> dict:
+    """The row with its blobs (one map's worth of memory)."""
+    return next(engine_events.table_rows(db, f"SELECT * FROM {table} WHERE sample_id = ? "
+                                         "LIMIT 1", (row["sample_id"],)))
+
+
 def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: list[dict],
-          stride: int) -> None:
-    samples = rows(db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,))
-    maps = {r["sample_id"]: r for r in rows(db, "SELECT * FROM blockmaps WHERE lane = ?",
-                                              (lane,))}
-    tabs = {}
-    if "block_tables" in tables(db):
-        tabs = {r["sample_id"]: r for r in rows(db, "SELECT * FROM block_tables WHERE lane = ?",
-                                                (lane,))}
+          stride: int, with_tables: bool) -> None:
+    samples = list(engine_events.table_rows(
+        db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,)))
+    maps = _typed(db, rep, "blockmaps", lane)
+    tabs = _typed(db, rep, "block_tables", lane) if with_tables else {}
     for sid in set(tabs) - set(maps):
         rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
     stats = {"samples": len(samples), "maps": len(maps), "events": len(events)}
@@ -187,11 +170,13 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
     replay, k, prev, last_t = LaneReplay(lane), 0, (0.0, 0), float("-inf")
     last_step = None
     for s in samples:
-        where = f"{lane} sample {s['sample_id']} (step {s['step']})"
-        if not isinstance(s["step"], int) or not isinstance(s["t"], (int, float)):
-            rep.bad(where, "t or step is not a number")
+        where = f"{lane} sample {s['sample_id']} (step {rows.shown(s['step'], 20)})"
+        bad = rows.problem("samples", s)
+        if bad:
+            rep.bad(where, bad)
             maps.pop(s["sample_id"], None)
             continue
+        where = f"{lane} sample {s['sample_id']} (step {s['step']})"
         rep.checks += 1
         if s["t"] < last_t or (last_step is not None and s["step"] < last_step):
             rep.bad(where, f"t or step went back (previous sample: t {last_t}, step "
@@ -219,7 +204,9 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
                      meta["capacity_tokens"])
         row = maps.pop(s["sample_id"], None)
         if row is not None:
-            _map(rep, where, s, row, replay, tabs.get(s["sample_id"]))
+            tab = tabs.get(s["sample_id"])
+            _map(rep, where, s, _full(db, "blockmaps", row),
+                 replay, None if tab is None else _full(db, "block_tables", tab))
     for sid in maps:
         rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
     if k < len(events):  # written with a sample, an event never is past its lane's last one
@@ -243,7 +230,8 @@ def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay,
     try:
         m = decode.block_map(row)
         if tab is not None:
-            m = m._replace(tables=decode.block_tables(tab))
+            cap = 8 * (int(m.planes["refcount"].sum()) + m.num_blocks) + 65536
+            m = m._replace(tables=decode.block_tables(tab, cap))
     except decode.Undecodable as exc:
         rep.bad(where, f"block map does not decode: {exc}")
         return

@@ -14,6 +14,7 @@ import numpy as np
 PLANES = ("owner", "filled", "allocated", "refcount", "cached")
 FINALS = ("final_seq", "final_len", "final_held")
 TABLES = ("table_len", "table_blocks")  # paged block tables (table block_tables, optional)
+BLOB_COLUMNS = ("lengths", *PLANES, *FINALS, *TABLES)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 CHUNK_FIELDS = ("event_id", "t", "step", "seq_id", "need_tokens", "free_tokens")
 
@@ -33,22 +34,32 @@ class Map(NamedTuple):
     tables: dict  # TABLES name -> np.ndarray (empty: the map has no block_tables row)
 
 
-def zlib_streams(blob: bytes) -> bytes:
-    """The documented blob: one or more complete zlib streams back to back, joined."""
+def zlib_streams(blob: bytes, cap: int) -> bytes:
+    """The documented blob: one or more complete zlib streams back to back, joined. Inflating
+    stops past `cap` bytes (a bomb costs at most that much memory)."""
     if not isinstance(blob, bytes):
         raise Undecodable(f"expected a BLOB, got {type(blob).__name__}")
-    out, rest = [], blob
+    out, rest, total = [], blob, 0
     while True:
         d = zlib.decompressobj()
         try:
-            out.append(d.decompress(rest))
+            part = d.decompress(rest, cap - total + 1)
         except zlib.error as exc:
             raise Undecodable(f"not zlib data ({exc})") from None
+        total += len(part)
+        if total > cap:
+            raise Undecodable(f"inflates past {cap} bytes, more than its counts allow")
+        out.append(part)
         if not d.eof:
             raise Undecodable("a zlib stream is cut short")
         rest = d.unused_data
         if not rest:
             return b"".join(out)
+
+
+def blob_cap(num_blocks: int, runs: int) -> int:
+    """The most bytes a map's blob may inflate to (docs/FORMAT.md, "Bounds")."""
+    return 16 * (num_blocks + runs) + 65536
 
 
 def spec_size(spec: dict, count: int) -> int:
@@ -61,8 +72,9 @@ def spec_size(spec: dict, count: int) -> int:
 def spec_dtype(spec: dict) -> str:
     if not isinstance(spec, dict) or spec.get("dtype") not in UNSIGNED:
         raise Undecodable(f"array spec {spec!r} has no unsigned dtype")
-    if not isinstance(spec.get("offset"), int):
-        raise Undecodable(f"array spec {spec!r} has no integer offset")
+    off = spec.get("offset")
+    if not isinstance(off, int) or isinstance(off, bool) or not -2**63 <= off < 2**63:
+        raise Undecodable(f"array spec {str(spec)[:80]} has no int64 offset")
     return spec["dtype"]
 
 
@@ -95,15 +107,19 @@ def unshuffle(raw: bytes, spec: dict, count: int) -> np.ndarray:
 
 def _v2_plane(name: str, blob: bytes, spec: dict, mode: str, n: int, runs: int,
               lengths: np.ndarray | None) -> np.ndarray:
-    raw = zlib_streams(blob)
+    raw = zlib_streams(blob, blob_cap(n, runs))
     if mode == "joint":
         return np.repeat(unshuffle(raw, spec, runs), lengths)
     r = spec.get("runs", "missing")
     if r is None:
         v = unshuffle(raw, spec, n)
         if "delta_first" in spec:
+            first = spec["delta_first"]
+            if not isinstance(first, int) or isinstance(first, bool) or not (
+                    -2**63 <= first < 2**63):
+                raise Undecodable(f"{name}: delta_first {str(first)[:40]} is not an int64")
             if n:
-                v[0] = int(spec["delta_first"])
+                v[0] = first
             v = np.cumsum(v)
         return v
     if not isinstance(r, int) or r < 0:
@@ -115,18 +131,23 @@ def _v2_plane(name: str, blob: bytes, spec: dict, mode: str, n: int, runs: int,
     return np.repeat(unshuffle(raw[cut:], spec, r), lens)
 
 
-def _v1_array(blob: bytes, spec: dict) -> np.ndarray:
+def _v1_array(blob: bytes, spec: dict, cap: int) -> np.ndarray:
+    if not isinstance(blob, bytes):
+        raise Undecodable(f"expected a BLOB, got {type(blob).__name__}")
+    d = zlib.decompressobj()
     try:
-        raw = zlib.decompress(blob)
-    except (zlib.error, TypeError) as exc:
+        raw = d.decompress(blob, cap + 1)
+    except zlib.error as exc:
         raise Undecodable(f"not a zlib stream ({exc})") from None
+    if len(raw) > cap:
+        raise Undecodable(f"inflates past {cap} bytes, more than its counts allow")
     dt = np.dtype(spec_dtype(spec)).newbyteorder("<")
     if len(raw) % dt.itemsize:
         raise Undecodable(f"{len(raw)} bytes are not whole {dt.name} values")
     return np.frombuffer(raw, dt).astype(np.int64) + spec["offset"]
 
 
-def _finals_v2(row: dict, arrays: dict, names: tuple) -> dict:
+def _finals_v2(row: dict, arrays: dict, names: tuple, cap: int) -> dict:
     out = {}
     for name in names:
         blob = row.get(name)
@@ -134,7 +155,7 @@ def _finals_v2(row: dict, arrays: dict, names: tuple) -> dict:
             out[name] = None
             continue
         spec = arrays.get(name)
-        raw = zlib_streams(blob)
+        raw = zlib_streams(blob, cap)
         count = spec.get("count") if isinstance(spec, dict) else None
         if count is None:
             width = np.dtype(spec_dtype(spec)).itemsize
@@ -152,15 +173,16 @@ def block_map(row: dict) -> Map:
         raise Undecodable(f"num_blocks {n!r} / runs {runs!r} are not counts")
     try:
         layout = json.loads(row["layout"])
-    except (TypeError, ValueError) as exc:
-        raise Undecodable(f"layout is not JSON ({exc})") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise Undecodable(f"layout is not JSON ({type(exc).__name__})") from None
     try:
         planes, finals, tables = _planes(row, layout, n, runs, enc)
     except Undecodable:
         raise
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError,
+            OverflowError) as exc:
         raise Undecodable(f"{enc} map does not fit its layout ({type(exc).__name__}: "
-                          f"{exc})") from None
+                          f"{str(exc)[:200]})") from None
     for name, arr in planes.items():
         if arr.size != n:
             raise Undecodable(f"plane {name} has {arr.size} values for {n} blocks")
@@ -170,18 +192,19 @@ def block_map(row: dict) -> Map:
 
 
 def _planes(row: dict, layout: object, n: int, runs: int, enc: str) -> tuple:
+    cap = blob_cap(n, runs)
     if enc == "rle-zlib-1":
-        lengths = _v1_array(row["lengths"], layout["lengths"])
+        lengths = _v1_array(row["lengths"], layout["lengths"], cap)
         if lengths.size != runs or int(lengths.sum()) != n:
             raise Undecodable(f"{lengths.size} run lengths covering {int(lengths.sum())} "
                               f"blocks, expected {runs} runs covering {n}")
         planes = {}
         for p in PLANES:
-            vals = _v1_array(row[p], layout[p])
+            vals = _v1_array(row[p], layout[p], cap)
             if vals.size != runs:
                 raise Undecodable(f"{p}: {vals.size} run values for {runs} runs")
             planes[p] = np.repeat(vals, lengths)
-        finals = {f: None if row.get(f) is None else _v1_array(row[f], layout[f])
+        finals = {f: None if row.get(f) is None else _v1_array(row[f], layout[f], cap)
                   for f in FINALS}
         return planes, finals, {}
     if enc != "rle-zlib-2":
@@ -191,20 +214,23 @@ def _planes(row: dict, layout: object, n: int, runs: int, enc: str) -> tuple:
         raise Undecodable(f"unknown layout mode {mode!r}")
     lengths = None
     if mode == "joint":
-        lengths = unshuffle(zlib_streams(row["lengths"]), arrays["lengths"], runs)
+        lengths = unshuffle(zlib_streams(row["lengths"], cap), arrays["lengths"], runs)
         if (lengths < 0).any() or int(lengths.sum()) != n:
             raise Undecodable(f"run lengths cover {int(lengths.sum())} blocks, not {n}")
     planes = {p: _v2_plane(p, row[p], arrays[p], mode, n, runs, lengths) for p in PLANES}
-    return planes, _finals_v2(row, arrays, FINALS), {}
+    return planes, _finals_v2(row, arrays, FINALS, cap), {}
 
 
 def event_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
     """The six columns of a `cols-zlib-1` chunk of n events."""
     if encoding != "cols-zlib-1":
         raise Undecodable(f"unknown event chunk encoding {encoding!r}")
+    if not isinstance(data, bytes):
+        raise Undecodable(f"event chunk data is {type(data).__name__}, not a BLOB")
+    d = zlib.decompressobj()
     try:
-        raw = zlib.decompress(data)
-    except (zlib.error, TypeError) as exc:
+        raw = d.decompress(data, 48 * n + 1)  # at most one byte past what n events take
+    except zlib.error as exc:
         raise Undecodable(f"event chunk is not zlib data ({exc})") from None
     if len(raw) != 48 * n:
         raise Undecodable(f"event chunk of {n} events holds {len(raw)} bytes, not {48 * n}")
@@ -212,14 +238,19 @@ def event_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
             for k, f in enumerate(CHUNK_FIELDS)}
 
 
-def block_tables(row: dict) -> dict[str, np.ndarray]:
-    """A block_tables row (`tables-zlib-1`): table_len and table_blocks."""
+def block_tables(row: dict, cap: int = 1 << 30) -> dict[str, np.ndarray]:
+    """A block_tables row (`tables-zlib-1`): table_len and table_blocks, each inflating to at
+    most `cap` bytes."""
     if row["encoding"] != "tables-zlib-1":
-        raise Undecodable(f"unknown block table encoding {row['encoding']!r}")
+        raise Undecodable(f"unknown block table encoding {str(row['encoding'])[:40]!r}")
     try:
         layout = json.loads(row["layout"])
-        return _finals_v2(row, layout, TABLES)
+        if not isinstance(layout, dict):
+            raise Undecodable("block table layout is not a JSON object")
+        return _finals_v2(row, layout, TABLES, cap)
     except Undecodable:
         raise
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise Undecodable(f"block tables do not fit their layout ({exc})") from None
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise Undecodable(f"block tables do not fit their layout ({type(exc).__name__}: "
+                          f"{str(exc)[:200]})") from None

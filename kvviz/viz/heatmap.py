@@ -150,7 +150,8 @@ def blockmap_figure(
     shown = f"{unit}s {c.start:,}-{c.stop - 1:,} of {bm.num_blocks:,}"
     per_cell = cell_unit(c.run, bm.block_size)
     layout = dict(
-        title=dict(text=f"<b>{title or bm.label}</b><br><sup>{shown}; {per_cell}</sup>",
+        title=dict(text=f"<b>{theme.text(title or bm.label)}</b><br><sup>{shown}; "
+                        f"{per_cell}</sup>",
                    font=dict(size=14, color=theme.TITLE_COLOUR), x=0, xanchor="left",
                    xref="container", pad=dict(l=4)),
         font=theme.FONT, hoverlabel=theme.HOVERLABEL,

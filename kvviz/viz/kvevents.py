@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kvviz.node.kvevents.model import Forest
+from kvviz.viz import theme
 
 MAX_NODES = 2000  # an icicle of more cells is slow to draw and unreadable
 
@@ -96,7 +97,7 @@ def timeline_figure(rows: Sequence[tuple], names: dict[int, str],
         ids = ids[:max_rows]
     n = max(1, len(ids))
     fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[names.get(int(i), str(i)) for i in ids] or None)
+                        subplot_titles=[theme.text(names.get(int(i), i)) for i in ids] or None)
     for r, sid in enumerate(ids, start=1):
         g = df[df["stream"] == sid]
         x = g["s"].to_numpy()
@@ -132,7 +133,8 @@ def churned_prefixes(f: Forest, n: int = 15) -> pd.DataFrame:
 def overlap_figure(names: Sequence[str], matrix: Sequence[Sequence[float]]) -> go.Figure:
     """Row a, column b: share of a's cached blocks that b also caches (by hash)."""
     z = np.asarray(matrix, np.float64)
-    fig = go.Figure(go.Heatmap(z=z, x=list(names), y=list(names), zmin=0, zmax=1,
+    shown = [theme.text(n) for n in names]  # endpoints are remote text, never HTML
+    fig = go.Figure(go.Heatmap(z=z, x=shown, y=shown, zmin=0, zmax=1,
                                colorscale="Greens", texttemplate="%{z:.0%}",
                                hovertemplate="%{z:.0%} of %{y}'s cached blocks are also "
                                              "cached by %{x}<extra></extra>"))

@@ -7,6 +7,13 @@ from typing import NamedTuple
 from kvviz import cellstate
 
 
+def text(value: object) -> str:
+    """A string from a recording, a node or a stream as plain text in a Plotly figure: Plotly
+    renders a subset of HTML in titles, legends, tick labels and hover (<a href> links, <b>,
+    <br>), so every '<', '>' and '&' is written as an entity, which Plotly shows as itself."""
+    return escape(str(value), quote=False)
+
+
 class StateStyle(NamedTuple):
     code: int
     name: str

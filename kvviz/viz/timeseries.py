@@ -128,6 +128,7 @@ def over_time_figure(samples: pd.DataFrame, lanes: list[str],
         df = lane_rows(samples, lane)
         t = numeric(df, "t")
         colour = theme.lane_colour(i)
+        lane = theme.text(lane)  # as text: lane names come from a recording
         common = dict(mode="lines", legendgroup=lane, line=dict(color=colour, width=1.5))
         fig.add_scatter(x=t, y=numeric(df, "external_frag_index"), name=lane, row=1, col=1,
                         **common)

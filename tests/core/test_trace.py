@@ -6,7 +6,8 @@ import pytest
 
 from kvviz.config import WorkloadConfig
 from kvviz.errors import TraceError
-from kvviz.workload import dump_trace, generate, load_trace, parse_trace
+from kvviz.traces import load_trace, parse_trace
+from kvviz.workload import dump_trace, generate
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])

@@ -247,7 +247,7 @@ def test_info_counts_the_node_samples_of_a_scrape_recording(tmp_path: Path,
             "--nvml", "never", "--out", str(out)]
     assert run_cli(argv).code == 0
     res = run_cli(["info", str(out)])
-    assert res.code == 0 and "2 node samples" in res.out, res.out + res.err
+    assert res.code == 0 and "2 scrapes (2 ok)" in res.out, res.out + res.err
 
 
 @pytest.mark.parametrize("sql, params", [

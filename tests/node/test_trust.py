@@ -129,14 +129,20 @@ def test_plain_markdown_escapes_every_active_character(text):
             shown.append(out[i + 1])
             i += 2
             continue
-        assert out[i] not in _ACTIVE and out[i].isprintable()
+        assert out[i] not in _ACTIVE and (out[i].isprintable() or out[i] == WJ)
         shown.append(out[i])
         i += 1
-    assert "".join(shown) == "".join(c if c.isprintable() else " " for c in text)
+    # what is shown is the text, with the word joiners that keep bare URLs from linking
+    assert "".join(shown).replace(WJ, "") == "".join(
+        c if c.isprintable() else " " for c in text).replace(WJ, "")
+
+
+WJ = "\u2060"  # U+2060 WORD JOINER
 
 
 def test_plain_markdown_of_an_image_link():
-    assert plain_markdown("![p](http://x/pixel)") == r"\!\[p\]\(http\://x/pixel\)"
+    # the word joiner (U+2060) inside "http" keeps GFM from linking the bare URL
+    assert plain_markdown("![p](http://x/pixel)") == "\\!\\[p\\]\\(h\u2060ttp\\://x/pixel\\)"
 
 
 @settings(max_examples=60, deadline=None)

@@ -62,4 +62,4 @@ def test_info_counts_the_node_samples_of_a_scrape_recording(tmp_path, capsys):
     w.close("finished")
     assert main(["info", str(tmp_path / "node.db")]) == 0
     out = capsys.readouterr().out
-    assert "3 node samples" in out and "1.0 s" in out
+    assert "3 scrapes (3 ok)" in out and "1.0 s" in out

@@ -71,8 +71,11 @@ class Forest:
                 stored_t[h] = t
                 nkids[p] = nkids.get(p, 0) + 1
                 self.cached_tokens += bs
-                if p is None and token_ids and len(self.root_tokens) < ROOT_TOKENS_KEPT:
-                    self.root_tokens[h] = tuple(token_ids[i * bs:(i + 1) * bs])
+                if p is None and isinstance(token_ids, list) and len(
+                        self.root_tokens) < ROOT_TOKENS_KEPT:
+                    toks = tuple(token_ids[i * bs:(i + 1) * bs])
+                    if all(type(x) is int for x in toks):  # a publisher may send anything
+                        self.root_tokens[h] = toks
             p = h
 
     def remove(self, hashes: list, t: float) -> None:

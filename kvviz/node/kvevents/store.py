@@ -126,15 +126,23 @@ def streams(conn: sqlite3.Connection) -> list[dict]:
     out = []
     for r in conn.execute(f"SELECT {', '.join(cols)} FROM kv_streams ORDER BY stream_id"):
         d = dict(zip(cols, r))
-        d["summary"] = json.loads(d.pop("summary_json") or "null")
+        raw = d.pop("summary_json")
+        try:
+            d["summary"] = json.loads(raw or "null")
+        except (TypeError, ValueError, RecursionError):
+            raise ValueError(f"damaged recording: kv_streams row {d['stream_id']}: "
+                             "summary_json is not JSON of a summary (or nested too deeply)"
+                             ) from None
         out.append(d)
     return out
 
 
-def gaps(conn: sqlite3.Connection) -> list[dict]:
+def gaps(conn: sqlite3.Connection, limit: int | None = None) -> list[dict]:
+    """The kv_gaps rows in order (the first `limit` of them)."""
     cols = ("stream_id", "t", "kind", "first_seq", "last_seq", "filled")
     return [dict(zip(cols, r)) for r in conn.execute(
-        f"SELECT {', '.join(cols)} FROM kv_gaps ORDER BY gap_id")]
+        f"SELECT {', '.join(cols)} FROM kv_gaps ORDER BY gap_id LIMIT ?",
+        (-1 if limit is None else int(limit),))]
 
 
 def timeline(conn: sqlite3.Connection) -> list[tuple]:
@@ -196,9 +204,16 @@ def stream_counts(conn: sqlite3.Connection) -> dict[int, dict]:
             "FROM kv_batches GROUP BY stream_id"):
         out[sid] = {"batches": ok, "events": ev, "stored_blocks": ns, "removed_blocks": nr,
                     "cleared": nc, "replayed_batches": rep, "undecodable": bad}
-    for sid, kind, n, lost in conn.execute(
-            "SELECT stream_id, kind, COUNT(*), SUM(last_seq - first_seq + 1 - filled * "
-            "(last_seq - first_seq + 1)) FROM kv_gaps GROUP BY stream_id, kind"):
+    lost_of: dict = {}  # in Python ints: a gap-heavy stream's sum overflows SQLite's int64
+    for sid, kind, first, last, filled in conn.execute(
+            "SELECT stream_id, kind, first_seq, last_seq, filled FROM kv_gaps"):
+        if not all(type(v) is int for v in (first, last, filled)):
+            raise ValueError(f"damaged recording: kv_gaps of stream {sid!r}: first_seq, "
+                             "last_seq and filled must be integers")
+        key = (sid, kind)
+        n, lost = lost_of.get(key, (0, 0))
+        lost_of[key] = (n + 1, lost + (0 if filled else max(0, last - first + 1)))
+    for (sid, kind), (n, lost) in lost_of.items():
         d = out.setdefault(sid, {})
         if kind == "gap":
             d["gaps"], d["lost_batches"] = n, lost

@@ -1,0 +1,71 @@
+"""Every engine event of a recording, rows and decoded chunks, in event_id order."""
+from __future__ import annotations
+
+import sqlite3
+
+from kvviz.verify import decode, rows
+
+KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected")
+CHUNK_KINDS = ("admitted", "finished")
+
+
+class TooMany(Exception):
+    """More events than the verifier holds (rows.MAX_EVENTS, --max-events)."""
+
+
+def table_rows(db: sqlite3.Connection, sql: str, args: tuple = ()):
+    """Rows as dicts, one at a time."""
+    cur = db.execute(sql, args)
+    names = [d[0] for d in cur.description]
+    for r in cur:
+        yield dict(zip(names, r))
+
+
+def load(db: sqlite3.Connection, rep, chunked: bool, limit: int) -> list[dict]:
+    """Every event of the run in event_id order (rows and decoded chunks); rows and chunks
+    that do not fit FORMAT.md are mismatches and left out. TooMany past `limit` events."""
+    evs: list[dict] = []
+    for ev in table_rows(db, "SELECT * FROM events"):
+        where = f"events row {ev['event_id']}"
+        bad = rows.problem("events", ev)
+        if bad:
+            rep.bad(where, bad)
+        elif ev["kind"] not in KINDS or (chunked and ev["kind"] in CHUNK_KINDS):
+            rep.bad(where, f"kind {rows.shown(ev['kind'])} is not a row kind")
+        else:
+            evs.append(ev)
+        if len(evs) > limit:
+            raise TooMany(f"more than {limit} events")
+    if chunked:
+        for ch in table_rows(db, "SELECT * FROM event_chunks ORDER BY chunk_id"):
+            where = f"event_chunks row {ch['chunk_id']}"
+            bad = rows.problem("event_chunks", ch) or rows.chunk_bounds(ch)
+            if bad:
+                rep.bad(where, bad)
+                continue
+            if len(evs) + ch["n"] > limit:
+                raise TooMany(f"more than {limit} events")
+            try:
+                cols = decode.event_chunk(ch["n"], ch["encoding"], ch["data"])
+            except decode.Undecodable as exc:
+                rep.bad(where, str(exc))
+                continue
+            ids, t = cols["event_id"], cols["t"]
+            rep.checks += 1
+            if ch["kind"] not in CHUNK_KINDS or (
+                    (int(ids[0]), int(ids[-1]), float(t[0]), float(t[-1]))
+                    != (ch["id_first"], ch["id_last"], ch["t_first"], ch["t_last"])):
+                rep.bad(where, "its kind, n or first/last id and t disagree with its data")
+            lists = {k: v.tolist() for k, v in cols.items()}
+            for k in range(ch["n"]):
+                evs.append({"event_id": lists["event_id"][k], "t": lists["t"][k],
+                            "step": lists["step"][k], "lane": ch["lane"],
+                            "kind": ch["kind"], "seq_id": lists["seq_id"][k],
+                            "reason": None, "need_tokens": lists["need_tokens"][k],
+                            "free_tokens": lists["free_tokens"][k]})
+    evs.sort(key=lambda e: e["event_id"])
+    ids = [e["event_id"] for e in evs]
+    rep.checks += 1
+    if ids != list(range(1, len(ids) + 1)):
+        rep.bad("events", "event ids are not 1, 2, 3, ... without gaps or repeats")
+    return evs
