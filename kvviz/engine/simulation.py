@@ -1,7 +1,8 @@
 """Lanes in lockstep: one request stream, several allocators, identical arrivals.
 
-run() jumps over idle time (no lane has a request running or waiting) straight to the step
-of the next arrival, so a sparse stream costs steps with work, not simulated seconds.
+Every lane steps the one scheduling rule (kvviz/engine/scheduler.py). run() jumps over idle
+time (no lane has a request running or waiting) straight to the step of the next arrival, so
+a sparse stream costs steps with work, not simulated seconds.
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import numpy as np
 from kvviz.alloc import make_allocator
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.engine.events import MAX_STEP, EventLog
-from kvviz.engine.jump import ENGINES, run_jumping
 from kvviz.engine.lane import KVExecutor, Lane
 from kvviz.errors import KvvizError
 from kvviz.workload import Workload
+
+# run()'s advance modes. Both step the one rule and skip idle time; "jump" is kept as a name
+# for callers of earlier versions and behaves exactly as "step".
+ENGINES = ("jump", "step")
 
 
 class Simulation:
@@ -29,7 +33,7 @@ class Simulation:
     ) -> None:
         if advance not in ENGINES:
             raise ValueError(f"advance: {advance!r}; use one of {list(ENGINES)}")
-        self.advance = advance  # run(): "jump" between events (exact) or "step" one by one
+        self.advance = advance
         if not lanes:
             raise ValueError("lanes: give at least one lane")
         self.workload = workload
@@ -115,10 +119,6 @@ class Simulation:
             progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """Step until every request finished (or max_steps); returns one summary per lane."""
         t0 = time.perf_counter()
-        if self.advance == "jump":
-            run_jumping(self, max_steps, progress)
-            self.wall_seconds += time.perf_counter() - t0
-            return self.summaries()
         total = len(self.workload)
         while not self.finished and (max_steps is None or self.step_no < max_steps):
             idle = self._idle_steps()  # sparse arrivals: jump over the idle time

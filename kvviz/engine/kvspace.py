@@ -1,0 +1,114 @@
+"""KV memory as the scheduler sees it: one small interface over a lane's allocator.
+
+PagedSpace is vLLM's KVCacheManager (vllm/v1/core/kv_cache_manager.py) over kvviz's paged
+allocator: prefix hits of whole cached blocks (never the last known token), the blocks an
+admission or a growth takes, vLLM's watermark, every full block cached under its key.
+ContiguousSpace is kvviz's own: one range per request, reserved at admission and grown in
+place (vLLM has no contiguous allocator; the scheduler above it is the same).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kvviz.alloc.base import Admission, Allocator, Reason
+from kvviz.engine.tokens import BlockKeys
+
+
+class PagedSpace:
+    def __init__(self, alloc: Allocator, keys: BlockKeys | None, watermark: float) -> None:
+        self.alloc, self.keys, self.bs = alloc, keys, alloc.block_size
+        # vLLM: int(watermark * num_blocks), its block count including the null block
+        self.watermark_blocks = int(watermark * (alloc.num_blocks + 1))
+
+    def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
+        """The cached blocks request r starts from and the tokens they hold: whole blocks
+        before its last known token (vLLM recomputes that one to sample)."""
+        n = (num_tokens - 1) // self.bs
+        if self.keys is None or n <= 0:
+            return [], 0
+        hits = self.alloc.cached_prefix(self.keys.keys(r, n)[:n])
+        return hits, len(hits) * self.bs
+
+    def refuse(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission | None:
+        """Why admitting r with all num_tokens known tokens must wait (None: it fits).
+        vLLM checks the whole sequence, not the chunk, and keeps the watermark free unless
+        nothing runs yet."""
+        need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
+        free = self.alloc.free_blocks
+        keep = 0 if empty else self.watermark_blocks
+        if need + keep <= free:
+            return None
+        bs = self.bs
+        reason = Reason.CAPACITY if need > free else Reason.POLICY
+        return Admission(False, reason, need * bs, free * bs, free * bs)
+
+    def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
+        self.alloc.grow_to(r, tokens, hits)
+        self._cache(r, tokens)
+
+    def grow(self, r: int, tokens: int) -> bool:
+        """Slots up to `tokens` for a running request; False (nothing changed) if the free
+        blocks do not suffice."""
+        a = self.alloc
+        if a.blocks_to_allocate(r, tokens) > a.free_blocks:
+            return False
+        a.grow_to(r, tokens)
+        self._cache(r, tokens)
+        return True
+
+    def decode_all(self, ids: np.ndarray, lens: np.ndarray) -> bool:
+        """One token for each request (lens: slots each holds) if the free blocks cover all
+        of them: what grow() one by one would do, in one batch. False: nothing changed."""
+        opens = lens % self.bs == 0
+        if int(opens.sum()) > self.alloc.free_blocks:
+            return False
+        self.alloc.append_batch(ids)
+        if self.keys is not None:  # requests whose new token fills a block cache it
+            full = (lens + 1) % self.bs == 0
+            for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
+                self._cache(r, n)
+        return True
+
+    def _cache(self, r: int, tokens: int) -> None:
+        if self.keys is not None and tokens >= self.bs:
+            n = tokens // self.bs
+            self.alloc.cache_blocks(r, self.keys.keys(r, n)[:n])
+
+    def free(self, r: int) -> None:
+        self.alloc.release(r)
+
+    def done(self, r: int) -> None:
+        """Request r finished: its keys are no longer needed (its cached blocks stay)."""
+        if self.keys is not None:
+            self.keys.forget(r)
+
+
+class ContiguousSpace:
+    def __init__(self, alloc: Allocator, reserve: np.ndarray) -> None:
+        self.alloc, self.reserve, self.bs = alloc, reserve, alloc.block_size
+
+    def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
+        return [], 0
+
+    def refuse(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission | None:
+        adm = self.alloc.check(num_tokens, max(num_tokens, int(self.reserve[r])))
+        return None if adm.ok else adm
+
+    def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
+        self.alloc.admit(r, tokens, max(num_tokens, int(self.reserve[r])))
+
+    def grow(self, r: int, tokens: int) -> bool:
+        extra = tokens - self.alloc.seq_len(r)
+        return extra <= 0 or self.alloc.append(r, extra).ok
+
+    def decode_all(self, ids: np.ndarray, lens: np.ndarray) -> bool:
+        if not (lens < self.alloc.seq_allocated_tokens(ids)).all():
+            return False
+        self.alloc.append_batch(ids)
+        return True
+
+    def free(self, r: int) -> None:
+        self.alloc.release(r)
+
+    def done(self, r: int) -> None:
+        pass
