@@ -124,6 +124,8 @@ def run_case(case: dict, model_dir: str) -> dict:
         finished = [q for q in running if q not in set(after)]
         left -= len(finished)
         blocks = {q: list(s.kv_cache_manager.get_block_ids(q)[0]) for q in after}
+        if not sched and before == set(after):  # a step that only reports past finishes
+            continue
         steps.append({"step": step, "running": [int(q) for q in after],
                       "scheduled": {q: n for q, n in sched.items()},
                       "preempted": sorted(int(q) for q in before - set(running)),
@@ -142,8 +144,12 @@ def main() -> None:
             json.dump(MODEL, f)
         if "--serve" in sys.argv[1:]:
             print(json.dumps({"vllm": VERSION}), flush=True)
-            for line in sys.stdin:
-                print(json.dumps(run_case(json.loads(line), d)), flush=True)
+            for line in sys.stdin:  # a case vLLM refuses answers {"error": ...}
+                try:
+                    out = run_case(json.loads(line), d)
+                except Exception as exc:  # noqa: BLE001 (reported to the caller as text)
+                    out = {"error": f"{type(exc).__name__}: {exc}"}
+                print(json.dumps(out), flush=True)
             return
         results = [run_case(c, d) for c in json.load(sys.stdin)["cases"]]
     json.dump({"vllm": VERSION, "results": results}, sys.stdout)

@@ -112,14 +112,15 @@ def streams(draw):
     w = workload(arrival, prompt, output, chains)
     need = max(-(-(p + o - 1) // bs) for p, o in zip(prompt, output))
     blocks = draw(st.integers(need, need + 40))
-    budget = (draw(st.integers(8, 200)) if chunked
+    seqs = draw(st.integers(1, 8))
+    budget = (draw(st.integers(max(8, seqs), 200)) if chunked
               else draw(st.integers(max(p + o for p, o in zip(prompt, output)) + 1, 300)))
-    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": draw(st.integers(1, 8)),
+    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
                "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
                "watermark": draw(st.sampled_from([0.0, 0.0, 0.05, 0.2]))}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams())
 def test_any_stream_matches_vllm(vllm, stream):
     w, kw = stream

@@ -105,7 +105,10 @@ class VllmServer:
         line = self.p.stdout.readline()
         if not line:
             raise AssertionError(f"the vLLM reference died: {self._stderr()}")
-        return json.loads(line)
+        out = json.loads(line)
+        if "error" in out:
+            raise AssertionError(f"vLLM refused the case: {out['error']}")
+        return out
 
     def close(self) -> None:
         self.p.stdin.close()
