@@ -29,16 +29,16 @@ class PagedSpace:
         hits = self.alloc.cached_prefix(self.keys.keys(r, n)[:n])
         return hits, len(hits) * self.bs
 
-    def refuse(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission | None:
-        """Why admitting r with all num_tokens known tokens must wait (None: it fits).
-        vLLM checks the whole sequence, not the chunk, and keeps the watermark free unless
-        nothing runs yet."""
+    def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
+        """Whether r fits with all num_tokens known tokens: vLLM checks the whole sequence,
+        not the chunk, and keeps the watermark free unless nothing runs yet. need: the
+        blocks beyond the hits, plus the hits it takes out of the free queue."""
         need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
         free = self.alloc.free_blocks
         keep = 0 if empty else self.watermark_blocks
-        if need + keep <= free:
-            return None
         bs = self.bs
+        if need + keep <= free:
+            return Admission(True, None, need * bs, free * bs, free * bs)
         reason = Reason.CAPACITY if need > free else Reason.POLICY
         return Admission(False, reason, need * bs, free * bs, free * bs)
 
@@ -90,9 +90,8 @@ class ContiguousSpace:
     def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
         return [], 0
 
-    def refuse(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission | None:
-        adm = self.alloc.check(num_tokens, max(num_tokens, int(self.reserve[r])))
-        return None if adm.ok else adm
+    def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
+        return self.alloc.check(num_tokens, max(num_tokens, int(self.reserve[r])))
 
     def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
         self.alloc.admit(r, tokens, max(num_tokens, int(self.reserve[r])))

@@ -156,9 +156,8 @@ class Lane:
         if plan.admitted:
             self._last_fail = None
             adm = np.asarray(plan.admitted, np.int64)
-            free = self.alloc.usage().free_tokens
             ev.add_many(time_s, self.step_no, code, KIND_CODE["admitted"], adm,
-                        self.sched.num_tokens[adm], np.full(adm.size, free, np.int64))
+                        self.sched.num_tokens[adm], np.asarray(plan.free_after, np.int64))
         if plan.refused is not None:
             self._fail(*plan.refused)
         self._memory_pressure = plan.pressure

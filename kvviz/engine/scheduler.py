@@ -47,6 +47,7 @@ class Plan(NamedTuple):
     counts: np.ndarray  # tokens each computes now
     admitted: list[int]  # among ids, newly running (new or resumed)
     hit_tokens: list[int]  # per admitted request: tokens served by cached blocks
+    free_after: list[int]  # per admitted request: free slots right after its admission
     preempted: list[int]
     rejected: list[tuple[int, Admission]]
     refused: tuple[int, Admission] | None  # the head that had to wait, and why
@@ -126,16 +127,16 @@ class Scheduler:
             starts = self.computed[ids] if ids else EMPTY
             if ids:
                 self.computed[ids] = starts + counts
-        admitted, hits, rejected, refused = [], [], [], None
+        admitted, hits, free, rejected, refused = [], [], [], [], None
         if not preempted:
-            refused = self._admit(budget, ids, counts, admitted, hits, rejected)
+            refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
             if admitted:
                 starts = np.concatenate([starts, np.asarray(hits, np.int64)])
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
         return Plan(np.asarray(ids, np.int64), np.asarray(starts, np.int64),
-                    np.asarray(counts, np.int64), admitted, hits, preempted, rejected, refused,
-                    pressure)
+                    np.asarray(counts, np.int64), admitted, hits, free, preempted, rejected,
+                    refused, pressure)
 
     def _preempt(self, r: int) -> None:
         self.space.free(r)
@@ -143,7 +144,8 @@ class Scheduler:
         self.front.appendleft(r)
 
     def _admit(self, budget: int, ids: list[int], counts: list[int], admitted: list[int],
-               hits_out: list[int], rejected: list) -> tuple[int, Admission] | None:
+               hits_out: list[int], free_out: list[int],
+               rejected: list) -> tuple[int, Admission] | None:
         """Admit waiting requests in order; returns the head left waiting and why (None when
         the queue emptied or the budget ran out)."""
         space, cfg = self.space, self.cfg
@@ -161,8 +163,8 @@ class Scheduler:
             if not cfg.enable_chunked_prefill and n > budget:
                 return r, self._policy(r, total, hits)
             n = min(n, budget)
-            adm = space.refuse(r, total, hits, not self.running)
-            if adm is not None:
+            adm = space.check(r, total, hits, not self.running)
+            if not adm.ok:
                 return r, adm
             space.admit(r, hit + n, hits, total)
             self.pop_head()
@@ -175,15 +177,14 @@ class Scheduler:
             counts.append(n)
             admitted.append(r)
             hits_out.append(hit)
+            free_out.append(space.alloc.usage().free_tokens)
             budget -= n
         return None
 
     def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
         """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
-        adm = self.space.refuse(r, total, hits, not self.running)
-        if adm is not None:
-            return adm
-        return Admission(False, Reason.POLICY, 0, 0, 0)
+        adm = self.space.check(r, total, hits, not self.running)
+        return adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)
 
     def _whole(self, r: int) -> Admission:
         """Why r can never run: its whole life (prompt + output - 1 slots, or its
