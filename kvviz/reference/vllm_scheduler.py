@@ -18,7 +18,8 @@ every request whose KV caught up, the next token of its list (the way vLLM's tes
 tests/v1/core drive a scheduler). Per step with work the result records the tokens scheduled
 per request, the preempted, the hit tokens of each admission, the finished, then (after the
 update) the running requests in order and each one's block ids; at the end vLLM's own
-prefix-cache counters (queries and hits, resumed requests included).
+prefix-cache counters (queries and hits, resumed requests included), the last step and the
+preemptions, and the seconds the loop took. "record": false keeps only the totals.
 """
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def run_case(case: dict, model_dir: str) -> dict:
     for i, r in enumerate(reqs):
         by_step.setdefault(r["arrival_step"], []).append(i)
     steps, left = [], len(reqs)
+    record = case.get("record", True)  # False: totals only (the speed benchmark)
+    totals = {"steps": 0, "preemptions": 0}
     queries = hits = 0
     t0 = time.perf_counter()
     for step in range(1, case["max_steps"] + 1):
@@ -123,9 +126,15 @@ def run_case(case: dict, model_dir: str) -> dict:
         after = [q.request_id for q in s.running]
         finished = [q for q in running if q not in set(after)]
         left -= len(finished)
-        blocks = {q: list(s.kv_cache_manager.get_block_ids(q)[0]) for q in after}
         if not sched and before == set(after):  # a step that only reports past finishes
             continue
+        totals["steps"] = step
+        totals["preemptions"] += len(before - set(running))
+        if not record:
+            if not left:
+                break
+            continue
+        blocks = {q: list(s.kv_cache_manager.get_block_ids(q)[0]) for q in after}
         steps.append({"step": step, "running": [int(q) for q in after],
                       "scheduled": {q: n for q, n in sched.items()},
                       "preempted": sorted(int(q) for q in before - set(running)),
@@ -133,7 +142,7 @@ def run_case(case: dict, model_dir: str) -> dict:
                       "blocks": blocks})
         if not left:
             break
-    return {"steps": steps, "queries": queries, "hits": hits,
+    return {"steps": steps, "queries": queries, "hits": hits, "totals": totals,
             "loop_seconds": time.perf_counter() - t0}
 
 
