@@ -56,18 +56,21 @@ class PagedSpace:
         self._cache(r, tokens)
         return True
 
-    def decode_all(self, ids: np.ndarray, lens: np.ndarray) -> bool:
-        """One token for each request (lens: slots each holds) if the free blocks cover all
-        of them: what grow() one by one would do, in one batch. False: nothing changed."""
+    def decode_many(self, ids: np.ndarray, lens: np.ndarray) -> int:
+        """One token for each of the longest leading run of `ids` (lens: slots each holds)
+        that the free blocks cover, in order: what grow() one by one would do, as one
+        batch. Returns how many grew."""
         opens = lens % self.bs == 0
-        if int(opens.sum()) > self.alloc.free_blocks:
-            return False
+        k = int(np.searchsorted(np.cumsum(opens), self.alloc.free_blocks, "right"))
+        if not k:
+            return 0
+        ids, lens = ids[:k], lens[:k]
         self.alloc.append_batch(ids)
         if self.keys is not None:  # requests whose new token fills a block cache it
             full = (lens + 1) % self.bs == 0
             for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
                 self._cache(r, n)
-        return True
+        return k
 
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
@@ -100,11 +103,13 @@ class ContiguousSpace:
         extra = tokens - self.alloc.seq_len(r)
         return extra <= 0 or self.alloc.append(r, extra).ok
 
-    def decode_all(self, ids: np.ndarray, lens: np.ndarray) -> bool:
-        if not (lens < self.alloc.seq_allocated_tokens(ids)).all():
-            return False
-        self.alloc.append_batch(ids)
-        return True
+    def decode_many(self, ids: np.ndarray, lens: np.ndarray) -> int:
+        """One token for each of the leading requests whose reservation has room."""
+        room = lens < self.alloc.seq_allocated_tokens(ids)
+        k = ids.size if room.all() else int(np.argmin(room))
+        if k:
+            self.alloc.append_batch(ids[:k])
+        return k
 
     def free(self, r: int) -> None:
         self.alloc.release(r)

@@ -93,45 +93,49 @@ class Scheduler:
     def schedule(self) -> Plan:
         budget = self.cfg.max_batched_tokens
         ids: list[int] = []
+        starts: list[int] = []
         counts: list[int] = []
         preempted: list[int] = []
-        run = self.running
-        fast = run and len(run) <= budget
-        if fast:
-            arr = np.asarray(run, np.int64)
-            lens = self.computed[arr]
-            fast = bool((self.num_tokens[arr] - lens == 1).all())
-        if fast and self.space.decode_all(arr, lens):  # every running request decodes
-            starts = lens
-            self.computed[arr] = lens + 1
-            budget -= len(run)
-            ids, counts = run.copy(), [1] * len(run)
-        else:
-            i = 0
-            while i < len(run) and budget > 0:
-                r = run[i]
-                n = min(int(self.num_tokens[r] - self.computed[r]), budget)
-                end = int(self.computed[r]) + n
-                while not self.space.grow(r, end):
-                    victim = run.pop()
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim == r:
-                        break
-                if preempted and preempted[-1] == r:
+        run, comp, known = self.running, self.computed, self.num_tokens
+        i = 0
+        while i < len(run) and budget > 0:
+            r = run[i]
+            if known[r] - comp[r] == 1:  # decodes in a row: grow as many as fit at once
+                seg = np.asarray(run[i:i + budget], np.int64)
+                lens = comp[seg]
+                dec = known[seg] - lens == 1
+                if not dec.all():
+                    m = int(np.argmin(dec))
+                    seg, lens = seg[:m], lens[:m]
+                k = self.space.decode_many(seg, lens)
+                if k:
+                    ids.extend(seg[:k].tolist())
+                    starts.extend(lens[:k].tolist())
+                    counts.extend([1] * k)
+                    comp[seg[:k]] = lens[:k] + 1
+                    budget -= k
+                    i += k
+                    continue
+            n = min(int(known[r] - comp[r]), budget)
+            start = int(comp[r])
+            while not self.space.grow(r, start + n):  # preempt from the tail until r fits
+                victim = run.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim == r:
                     break
-                ids.append(r)
-                counts.append(n)
-                budget -= n
-                i += 1
-            starts = self.computed[ids] if ids else EMPTY
-            if ids:
-                self.computed[ids] = starts + counts
+            if preempted and preempted[-1] == r:
+                break
+            ids.append(r)
+            starts.append(start)
+            counts.append(n)
+            comp[r] = start + n
+            budget -= n
+            i += 1
         admitted, hits, free, rejected, refused = [], [], [], [], None
         if not preempted:
             refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
-            if admitted:
-                starts = np.concatenate([starts, np.asarray(hits, np.int64)])
+            starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
         return Plan(np.asarray(ids, np.int64), np.asarray(starts, np.int64),
