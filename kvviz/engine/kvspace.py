@@ -72,6 +72,29 @@ class PagedSpace:
                 self._cache(r, n)
         return k
 
+    def answer_floor(self, r: int, num_tokens: int) -> int:
+        """The fewest free blocks that keep the answer to waiting request r (not live, no
+        hits: a lane without prefix caching) as it is now: its need if it fits now."""
+        need = -(-num_tokens // self.bs)
+        return need if self.alloc.free_blocks >= need else 0
+
+    def span(self, ids: np.ndarray, lens: np.ndarray, m: int, floor: int) -> int:
+        """The most steps (<= m) of one token each whose new blocks leave >= floor free."""
+        budget = self.alloc.free_blocks - floor
+        bs = self.bs
+        base = int((-(-lens // bs)).sum())
+
+        def fits(j: int) -> bool:
+            return int((-(-(lens + j) // bs)).sum()) - base <= budget
+
+        if fits(m):
+            return m
+        lo, hi = 0, m  # fits(lo), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
             n = tokens // self.bs
@@ -110,6 +133,13 @@ class ContiguousSpace:
         if k:
             self.alloc.append_batch(ids[:k])
         return k
+
+    def answer_floor(self, r: int, num_tokens: int) -> int:
+        return 0  # a span of decodes inside the reservations moves no range
+
+    def span(self, ids: np.ndarray, lens: np.ndarray, m: int, floor: int) -> int:
+        room = self.alloc.seq_allocated_tokens(ids) - lens
+        return max(0, min(m, int(room.min())))
 
     def free(self, r: int) -> None:
         self.alloc.release(r)

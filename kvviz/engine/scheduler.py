@@ -200,6 +200,32 @@ class Scheduler:
             whole = max(whole, int(reserve[r]))
         return space.alloc.check(whole)
 
+    def quiet_steps(self, limit: int) -> int:
+        """After a step that logged no event: how many next steps (<= limit) decide exactly
+        the same, writing one token per running request and nothing else (0: unknown or
+        none). They do while every running request decodes within the budget, none finishes,
+        the free blocks cover the span's new blocks, and the head of the queue (if any) keeps
+        its answer: it was refused, and the free blocks stay on the same side of its need.
+        Arrivals are the caller's bound (they matter only while nobody waits). Lanes that
+        cache prefixes return 0 (a new cached block can change the head's hit)."""
+        run, space = self.running, self.space
+        if not run or self.caching or len(run) > self.cfg.max_batched_tokens:
+            return 0
+        ids = np.asarray(run, np.int64)
+        lens = self.computed[ids]
+        if (self.num_tokens[ids] - lens != 1).any():
+            return 0
+        m = min(limit, int((self.w.output[ids] - self.generated[ids]).min()) - 1)
+        if m <= 0:
+            return 0
+        floor = 0
+        if self.waiting_count and len(run) < self.cfg.max_batched_tokens:  # a refused head
+            r = self.head()
+            if self.too_big[r]:
+                return 0
+            floor = space.answer_floor(r, int(self.num_tokens[r]))
+        return space.span(ids, lens, m, floor)
+
     def update(self, plan: Plan) -> np.ndarray:
         """Sample one token for every request whose KV caught up; finish (and free) those
         that reached their output length. Returns the finished requests, in step order."""

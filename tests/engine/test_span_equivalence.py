@@ -1,0 +1,155 @@
+"""Quiet spans (kvviz/engine/span.py, advance="jump") give exactly stepping's results:
+summaries (but wall time), events in the same order with the same steps, and block maps at
+every sampled step."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.engine import Simulation
+from kvviz.workload import Workload, generate
+
+CONTIGUOUS = [f"contiguous:{p}:{r}" for p in ("first-fit", "best-fit", "buddy")
+              for r in ("max", "pow2", "exact")]
+PAGED = [f"paged:{b}" for b in (1, 16, 64)]
+PREFIX = [f"paged:{b}:prefix" for b in (1, 16, 64)]
+STEP_CAP = 30_000  # compare up to this step at most
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _maps_equal(a, b) -> bool:
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if x is None or y is None or not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _summaries(sim: Simulation) -> list[dict]:
+    out = sim.summaries()
+    for s in out:
+        s.pop("wall_seconds")
+    return out
+
+
+def assert_same(w: Workload, lanes: list[str], cache: CacheConfig, engine: EngineConfig,
+                samples: list[int]) -> Simulation:
+    """Run both engines, stopping at each sample step to compare block maps, to the end
+    (or STEP_CAP); returns the jumping simulation."""
+    specs = [LaneSpec.parse(x) for x in lanes]
+    step = Simulation(w, specs, cache, engine, advance="step")
+    jump = Simulation(w, specs, cache, engine, advance="jump")
+    for s in [*sorted(samples), STEP_CAP]:
+        step.run(max_steps=s)
+        jump.run(max_steps=s)
+        assert jump.step_no == step.step_no
+        for a, b in zip(step.lanes, jump.lanes):
+            assert a.step_no == b.step_no
+            assert _maps_equal(a.snapshot(), b.snapshot()), (s, a.name)
+    assert _summaries(jump) == _summaries(step)
+    assert jump.events.events == step.events.events
+    return jump
+
+
+@st.composite
+def workloads(draw) -> Workload:
+    kind = draw(st.sampled_from(["poisson", "bursty", "trace"]))
+    max_len = draw(st.integers(16, 400))
+    if kind == "trace":
+        n = draw(st.integers(1, 40))
+        gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.02, 0.05, 0.3, 1.7]),
+                             min_size=n, max_size=n))
+        prompt = np.array(draw(st.lists(st.integers(1, max_len - 1), min_size=n, max_size=n)))
+        out = np.array(draw(st.lists(st.integers(1, max_len), min_size=n, max_size=n)))
+        out = np.maximum(1, np.minimum(out, max_len - prompt))
+        return Workload(np.cumsum(gaps), prompt.astype(np.int64), out.astype(np.int64),
+                        np.full(n, -1, np.int64))
+    rate = draw(st.sampled_from([math.inf, 0.5, 5.0, 40.0, 400.0]))
+    share = draw(st.sampled_from([0.0, 0.5]))
+    return generate(WorkloadConfig(
+        draw(st.sampled_from(["sharegpt-like", "alpaca-like", "uniform", "long-context"])),
+        num_requests=draw(st.integers(1, 60)), rate=rate, arrival=kind, max_seq_len=max_len,
+        prefix_share=share, prefix_tokens=max(1, max_len // 4), seed=draw(st.integers(0, 99))))
+
+
+engines = st.builds(
+    EngineConfig, max_num_seqs=st.sampled_from([1, 2, 7, 64, 256, 100000]),
+    max_batched_tokens=st.sampled_from([1, 100, 8192, 10**9]),
+    watermark=st.sampled_from([0.0, 0.01, 0.2]), step_ms=st.sampled_from([20.0, 7.3])
+) | st.builds(EngineConfig, max_num_seqs=st.sampled_from([3, 256]),
+              max_batched_tokens=st.sampled_from([2048, 10**9]),
+              watermark=st.sampled_from([0.0, 0.05]), enable_chunked_prefill=st.just(False))
+
+
+def _run(data, lanes: list[str]) -> None:
+    w = data.draw(workloads())
+    engine = data.draw(engines)
+    cap = data.draw(st.sampled_from([64, 128, 300, 1024, 4096, 65536]))
+    samples = data.draw(st.lists(st.integers(1, 3000), max_size=4))
+    assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, samples)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.sampled_from(CONTIGUOUS), min_size=1, max_size=3))
+def test_contiguous_lanes_jump_exactly(data, lanes):
+    _run(data, lanes)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.sampled_from(PAGED), min_size=1, max_size=3))
+def test_paged_lanes_jump_exactly(data, lanes):
+    _run(data, lanes)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.sampled_from(PREFIX), min_size=1, max_size=2))
+def test_prefix_caching_lanes_give_the_step_engines_results(data, lanes):
+    _run(data, lanes)
+
+
+@SETTINGS
+@given(st.data(), st.lists(st.sampled_from(CONTIGUOUS + PAGED + PREFIX), min_size=1,
+                           max_size=4))
+def test_mixed_lanes_give_the_step_engines_results(data, lanes):
+    _run(data, lanes)
+
+
+def test_four_lane_preset_jumps_exactly():
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=300, rate=5.0, seed=3))
+    lanes = ["contiguous:first-fit:max", "contiguous:buddy:pow2", "paged:16"]
+    assert_same(w, lanes, CacheConfig(capacity_tokens=65536), EngineConfig(), [50, 777])
+
+
+def test_preemption_heavy_preset_jumps_exactly():
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=200, seed=1, max_seq_len=512))
+    jump = assert_same(w, ["paged:16", "contiguous:first-fit:exact"],
+                       CacheConfig(capacity_tokens=2048),
+                       EngineConfig(max_num_seqs=100000, max_batched_tokens=10**9,
+                                    max_seq_len=512), [10, 400])
+    assert jump.lanes[0].preemptions > 0
+
+
+def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
+    """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
+    from kvviz.engine.lane import Lane
+    calls = {"n": 0}
+    real = Lane.step
+
+    def counted(self, t):
+        calls["n"] += 1
+        real(self, t)
+
+    monkeypatch.setattr(Lane, "step", counted)
+    w = generate(WorkloadConfig("uniform", num_requests=4, rate=math.inf))
+    sim = Simulation(w, [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=65536))
+    sim.run(max_steps=10**9)
+    assert calls["n"] < sim.step_no / 4
