@@ -197,7 +197,7 @@ def vllm(a) -> None:
         ref = json.loads(p.stdout)["results"]
         ref_s = statistics.median(r["loop_seconds"] for r in ref)
         out: list = []
-        kv_s = harness.median_s(lambda: out.append(kvviz_run(
+        kv_s = harness.median_s(lambda w=w, lane=lane, out=out: out.append(kvviz_run(
             w, [lane], 2048 * 16, 256, 8192)), a.repeats, warmup=0)
         s = out[-1][0]
         tot = ref[0]["totals"]

@@ -14,9 +14,9 @@ same key (vLLM keeps duplicates): a lookup returns the first one cached.
 
 The event log (off unless `start_log()` was called): every block that becomes cached is appended
 as ("stored", key, parent key) and every evicted block as ("removed", key, None), in the order
-they happen (as vLLM emits BlockStored / BlockRemoved), until `drain_log()` takes them. A KV-event publisher drains it once per sample, so
-blocks stored and evicted between two samples are published too. Off, it costs one test of
-`self.log` per register and per evicted block.
+they happen (as vLLM emits BlockStored / BlockRemoved), until `drain_log()` takes them. A
+KV-event publisher drains it once per sample, so blocks stored and evicted between two samples
+are published too. Off, it costs one test of `self.log` per register and per evicted block.
 """
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ def case(w: Workload, *, block_size=16, num_blocks=64, max_num_seqs=16,
     return {"block_size": block_size, "num_blocks": num_blocks, "max_num_seqs": max_num_seqs,
             "max_num_batched_tokens": max_num_batched_tokens,
             "enable_chunked_prefill": chunked, "enable_prefix_caching": prefix,
-            "watermark": watermark, "max_model_len": max(final + 1, 64) if chunked else max_num_batched_tokens, "max_steps": steps,
+            "watermark": watermark, "max_steps": steps,
+            "max_model_len": max(final + 1, 64) if chunked else max_num_batched_tokens,
             "requests": reqs}
 
 
