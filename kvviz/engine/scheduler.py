@@ -27,7 +27,6 @@ beforehand, so vLLM's max_model_len never binds here.
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice
 from typing import NamedTuple
 
 import numpy as np
@@ -83,11 +82,6 @@ class Scheduler:
             self.front.popleft()
         else:
             self.next_new += 1
-
-    def waiting(self, k: int) -> list[int]:
-        """The first k waiting requests."""
-        out = list(islice(self.front, k))
-        return out + list(range(self.next_new, min(self.next_new + k - len(out), self.arrived)))
 
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> Plan:
