@@ -68,6 +68,11 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         """Blocks in the free queue (plain and cached)."""
         return self._pool.free_count
 
+    @property
+    def plain_free_blocks(self) -> int:
+        """Free blocks holding nothing cached (taken before any cached block is evicted)."""
+        return self._pool.free_count - self._pool.cached_count
+
     def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
         """need_tokens is reported rounded up to whole blocks (what must be placed)."""
         bs = self.block_size

@@ -79,8 +79,11 @@ class PagedSpace:
         return need if self.alloc.free_blocks >= need else 0
 
     def span(self, ids: np.ndarray, lens: np.ndarray, m: int, floor: int) -> int:
-        """The most steps (<= m) of one token each whose new blocks leave >= floor free."""
+        """The most steps (<= m) of one token each whose new blocks leave >= floor free
+        (caching: taken from plain free blocks only, so nothing is evicted)."""
         budget = self.alloc.free_blocks - floor
+        if self.keys is not None:
+            budget = min(budget, self.alloc.plain_free_blocks)
         bs = self.bs
         base = int((-(-lens // bs)).sum())
 
@@ -94,6 +97,23 @@ class PagedSpace:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
+
+    def cache_span(self, ids: np.ndarray, lens: np.ndarray, m: int) -> None:
+        """After m decode steps taken at once: cache the blocks they filled, in the order the
+        steps would (by step, then running order)."""
+        if self.keys is None:
+            return
+        bs = self.bs
+        first = bs - lens % bs  # the step (1-based) whose token fills the current block
+        count = np.maximum(0, (m - first) // bs + 1)
+        if not count.any():
+            return
+        who = np.repeat(np.arange(ids.size), count)
+        k = np.arange(who.size) - np.repeat(np.cumsum(count) - count, count)
+        at = first[who] + k * bs
+        order = np.lexsort((who, at))
+        for r, n in zip(ids[who[order]].tolist(), (lens[who[order]] + at[order]).tolist()):
+            self._cache(r, n)
 
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
@@ -140,6 +160,9 @@ class ContiguousSpace:
     def span(self, ids: np.ndarray, lens: np.ndarray, m: int, floor: int) -> int:
         room = self.alloc.seq_allocated_tokens(ids) - lens
         return max(0, min(m, int(room.min())))
+
+    def cache_span(self, ids: np.ndarray, lens: np.ndarray, m: int) -> None:
+        pass
 
     def free(self, r: int) -> None:
         self.alloc.release(r)

@@ -200,10 +200,13 @@ class Scheduler:
         none). They do while every running request decodes within the budget, none finishes,
         the free blocks cover the span's new blocks, and the head of the queue (if any) keeps
         its answer: it was refused, and the free blocks stay on the same side of its need.
-        Arrivals are the caller's bound (they matter only while nobody waits). Lanes that
-        cache prefixes return 0 (a new cached block can change the head's hit)."""
+        Arrivals are the caller's bound (they matter only while nobody waits). A lane that
+        caches prefixes spans only while nobody waits (a block cached mid-span could change
+        the head's hit) and only over plain free blocks (no eviction mid-span)."""
         run, space = self.running, self.space
-        if not run or self.caching or len(run) > self.cfg.max_batched_tokens:
+        if not run or len(run) > self.cfg.max_batched_tokens:
+            return 0
+        if self.caching and self.waiting_count:
             return 0
         ids = np.asarray(run, np.int64)
         lens = self.computed[ids]

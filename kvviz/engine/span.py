@@ -5,8 +5,8 @@ only decoded, the rule (kvviz/engine/scheduler.py, `Scheduler.quiet_steps` says 
 long) decides the same again at each next step until a request finishes, memory runs short,
 the head's answer could change or an arrival matters; in between, each step writes one token
 per running request. `advance` applies such a span at once: one `grow_many` for the blocks
-(taken in the order the steps would take them) and the shares in closed form. Lanes whose
-scheduler cannot answer (prefix caching, real mode) step one step at a time.
+(taken in the order the steps would take them), the blocks filled cached in the steps'
+order, and the shares in closed form. Real-mode lanes step one step at a time.
 
 `run_lanes` is Simulation.run for the jumping mode: lanes share only the request stream, so
 each lane runs alone into a private event log, merged afterwards in the step order (by step,
@@ -74,6 +74,7 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
             acc[k] += v
         acc["efi"] = add_repeated(acc["efi"], efi, m)
     a.grow_many(ids, m)
+    sched.space.cache_span(ids, lens, m)
     sched.computed[ids] = lens + m
     sched.num_tokens[ids] += m
     sched.generated[ids] += m
@@ -107,7 +108,7 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
     """Drive one lane to the end (or to step `stop`): Lane.step, and `advance` over the
     quiet spans after it. Idle time (nothing running or waiting) is skipped to the step
     of the next arrival."""
-    jumps = lane.kv is None and not lane.sched.caching
+    jumps = lane.kv is None
     calls = 0
     while not lane.finished and (stop is None or lane.step_no < stop):
         calls += 1
