@@ -69,6 +69,11 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         return self._pool.free_count
 
     @property
+    def logs_cache_events(self) -> bool:
+        """Whether the prefix cache's event log is on (kvviz/alloc/blockpool.py)."""
+        return self._pool.log is not None
+
+    @property
     def plain_free_blocks(self) -> int:
         """Free blocks holding nothing cached (taken before any cached block is evicted)."""
         return self._pool.free_count - self._pool.cached_count

@@ -79,10 +79,11 @@ class PagedSpace:
         return need if self.alloc.free_blocks >= need else 0
 
     def span(self, ids: np.ndarray, lens: np.ndarray, m: int, floor: int) -> int:
-        """The most steps (<= m) of one token each whose new blocks leave >= floor free
-        (caching: taken from plain free blocks only, so nothing is evicted)."""
+        """The most steps (<= m) of one token each whose new blocks leave >= floor free.
+        While the pool logs for a KV-event publisher, only plain free blocks serve (an
+        eviction mid-span would be logged out of step order)."""
         budget = self.alloc.free_blocks - floor
-        if self.keys is not None:
+        if self.keys is not None and self.alloc.logs_cache_events:
             budget = min(budget, self.alloc.plain_free_blocks)
         bs = self.bs
         base = int((-(-lens // bs)).sum())

@@ -181,6 +181,11 @@ class Lane:
         if decode.any():
             self.kv.on_decode(plan.ids[decode], plan.starts[decode] + 1)
 
+    def log_evictions(self, step: int, time_s: float, count: int) -> None:
+        """`count` cached blocks were evicted at `step` (a quiet span's steps)."""
+        self.events.add_one(time_s, step, self._code, KIND_CODE["evicted"], -1, count=count)
+        self._evictions_seen += count
+
     def account(self) -> None:
         u = self.alloc.usage()
         if u.evictions != self._evictions_seen:

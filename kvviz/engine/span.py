@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import MAX_STEP, EventLog
+from kvviz.engine.events import KIND_CODE, MAX_STEP, EventLog
 from kvviz.engine.shares import add_repeated
 from kvviz.errors import KvvizError
 
@@ -56,7 +56,8 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
         allocated = m * u.allocated_tokens
         internal = m * int(np.maximum(0, a.seq_allocated_tokens(ids) - total).sum())
     else:
-        grown = held_end - held_start - m * (u.allocated_tokens // bs)
+        # new blocks are each request's own; shared (hit) blocks count once in allocated
+        grown = held_end - held_start - m * int((-(-lens // bs)).sum())
         allocated = m * u.allocated_tokens + bs * grown
         last = -(-total // bs)  # the block that holds the final slot
         first = np.maximum(lens, (last - 1) * bs)  # length where that block is reached
@@ -73,7 +74,17 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
         for k, v in sums.items():
             acc[k] += v
         acc["efi"] = add_repeated(acc["efi"], efi, m)
+    plain = a.plain_free_blocks if not a.contiguous else 0
     a.grow_many(ids, m)
+    if not a.contiguous and a.usage().evictions > u.evictions:  # log them at their steps
+        first = 1 + (-lens) % bs  # the span step whose token opens a request's next block
+        count = np.maximum(0, (m - first) // bs + 1)
+        at = np.sort(np.repeat(first, count) + bs * (
+            np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)))
+        steps, per = np.unique(at[plain:], return_counts=True)
+        for j, c in zip(steps.tolist(), per.tolist()):
+            s = lane.step_no + j
+            lane.log_evictions(s, s * lane.cfg.step_ms / 1000.0, c)
     sched.space.cache_span(ids, lens, m)
     sched.computed[ids] = lens + m
     sched.num_tokens[ids] += m
@@ -103,6 +114,17 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
     return t
 
 
+def _quiet(lane: Lane, logged: int) -> bool:
+    """The last step logged no event, or only an eviction (which decides nothing while
+    nobody waits, the only case a prefix-caching lane spans)."""
+    n = len(lane.events) - logged
+    if n == 0:
+        return True
+    if n > 1 or lane.waiting_count:
+        return False
+    return int(lane.events.since(logged)[0]["kind"][0]) == KIND_CODE["evicted"]
+
+
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
              tick: Callable[[], None] | None = None) -> None:
     """Drive one lane to the end (or to step `stop`): Lane.step, and `advance` over the
@@ -125,7 +147,7 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
         logged = len(lane.events)
         lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
         lane.step(now)
-        if not jumps or lane.finished or len(lane.events) != logged:
+        if not jumps or lane.finished or not _quiet(lane, logged):
             continue
         limit = (1 << 62) if stop is None else stop - lane.step_no
         if lane.waiting_count == 0:  # an arrival matters only when nobody waits
