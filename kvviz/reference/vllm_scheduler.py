@@ -38,9 +38,13 @@ MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 
 
 def _check_version() -> None:
-    import vllm
-
-    if vllm.__version__ != VERSION:
+    try:
+        import vllm
+    except ImportError:
+        sys.exit(f"kvviz.reference.vllm_scheduler needs vLLM {VERSION} (its internal scheduler "
+                 f"API); this python ({sys.executable}) has no vllm. Use the vLLM venv "
+                 "(KVVIZ_VLLM_VENV).")
+    if getattr(vllm, "__version__", None) != VERSION:
         sys.exit(f"kvviz.reference.vllm_scheduler was written for vLLM {VERSION}'s internal "
                  f"scheduler API; this python has vLLM {vllm.__version__}. Use a venv with "
                  f"vllm=={VERSION} (KVVIZ_VLLM_VENV).")
