@@ -24,7 +24,9 @@ def vllm():
 
 def _check(vllm, w, label, **kw):
     c = case(w, **kw)
-    assert_same(run_kvviz(w, c), vllm.run(c), label)
+    kv = run_kvviz(w, c)
+    assert_same(kv, vllm.run(c), label)
+    return kv["lane"]
 
 
 def _stream(seed, n, arrive_over, p_hi, o_hi):
@@ -60,8 +62,9 @@ def _shared(seed, n, arrive_over, groups=3, sys_blocks=3):
 def test_all_at_once_under_pressure(vllm, prefix, chunked):
     """40 requests at step 1 into 30 blocks: admissions stop at memory, decodes preempt."""
     w = _stream(1, 40, 1, 120, 80)
-    _check(vllm, w, "at once", num_blocks=30, max_num_seqs=12, max_num_batched_tokens=256,
-           chunked=chunked, prefix=prefix)
+    lane = _check(vllm, w, "at once", num_blocks=30, max_num_seqs=12,
+                  max_num_batched_tokens=256, chunked=chunked, prefix=prefix)
+    assert lane.preemptions > 0
 
 
 @pytest.mark.parametrize("prefix", [False, True])
@@ -73,10 +76,13 @@ def test_spread_arrivals(vllm, prefix):
 
 @pytest.mark.parametrize("blocks", [20, 64])
 def test_shared_prefixes_with_eviction(vllm, blocks):
-    """System prompts shared through the cache; with 20 blocks, cached blocks are evicted."""
+    """System prompts shared through the cache while cached blocks are evicted (fewer of
+    them with 64 blocks)."""
     w = _shared(3, 60, 40)
-    _check(vllm, w, f"shared prefixes, {blocks} blocks", num_blocks=blocks, max_num_seqs=6,
-           max_num_batched_tokens=128, prefix=True)
+    lane = _check(vllm, w, f"shared prefixes, {blocks} blocks", num_blocks=blocks,
+                  max_num_seqs=6, max_num_batched_tokens=128, prefix=True)
+    assert lane.prefix_hit_tokens > 0
+    assert lane.alloc.usage().evictions > 0  # every full block is cached, outputs too
 
 
 @pytest.mark.parametrize("prefix", [False, True])
@@ -114,7 +120,8 @@ def streams(draw):
     blocks = draw(st.integers(need, need + 40))
     seqs = draw(st.integers(1, 8))
     budget = (draw(st.integers(max(8, seqs), 200)) if chunked
-              else draw(st.integers(max(p + o for p, o in zip(prompt, output)) + 1, 300)))
+              else draw(st.integers(max(seqs, *(p + o + 1 for p, o in zip(prompt, output))),
+                                    300)))  # vLLM: >= max_num_seqs and >= max_model_len
     return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
                "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
                "watermark": draw(st.sampled_from([0.0, 0.0, 0.05, 0.2]))}
@@ -125,3 +132,19 @@ def streams(draw):
 def test_any_stream_matches_vllm(vllm, stream):
     w, kw = stream
     _check(vllm, w, f"hypothesis {kw}", **kw)
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_many_requests_under_heavy_preemption(vllm, prefix):
+    """150 sharegpt-like requests at once into 48 blocks, many preemptions and resumes."""
+    from kvviz.config import WorkloadConfig
+    from kvviz.workload import generate
+
+    w = generate(WorkloadConfig("alpaca-like", num_requests=150, seed=7, max_seq_len=400,
+                                prefix_share=0.5 if prefix else 0.0, prefix_tokens=32))
+    w = workload(np.ones(len(w)), w.prompt, w.output,
+                 [w.chain(i).tolist() for i in range(len(w))] if prefix else None,
+                 16 if not prefix else w.chains()[2])
+    lane = _check(vllm, w, "heavy preemption", num_blocks=48, max_num_seqs=32,
+                  max_num_batched_tokens=512, prefix=prefix)
+    assert lane.preemptions > 20 and (lane.prefix_hit_tokens > 0) == prefix
