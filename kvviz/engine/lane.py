@@ -86,7 +86,7 @@ class Lane:
     @property
     def run_ids(self) -> np.ndarray:
         """Running requests, in the scheduler's order."""
-        return np.asarray(self.sched.running, np.int64)
+        return self.sched.running_ids()
 
     @property
     def run_len(self) -> np.ndarray:

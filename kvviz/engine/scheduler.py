@@ -61,6 +61,7 @@ class Scheduler:
         self.computed = np.zeros(n, np.int64)
         self.generated = np.zeros(n, np.int64)
         self.running: list[int] = []
+        self._ids: np.ndarray | None = EMPTY  # `running` as an array (None: rebuild)
         self.front: deque[int] = deque()  # preempted requests, ahead of new arrivals
         self.next_new = 0
         self.arrived = 0
@@ -68,6 +69,12 @@ class Scheduler:
         self.query_tokens = 0  # vLLM's prefix-cache queries: num_tokens at every admission
         self.hit_tokens = 0
         self.last_sampled = 0  # tokens the last update sampled
+
+    def running_ids(self) -> np.ndarray:
+        """The running requests as an int64 array (cached until the list changes)."""
+        if self._ids is None:
+            self._ids = np.asarray(self.running, np.int64)
+        return self._ids
 
     # ---- the waiting queue ----------------------------------------------------------------
     @property
@@ -95,7 +102,7 @@ class Scheduler:
         while i < len(run) and budget > 0:
             r = run[i]
             if known[r] - comp[r] == 1:  # decodes in a row: grow as many as fit at once
-                seg = np.asarray(run[i:i + budget], np.int64)
+                seg = self.running_ids()[i:i + budget]
                 lens = comp[seg]
                 dec = known[seg] - lens == 1
                 if not dec.all():
@@ -114,6 +121,7 @@ class Scheduler:
             start = int(comp[r])
             while not self.space.grow(r, start + n):  # preempt from the tail until r fits
                 victim = run.pop()
+                self._ids = None
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim == r:
@@ -167,6 +175,7 @@ class Scheduler:
             space.admit(r, hit + n, hits, total)
             self.pop_head()
             self.running.append(r)
+            self._ids = None
             self.computed[r] = hit + n
             if self.caching:  # vLLM counts queries only where it looks the cache up
                 self.query_tokens += total
@@ -208,7 +217,7 @@ class Scheduler:
             return 0
         if self.caching and self.waiting_count:
             return 0
-        ids = np.asarray(run, np.int64)
+        ids = self.running_ids()
         lens = self.computed[ids]
         if (self.num_tokens[ids] - lens != 1).any():
             return 0
@@ -240,6 +249,7 @@ class Scheduler:
             for r in fin.tolist():
                 self.space.free(r)
                 self.space.done(r)
-            gone = set(fin.tolist())
-            self.running = [r for r in self.running if r not in gone]
+            arr = self.running_ids()
+            self._ids = arr[~np.isin(arr, fin)]
+            self.running = self._ids.tolist()
         return fin

@@ -44,7 +44,7 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
     """Apply m repeats of the last (quiet, decode-only) step; `pressure`: it was a memory-
     pressure step, so is each repeat. Costs O(running requests + blocks taken)."""
     a, sched = lane.alloc, lane.sched
-    ids = np.asarray(sched.running, np.int64)
+    ids = sched.running_ids()
     n, bs = int(ids.size), a.block_size
     u = a.usage()
     lens = sched.computed[ids]
