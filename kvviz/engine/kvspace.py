@@ -59,7 +59,15 @@ class PagedSpace:
     def decode_many(self, ids: np.ndarray, lens: np.ndarray) -> int:
         """One token for each of the longest leading run of `ids` (lens: slots each holds)
         that the free blocks cover, in order: what grow() one by one would do, as one
-        batch. Returns how many grew."""
+        batch. Returns how many grew. While a KV-event publisher follows the pool, one by
+        one: each request's eviction and caching are logged in vLLM's order."""
+        if self.keys is not None and self.alloc.logs_cache_events:
+            k = 0
+            for r, n in zip(ids.tolist(), lens.tolist()):
+                if not self.grow(r, n + 1):
+                    break
+                k += 1
+            return k
         opens = lens % self.bs == 0
         k = int(np.searchsorted(np.cumsum(opens), self.alloc.free_blocks, "right"))
         if not k:

@@ -19,7 +19,9 @@ tests/v1/core drive a scheduler). Per step with work the result records the toke
 per request, the preempted, the hit tokens of each admission, the finished, then (after the
 update) the running requests in order and each one's block ids; at the end vLLM's own
 prefix-cache counters (queries and hits, resumed requests included), the last step and the
-preemptions, and the seconds the loop took. "record": false keeps only the totals.
+preemptions, and the seconds the loop took. "record": false keeps only the totals;
+"kv_events": true also records, per step, the KV events vLLM would publish (one entry per
+block: stored or removed, and its hash).
 """
 from __future__ import annotations
 
@@ -67,7 +69,12 @@ def make_scheduler(case: dict, model_dir: str):
                             is_encoder_decoder=False, async_scheduling=False,
                             watermark=case["watermark"])
     cache = CacheConfig(block_size=bs, enable_prefix_caching=case["enable_prefix_caching"])
-    config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
+    kw = {}
+    if case.get("kv_events"):  # the KV events vLLM would publish, caught per step
+        from vllm.config import KVEventsConfig
+
+        kw["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, **kw)
     config.cache_config.num_gpu_blocks = n
     spec = FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=n, kv_cache_tensors=[],
@@ -85,6 +92,16 @@ def run_case(case: dict, model_dir: str) -> dict:
     from vllm.v1.request import Request
 
     s = make_scheduler(case, model_dir)
+    caught: list = []
+    if case.get("kv_events"):
+        class Catch:  # stands in for the publisher update_from_output hands each batch to
+            def publish(self, batch) -> None:
+                caught.extend(batch.events)
+
+            def shutdown(self) -> None:
+                pass
+
+        s.kv_event_publisher = Catch()
     hash_fn = get_hash_fn_by_name(s.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(case["block_size"], hash_fn)
@@ -139,7 +156,12 @@ def run_case(case: dict, model_dir: str) -> dict:
                 break
             continue
         blocks = {q: list(s.kv_cache_manager.get_block_ids(q)[0]) for q in after}
-        steps.append({"step": step, "running": [int(q) for q in after],
+        kv = []  # per block: ("S" | "R", hash) in the order vLLM emitted them
+        for e in caught:
+            tag = {"BlockStored": "S", "BlockRemoved": "R"}.get(type(e).__name__, "C")
+            kv.extend([tag, str(h)] for h in getattr(e, "block_hashes", [None]))
+        caught.clear()
+        steps.append({"step": step, "kv": kv, "running": [int(q) for q in after],
                       "scheduled": {q: n for q, n in sched.items()},
                       "preempted": sorted(int(q) for q in before - set(running)),
                       "finished": [int(q) for q in finished], "hits": admitted,

@@ -55,6 +55,7 @@ def workload(arrival_step, prompt, output, chains=None, chain_block: int = 16) -
 
 def case(w: Workload, *, block_size=16, num_blocks=64, max_num_seqs=16,
          max_num_batched_tokens=256, chunked=True, prefix=False, watermark=0.0) -> dict:
+    """A reference case for the stream; with prefix caching it also records KV events."""
     final = int((w.prompt + w.output).max())
     reqs = [{"arrival_step": int(w.arrival_s[i]), "prompt": int(w.prompt[i]),
              "tokens": token_ids(w, i, int(w.prompt[i] + w.output[i]))} for i in range(len(w))]
@@ -62,6 +63,7 @@ def case(w: Workload, *, block_size=16, num_blocks=64, max_num_seqs=16,
     return {"block_size": block_size, "num_blocks": num_blocks, "max_num_seqs": max_num_seqs,
             "max_num_batched_tokens": max_num_batched_tokens,
             "enable_chunked_prefill": chunked, "enable_prefix_caching": prefix,
+            "kv_events": prefix,
             "watermark": watermark, "max_steps": steps,
             "max_model_len": max(final + 1, 64) if chunked else max_num_batched_tokens,
             "requests": reqs}
@@ -132,6 +134,9 @@ def run_kvviz(w: Workload, c: dict) -> dict:
                        watermark=c["watermark"], enable_chunked_prefill=c["enable_chunked_prefill"],
                        step_ms=1000.0, max_seq_len=c["max_model_len"])
     lane = Lane("x", spec, alloc, w, eng, EventLog())
+    pool = alloc._pool if c.get("kv_events") else None  # the publisher's source
+    if pool is not None:
+        pool.start_log()
     arrival = w.arrival_s
     steps = []
     for step in range(1, c["max_steps"] + 1):
@@ -149,7 +154,9 @@ def run_kvviz(w: Workload, c: dict) -> dict:
         fin = [int(r) for r in plan.ids.tolist() if r not in set(running)
                and lane.sched.generated[r] >= w.output[r]]
         assert lane.done - done_before == len(fin)
-        steps.append({"step": step, "running": running,
+        kv = [] if pool is None else [["S" if k == "stored" else "R", key]
+                                      for k, key, _ in pool.drain_log()]
+        steps.append({"step": step, "kv": kv, "running": running,
                       "scheduled": {str(r): int(n) for r, n in zip(plan.ids.tolist(),
                                                                    plan.counts.tolist())},
                       "preempted": sorted(plan.preempted),
@@ -163,7 +170,8 @@ def run_kvviz(w: Workload, c: dict) -> dict:
 
 def assert_same(kv: dict, ref: dict, label: str) -> None:
     """Step by step: the scheduled tokens, preemptions, finishes, hits, running order and
-    block ids; then the totals."""
+    block ids, and the KV events (the same kinds in the same order, hashes renamed one to
+    one); then the totals."""
     a, b = kv["steps"], ref["steps"]
     for x, y in zip(a, b):
         assert x["step"] == y["step"], f"{label}: kvviz stepped {x['step']}, vLLM {y['step']}"
@@ -171,6 +179,13 @@ def assert_same(kv: dict, ref: dict, label: str) -> None:
             assert x[k] == y[k], (f"{label}, step {x['step']}: {k} differ\n kvviz {x[k]}\n"
                                   f" vLLM  {y[k]}")
     assert len(a) == len(b), f"{label}: kvviz {len(a)} steps with work, vLLM {len(b)}"
+    names: dict = {}  # vLLM's block hash <-> kvviz's key, one to one over the whole run
+    for x, y in zip(a, b):
+        assert [k for k, _ in x["kv"]] == [k for k, _ in y["kv"]], (
+            f"{label}, step {x['step']}: KV events differ\n kvviz {x['kv']}\n vLLM  {y['kv']}")
+        for (_, key), (_, h) in zip(x["kv"], y["kv"]):
+            assert names.setdefault(("v", h), tuple(key)) == tuple(key), (label, x["step"])
+            assert names.setdefault(("k", tuple(key)), h) == h, (label, x["step"])
     assert (kv["queries"], kv["hits"]) == (ref["queries"], ref["hits"]), label
     lane = kv["lane"]
     assert lane.preemptions == sum(len(y["preempted"]) for y in b), label
