@@ -1,9 +1,9 @@
 """Simulator throughput: kvviz's engine against a plain-Python loop, both sides in one run.
 
-    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor] [--engine jump|step]
+    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor|vllm]
                                       [--repeats 3] [--json]
 
---engine: kvviz's jumping engine (default) or the step-by-step reference.
+--engine jump|step is accepted for old scripts: both run the one scheduling rule.
 
 floor (default): sharegpt-like, --rate inf, capacity 1M tokens, 10,000 requests; kvviz
   paged:16 (metrics and events on) against a plain-Python loop over running sequences with a
@@ -18,17 +18,26 @@ advisor: the Compare page's block-size advisor sweep with the page's defaults (s
   1,000 requests at 20 req/s, seed 0, 16,384 slots, default engine limits): paged lanes of
   block sizes 1..256, one simulation each, as the page runs them.
 
-A run to the end takes the lean lane (kvviz/engine/lean) where it covers the lane, so
---engine jump times the lean lane for every case here.
+vllm: kvviz's engine against vLLM 0.32's own scheduler loop (kvviz/reference/vllm_scheduler.py
+  in the venv KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0), on the same streams: 1,000
+  sharegpt-like requests at once (paged:16) and 1,000 with prefix sharing at 10 req/s
+  (paged:16:prefix); block 16, 2,048 usable blocks, 256 seqs, 8,192 batched tokens. vLLM's
+  side is timed inside its process (schedule + update_from_output, no model); medians. Both
+  sides' step and preemption totals are printed: they must be equal.
 """
 from __future__ import annotations
 
+import json
+import os
 import resource
 import statistics
+import subprocess
 import time
 from collections import deque
+from pathlib import Path
 
 import harness
+import numpy as np
 
 from kvviz.advisor import sweep_labels
 from kvviz.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
@@ -157,10 +166,57 @@ def advisor(a) -> None:
                  f"{t:.2f} s")
 
 
+def vllm(a) -> None:
+    from kvviz.engine.tokens import token_ids
+
+    venv = Path(os.environ.get("KVVIZ_VLLM_VENV",
+                               Path.home() / ".cache" / "kvviz" / "vllm-0.32.0"))
+    streams = {"at once": (WorkloadConfig("sharegpt-like", num_requests=a.requests, seed=0),
+                           "paged:16"),
+               "prefix 10/s": (WorkloadConfig("sharegpt-like", num_requests=a.requests,
+                                              rate=10.0, prefix_share=0.8, seed=0),
+                               "paged:16:prefix")}
+    root = Path(__file__).resolve().parents[1]
+    for name, (cfg, lane) in streams.items():
+        w = generate(cfg)
+        step_ms = EngineConfig().step_ms
+        arrive = [max(1, int(np.ceil(t * 1000.0 / step_ms))) for t in w.arrival_s.tolist()]
+        case = {"block_size": 16, "num_blocks": 2048, "max_num_seqs": 256,
+                "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
+                "enable_prefix_caching": lane.endswith("prefix"), "watermark": 0.0,
+                "max_model_len": 2048, "max_steps": 10**7, "record": False,
+                "requests": [{"arrival_step": s, "prompt": int(w.prompt[i]),
+                              "tokens": token_ids(w, i, int(w.prompt[i] + w.output[i]))}
+                             for i, s in enumerate(arrive)]}
+        p = subprocess.run([str(venv / "bin" / "python"), "-m", "kvviz.reference.vllm_scheduler"],
+                           input=json.dumps({"cases": [case] * a.repeats}), text=True,
+                           capture_output=True, env={**os.environ, "PYTHONPATH": str(root),
+                                                     "HF_HUB_OFFLINE": "1"}, cwd="/tmp")
+        if p.returncode:
+            raise SystemExit(f"vLLM reference failed: {p.stderr[-2000:]}")
+        ref = json.loads(p.stdout)["results"]
+        ref_s = statistics.median(r["loop_seconds"] for r in ref)
+        out: list = []
+        kv_s = harness.median_s(lambda w=w, lane=lane, out=out: out.append(kvviz_run(
+            w, [lane], 2048 * 16, 256, 8192)), a.repeats, warmup=0)
+        s = out[-1][0]
+        tot = ref[0]["totals"]
+        harness.emit(a, {"bench": "engine-vs-vllm", "stream": name, "requests": a.requests,
+                         "lane": lane, "kvviz_s": kv_s, "vllm_s": ref_s,
+                         "speedup": ref_s / kv_s, "kvviz_steps": s["steps"],
+                         "vllm_steps": tot["steps"], "kvviz_preemptions": s["preemptions"],
+                         "vllm_preemptions": tot["preemptions"],
+                         "kvviz_hit_rate": s["prefix_hit_rate"],
+                         "vllm_hit_rate": ref[0]["hits"] / max(1, ref[0]["queries"])},
+                     f"{name:<12} {lane:<16} kvviz {kv_s:6.3f} s, vLLM's loop {ref_s:6.2f} s "
+                     f"-> {ref_s / kv_s:5.1f}x; steps {s['steps']} / {tot['steps']}, "
+                     f"preemptions {s['preemptions']} / {tot['preemptions']}")
+
+
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("case", nargs="?", default="floor", choices=["floor", "four-lanes",
-                                                                  "million", "advisor"])
+                                                                  "million", "advisor", "vllm"])
     ap.add_argument("--requests", type=int, default=None,
                     help="default: 10,000 (floor), 20,000 (four-lanes), 1,000,000 (million), "
                     "1,000 (advisor)")
@@ -168,14 +224,14 @@ def main() -> None:
                                                     "contiguous:buddy:pow2"],
                     help="floor: further lanes timed for reference")
     ap.add_argument("--engine", choices=["jump", "step"], default="jump",
-                    help="kvviz engine: jump between events (default) or step one by one")
+                    help="accepted for old scripts; both run the one scheduling rule")
     a = ap.parse_args()
     ENGINE["advance"] = a.engine
     default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000,
-               "advisor": 1_000}[a.case]
+               "advisor": 1_000, "vllm": 1_000}[a.case]
     a.requests = a.requests or (default // 20 if a.quick else default)
     {"floor": floor, "four-lanes": four_lanes, "million": million,
-     "advisor": advisor}[a.case](a)
+     "advisor": advisor, "vllm": vllm}[a.case](a)
 
 
 if __name__ == "__main__":

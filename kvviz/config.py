@@ -240,9 +240,12 @@ def lane_caption(name: str) -> str:
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """The scheduler's knobs, vLLM's names and meaning (kvviz/engine/scheduler.py)."""
+
     max_num_seqs: int = 256  # running-batch limit (POLICY when it refuses)
-    max_batched_tokens: int = 8192  # prefill tokens per step
-    watermark: float = 0.01  # keep this share of capacity free at admission (POLICY; vLLM: 1%)
+    max_batched_tokens: int = 8192  # vLLM's max_num_batched_tokens: tokens computed per step
+    watermark: float = 0.0  # share of blocks kept free when admitting (POLICY); vLLM's 0.0
+    enable_chunked_prefill: bool = True  # vLLM's default: a prompt may take several steps
     step_ms: float = 20.0  # simulated time per engine step
     max_seq_len: int = 2048
 
@@ -255,6 +258,11 @@ class EngineConfig:
         _need(0 < self.step_ms < math.inf, "step_ms", f"must be > 0 and finite, got {self.step_ms}")
         _need(2 <= self.max_seq_len <= MAX_SEQ_LEN, "max_seq_len",
               f"must be in [2, {MAX_SEQ_LEN}], got {self.max_seq_len}")
+        _need(self.enable_chunked_prefill or self.max_batched_tokens >= self.max_seq_len,
+              "max_batched_tokens",
+              f"{self.max_batched_tokens} is below max_seq_len {self.max_seq_len}: without "
+              "chunked prefill a longer prompt could never be scheduled (vLLM refuses this "
+              "too); raise it or enable chunked prefill")
 
 
 def check_lane_blocks(lanes: tuple[LaneSpec, ...] | list[LaneSpec], capacity_tokens: int) -> None:

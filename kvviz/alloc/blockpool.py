@@ -1,15 +1,22 @@
 """Free blocks of a paged allocator and its prefix cache.
 
-Two kinds of free block: plain ones on a stack (a fresh pool hands out low ids first, freed
-blocks are reused first) and cached ones that still hold a full block of some prefix's content,
-kept in LRU order and evicted only when no plain block is left. A prefix block is known by its
-key (chain id, end token; kvviz/alloc/prefix.py); registering a key again forgets the older copy.
+vLLM's free-block queue (vllm/v1/core/kv_cache_utils.py, FreeKVCacheBlockQueue), in two parts
+that keep its order exactly: blocks are taken from the front; a freed block without content to
+reuse goes to the front (`put` gets a request's blocks in eviction order: its last block first)
+and a freed cached block to the tail. So the queue is always
 
-The event log (off unless `start_log()` was called): every key that becomes cached is appended
-as ("stored", key, parent key) and every evicted key as ("removed", key, None), in the order
-they happen, until `drain_log()` takes them. A KV-event publisher drains it once per sample, so
-blocks stored and evicted between two samples are published too. Off, it costs one test of
-`self.log` per register and per evicted block.
+    front | plain freed blocks (last freed first) | never used, ascending | cached, LRU | tail
+
+kept as a stack (plain and never-used blocks: a fresh pool hands out low ids first) and an
+ordered dict (cached blocks, least recently freed first, evicted only when no plain block is
+left). A prefix block is known by its key (kvviz/engine/tokens.py); several blocks may hold the
+same key (vLLM keeps duplicates): a lookup returns the first one cached.
+
+The event log (off unless `start_log()` was called): every block that becomes cached is appended
+as ("stored", key, parent key) and every evicted block as ("removed", key, None), in the order
+they happen (as vLLM emits BlockStored / BlockRemoved), until `drain_log()` takes them. A
+KV-event publisher drains it once per sample, so blocks stored and evicted between two samples
+are published too. Off, it costs one test of `self.log` per register and per evicted block.
 """
 from __future__ import annotations
 
@@ -53,6 +60,11 @@ class BlockPool:
         return self._nfree + len(self._lru)
 
     @property
+    def keyed(self) -> bool:
+        """Whether any block (held or free) holds a key."""
+        return bool(self._key_of)
+
+    @property
     def cached_count(self) -> int:
         return len(self._lru)
 
@@ -64,11 +76,7 @@ class BlockPool:
         if k < n:
             evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
             for b in evicted:
-                gone = self._key_of.pop(b)
-                del self._block_of[gone]
-                self.parent_of.pop(gone, None)
-                if self.log is not None:
-                    self.log.append((REMOVED, gone, None))
+                self._forget(b)
             ev = np.asarray(evicted, np.int32)
             self.cached[ev] = False
             self.content[ev] = 0
@@ -76,8 +84,20 @@ class BlockPool:
             out = np.concatenate([out, ev])
         return out
 
+    def _forget(self, b: int) -> None:
+        """Block b no longer holds its key's content (evicted)."""
+        gone = self._key_of.pop(b)
+        copies = self._block_of[gone]
+        del copies[b]
+        if not copies:
+            del self._block_of[gone]
+            self.parent_of.pop(gone, None)
+        if self.log is not None:
+            self.log.append((REMOVED, gone, None))
+
     def put(self, blocks: np.ndarray, fills: np.ndarray) -> None:
-        """Blocks nobody references any more: cache those with a key, stack the rest."""
+        """Blocks nobody references any more, in eviction order (the first is evicted
+        first): cached ones (with a key) join the tail in that order, the rest the front."""
         plain = blocks
         if self._key_of:
             keep = np.fromiter((int(b) in self._key_of for b in blocks), bool, blocks.size)
@@ -93,7 +113,12 @@ class BlockPool:
         self._nfree += int(blocks.size)
 
     def lookup(self, key: Key) -> int | None:
-        return self._block_of.get(key)
+        """The first block cached under `key` (None: a miss)."""
+        copies = self._block_of.get(key)
+        return None if copies is None else next(iter(copies))
+
+    def key_of(self, b: int) -> Key | None:
+        return self._key_of.get(b)
 
     def is_cached(self, b: int) -> bool:
         return b in self._lru
@@ -108,17 +133,14 @@ class BlockPool:
 
     def register(self, key: Key, b: int, parent: Key | None = None) -> None:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
-        before it in the prompt (None for a prompt's first block)."""
-        self.parent_of[key] = parent
-        stale = self._block_of.get(key)
-        if stale is None and self.log is not None:  # a key already cached is no new content
+        before it (None for a request's first block). Another block may hold the same key:
+        both stay cached (vLLM's duplicates)."""
+        if self._key_of.get(b) == key:
+            return
+        if b in self._key_of:
+            self._forget(b)
+        self.parent_of.setdefault(key, parent)
+        if self.log is not None:
             self.log.append((STORED, key, parent))
-        if stale is not None:  # an older copy of this content: forget it
-            del self._key_of[stale]
-            if stale in self._lru:
-                del self._lru[stale]
-                self.cached[stale] = False
-                self.content[stale] = 0
-                self._push(np.asarray([stale], np.int32))
         self._key_of[b] = key
-        self._block_of[key] = b
+        self._block_of.setdefault(key, {})[b] = None

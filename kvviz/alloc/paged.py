@@ -1,8 +1,9 @@
 """Paged allocator: fixed blocks, a free list, a block table per sequence.
 
-Optional prefix caching (full prompt blocks keyed by their hash chain at this block size,
-kvviz/alloc/prefix.py; refcounts, freed cached blocks kept
-and evicted LRU on demand) and fork with copy-on-write.
+Block order is vLLM's (kvviz/alloc/blockpool.py): a sequence's blocks are freed tail first.
+Optional prefix caching (full blocks keyed by their content chain, kvviz/engine/tokens.py or
+kvviz/alloc/prefix.py; refcounts, freed cached blocks kept and evicted LRU on demand) and fork
+with copy-on-write.
 
 Fill levels of blocks held by live sequences are not stored: they follow from each sequence's
 length (a block j of a sequence of length L holds clip(L - j*block_size, 0, block_size)), so the
@@ -51,6 +52,7 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         self._rows = RowTable()
         self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
         self._nb = np.zeros(self._rows.capacity, np.int64)  # per row: blocks held
+        self._ncached = np.zeros(self._rows.capacity, np.int64)  # per row: leading keyed blocks
         self._table = np.zeros((self._rows.capacity, 8), np.int32)
         self._used = 0
         self._held = 0  # blocks with refcount >= 1
@@ -60,6 +62,21 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
     # ---- queries ---------------------------------------------------------------------------
     def _free_blocks(self) -> int:
         return self._pool.free_count
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks in the free queue (plain and cached)."""
+        return self._pool.free_count
+
+    @property
+    def logs_cache_events(self) -> bool:
+        """Whether the prefix cache's event log is on (kvviz/alloc/blockpool.py)."""
+        return self._pool.log is not None
+
+    @property
+    def plain_free_blocks(self) -> int:
+        """Free blocks holding nothing cached (taken before any cached block is evicted)."""
+        return self._pool.free_count - self._pool.cached_count
 
     def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
         """need_tokens is reported rounded up to whole blocks (what must be placed)."""
@@ -149,9 +166,11 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
             n = self._rows.capacity
             self._len = grow_to(self._len, n)
             self._nb = grow_to(self._nb, n)
+            self._ncached = grow_to(self._ncached, n)
             self._table = grow_to(self._table, n)
         self._len[row] = 0
         self._nb[row] = 0
+        self._ncached[row] = 0
         return row
 
     def _attach(self, row: int, seq_id: int, blocks: np.ndarray) -> None:
@@ -271,8 +290,8 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
 
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
-        blocks = self._table[row, : self._nb[row]].copy()
-        fills = self._fills(int(self._len[row]), 0, blocks.size)
+        blocks = self._table[row, : self._nb[row]][::-1].copy()  # vLLM frees tail first
+        fills = self._fills(int(self._len[row]), 0, blocks.size)[::-1].copy()
         self._rows.remove(seq_id)
         self._nb[row] = 0
         self._len[row] = 0

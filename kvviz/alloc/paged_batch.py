@@ -51,8 +51,9 @@ class PagedBatchVerbs:
         rows, grew = self._rows.add_many(ids)
         if grew:
             m = self._rows.capacity
-            self._len, self._nb, self._table = (
-                grow_to(a, m) for a in (self._len, self._nb, self._table))
+            self._len, self._nb, self._ncached, self._table = (
+                grow_to(a, m) for a in (self._len, self._nb, self._ncached, self._table))
+        self._ncached[rows] = 0
         self._ensure_width(int(nb.max()))
         starts = cum[:k] - nb
         col = np.arange(total) - np.repeat(starts, nb)
@@ -82,7 +83,7 @@ class PagedBatchVerbs:
             self._held += nb
 
     def release_many(self, seq_ids: np.ndarray) -> None:
-        if self._sharing:
+        if self._sharing or self._pool.keyed:  # cached blocks join the tail request by request
             return super().release_many(seq_ids)
         if len(seq_ids) == 0:
             return
@@ -97,10 +98,10 @@ class PagedBatchVerbs:
                 fills.append(self._fills(int(self._len[row]), 0, nb))
                 self._nb[row] = 0
                 self._len[row] = 0
-            if len(parts) == 1:
-                self._give_back(parts[0].copy(), fills[0])
+            if len(parts) == 1:  # vLLM's order: each request's tail first, the last one's first
+                self._give_back(parts[0][::-1].copy(), fills[0][::-1].copy())
             else:
-                self._give_back(np.concatenate(parts), np.concatenate(fills))
+                self._give_back(np.concatenate(parts)[::-1], np.concatenate(fills)[::-1])
             return
         rows = self._rows.remove_many(np.asarray(seq_ids, np.int64))
         nb = self._nb[rows]
@@ -108,7 +109,7 @@ class PagedBatchVerbs:
         j = np.arange(width)[None, :]
         mask = j < nb[:, None]
         fills = np.clip(self._len[rows][:, None] - j * self.block_size, 0, self.block_size)
-        self._give_back(self._table[rows, :width][mask], fills[mask])
+        self._give_back(self._table[rows, :width][mask][::-1], fills[mask][::-1])
         self._nb[rows] = 0
         self._len[rows] = 0
 
@@ -174,3 +175,71 @@ class PagedBatchVerbs:
             self._held += total
         self._len[rows] = lens + steps
         self._used += int(rows.size) * steps
+
+    # ---- the scheduler's verbs (kvviz/engine/scheduler.py), as vLLM's KVCacheManager -------
+    def cached_prefix(self, keys: list) -> list[int]:
+        """Blocks of the longest leading run of `keys` cached now (held or free; the first
+        block cached under each key). Changes nothing."""
+        out = []
+        for key in keys:
+            b = self._pool.lookup(key)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def blocks_to_allocate(self, seq_id: int, num_tokens: int, hits: list[int] = ()) -> int:
+        """Free blocks that grow_to(seq_id, num_tokens, hits) takes: the new blocks, plus the
+        hits sitting in the free queue (adopting one takes it out). A sequence not live
+        starts from nothing."""
+        rows = self._rows
+        live = 0 <= seq_id < rows.row_of_seq.shape[0] and rows.row_of_seq[seq_id] >= 0
+        held = int(self._nb[rows.row_of_seq[seq_id]]) if live else 0
+        new = max(0, -(-num_tokens // self.block_size) - held - len(hits))
+        return new + sum(map(self._pool.is_cached, hits))
+
+    def grow_to(self, seq_id: int, num_tokens: int, hits: list[int] = ()) -> None:
+        """Give the sequence (new if not live, adopting the cached blocks `hits` first)
+        ceil(num_tokens / block_size) blocks, new ones from the free queue's front, and
+        mark num_tokens slots written. The caller checked blocks_to_allocate <= free."""
+        rows = self._rows
+        live = 0 <= seq_id < rows.row_of_seq.shape[0] and rows.row_of_seq[seq_id] >= 0
+        if live:
+            row = int(rows.row_of_seq[seq_id])
+        else:
+            row = self._new_row(seq_id)
+            for b in hits:
+                if self._pool.is_cached(b):
+                    self._used += self._pool.reuse(b)
+                    self._owner[b] = seq_id
+                    self._ref[b] = 1
+                    self._held += 1
+                else:
+                    self._ref[b] += 1
+                    self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
+            if hits:
+                self._sharing = True
+                self._attach(row, seq_id, np.asarray(hits, np.int32))
+                self._ncached[row] = len(hits)
+                self._len[row] = len(hits) * self.block_size
+                self.prefix_hit_tokens += len(hits) * self.block_size
+        need = -(-num_tokens // self.block_size) - int(self._nb[row])
+        if need > 0:
+            fresh = self._take(need)
+            self._owner[fresh] = seq_id
+            self._ref[fresh] = 1
+            self._held += need
+            self._attach(row, seq_id, fresh)
+        length = int(self._len[row])
+        if num_tokens > length:
+            self._fill(row, length, num_tokens)
+
+    def cache_blocks(self, seq_id: int, keys: list) -> None:
+        """Register the sequence's leading len(keys) blocks under `keys` (vLLM's
+        cache_full_blocks: only blocks not registered yet; each with its parent key)."""
+        row = self._rows.row(seq_id)
+        start = int(self._ncached[row])
+        for i in range(start, len(keys)):
+            self._pool.register(keys[i], int(self._table[row, i]), keys[i - 1] if i else None)
+        if len(keys) > start:
+            self._ncached[row] = len(keys)

@@ -1,4 +1,8 @@
-"""`kvviz simulate`: run a workload through one or more allocator lanes in sim mode."""
+"""`kvviz simulate`: run a workload through one or more allocator lanes in sim mode.
+
+Every lane runs vLLM 0.32's scheduling rule (kvviz/engine/scheduler.py, docs/FIDELITY.md);
+contiguous lanes and their placements and reservations are kvviz's own (vLLM has none).
+"""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +35,8 @@ from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
 from kvviz.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 
-HELP = "simulate allocators on a synthetic workload or a trace (sim mode, no tensors)"
+HELP = ("simulate allocators on a synthetic workload or a trace (sim mode, no tensors); "
+        "every lane is scheduled by vLLM 0.32's rules, contiguous lanes are kvviz's own model")
 STEP_MS = at.float_range(0.0, 1e6, lo_open=True)
 WATERMARK = at.float_range(0.0, 1.0, hi_open=True)
 
@@ -82,7 +87,9 @@ def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("allocator (one lane; or use --lane, repeatable)")
+    g = p.add_argument_group("allocator (one lane; or use --lane, repeatable). Paged lanes are "
+                             "vLLM's block manager; contiguous lanes (placement, reservation) "
+                             "are kvviz's own model, not in vLLM")
     g.add_argument("--allocator", choices=("contiguous", "paged"), default="paged",
                    help="paged (default) or contiguous")
     g.add_argument("--placement", choices=PLACEMENTS, default="first-fit",
@@ -104,15 +111,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("simulated time per engine step (default 20)", STEP_MS))
     c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",
-                   help=at.rng("running-batch limit (default 256)", at.MAX_NUM_SEQS))
-    c.add_argument("--max-batched-tokens", type=at.BATCHED_TOKENS, default=8192, metavar="N",
-                   help=at.rng("prefill tokens per step (default 8192)", at.BATCHED_TOKENS))
-    c.add_argument("--watermark", type=WATERMARK, default=0.01,
-                   help=at.rng("share of capacity kept free when admitting into paged lanes "
-                               "(default 0.01)", WATERMARK))
+                   help=at.rng("running-batch limit, vLLM's max_num_seqs (default 256)",
+                               at.MAX_NUM_SEQS))
+    c.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_batched_tokens",
+                   type=at.BATCHED_TOKENS, default=8192, metavar="N",
+                   help=at.rng("tokens computed per step, vLLM's max_num_batched_tokens: running "
+                               "requests' decodes first, then prefill chunks (default 8192)",
+                               at.BATCHED_TOKENS))
+    c.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="split prompts over steps when the token budget is short (vLLM's "
+                        "default, on); --no-enable-chunked-prefill makes a prompt wait for a "
+                        "step with budget for all of it (then --max-num-batched-tokens must be "
+                        ">= --max-seq-len)")
+    c.add_argument("--enable-prefix-caching", action="store_true",
+                   help="cache every full block by its content for the paged lane of "
+                        "--allocator paged (the lane spec paged:N:prefix does the same); off "
+                        "by default here, on in vLLM")
+    c.add_argument("--watermark", type=WATERMARK, default=0.0,
+                   help=at.rng("share of paged blocks kept free when admitting while others "
+                               "run, vLLM's watermark (default 0.0)", WATERMARK))
     c.add_argument("--engine", choices=("jump", "step"), default="jump",
-                   help="jump between events (default; exact, falls back to stepping for "
-                        "prefix-caching lanes) or step one engine step at a time (reference)")
+                   help="kept for scripts: both step the one scheduling rule (vLLM 0.32's, "
+                        "docs/FIDELITY.md) and skip idle time")
     add_workload_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON object per lane, one per line")
@@ -128,7 +149,7 @@ def lanes_from_args(a: argparse.Namespace) -> list[LaneSpec]:
     if a.lane:
         return [LaneSpec.parse(s) for s in a.lane]
     if a.allocator == "paged":
-        return [LaneSpec("paged", a.block_size)]
+        return [LaneSpec("paged", a.block_size, prefix_caching=a.enable_prefix_caching)]
     return [LaneSpec("contiguous", 1, placement=a.placement, reserve=a.reserve)]
 
 
@@ -142,8 +163,12 @@ def run(a: argparse.Namespace) -> int:
     cache = CacheConfig(block_size=max(s.block_size for s in lanes),
                         capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
     w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
-    engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
-                          watermark=a.watermark, step_ms=a.step_ms, max_seq_len=max_seq_len)
+    try:
+        engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
+                              watermark=a.watermark, step_ms=a.step_ms, max_seq_len=max_seq_len,
+                              enable_chunked_prefill=a.enable_chunked_prefill)
+    except ValueError as exc:
+        raise KvvizError("--max-num-batched-tokens: " + str(exc).split(": ", 1)[-1]) from None
     if save is not None:
         save_trace(w, str(save))
     sim = Simulation(w, lanes, cache, engine, advance=a.engine)

@@ -1,32 +1,33 @@
-"""One lane: an allocator with its own continuous-batching scheduler state.
+"""One lane: an allocator under the scheduling rule (kvviz/engine/scheduler.py).
 
-Each step: decode_step (one token per running sequence; a failed append preempts by
-recompute) -> finish -> schedule (admit FCFS) -> prefill. A sequence admitted in a step starts
-decoding in the next one. Requests are indices into the Workload.
+Each step: schedule (running requests first, then admissions) -> the KV executor writes what
+was computed (real mode) -> update (sample, finish) -> account (shares). The lane turns the
+scheduler's decisions into events and keeps the memory shares. Requests are indices into the
+Workload.
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
-from itertools import islice
 from typing import Protocol
 
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, Reason, Usage
-from kvviz.alloc.prefix import PrefixChain
 from kvviz.blockmap import BlockMap
 from kvviz.config import EngineConfig, LaneSpec
 from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
-from kvviz.engine.preemption import preempt_from_tail
+from kvviz.engine.kvspace import ContiguousSpace, PagedSpace
+from kvviz.engine.scheduler import Scheduler
 from kvviz.engine.shares import Shares
+from kvviz.engine.tokens import BlockKeys
 from kvviz.workload import Workload
 
 
 class KVExecutor(Protocol):
     """Real mode: writes K/V and runs attention for what the scheduler decided."""
 
-    def on_admit(self, seq_ids: list[int], num_tokens: list[int]) -> None: ...
+    def on_admit(self, seq_ids: list[int], num_tokens: list[int],
+                 starts: list[int] | None = None) -> None: ...
     def on_decode(self, seq_ids: np.ndarray, lens: np.ndarray) -> None: ...
 
 
@@ -43,21 +44,26 @@ class Lane:
         self.events, self.kv = events, kv
         self._code = events.lane_code(name)
         n = len(workload)
-        self.generated = np.zeros(n, np.int64)  # kept for waiting requests (recompute)
         self.final_len = workload.final_len
+        kv_final = np.maximum(workload.prompt + workload.output - 1, 1)  # last token: no slot
         if spec.allocator == "contiguous":
             self.reserve = {"max": np.full(n, engine.max_seq_len, np.int64),
                             "pow2": np.minimum(next_pow2(self.final_len), engine.max_seq_len),
                             "exact": self.final_len.copy()}[spec.reserve]
+            space = ContiguousSpace(allocator, self.reserve)
+            whole = np.maximum(kv_final, self.reserve)
         else:
             self.reserve = None
-        self.front: deque[int] = deque()  # preempted requests, readmitted first
-        self.next_new = 0  # next arrived request never admitted yet
-        self.arrived = 0
-        # running sequences, in admission order; run_len / run_rem are aligned with run_ids
-        self.run_ids = np.zeros(0, np.int64)
-        self.run_len = np.zeros(0, np.int64)  # KV slots written (prompt + generated)
-        self.run_rem = np.zeros(0, np.int64)  # tokens still to generate
+            caching = getattr(allocator, "prefix_caching", False)
+            keys = BlockKeys(workload, allocator.block_size) if caching else None
+            space = PagedSpace(allocator, keys, engine.watermark)
+            whole = kv_final
+        self.kv_final = kv_final
+        cap = allocator.usage().capacity_tokens
+        self.capacity = cap
+        # requests whose whole life cannot fit even in an empty cache are rejected up front
+        self.too_big = allocator.footprints(whole) > cap
+        self.sched = Scheduler(workload, engine, space, self.too_big)
         self.step_no = 0
         self.time_s = 0.0
         self.done = 0
@@ -68,23 +74,55 @@ class Lane:
         self.failures = {r.value: 0 for r in Reason}
         self._last_fail: tuple[int, str] | None = None
         self._evictions_seen = 0
-        cap = allocator.usage().capacity_tokens
-        self.capacity = cap
-        # requests whose whole life cannot fit even in an empty cache are rejected up front
-        final = self.final_len if self.reserve is None else np.maximum(self.final_len,
-                                                                        self.reserve)
-        self.too_big = allocator.footprints(final) > cap
-        self._just_preempted: set[int] = set()  # not readmitted in the step that preempted them
         self.shares = Shares(cap)
         self._memory_pressure = False  # this step: head refused for memory, or a preemption
-        # prompts as hash chains, for lanes that cache prefixes (others never share)
-        caching = getattr(allocator, "prefix_caching", False) and workload.has_chains
-        self._chains = workload.chains() if caching else None
-        self.prefix_query_tokens = 0  # prompt tokens admitted (vLLM's prefix_cache_queries)
+        self.last_plan = None  # what the last step's schedule() decided (Scheduler.Plan)
 
     @property
     def finished(self) -> bool:
         return self.done + self.rejected == len(self.w)
+
+    # ---- what the scheduler holds, as arrays ------------------------------------------------
+    @property
+    def run_ids(self) -> np.ndarray:
+        """Running requests, in the scheduler's order."""
+        return self.sched.running_ids()
+
+    @property
+    def run_len(self) -> np.ndarray:
+        """KV slots each running request has written."""
+        return self.sched.computed[self.run_ids]
+
+    @property
+    def run_rem(self) -> np.ndarray:
+        """KV slots each running request has still to write (its last token gets none)."""
+        ids = self.run_ids
+        return self.kv_final[ids] - self.sched.computed[ids]
+
+    @property
+    def generated(self) -> np.ndarray:
+        return self.sched.generated
+
+    @property
+    def waiting_count(self) -> int:
+        return self.sched.waiting_count
+
+    @property
+    def prefix_query_tokens(self) -> int:
+        """vLLM's prefix-cache queries: known tokens at every admission, resumed included."""
+        return self.sched.query_tokens
+
+    @property
+    def prefix_hit_tokens(self) -> int:
+        return self.sched.hit_tokens
+
+    @property
+    def arrived(self) -> int:
+        """Requests that have arrived so far (a prefix of the workload)."""
+        return self.sched.arrived
+
+    def arrive(self, upto: int) -> None:
+        self.sched.arrived = max(self.sched.arrived, upto)
 
     def _event(self, kind: str, seq: int, adm: Admission | None = None, count: int = 1) -> None:
         if adm is None:
@@ -96,179 +134,57 @@ class Lane:
                                 adm.need_tokens, adm.free_tokens, adm.largest_hole_tokens)
 
     def _fail(self, rid: int, adm: Admission) -> None:
-        if adm.reason is not Reason.POLICY:
-            self._memory_pressure = True
         key = (rid, adm.reason.value)
         if key != self._last_fail:  # one event per (request, reason) while it stays blocked
             self._last_fail = key
             self.failures[adm.reason.value] += 1
             self._event("admit_failed", rid, adm)
 
-    # ---- phases ------------------------------------------------------------------------------
-    @property
-    def waiting_count(self) -> int:
-        return len(self.front) + self.arrived - self.next_new
-
-    def arrive(self, upto: int) -> None:
-        self.arrived = max(self.arrived, upto)
-
-    def _head(self, k: int) -> np.ndarray:
-        """The first k waiting request ids: preempted ones first, then new arrivals."""
-        nf = min(k, len(self.front))
-        head = np.fromiter(islice(self.front, nf), np.int64, nf)
-        if k > nf:
-            head = np.concatenate([head, np.arange(self.next_new, self.next_new + k - nf)])
-        return head
-
-    def _pop(self, k: int) -> None:
-        nf = min(k, len(self.front))
-        for _ in range(nf):
-            self.front.popleft()
-        self.next_new += k - nf
-
-    def _refuse_head(self, rid: int, n: int, reserve: int | None, policy: bool) -> Admission:
-        adm = self.alloc.check(n, reserve)
-        if adm.ok and policy:
-            adm = adm._replace(ok=False, reason=Reason.POLICY)
-        if not adm.ok:
-            self._fail(rid, adm)
-        return adm
-
-    def schedule(self) -> tuple[np.ndarray, np.ndarray]:
-        """Admit a FCFS prefix of the waiting requests while memory and limits allow."""
-        none = np.zeros(0, np.int64)
-        waiting = self.waiting_count
-        if not waiting:
-            return none, none
-        running = int(self.run_ids.size)
-        slots = self.cfg.max_num_seqs - running
-        while waiting:
-            rid = self.front[0] if self.front else self.next_new
-            if not self.too_big[rid]:
-                break
-            self._pop(1)
-            self._reject(rid)
-            waiting -= 1
-        if not waiting or rid in self._just_preempted:
-            return none, none
-        if slots > 0:  # fast refusal: most steps under pressure cannot admit even the head
-            m = int(self.w.prompt[rid] + self.generated[rid])
-            r = None if self.reserve is None else max(m, int(self.reserve[rid]))
-            adm = self.alloc.check(m, r)
-            if not adm.ok and (running or adm.reason is Reason.POLICY):
-                self._fail(rid, adm)
-                return none, none
-        cands = self._head(min(waiting, max(slots, 1), 4096))
-        stop = self.too_big[cands]
-        if self._just_preempted:
-            stop |= np.fromiter((c in self._just_preempted for c in cands.tolist()), bool,
-                                cands.size)
-        if stop.any():  # admit only up to the next request that must wait or be rejected
-            cands = cands[: int(np.argmax(stop))]
-        n = self.w.prompt[cands] + self.generated[cands]
-        reserve = None if self.reserve is None else np.maximum(n, self.reserve[cands])
-        if slots <= 0:  # batch full: POLICY if memory would have served the head
-            self._refuse_head(int(cands[0]), int(n[0]), None if reserve is None
-                              else int(reserve[0]), policy=True)
-            return none, none
-        kb = max(1, int(np.searchsorted(np.cumsum(n), self.cfg.max_batched_tokens, "right")))
-        cands, n = cands[:kb], n[:kb]
-        reserve = None if reserve is None else reserve[:kb]
-        prefixes = self._prefixes(cands) if self._chains is not None else None
-        keep = 0
-        if self.cfg.watermark > 0 and self.reserve is None and running:
-            keep = int(self.cfg.watermark * self.capacity)  # vLLM-style headroom for growth
-        free_after = np.zeros(cands.size, np.int64)
-        k = self.alloc.admit_many(cands, n, reserve, prefixes, keep, out_free=free_after)
-        admitted, lens = cands[:k], n[:k]
-        self.prefix_query_tokens += int(lens.sum())
-        self._pop(k)
-        if k:
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self, time_s: float) -> None:
+        self.step_no += 1
+        self.time_s = time_s
+        plan = self.last_plan = self.sched.schedule()
+        code, ev = self._code, self.events
+        if plan.preempted:
+            ev.add_many(time_s, self.step_no, code, KIND_CODE["preempted"],
+                        np.asarray(plan.preempted, np.int64))
+            self.preemptions += len(plan.preempted)
+        for rid, adm in plan.rejected:
+            self.rejected += 1
+            self._event("rejected", rid, adm)
+        if plan.admitted:
             self._last_fail = None
-            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["admitted"],
-                                 admitted, lens, free_after[:k])
-        if k < cands.size:
-            rid, m = int(cands[k]), int(n[k])
-            r = None if reserve is None else int(reserve[k])
-            adm = self._refuse_head(rid, m, r, policy=True)
-            if not adm.ok and adm.reason is not Reason.POLICY and running == 0 and k == 0:
-                self._pop(1)  # nothing runs, nothing will free memory: it can never fit
-                self._reject(rid, adm)
-        elif self.waiting_count and running + k >= self.cfg.max_num_seqs:
-            head = self._head(1)
-            m = int(self.w.prompt[head[0]] + self.generated[head[0]])
-            r = None if self.reserve is None else max(m, int(self.reserve[head[0]]))
-            self._refuse_head(int(head[0]), m, r, policy=True)
-        return admitted, lens
+            adm = np.asarray(plan.admitted, np.int64)
+            ev.add_many(time_s, self.step_no, code, KIND_CODE["admitted"], adm,
+                        self.sched.num_tokens[adm], np.asarray(plan.free_after, np.int64))
+        if plan.refused is not None:
+            self._fail(*plan.refused)
+        self._memory_pressure = plan.pressure
+        if self.kv is not None and plan.ids.size:
+            self._execute(plan)
+        fin = self.sched.update(plan)
+        self.tokens_generated += self.sched.last_sampled
+        if fin.size:
+            ev.add_many(time_s, self.step_no, code, KIND_CODE["finished"], fin)
+            self.done += int(fin.size)
+        self.account()
 
-    def _reject(self, rid: int, adm: Admission | None = None) -> None:
-        """`rejected`: the request cannot fit even when nothing else runs. The event carries
-        the allocator's answer for what it would have to place: the reservation (contiguous)
-        or the final length (paged), rounded to cells / blocks / a power of two. That need
-        exceeds the capacity (or, with nothing running, the free total), so the reason is
-        CAPACITY."""
-        if adm is None:
-            whole = int(self.final_len[rid])
-            if self.reserve is not None:
-                whole = max(whole, int(self.reserve[rid]))
-            adm = self.alloc.check(whole)
-        self.rejected += 1
-        self._event("rejected", rid, adm)
+    def _execute(self, plan) -> None:
+        """Real mode: prefill chunks write their tokens; decodes write one and attend."""
+        decode = plan.counts == 1
+        decode &= plan.starts + 1 == self.sched.num_tokens[plan.ids]
+        pre = ~decode
+        if pre.any():
+            self.kv.on_admit(plan.ids[pre].tolist(), plan.counts[pre].tolist(),
+                             plan.starts[pre].tolist())
+        if decode.any():
+            self.kv.on_decode(plan.ids[decode], plan.starts[decode] + 1)
 
-    def _prefixes(self, cands: np.ndarray) -> list[PrefixChain | None]:
-        """Each candidate's prompt as a hash chain (None: nothing to share)."""
-        ptr, ids, block = self._chains
-        lo, hi = ptr[cands].tolist(), ptr[cands + 1].tolist()
-        return [PrefixChain(ids[a:b], block, p) if b > a else None
-                for a, b, p in zip(lo, hi, self.w.prompt[cands].tolist())]
-
-    def prefill(self, new: np.ndarray, lens: np.ndarray) -> None:
-        if new.size:
-            self.run_ids = np.concatenate([self.run_ids, new])
-            self.run_len = np.concatenate([self.run_len, lens])
-            self.run_rem = np.concatenate([self.run_rem, self.w.output[new] - self.generated[new]])
-            if self.kv is not None:
-                self.kv.on_admit(new.tolist(), lens.tolist())
-
-    def _keep(self, mask: np.ndarray) -> None:
-        self.run_ids = self.run_ids[mask]
-        self.run_len = self.run_len[mask]
-        self.run_rem = self.run_rem[mask]
-
-    def decode_step(self) -> None:
-        ids = self.run_ids
-        self._just_preempted.clear()  # also when a preemption emptied the batch (else a livelock)
-        if not ids.size:
-            return
-        ok = self.alloc.append_batch(ids)
-        if not ok.all():
-            keep = preempt_from_tail(self.alloc, ids, ok)
-            lost = ids[~keep]
-            self.generated[lost] = self.w.output[lost] - self.run_rem[~keep]
-            self.events.add_many(self.time_s, self.step_no, self._code,
-                                 KIND_CODE["preempted"], lost)
-            self.front.extendleft(reversed(lost.tolist()))  # back to the front, in order
-            self._just_preempted.update(lost.tolist())
-            self.preemptions += int(lost.size)
-            self._memory_pressure = True
-            self._keep(keep)
-            ids = self.run_ids
-        self.run_len += 1
-        self.run_rem -= 1
-        self.tokens_generated += int(ids.size)
-        if self.kv is not None and ids.size:
-            self.kv.on_decode(ids, self.run_len)
-
-    def finish(self) -> None:
-        done = self.run_rem <= 0
-        if done.any():
-            gone = self.run_ids[done]
-            self.alloc.release_many(gone)
-            self.generated[gone] = self.w.output[gone]
-            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["finished"],
-                                 gone)
-            self.done += int(gone.size)
-            self._keep(~done)
+    def log_evictions(self, step: int, time_s: float, count: int) -> None:
+        """`count` cached blocks were evicted at `step` (a quiet span's steps)."""
+        self.events.add_one(time_s, step, self._code, KIND_CODE["evicted"], -1, count=count)
+        self._evictions_seen += count
 
     def account(self) -> None:
         u = self.alloc.usage()
@@ -299,7 +215,7 @@ class Lane:
     @property
     def idle(self) -> bool:
         """Nothing running and nothing waiting: a step changes only the clock (and shares)."""
-        return not self.run_ids.size and not self.waiting_count
+        return not self.sched.running and not self.waiting_count
 
     def skip_idle(self, k: int, last_time_s: float) -> None:
         """The effect of k idle steps (the last at `last_time_s`), as stepping would have it:
@@ -308,22 +224,11 @@ class Lane:
         self.time_s = last_time_s
         self.shares.add(False, times=k, **self._fill(self.alloc.usage()))
 
-    def step(self, time_s: float) -> None:
-        self.step_no += 1
-        self.time_s = time_s
-        # Running sequences take their next slot before anyone new is admitted (as vLLM's
-        # scheduler does): admitting first would hand the growth slots of running sequences to
-        # newcomers and preempt them in a loop.
-        self.decode_step()
-        self.finish()
-        self.prefill(*self.schedule())
-        self.account()
-
     @property
     def prefix_hit_rate(self) -> float:
-        """Prompt tokens served from the prefix cache / prompt tokens admitted (0.0 without)."""
-        hits = getattr(self.alloc, "prefix_hit_tokens", 0)
-        return hits / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
+        """vLLM's prefix-cache hit rate: hit tokens / known tokens over every admission."""
+        q = self.sched.query_tokens
+        return self.sched.hit_tokens / q if q else 0.0
 
     # ---- views -------------------------------------------------------------------------------
     def snapshot(self) -> BlockMap:

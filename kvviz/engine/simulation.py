@@ -1,7 +1,8 @@
 """Lanes in lockstep: one request stream, several allocators, identical arrivals.
 
-run() jumps over idle time (no lane has a request running or waiting) straight to the step
-of the next arrival, so a sparse stream costs steps with work, not simulated seconds.
+Every lane steps the one scheduling rule (kvviz/engine/scheduler.py). run() jumps over idle
+time (no lane has a request running or waiting) straight to the step of the next arrival, so
+a sparse stream costs steps with work, not simulated seconds.
 """
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ import numpy as np
 from kvviz.alloc import make_allocator
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.engine.events import MAX_STEP, EventLog
-from kvviz.engine.jump import ENGINES, run_jumping
 from kvviz.engine.lane import KVExecutor, Lane
+from kvviz.engine.span import run_lanes
 from kvviz.errors import KvvizError
 from kvviz.workload import Workload
+
+# run()'s advance modes: "jump" runs each lane alone and applies quiet spans at once
+# (kvviz/engine/span.py), "step" steps all lanes together; the same results.
+ENGINES = ("jump", "step")
 
 
 class Simulation:
@@ -29,7 +34,7 @@ class Simulation:
     ) -> None:
         if advance not in ENGINES:
             raise ValueError(f"advance: {advance!r}; use one of {list(ENGINES)}")
-        self.advance = advance  # run(): "jump" between events (exact) or "step" one by one
+        self.advance = advance
         if not lanes:
             raise ValueError("lanes: give at least one lane")
         self.workload = workload
@@ -52,6 +57,11 @@ class Simulation:
         self.step_no = 0
         self._arrival = workload.arrival_s
         self.wall_seconds = 0.0
+
+    @property
+    def arrival_s(self) -> np.ndarray:
+        """Arrival times of the workload's requests (sorted)."""
+        return self._arrival
 
     @property
     def time_s(self) -> float:
@@ -116,7 +126,7 @@ class Simulation:
         """Step until every request finished (or max_steps); returns one summary per lane."""
         t0 = time.perf_counter()
         if self.advance == "jump":
-            run_jumping(self, max_steps, progress)
+            run_lanes(self, max_steps, progress)
             self.wall_seconds += time.perf_counter() - t0
             return self.summaries()
         total = len(self.workload)

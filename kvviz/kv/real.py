@@ -185,14 +185,18 @@ class RealKV:
         return slots, index
 
     # ---- phases ----------------------------------------------------------------------------
-    def on_admit(self, seq_ids: list[int], num_tokens: list[int]) -> None:
-        """Prefill: write K/V of positions 0..n-1 of each newly admitted sequence."""
+    def on_admit(self, seq_ids: list[int], num_tokens: list[int],
+                 starts: list[int] | None = None) -> None:
+        """Prefill: write K/V of positions start..start+n-1 of each sequence (start 0 unless
+        given: a chunk of a prompt, or the tokens after a prefix hit)."""
         ids = np.asarray(seq_ids, dtype=np.int64)
         counts = np.asarray(num_tokens, dtype=np.int64)
         if ids.size == 0 or counts.sum() == 0:
             return
         rows = np.repeat(np.arange(ids.size), counts)
         pos = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        if starts is not None:
+            pos = pos + np.repeat(np.asarray(starts, dtype=np.int64), counts)
         slots, _ = self._slots(ids, rows, pos, "num_tokens")
         self._write(ids[rows], pos, slots)
 

@@ -84,11 +84,11 @@ def test_cached_blocks_are_evicted_oldest_first_when_memory_is_needed():
     a.admit(1, 8, prefix=PrefixKey(0, 8))  # blocks 0, 1
     a.admit(2, 8, prefix=PrefixKey(1, 8))  # blocks 2, 3
     a.release(1)
-    a.release(2)  # LRU: 0, 1, 2, 3
+    a.release(2)  # vLLM frees each sequence tail first: LRU 1, 0, 3, 2
     assert a.admit(3, 4).ok
     assert a.usage().evictions == 1
-    assert a.block_table(3).tolist() == [0]
-    assert a.snapshot().cached.tolist() == [False, True, True, True]
+    assert a.block_table(3).tolist() == [1]  # the oldest sequence's tail goes first
+    assert a.snapshot().cached.tolist() == [True, False, True, True]
     assert a.admit(4, 8, prefix=PrefixKey(1, 8)).ok  # group 1 still cached: a hit
     assert a.block_table(4).tolist() == [2, 3]
     assert a.usage().evictions == 1

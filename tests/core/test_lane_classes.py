@@ -28,9 +28,16 @@ def _sim(w: Workload, lane: str, tokens: int, **eng) -> Simulation:
 
 
 def _need(lane, rid: int) -> int:
-    """Slots the lane asks the allocator to place for waiting request `rid`."""
-    n = int(lane.w.prompt[rid] + lane.generated[rid])
-    return n if lane.reserve is None else max(n, int(lane.reserve[rid]))
+    """Slots the lane asks the allocator to place for waiting request `rid`: all its known
+    tokens (prompt + generated, vLLM checks the whole sequence) or its reservation; a paged
+    lane asks only for the blocks its cached prefix (whole blocks, never the last known
+    token) does not cover, plus the cached ones it takes out of the free queue."""
+    n = int(lane.sched.num_tokens[rid])
+    if lane.reserve is not None:
+        return max(n, int(lane.reserve[rid]))
+    a, bs = lane.alloc, lane.alloc.block_size
+    hits = lane.sched.space.hits(rid, n)[0]
+    return (-(-n // bs) - len(hits) + sum(a._pool.is_cached(b) for b in hits)) * bs
 
 
 def _capture_refusals(lane) -> list[tuple]:

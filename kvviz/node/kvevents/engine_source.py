@@ -18,7 +18,7 @@ from kvviz.alloc.blockpool import REMOVED, LogEntry
 from kvviz.node.kvevents.endpoints import endpoint_for_rank
 from kvviz.node.kvevents.publisher import Publisher, Unpublished, cleared, removed, stored
 
-Key = tuple[int, int]  # (content id of the prompt up to `end`, end): kvviz.alloc.prefix
+Key = tuple[int, int]  # (content hash up to `end`, end): kvviz.engine.tokens, kvviz.alloc.prefix
 VOCAB = 32_000
 ENCODING = {"vllm": "map", "sglang": "array"}  # how kvviz.node.kvevents.decode names them
 

@@ -1,0 +1,255 @@
+"""The scheduling rule: admission, token budget, preemption and finish, in one place.
+
+vLLM 0.32's v1 Scheduler (vllm/v1/core/sched/scheduler.py), FCFS with recompute preemption,
+synchronous scheduling, no speculative decoding. Each request has num_tokens (prompt + tokens
+sampled so far) and computed (tokens whose KV is written). One engine step is
+
+  schedule()  the token budget (max_num_batched_tokens) pays the running requests first, in
+              order: each computes num_tokens - computed tokens (one for a decode, a chunk of
+              its prompt while prefilling). A request whose slots cannot be allocated
+              preempts the last running request (its blocks freed, computed reset to 0, back
+              to the front of the waiting queue) until it fits or preempts itself. Then, if
+              nobody was preempted, waiting requests are admitted in order while budget,
+              max_num_seqs and memory allow: a hit of cached blocks counts as computed, the
+              rest is prefilled (a chunk of it when the budget is short; with chunked prefill
+              off, a prompt that does not fit the budget waits). Admission needs the free
+              blocks for all num_tokens (vLLM's scheduler_reserve_full_isl) plus the
+              watermark, waived while nothing runs.
+  update()    every request whose KV caught up with num_tokens samples one token (so the step
+              that completes a prefill samples the first); one that reached its output length
+              finishes and frees its blocks there: its last token never gets a KV slot.
+
+A resumed request recomputes prompt + all generated tokens (its own cached blocks may serve).
+kvviz's own additions: a request whose whole life cannot fit the empty cache is rejected at
+the head of the queue (vLLM would wait for it forever); workloads are cut to max_seq_len
+beforehand, so vLLM's max_model_len never binds here.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+from kvviz.alloc.base import Admission, Reason
+from kvviz.config import EngineConfig
+from kvviz.workload import Workload
+
+EMPTY = np.zeros(0, np.int64)
+
+
+class Plan(NamedTuple):
+    """What one schedule() decided, in vLLM's order: running requests, then admissions."""
+
+    ids: np.ndarray  # requests that compute this step
+    starts: np.ndarray  # tokens each had computed before the step
+    counts: np.ndarray  # tokens each computes now
+    admitted: list[int]  # among ids, newly running (new or resumed)
+    hit_tokens: list[int]  # per admitted request: tokens served by cached blocks
+    free_after: list[int]  # per admitted request: free slots right after its admission
+    preempted: list[int]
+    rejected: list[tuple[int, Admission]]
+    refused: tuple[int, Admission] | None  # the head that had to wait, and why
+    pressure: bool  # a preemption, or the head refused for memory
+
+
+class Scheduler:
+    def __init__(self, w: Workload, engine: EngineConfig, space, too_big: np.ndarray) -> None:
+        self.w, self.cfg, self.space, self.too_big = w, engine, space, too_big
+        n = len(w)
+        self.num_tokens = w.prompt.astype(np.int64).copy()
+        self.computed = np.zeros(n, np.int64)
+        self.generated = np.zeros(n, np.int64)
+        self.running: list[int] = []
+        self._ids: np.ndarray | None = EMPTY  # `running` as an array (None: rebuild)
+        self.front: deque[int] = deque()  # preempted requests, ahead of new arrivals
+        self.next_new = 0
+        self.arrived = 0
+        self.caching = getattr(space, "keys", None) is not None  # a prefix-caching lane
+        self.query_tokens = 0  # vLLM's prefix-cache queries: num_tokens at every admission
+        self.hit_tokens = 0
+        self.last_sampled = 0  # tokens the last update sampled
+
+    def running_ids(self) -> np.ndarray:
+        """The running requests as an int64 array (cached until the list changes)."""
+        if self._ids is None:
+            self._ids = np.asarray(self.running, np.int64)
+        return self._ids
+
+    # ---- the waiting queue ----------------------------------------------------------------
+    @property
+    def waiting_count(self) -> int:
+        return len(self.front) + self.arrived - self.next_new
+
+    def head(self) -> int:
+        return self.front[0] if self.front else self.next_new
+
+    def pop_head(self) -> None:
+        if self.front:
+            self.front.popleft()
+        else:
+            self.next_new += 1
+
+    # ---- one step -------------------------------------------------------------------------
+    def schedule(self) -> Plan:
+        budget = self.cfg.max_batched_tokens
+        ids: list[int] = []
+        starts: list[int] = []
+        counts: list[int] = []
+        preempted: list[int] = []
+        run, comp, known = self.running, self.computed, self.num_tokens
+        i = 0
+        while i < len(run) and budget > 0:
+            r = run[i]
+            if known[r] - comp[r] == 1:  # decodes in a row: grow as many as fit at once
+                seg = self.running_ids()[i:i + budget]
+                lens = comp[seg]
+                dec = known[seg] - lens == 1
+                if not dec.all():
+                    m = int(np.argmin(dec))
+                    seg, lens = seg[:m], lens[:m]
+                k = self.space.decode_many(seg, lens)
+                if k:
+                    ids.extend(seg[:k].tolist())
+                    starts.extend(lens[:k].tolist())
+                    counts.extend([1] * k)
+                    comp[seg[:k]] = lens[:k] + 1
+                    budget -= k
+                    i += k
+                    continue
+            n = min(int(known[r] - comp[r]), budget)
+            start = int(comp[r])
+            while not self.space.grow(r, start + n):  # preempt from the tail until r fits
+                victim = run.pop()
+                self._ids = None
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim == r:
+                    break
+            if preempted and preempted[-1] == r:
+                break
+            ids.append(r)
+            starts.append(start)
+            counts.append(n)
+            comp[r] = start + n
+            budget -= n
+            i += 1
+        admitted, hits, free, rejected, refused = [], [], [], [], None
+        if not preempted:
+            refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
+            starts.extend(hits)
+        pressure = bool(preempted) or (refused is not None
+                                       and refused[1].reason is not Reason.POLICY)
+        return Plan(np.asarray(ids, np.int64), np.asarray(starts, np.int64),
+                    np.asarray(counts, np.int64), admitted, hits, free, preempted, rejected,
+                    refused, pressure)
+
+    def _preempt(self, r: int) -> None:
+        self.space.free(r)
+        self.computed[r] = 0
+        self.front.appendleft(r)
+
+    def _admit(self, budget: int, ids: list[int], counts: list[int], admitted: list[int],
+               hits_out: list[int], free_out: list[int],
+               rejected: list) -> tuple[int, Admission] | None:
+        """Admit waiting requests in order; returns the head left waiting and why (None when
+        the queue emptied or the budget ran out)."""
+        space, cfg = self.space, self.cfg
+        while budget > 0 and self.waiting_count:
+            r = self.head()
+            if self.too_big[r]:
+                self.pop_head()
+                rejected.append((r, self._whole(r)))
+                continue
+            total = int(self.num_tokens[r])
+            hits, hit = space.hits(r, total)
+            if len(self.running) >= cfg.max_num_seqs:
+                return r, self._policy(r, total, hits)
+            n = total - hit
+            if not cfg.enable_chunked_prefill and n > budget:
+                return r, self._policy(r, total, hits)
+            n = min(n, budget)
+            adm = space.check(r, total, hits, not self.running)
+            if not adm.ok:
+                return r, adm
+            space.admit(r, hit + n, hits, total)
+            self.pop_head()
+            self.running.append(r)
+            self._ids = None
+            self.computed[r] = hit + n
+            if self.caching:  # vLLM counts queries only where it looks the cache up
+                self.query_tokens += total
+                self.hit_tokens += hit
+            ids.append(r)
+            counts.append(n)
+            admitted.append(r)
+            hits_out.append(hit)
+            free_out.append(space.alloc.usage().free_tokens)
+            budget -= n
+        return None
+
+    def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
+        """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
+        adm = self.space.check(r, total, hits, not self.running)
+        return adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)
+
+    def _whole(self, r: int) -> Admission:
+        """Why r can never run: its whole life (prompt + output - 1 slots, or its
+        reservation) exceeds the capacity."""
+        space = self.space
+        whole = int(self.w.prompt[r] + self.w.output[r] - 1)
+        reserve = getattr(space, "reserve", None)
+        if reserve is not None:
+            whole = max(whole, int(reserve[r]))
+        return space.alloc.check(whole)
+
+    def quiet_steps(self, limit: int) -> int:
+        """After a step that logged no event: how many next steps (<= limit) decide exactly
+        the same, writing one token per running request and nothing else (0: unknown or
+        none). They do while every running request decodes within the budget, none finishes,
+        the free blocks cover the span's new blocks, and the head of the queue (if any) keeps
+        its answer: it was refused, and the free blocks stay on the same side of its need.
+        Arrivals are the caller's bound (they matter only while nobody waits). A lane that
+        caches prefixes spans only while nobody waits (a block cached mid-span could change
+        the head's hit) and only over plain free blocks (no eviction mid-span)."""
+        run, space = self.running, self.space
+        if not run or len(run) > self.cfg.max_batched_tokens:
+            return 0
+        if self.caching and self.waiting_count:
+            return 0
+        ids = self.running_ids()
+        lens = self.computed[ids]
+        if (self.num_tokens[ids] - lens != 1).any():
+            return 0
+        m = min(limit, int((self.w.output[ids] - self.generated[ids]).min()) - 1)
+        if m <= 0:
+            return 0
+        floor = 0
+        if self.waiting_count and len(run) < self.cfg.max_batched_tokens:  # a refused head
+            r = self.head()
+            if self.too_big[r]:
+                return 0
+            floor = space.answer_floor(r, int(self.num_tokens[r]))
+        return space.span(ids, lens, m, floor)
+
+    def update(self, plan: Plan) -> np.ndarray:
+        """Sample one token for every request whose KV caught up; finish (and free) those
+        that reached their output length. Returns the finished requests, in step order."""
+        ids = plan.ids
+        self.last_sampled = 0
+        if not ids.size:
+            return EMPTY
+        done = self.computed[ids] == self.num_tokens[ids]
+        sampled = ids[done]
+        self.last_sampled = int(sampled.size)
+        self.num_tokens[sampled] += 1
+        self.generated[sampled] += 1
+        fin = sampled[self.generated[sampled] >= self.w.output[sampled]]
+        if fin.size:
+            for r in fin.tolist():
+                self.space.free(r)
+                self.space.done(r)
+            arr = self.running_ids()
+            self._ids = arr[~np.isin(arr, fin)]
+            self.running = self._ids.tolist()
+        return fin

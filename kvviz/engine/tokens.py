@@ -1,0 +1,76 @@
+"""Synthetic token ids of a workload and the prefix-cache key of every full block.
+
+A trace names prompt content only by hash chains (kvviz.workload.Workload.chains), never by
+token ids, so kvviz makes the ids up, the same way everywhere:
+
+  position p of request r, inside its prompt's chain   -> from (chain id of p's chain block, p)
+  any other position (own prompt text, every output)   -> from (r, p)
+
+Equal ids therefore mean equal content exactly where the trace says so, and a request's own
+text and outputs are its alone. Prefix caching keys a block the way vLLM hashes it: block k's
+key chains the key of block k-1 with what fills block k, so two blocks have equal keys iff
+their requests have equal tokens from position 0 to the end of the block. Output blocks are
+keyed too: a preempted request finds its own blocks again when it resumes.
+
+A key is (content hash, end token): kvviz.node.kvevents publishes keys as block hashes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kvviz.workload import Workload
+
+Key = tuple[int, int]
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
+
+
+def token_ids(w: Workload, r: int, n: int) -> list[int]:
+    """The first n token ids of request r (prompt, then outputs), each in [0, 2^31): ids
+    inside the prompt's chain are even, the request's own are odd (never equal)."""
+    ptr, ids, block = w.chains()
+    chain = ids[ptr[r]:ptr[r + 1]]
+    cover = min(int(chain.size) * block, int(w.prompt[r]))
+    pos = np.arange(n, dtype=np.uint64)
+    inside = pos < np.uint64(cover)
+    src = np.where(inside, chain[np.minimum(pos // np.uint64(block), max(chain.size - 1, 0))]
+                   .astype(np.uint64) if chain.size else np.uint64(0), np.uint64(r))
+    with np.errstate(over="ignore"):
+        x = (src * _MUL + pos) * _MIX
+        x ^= x >> np.uint64(29)
+        x *= _MUL
+    out = ((x >> np.uint64(34)) & np.uint64((1 << 30) - 1)) * np.uint64(2)
+    return (out + (~inside).astype(np.uint64)).astype(np.int64).tolist()
+
+
+class BlockKeys:
+    """Per request, the keys of its full blocks at one block size, computed on demand and
+    kept while the request lives (`forget` drops them). Cost: one tuple hash per block."""
+
+    def __init__(self, w: Workload, block_size: int) -> None:
+        self.bs = block_size
+        self.prompt = w.prompt
+        self.ptr, self.ids, self.block = w.chains()
+        self._keys: dict[int, list[Key]] = {}
+
+    def keys(self, r: int, nfull: int) -> list[Key]:
+        """Keys of blocks 0..nfull-1 of request r (the list may be longer; read [:nfull])."""
+        have = self._keys.get(r)
+        if have is None:
+            have = self._keys[r] = []
+        if len(have) >= nfull:
+            return have
+        bs, cb = self.bs, self.block
+        a, b = int(self.ptr[r]), int(self.ptr[r + 1])
+        cover = min((b - a) * cb, int(self.prompt[r]))
+        prev = have[-1][0] if have else 0
+        for k in range(len(have), nfull):
+            s, e = k * bs, (k + 1) * bs
+            hi = min(e, cover)
+            ids = tuple(self.ids[a + s // cb:a + (hi - 1) // cb + 1].tolist()) if s < hi else ()
+            prev = hash((prev, ids, -1 if e <= cover else r, e))
+            have.append((prev, e))
+        return have
+
+    def forget(self, r: int) -> None:
+        self._keys.pop(r, None)

@@ -1,0 +1,1 @@
+"""Reference implementations kvviz is checked against (run in their own environments)."""
