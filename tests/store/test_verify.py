@@ -91,7 +91,12 @@ def test_every_lane_kind_in_sim_mode_verifies_clean(sim_run: Path) -> None:
 def test_paged_maps_carry_block_tables_that_verify(sim_run: Path) -> None:
     lanes = verify(sim_run).lanes
     for name, s in lanes.items():
-        assert s.get("tables_checked", 0) == (s["maps"] if name.startswith("paged") else 0)
+        if name.endswith(":prefix"):
+            # with chunked prefill on, a shared map's lengths from events are bounds: its
+            # tables are checked only at samples where every live length is exact
+            assert 0 < s.get("tables_checked", 0) <= s["maps"]
+        else:
+            assert s.get("tables_checked", 0) == (s["maps"] if name.startswith("paged") else 0)
 
 
 def test_cli_exit_codes_and_json(sim_run: Path, tmp_path: Path, capsys) -> None:
