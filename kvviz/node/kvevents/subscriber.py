@@ -1,12 +1,13 @@
 """Subscribe to KV-event publishers: one SUB socket per (endpoint, DP rank), seq tracking.
 
 A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq above last + 1
-is a gap (filled from the ROUTER replay socket when one is given: request `[b"", start_seq]`,
-answers `(seq, payload)` frames, then seq -1), a seq below the last one (or the same seq with
-another payload) is a publisher restart (its cache starts empty: the stream's forests are
-cleared), the same message twice is ignored. A subscriber that joins late asks the replay
-socket for the batches before its first one. Every message is recorded raw; what does not
-decode is counted ("undecodable"), never raised.
+is a gap (filled from the ROUTER replay socket when one is given; vLLM 0.32's answer layout
+and the older one are both read: kvviz.node.kvevents.replay), a seq below the last one (or
+the same seq with another payload) is a publisher restart (its cache starts empty: the
+stream's forests are cleared), the same message twice is ignored. A subscriber that joins late
+(its first batch has seq > 0) asks the replay socket for everything from seq 0 before its
+first batch. Every message is recorded raw; what does not decode is counted ("undecodable"),
+never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from kvviz.node.kvevents import replay as replay_wire
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode
 from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
     SubscriberConfig,
@@ -28,7 +30,7 @@ from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
 
-END_SEQ = -1
+END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 
 
@@ -221,24 +223,23 @@ class Subscriber:
         got = 0
         try:
             sock.connect(st.replay)  # type: ignore[arg-type]
-            sock.send_multipart([b"", first.to_bytes(8, "big", signed=True)])
+            sock.send_multipart(replay_wire.request(first))
             deadline = time.monotonic() + self.cfg.replay_timeout_s
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sock.poll(int(left * 1000) + 1):
                     st.last_error = f"replay from {st.replay}: no end marker in time"
                     break
-                fr = sock.recv_multipart()
-                if fr and fr[0] == b"":
-                    fr = fr[1:]
-                if len(fr) < 1 or len(fr[0]) != 8:
+                ans = replay_wire.parse_answer(sock.recv_multipart())
+                if ans is None:
                     st.last_error = f"replay from {st.replay}: a malformed answer"
                     break
-                seq = int.from_bytes(fr[0], "big", signed=True)
-                if seq == END_SEQ:
+                if ans.seq == END_SEQ:
                     break
-                if first <= seq <= last and len(fr) >= 2:
-                    self._ingest(st, seq, fr[1], None, t, True)
+                if ans.topic and self._topic and not ans.topic.startswith(self._topic):
+                    continue
+                if first <= ans.seq <= last:
+                    self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
                     st.replayed_batches += 1
                     got += 1
         except zmq.ZMQError as exc:
