@@ -13,7 +13,7 @@ Invariants (tests/kvevents/test_model.py):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
@@ -44,6 +44,8 @@ class Forest:
         self.root_tokens: dict[Any, tuple] = {}  # root hash -> its token ids
         self.lifetimes: list[float] = []
         self.block_size = 0
+        self.by_tokens: dict[tuple, Any] = {}  # (parent hash, hash of the block's tokens) -> h
+        self._tok_key: dict[Any, tuple] = {}  # h -> its by_tokens key
 
     def store(self, hashes: list, parent: Any, token_ids: list | None, block_size: int,
               t: float) -> None:
@@ -64,8 +66,13 @@ class Forest:
                 stored_t[h] = t
                 nkids[p] = nkids.get(p, 0) + 1
                 self.cached_tokens += bs
-                if p is None and token_ids and len(self.root_tokens) < ROOT_TOKENS_KEPT:
-                    self.root_tokens[h] = tuple(token_ids[i * bs:(i + 1) * bs])
+                if token_ids and bs and len(token_ids) >= (i + 1) * bs:
+                    tok = tuple(token_ids[i * bs:(i + 1) * bs])
+                    key = (p, hash(tok))
+                    self.by_tokens[key] = h
+                    self._tok_key[h] = key
+                    if p is None and len(self.root_tokens) < ROOT_TOKENS_KEPT:
+                        self.root_tokens[h] = tok
             p = h
 
     def remove(self, hashes: list, t: float) -> None:
@@ -84,6 +91,9 @@ class Forest:
             else:
                 del self.nkids[p]
             self.cached_tokens -= self.ntok.pop(h)
+            key = self._tok_key.pop(h, None)
+            if key is not None and self.by_tokens.get(key) == h:
+                del self.by_tokens[key]
             life = t - self.stored_t.pop(h)
             if len(self.lifetimes) >= LIFETIMES_KEPT:
                 del self.lifetimes[: LIFETIMES_KEPT // 2]
@@ -100,6 +110,8 @@ class Forest:
         self.ntok.clear()
         self.stored_t.clear()
         self.nkids.clear()
+        self.by_tokens.clear()
+        self._tok_key.clear()
         self.cached_tokens = 0
 
     # ---- derived --------------------------------------------------------------------------
@@ -123,6 +135,22 @@ class Forest:
                 d += 1
                 out[y] = d
         return out
+
+    def prefix_hit_tokens(self, prompt: Sequence[int], block_size: int = 0) -> int:
+        """Prompt tokens a vLLM-style engine finds cached: the longest chain of full blocks of
+        `prompt` that the stream says are cached (matched by token ids, from the root), at most
+        (len(prompt) - 1) // block_size blocks (the last prompt token is always computed).
+        Needs streams that send token ids; LoRA / multimodal extra keys are not modelled."""
+        bs = block_size or self.block_size
+        if not bs:
+            return 0
+        p, n = None, 0
+        for i in range((len(prompt) - 1) // bs):
+            h = self.by_tokens.get((p, hash(tuple(prompt[i * bs:(i + 1) * bs]))))
+            if h is None or h not in self.parent:
+                break
+            p, n = h, n + 1
+        return n * bs
 
     def median_lifetime(self) -> float | None:
         """Median seconds from store to eviction of the recent evictions (None: none yet)."""
@@ -206,6 +234,11 @@ class CacheModel:
 
     def cached_blocks(self, stream: int) -> int:
         return sum(len(f.parent) for _, f in self.of_stream(stream))
+
+    def prefix_hit_tokens(self, stream: int, prompt: Sequence[int], dp_rank: int = 0) -> int:
+        """The prefix hit (tokens) the stream's GPU cache (group 0) predicts for `prompt`."""
+        f = self.forests.get(ForestKey(stream, dp_rank, "GPU", 0))
+        return 0 if f is None else f.prefix_hit_tokens(prompt)
 
     def cached_tokens(self, stream: int) -> int:
         return sum(f.cached_tokens for _, f in self.of_stream(stream))
