@@ -46,7 +46,7 @@ class StoreSink:
     where the node runs on this machine; "always"; "never")."""
 
     def __init__(self, path: Path, url: str, *, nvml: str = "auto", scrape: dict | None = None,
-                 ) -> None:
+                 extra_meta: dict | None = None) -> None:
         from kvviz.node.scrape import is_loopback_host
         from kvviz.store.writer import RunWriter
 
@@ -63,7 +63,7 @@ class StoreSink:
         self.t0 = time.time()
         meta = {"mode": "node", "url": url, "device": "node", "lanes": [],
                 "scrape": scrape or {}, "nvml": nv, "versions": _versions(),
-                "started_unix": self.t0}
+                "started_unix": self.t0, **(extra_meta or {})}
         try:
             self.writer = RunWriter(path, meta)
         except BaseException:
@@ -108,9 +108,9 @@ def _versions() -> dict:
 
 
 def open_store_sink(path: Path, url: str, *, nvml: str = "auto",
-                    scrape: dict | None = None) -> StoreSink:
+                    scrape: dict | None = None, extra_meta: dict | None = None) -> StoreSink:
     """Record NodeSamples into a kvviz recording (.db); the context gives the sink."""
-    return StoreSink(path, url, nvml=nvml, scrape=scrape)
+    return StoreSink(path, url, nvml=nvml, scrape=scrape, extra_meta=extra_meta)
 
 
 def _open_out(args: argparse.Namespace, url: str) -> AbstractContextManager:

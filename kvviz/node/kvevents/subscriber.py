@@ -4,10 +4,11 @@ A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq abo
 is a gap (filled from the ROUTER replay socket when one is given; vLLM 0.32's answer layout
 and the older one are both read: kvviz.node.kvevents.replay), a seq below the last one (or
 the same seq with another payload) is a publisher restart (its cache starts empty: the
-stream's forests are cleared), the same message twice is ignored. A subscriber that joins late
-(its first batch has seq > 0) asks the replay socket for everything from seq 0 before its
-first batch. Every message is recorded raw; what does not decode is counted ("undecodable"),
-never raised.
+stream's forests are cleared), the same message twice is ignored. With a replay endpoint, a
+subscriber asks for everything from seq 0 as soon as it connects (it joins with the node's true
+cache, even an idle node's), and again before its first live batch when that found nothing and
+the batch has seq > 0. Every message is recorded raw; what does not decode is counted
+("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 """
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Stream:
     wrong_topic: int = 0
     seen_topics: set = field(default_factory=set)
     last_error: str = ""
+    joined: bool = False  # the join replay (everything from seq 0) was asked for
+    join_seqs: dict | None = None  # seq -> hash(payload) of the batches the join replay gave
 
 
 class Subscriber:
@@ -131,6 +134,8 @@ class Subscriber:
                 return
             if ev["event"] == zmq.EVENT_CONNECTED:
                 st.connected = True
+                if st.replay and st.last_seq is None and not st.joined:
+                    self._join(st)
             elif ev["event"] == zmq.EVENT_DISCONNECTED:
                 st.connected = False
 
@@ -149,8 +154,12 @@ class Subscriber:
                 st.seen_topics.add(topic.decode("utf-8", "replace")[:80])
             return
         seq = int.from_bytes(seq_b, "big", signed=True)
+        if st.join_seqs is not None:
+            if st.join_seqs.get(seq) == hash(payload):
+                return  # published while kvviz joined: the join replay gave it already
+            st.join_seqs = None  # past the replayed ones (or a restart): live from here
         last = st.last_seq
-        if last is None and seq > 0 and st.replay:  # joined late: take what the buffer holds
+        if last is None and seq > 0 and st.replay:  # joined late, the join replay got nothing
             self._replay(st, 0, seq - 1, t)
         elif last is not None:
             if seq == last and payload == st.last_payload:
@@ -216,6 +225,17 @@ class Subscriber:
         st.lost_batches += missing
         self._gap(st, t, "gap", first, last, missing == 0)
 
+    def _join(self, st: Stream) -> None:
+        """On first connecting: everything the replay buffer holds, from seq 0, so that a
+        subscriber joining a busy (or idle) node starts with its true cache."""
+        st.joined = True
+        st.join_seqs = {}
+        self._replay(st, 0, 2**63 - 1, self.clock() - self.t0)
+        if st.join_seqs:
+            st.last_seq = max(st.join_seqs)
+        else:
+            st.join_seqs = None
+
     def _replay(self, st: Stream, first: int, last: int, t: float) -> int:
         """Ask the replay socket for batches from `first`; ingest those up to `last`."""
         sock = self.ctx.socket(zmq.DEALER)
@@ -239,6 +259,9 @@ class Subscriber:
                 if ans.topic and self._topic and not ans.topic.startswith(self._topic):
                     continue
                 if first <= ans.seq <= last:
+                    if st.join_seqs is not None and st.last_seq is None:
+                        st.join_seqs[ans.seq] = hash(ans.payload)
+                        st.last_payload = ans.payload
                     self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
                     st.replayed_batches += 1
                     got += 1
