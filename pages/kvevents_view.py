@@ -97,8 +97,9 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
         f = model.forests[key]
         cols = st.columns(6)
         for c, (t, v) in zip(cols, [("cached blocks", len(f.parent)),
-                                    ("cached tokens", f.cached_tokens), ("stored", f.stored),
-                                    ("evicted", f.removed), ("duplicates", f.duplicates),
+                                    ("cached tokens", f.cached_tokens),
+                                    ("stored (announced)", f.stored), ("evicted", f.removed),
+                                    ("re-announced (already cached)", f.duplicates),
                                     ("cleared", f.cleared)]):
             c.metric(t, f"{v:,}")
         life, div = f.median_lifetime(), sorted(f.divergence_depths())

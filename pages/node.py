@@ -96,7 +96,7 @@ def node_headlines(latest) -> list:
     heads = vn.headlines(latest)
     off = latest is not None and latest.get("prefix_caching_off") in (1, True)
     return [h._replace(value="off", help="the node runs with prefix caching disabled")
-            if off and h.label == "Prefix hit rate" else h for h in heads]
+            if off and h.label.startswith("Prefix hit rate") else h for h in heads]
 
 
 def pools_table(r, latest) -> None:

@@ -164,7 +164,9 @@ def _status_line(elapsed: float, state: _State, sub) -> str:
     if sub is not None:
         for d in sub.summary():
             parts.append(f"| events: {d['batches']} batches, {d['cached_blocks']} cached "
-                         f"blocks, {d['gaps']} gaps, {d['replayed_batches']} replayed")
+                         f"blocks ({d['stored_blocks']} stored, {d['re_announced_blocks']} of "
+                         f"them re-announced), {d['gaps']} gaps, {d['replayed_batches']} "
+                         "replayed")
     return " ".join(parts)
 
 

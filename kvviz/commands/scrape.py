@@ -159,8 +159,10 @@ def format_line(s) -> str:
     if s.kv_used_tokens is not None and s.kv_capacity_tokens:
         slots = f" ({s.kv_used_tokens:,.0f}/{s.kv_capacity_tokens:,} slots)"
     rate = "" if s.preemptions_per_s is None else f" ({s.preemptions_per_s:.2f}/s)"
-    hit = s.prefix_hit_rate if s.prefix_hit_rate_interval is None else s.prefix_hit_rate_interval
-    hit_text = "off" if getattr(s, "prefix_caching_off", False) else _pct(hit)
+    hit_text = "off" if getattr(s, "prefix_caching_off", False) else _pct(s.prefix_hit_rate)
+    if s.prefix_hit_rate_interval is not None and hit_text != "off":  # both, each named
+        hit_text = (f"{_pct(s.prefix_hit_rate_interval)} last {s.interval_s or 0:.0f}s, "
+                    f"{hit_text} since start")
     return (f"{stamp} ok {s.engine} kv {_pct(s.kv_usage)}{slots} run {_num(s.num_running)} "
             f"wait {_num(s.num_waiting)} preempt {_num(s.preemptions_total)}{rate} "
             f"prefix hit {hit_text}")

@@ -198,8 +198,9 @@ def usage_and_waiting(model: CacheModel, gauges: Gauges | None = None,
         if cached > used:
             idle = cached - used
             out.append(f"KV usage is {g.kv_usage:.0%} ({used:,} of {blocks:,} blocks "
-                       f"in use, from /metrics), yet the event stream holds {cached:,} cached blocks: at least "
-                       f"{idle:,} ({idle / cached:.0%}) of them are held by no running request. "
+                       f"in use, from /metrics), yet the event stream holds {cached:,} "
+                       f"cached blocks: at least {idle:,} ({idle / cached:.0%}) of them are "
+                       "held by no running request. "
                        "They are evictable prefix-cache blocks (stored, not removed, no longer "
                        "referenced); usage counts them as free, and the engine reuses them "
                        "(evicting them) as soon as it needs memory.")

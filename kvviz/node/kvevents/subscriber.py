@@ -299,7 +299,10 @@ class Subscriber:
                  "batches": st.batches, "events": st.events, "stored_blocks": st.stored_blocks,
                  "removed_blocks": st.removed_blocks, "cleared": st.cleared,
                  "cached_blocks": self.model.cached_blocks(st.sid),
-                 "cached_tokens": self.model.cached_tokens(st.sid), "gaps": st.gaps,
+                 "cached_tokens": self.model.cached_tokens(st.sid),
+                 "re_announced_blocks": sum(f.duplicates for _, f in
+                                            self.model.of_stream(st.sid)),
+                 "gaps": st.gaps,
                  "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
                  "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
                  "restarts": st.restarts, "wrong_topic": st.wrong_topic}
