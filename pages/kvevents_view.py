@@ -75,7 +75,7 @@ def panel(run: str) -> None:
         one, fleet = st.tabs(["One cache", "Streams side by side"])
         with one:
             node_view(model, streams, names, summaries, gaps, timeline)
-            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges())
+            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges(run))
         with fleet:
             st.dataframe(vk.stream_table(summaries), hide_index=True)
             ids = [s["stream_id"] for s in streams]

@@ -140,7 +140,12 @@ def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_r
     _node_run(kv_runs / "node.db", waiting=6)
     at = page(PAGE)
     no_exception(at)
-    assert at.selectbox(key="kve_gauges").value == "node.db"  # the Node tab's recording
+    # another recording's scrape is never combined by default: it may be another node
+    assert at.selectbox(key="kve_gauges").value == "none"
+    assert "requests wait" not in " ".join(_texts(at))
+    at.selectbox(key="kve_gauges").set_value("node.db").run()
+    no_exception(at)
+    assert any("cannot check" in w.value for w in at.warning)  # said on the page
     text = " ".join(_texts(at))
     assert "6 requests wait while KV usage is only 1%" in text
     assert "4 requests have run in every recent scrape" in text
@@ -148,3 +153,34 @@ def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_r
     at.selectbox(key="kve_gauges").set_value("none").run()
     assert "requests wait" not in " ".join(_texts(at))
     assert "cannot tell blocks in use from evictable ones" in " ".join(_texts(at))
+
+
+def test_an_attach_recording_uses_its_own_scrapes_without_asking(kv_runs):
+    import sqlite3
+
+    write_kv_recording(kv_runs / "both.db", free_base_port(2))  # its kv_* tables are copied
+    _node_run(kv_runs / "node.db", waiting=6)  # another node: must not be used
+    from kvviz.store.writer import RunWriter
+
+    # the same stream and node gauges in ONE file, as `kvviz attach` writes it
+    w = RunWriter(kv_runs / "attach.db", {"mode": "node", "url": "http://a:8000/metrics",
+                                          "lanes": [], "attach": True})
+    for i in range(3):
+        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://a:8000/metrics",
+                                     "status": "ok", "message": "", "engine": "vllm",
+                                     "kv_usage": 0.02, "num_running": 2, "num_waiting": 3,
+                                     "block_size": 16, "num_gpu_blocks": 1000}, {})
+    w.close()
+    con = sqlite3.connect(kv_runs / "attach.db")
+    con.execute(f"ATTACH DATABASE '{kv_runs / 'both.db'}' AS src")
+    for t in ("kv_streams", "kv_batches", "kv_gaps"):
+        con.execute(f"CREATE TABLE {t} AS SELECT * FROM src.{t}")
+    con.commit()
+    con.close()
+    at = page(PAGE)
+    at.selectbox(key="kve_pick").set_value("attach.db").run()
+    no_exception(at)
+    assert not [s for s in at.selectbox if s.key == "kve_gauges"]
+    text = " ".join(_texts(at))
+    assert "this recording's own scrapes" in " ".join(c.value for c in at.caption)
+    assert "3 requests wait" in text and "6 requests wait" not in text
