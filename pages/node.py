@@ -22,7 +22,7 @@ from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import common, kvevents_view, widgets
+from pages import common, kvevents_view, node_attach, widgets
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
@@ -113,6 +113,7 @@ def pools_table(r, latest) -> None:
 
 def node_tab() -> None:
     scrape_controls()
+    node_attach.attach_controls()
     runs = directory.node_recordings(directory.runs_dir())
     if not runs:
         st.info("No node recording yet: start scraping a node above, or record one with "
@@ -122,7 +123,14 @@ def node_tab() -> None:
     run = st.selectbox("Node recording", runs, key="node_pick",
                        index=runs.index(stored) if stored in runs else 0)
     st.session_state[RUN_KEY] = run
-    node_panel(run)
+    if node_attach.has_events(run):  # a kvviz attach recording: scrape and events side by side
+        left, right = st.columns([3, 2])
+        with left:
+            node_panel(run)
+        with right:
+            node_attach.events_panel(run)
+    else:
+        node_panel(run)
 
 
 def fleet_tab() -> None:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "pages"))
 from pagehelpers import figures, no_exception, page  # noqa: E402
 
 from tests.kvevents.conftest import free_base_port  # noqa: E402
-from tests.kvevents.recordings import write_kv_recording  # noqa: E402
+from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
 
 PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
@@ -156,27 +156,8 @@ def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_r
 
 
 def test_an_attach_recording_uses_its_own_scrapes_without_asking(kv_runs):
-    import sqlite3
-
-    write_kv_recording(kv_runs / "both.db", free_base_port(2))  # its kv_* tables are copied
     _node_run(kv_runs / "node.db", waiting=6)  # another node: must not be used
-    from kvviz.store.writer import RunWriter
-
-    # the same stream and node gauges in ONE file, as `kvviz attach` writes it
-    w = RunWriter(kv_runs / "attach.db", {"mode": "node", "url": "http://a:8000/metrics",
-                                          "lanes": [], "attach": True})
-    for i in range(3):
-        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://a:8000/metrics",
-                                     "status": "ok", "message": "", "engine": "vllm",
-                                     "kv_usage": 0.02, "num_running": 2, "num_waiting": 3,
-                                     "block_size": 16, "num_gpu_blocks": 1000}, {})
-    w.close()
-    con = sqlite3.connect(kv_runs / "attach.db")
-    con.execute(f"ATTACH DATABASE '{kv_runs / 'both.db'}' AS src")
-    for t in ("kv_streams", "kv_batches", "kv_gaps"):
-        con.execute(f"CREATE TABLE {t} AS SELECT * FROM src.{t}")
-    con.commit()
-    con.close()
+    write_attach_recording(kv_runs / "attach.db", free_base_port(2), waiting=3)
     at = page(PAGE)
     at.selectbox(key="kve_pick").set_value("attach.db").run()
     no_exception(at)
