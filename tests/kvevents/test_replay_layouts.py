@@ -93,3 +93,44 @@ def test_kvviz_own_publisher_answers_in_the_layout_it_is_given(layout):
 def test_an_unknown_replay_layout_is_refused():
     with pytest.raises(ValueError, match="replay_layout"):
         Publisher("tcp://127.0.0.1:1", replay_layout="0.99")
+
+
+@pytest.mark.parametrize("layout", ["0.32", "legacy"])
+def test_joining_an_idle_node_shows_its_cache_before_any_new_batch(layout):
+    port = free_base_port(2)
+    pub = SchemaPublisher(_ep(port), replay=_ep(port + 1), layout=layout)
+    try:
+        pub.send(payload([store([1, 2], None)]))
+        pub.send(payload([store([3], 2), remove([1])]))
+        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
+        try:
+            _drain(sub, lambda: sub.streams[0].batches == 2)  # nothing new is published
+            (s,) = sub.summary()
+            assert s["cached_blocks"] == 2 and s["replayed_batches"] == 2
+            assert s["restarts"] == 0 and s["gaps"] == 0
+        finally:
+            sub.close()
+    finally:
+        pub.close()
+
+
+def test_a_live_batch_the_join_replay_gave_already_is_neither_twice_nor_a_restart():
+    port = free_base_port(2)
+    pub = SchemaPublisher(_ep(port), replay=_ep(port + 1), layout="0.32")
+    try:
+        pub.send(payload([store([1], None)]))
+        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
+        try:
+            _drain(sub, lambda: sub.streams[0].batches == 1)
+            wait_connected(sub)  # the subscription reaches the publisher (ZeroMQ slow joiner)
+            st_ = sub.streams[0]
+            # seq 0 arriving live after the join replay had it (published while joining)
+            sub.handle(st_, [b"", (0).to_bytes(8, "big"), pub.sent[0][1]])
+            pub.send(payload([store([2], 1)]))
+            _drain(sub, lambda: st_.batches == 2)
+            (s,) = sub.summary()
+            assert (s["batches"], s["restarts"], s["gaps"], s["cached_blocks"]) == (2, 0, 0, 2)
+        finally:
+            sub.close()
+    finally:
+        pub.close()
