@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                   at.SECONDS))
     a("--out", type=Path, default=None, metavar="FILE.db",
       help="recording to create (default runs/node-<UTC time>.db; never overwritten)")
+    a("--nvml", choices=("auto", "always", "never"), default="auto",
+      help="also record this machine's GPU memory (NVML); auto: only when the URL is a "
+           "loopback address (default)")
     a("--json", action="store_true", help="print one JSON summary when stopping")
     a("--quiet", action="store_true", help="no status line (state changes are still said)")
 
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     sub = kv = None
     state = _State()
     try:
-        with open_store_sink(out, url, nvml="never", scrape=scrape_meta,
+        with open_store_sink(out, url, nvml=args.nvml, scrape=scrape_meta,
                              extra_meta={"kv_events": kv_meta, "attach": True}) as sink:
             writer = sink.writer
             if cfg is not None:
