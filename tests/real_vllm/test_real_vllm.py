@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from kvviz.cli import main
 from kvviz.node.kvevents import store as kvstore
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.node.promtext import sample_from_text
@@ -43,6 +44,20 @@ class Lossy(Subscriber):
             if seq in self.drop:
                 self.drop.discard(seq)
                 return
+        super().handle(st, frames)
+
+
+class LossyLive(Subscriber):
+    """A subscriber that loses its 2nd, 3rd and 4th live batches (after joining)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.live = 0
+
+    def handle(self, st, frames):
+        self.live += 1
+        if self.live in (2, 3, 4):
+            return
         super().handle(st, frames)
 
 
@@ -173,6 +188,22 @@ def run(vllm_server, tmp_path_factory):
         res["preemptions"] = gt.one(m2, "vllm:num_preemptions_total") - pre0
         res["bursts"] = burst + 1
         check_metrics("idle after the burst")
+        # a queue vLLM can answer /metrics during: one request of 41 blocks decodes alone
+        # (to 63 blocks) while a second of 41 blocks waits for capacity (71 usable)
+        pair = [threading.Thread(target=srv.complete,
+                                 args=([rng.randrange(3, 500) for _ in range(1300)], n))
+                for n in (700, 8)]
+        pair[0].start()
+        time.sleep(0.3)
+        pair[1].start()
+        for _ in range(200):
+            check_metrics("burst: one runs, one waits")
+            if not any(t.is_alive() for t in pair):
+                break
+            time.sleep(0.05)
+        for t in pair:
+            t.join(180)
+        _sync(s1, s3)
 
         # 3. reset the prefix cache: everything cleared, the next hit is 0, then back
         res["before_reset_blocks"] = len(_forest(s1))
@@ -192,6 +223,25 @@ def run(vllm_server, tmp_path_factory):
         _sync(s1, s2, s3, quiet_s=1.0)
         for p in prompts[4:8]:
             ask(p, subs=(s1, s2))
+        _sync(s1, s2, s3, quiet_s=1.0)
+
+        # 5. kvviz attach (in this process, the same code) whose stream loses three live
+        # batches on the way: the gap is filled from vLLM's replay buffer
+        load = threading.Thread(target=lambda: [ask(p) for p in prompts[8:18]])
+        from kvviz.commands import attach as attach_cmd  # noqa: F401 (imported before patching)
+        from kvviz.node.kvevents import subscriber as submod
+
+        real = submod.Subscriber
+        submod.Subscriber = LossyLive
+        try:
+            load.start()
+            res["gap_attach"] = (main(["attach", srv.metrics_url, "--kv-events", srv.events,
+                                       "--replay", srv.replay, "--topic", "kv-events",
+                                       "--interval", "1", "--duration", "12", "--quiet",
+                                       "--out", str(wd / "attach-gap.db")]), "")
+        finally:
+            submod.Subscriber = real
+            load.join(120)
         _sync(s1, s2, s3, quiet_s=1.0)
         time.sleep(2.5)  # at least two more scrapes by both attach runs, all idle
         check_metrics("idle at the end")
@@ -296,7 +346,7 @@ def test_a_prefix_cache_reset_clears_the_forest_and_the_next_hit_is_zero(run):
         f"{run['before_reset_blocks']} blocks cleared; hit {after}, then {again}")
 
 
-@pytest.mark.parametrize("which", ["early", "late"])
+@pytest.mark.parametrize("which", ["early", "late", "gap"])
 def test_kvviz_attach_records_what_vllm_did(run, which):
     rc, err = run[f"{which}_attach"]
     assert rc == 0, err
@@ -323,6 +373,11 @@ def test_kvviz_attach_records_what_vllm_did(run, which):
     assert stream["summary"]["lost_batches"] == 0
     if which == "late":
         assert replayed > 0  # everything before it joined came from the replay buffer
+    if which == "gap":
+        with kvstore.connect(path) as conn:
+            gaps = kvstore.gaps(conn)
+        assert gaps and all(g["filled"] for g in gaps), gaps
+        assert sum(g["last_seq"] - g["first_seq"] + 1 for g in gaps) == 3
     SUMMARY[f"kvviz attach ({which})"] = (
         f"{len(rows)} scrapes, {stream['summary']['batches']} batches ({replayed or 0} "
         f"replayed), forest = vLLM's {len(run['truth'])} blocks")
