@@ -108,3 +108,12 @@ def test_usage_counts_blocks_as_the_engine_does_without_its_null_block():
     g = Gauges(kv_usage=0.5, num_gpu_blocks=72, usable_blocks=71)
     (msg,) = usage_and_waiting(_model(60), g)
     assert "36 of 71 blocks" in msg  # round(0.5 * 71)
+
+
+def test_when_the_engine_says_capacity_memory_is_not_ruled_out_at_low_usage():
+    # one request of 41 blocks runs, one of 41 blocks waits: usage 58%, 30 blocks free
+    g = Gauges(kv_usage=41 / 71, num_gpu_blocks=72, usable_blocks=71, num_running=1,
+               num_waiting=1, waiting_capacity=1, waiting_deferred=0)
+    (msg,) = [m for m in usage_and_waiting(_model(41), g) if "wait" in m]
+    assert "memory is not what holds them back" not in msg
+    assert "30 blocks free" in msg and "wait for capacity" in msg

@@ -398,6 +398,8 @@ def test_the_waiting_diagnosis_names_vllms_own_reasons_and_preemptions(run):
         assert f"counts {s.num_waiting_capacity} waiting for scheduling capacity" in line, line
         assert f"and {s.num_waiting_deferred} deferred by transient" in line, line
         assert s.num_waiting_capacity + s.num_waiting_deferred == s.num_waiting  # as vLLM says
+        if s.num_waiting_capacity:  # vLLM says capacity: kvviz never rules memory out
+            assert "memory is not what holds them back" not in line, line
         first = rows[max(0, i - 19)]["preemptions_total"]
         if s.preemptions_total > first:
             assert f"preempted {s.preemptions_total - first:.0f} running request" in line

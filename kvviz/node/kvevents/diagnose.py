@@ -254,6 +254,14 @@ def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -
         msg = (f"{w} requests wait and KV usage is {g.kv_usage:.0%} now, but the recent "
                "preemptions show memory ran short moments ago: usage is a snapshot, and "
                "preempted requests freed their blocks when they were sent back to the queue.")
+    elif g.waiting_capacity:
+        free = round((1 - g.kv_usage) * g.usable_blocks) if g.usable_blocks else None
+        have = f" ({free:,} blocks free)" if free is not None else ""
+        msg = (f"{w} requests wait with KV usage at {g.kv_usage:.0%}{have}, and the engine "
+               "says they wait for capacity: a waiting request may need more free blocks "
+               "than there are (a long prompt is admitted only when all its blocks fit), or a "
+               "scheduler limit (max-num-seqs, max-num-batched-tokens) holds it; the gauges "
+               "cannot tell which.")
     else:
         msg = (f"{w} requests wait while KV usage is only {g.kv_usage:.0%}: memory is not "
                "what holds them back")
