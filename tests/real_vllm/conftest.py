@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.real_vllm.scenario import run  # noqa: F401 (the scenario, a module fixture)
 from tests.real_vllm.server import VllmServer, VllmStartError, venv_problem
 from tests.real_vllm.summary import SUMMARY
 
