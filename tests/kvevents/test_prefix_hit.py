@@ -13,7 +13,7 @@ def stored(hashes, parent, tokens):
 
 
 def test_the_hit_follows_the_chain_of_cached_blocks_and_stops_at_an_evicted_one():
-    m = CacheModel()
+    m = CacheModel(index_tokens=True)
     prompt = list(range(100, 113))  # 13 tokens: 3 full blocks + 1
     m.apply(1, 0, [stored([11, 12, 13], None, prompt[:12])], 0.0)
     assert m.prefix_hit_tokens(1, prompt) == 12
@@ -30,6 +30,18 @@ def test_the_hit_follows_the_chain_of_cached_blocks_and_stops_at_an_evicted_one(
 
 
 def test_a_stream_without_token_ids_predicts_no_hit():
-    m = CacheModel()
+    m = CacheModel(index_tokens=True)
     m.apply(1, 0, [stored([11], None, None)], 0.0)
     assert m.prefix_hit_tokens(1, [1, 2, 3, 4, 5]) == 0
+
+
+def test_token_ids_that_are_not_ints_are_not_indexed_and_do_not_crash():
+    m = CacheModel(index_tokens=True)
+    m.apply(1, 0, [stored([11], None, [{"a": 1}, [2], 3, 4])], 0.0)  # unhashable, mixed
+    assert m.cached_blocks(1) == 1 and m.prefix_hit_tokens(1, [1, 2, 3, 4, 5]) == 0
+
+
+def test_without_the_token_index_no_hit_is_predicted():
+    m = CacheModel()  # the default: no index (it costs events per second)
+    m.apply(1, 0, [stored([11], None, [1, 2, 3, 4])], 0.0)
+    assert m.cached_blocks(1) == 1 and m.prefix_hit_tokens(1, [1, 2, 3, 4, 5]) == 0

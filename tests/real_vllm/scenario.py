@@ -18,6 +18,7 @@ import pytest
 
 from kvviz.cli import main
 from kvviz.node.kvevents import store as kvstore
+from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.node.promtext import sample_from_text
 from tests.real_vllm import groundtruth as gt
@@ -56,8 +57,10 @@ class LossyLive(Subscriber):
 
 
 def _sub(srv, cls=Subscriber) -> Subscriber:
-    return cls(SubscriberConfig((srv.events,), 1, (srv.replay,), "kv-events",
-                                replay_timeout_s=10.0))
+    sub = cls(SubscriberConfig((srv.events,), 1, (srv.replay,), "kv-events",
+                               replay_timeout_s=10.0))
+    sub.model = CacheModel(index_tokens=True)  # before any batch (they come with poll())
+    return sub
 
 
 def _sync(*subs, quiet_s: float = 0.4, most_s: float = 15.0) -> None:
