@@ -9,7 +9,7 @@ from kvviz.errors import KvvizError
 from kvviz.safeio import printable
 
 COMMANDS = ("simulate", "bench", "collect", "info", "export", "scrape", "torch-snapshot",
-            "events")
+            "events", "attach")
 
 
 def command_module(name: str):
@@ -31,6 +31,8 @@ def command_module(name: str):
         from kvviz.commands import torch_snapshot as mod
     elif name == "events":
         from kvviz.commands import events as mod
+    elif name == "attach":
+        from kvviz.commands import attach as mod
     else:
         raise KeyError(name)
     return mod

@@ -110,7 +110,7 @@ def panel(run: str) -> None:
         one, fleet = st.tabs(["One cache", "Streams side by side"])
         with one:
             node_view(model, streams, names, summaries, gaps, timeline)
-            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges())
+            kw.waiting_section(model, timeline, end_s, kw.scraped_gauges(run))
         with fleet:
             st.dataframe(vk.stream_table(summaries), hide_index=True)
             ids = [s["stream_id"] for s in streams]
@@ -132,8 +132,9 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
         f = model.forests[key]
         cols = st.columns(6)
         for c, (t, v) in zip(cols, [("cached blocks", len(f.parent)),
-                                    ("cached tokens", f.cached_tokens), ("stored", f.stored),
-                                    ("evicted", f.removed), ("duplicates", f.duplicates),
+                                    ("cached tokens", f.cached_tokens),
+                                    ("stored (announced)", f.stored), ("evicted", f.removed),
+                                    ("re-announced (already cached)", f.duplicates),
                                     ("cleared", f.cleared)]):
             c.metric(t, f"{v:,}")
         life, div = f.median_lifetime(), sorted(f.divergence_depths())

@@ -1,6 +1,7 @@
 """"Usage looks low, why are requests waiting?" on the KV events view: the node's scraped gauges
-(a node recording picked here, or the Live run's own counters) beside the event stream, answered
-by kvviz.node.kvevents.diagnose.usage_and_waiting. Remote text is shown with st.text only."""
+(the recording's own scrapes when `kvviz attach` recorded both, a node recording the user picks,
+or the Live run's own counters) beside the event stream, answered by
+kvviz.node.kvevents.diagnose.usage_and_waiting. Remote text is shown with st.text only."""
 from __future__ import annotations
 
 import time
@@ -14,26 +15,40 @@ from kvviz.store.reader import RunReader
 
 WINDOW_S = 30.0  # "recent": the last this many seconds of the stream
 SCRAPES_KEPT = 20  # the latest scrapes read for the gauges (flat running count)
-NODE_RUN_KEY = "kvviz_node_run"  # the Node tab's picked node recording (pages/node.py)
 LIMITS = ("Events name content blocks by hash only: no request ids, no physical block ids, no "
           "reference counts, and partly filled blocks are never announced. Who is running and "
           "who waits comes from the node's gauges.")
 
 
-def scraped_gauges() -> Gauges | None:
-    """A node recording to compare with (the Node tab's by default); its latest gauges."""
-    runs = directory.node_recordings(directory.runs_dir())
+def scraped_gauges(run: str) -> Gauges | None:
+    """The node's latest gauges, combined with the stream only when they belong to one node:
+    the recording's own scrapes (one `kvviz attach` run), or a node recording the user picks
+    here, which the page then says it cannot check."""
+    root = directory.runs_dir()
+    r = RunReader(directory.resolve_run(root, run))
+    try:
+        own = r.node_samples(last=SCRAPES_KEPT).to_dict("records")
+    finally:
+        r.close()
+    if own:
+        st.caption("Node gauges: this recording's own scrapes (kvviz attach recorded the "
+                   "stream and the scrape of one node together).")
+        return diagnose.gauges_from_scrapes(own)
+    runs = [n for n in directory.node_recordings(root) if n != run]
     if not runs:
-        st.caption("No node scrape recorded: start one in the Node tab to compare the stream "
-                   "with the node's usage, running and waiting requests.")
+        st.caption("No node scrape to compare with: `kvviz attach URL --kv-events ENDPOINT` "
+                   "records a node's stream and its /metrics together.")
         return None
-    here = st.session_state.get(NODE_RUN_KEY)
-    options = ["none", *runs]
-    pick = st.selectbox("Node scrape to compare with", options, key="kve_gauges",
-                        index=options.index(here) if here in runs else 1)
+    pick = st.selectbox("Compare with a node scrape (only one of the same node)",
+                        ["none", *runs], key="kve_gauges", index=0)
     if pick == "none":
+        st.caption("This stream was recorded without a scrape, so it is not combined with "
+                   "one; pick a node recording above only if it scraped the same node.")
         return None
-    r = RunReader(directory.resolve_run(directory.runs_dir(), pick))
+    st.warning("Combined with the scrape recording you picked: kvviz cannot check that it "
+               "scraped the node that published this stream.", icon=":material/link:")
+    st.text(f"stream: {run}   scrape: {pick}")
+    r = RunReader(directory.resolve_run(root, pick))
     try:
         rows = r.node_samples(last=SCRAPES_KEPT).to_dict("records")
     finally:

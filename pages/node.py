@@ -23,7 +23,7 @@ from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import common, kvevents_view, widgets
+from pages import common, kvevents_view, node_attach, widgets
 
 SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
@@ -118,7 +118,7 @@ def node_headlines(latest) -> list:
     heads = vn.headlines(latest)
     off = latest is not None and latest.get("prefix_caching_off") in (1, True)
     return [h._replace(value="off", help="the node runs with prefix caching disabled")
-            if off and h.label == "Prefix hit rate" else h for h in heads]
+            if off and h.label.startswith("Prefix hit rate") else h for h in heads]
 
 
 def pools_table(r, latest) -> None:
@@ -135,6 +135,7 @@ def pools_table(r, latest) -> None:
 
 def node_tab() -> None:
     scrape_controls()
+    node_attach.attach_controls()
     runs = directory.node_recordings(directory.runs_dir())
     pending = st.session_state.get(PENDING)
     if pending in runs:
@@ -151,7 +152,14 @@ def node_tab() -> None:
     run = st.selectbox("Node recording", runs, key="node_pick",
                        index=runs.index(stored) if stored in runs else 0)
     st.session_state[RUN_KEY] = run
-    node_panel(run)
+    if node_attach.has_events(run):  # a kvviz attach recording: scrape and events side by side
+        left, right = st.columns([3, 2])
+        with left:
+            node_panel(run)
+        with right:
+            node_attach.events_panel(run)
+    else:
+        node_panel(run)
 
 
 def fleet_tab() -> None:

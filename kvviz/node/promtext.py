@@ -39,9 +39,13 @@ class NodeSample:
     engine: Engine = "unknown"
     kv_usage: float | None = None  # 0..1 of the KV cache in use
     kv_used_tokens: float | None = None  # slots in use (usage x capacity when not exported)
-    kv_capacity_tokens: int | None = None  # num_gpu_blocks x block_size, or SGLang's pool size
+    kv_capacity_tokens: int | None = None  # usable blocks x block_size, or SGLang's pool size
     num_running: int | None = None
     num_waiting: int | None = None
+    # vLLM's own reasons (num_requests_waiting_by_reason, 0.32): waiting for scheduling capacity
+    # (memory or a scheduler limit), deferred by transient constraints (LoRA, KV transfer)
+    num_waiting_capacity: int | None = None
+    num_waiting_deferred: int | None = None
     preemptions_total: float | None = None  # vLLM preemptions, SGLang retractions
     prefix_queries_total: float | None = None  # tokens looked up in the prefix cache
     prefix_hits_total: float | None = None  # of which found

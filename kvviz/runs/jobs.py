@@ -226,3 +226,47 @@ class EventsJob(LoggedProcess):
 
     def target(self) -> str | None:
         return None if self.subscription is None else " ".join(self.subscription.endpoints)
+
+
+class AttachJob(LoggedProcess):
+    """One `python -m kvviz attach URL [--kv-events EP [--replay EP]] --out runs/node-<time>.db`
+    at a time: a node's scrapes and KV events in one recording. Arguments are checked here
+    first (one error, not a dead process); only the addresses the user typed are contacted."""
+
+    LOG_LINES = 3
+
+    def __init__(self, root: Path, *, python: str = sys.executable) -> None:
+        super().__init__()
+        self.root, self.python = Path(root), python
+        self.args: tuple | None = None
+
+    def start(self, url: str, events: str | None = None, replay: str | None = None,
+              topic: str = "", interval_s: float = 2.0) -> Path:
+        url = normalize_url(url)
+        check_scrape_url(url)
+        events, replay = (events or "").strip() or None, (replay or "").strip() or None
+        if replay and not events:
+            raise ValueError("a replay endpoint needs the KV-events endpoint it replays")
+        if events:
+            SubscriberConfig((events,), 1, (replay,) if replay else (), topic)
+        if not interval_s > 0:
+            raise ValueError("scrape interval must be > 0 s")
+        with self._lock:
+            out = unique_recording(self.root, "node")
+            argv = [self.python, "-m", "kvviz", "attach", url, "--out", str(out),
+                    "--interval", str(interval_s), "--quiet", "--topic", topic]
+            if events:
+                argv += ["--kv-events", events]
+            if replay:
+                argv += ["--replay", replay]
+            self._launch_locked(argv, out, ROOT, env={lifecycle.PARENT_ENV: str(os.getpid())})
+            self.args = (url, events, replay, topic, interval_s)
+            return out
+
+    def restart(self) -> Path | None:
+        return None if self.args is None else self.start(*self.args)
+
+    def target(self) -> str | None:
+        if self.args is None:
+            return None
+        return self.args[0] + (f" + {self.args[1]}" if self.args[1] else "")

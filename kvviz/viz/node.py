@@ -73,8 +73,9 @@ def headlines(row: pd.Series | dict | None) -> list[Headline]:
 
 def _headlines(r: dict) -> list[Headline]:
     usage = _num(r.get("kv_usage"))
+    since = _num(r.get("prefix_hit_rate"))
     hit = _num(r.get("prefix_hit_rate_interval"))
-    hit = _num(r.get("prefix_hit_rate")) if hit is None else hit
+    hit = since if hit is None else hit
     return [
         Headline("KV usage", _fmt(None if usage is None else 100 * usage, ".1f", "%"),
                  USAGE_DEFINITION),
@@ -89,7 +90,12 @@ def _headlines(r: dict) -> list[Headline]:
         Headline("Preemptions/s", _fmt(_num(r.get("preemptions_per_s")), ",.2f"),
                  "running requests evicted for lack of a free block, over the last interval"),
         Headline("Prefix hit rate", _fmt(None if hit is None else 100 * hit, ".1f", "%"),
-                 "prefix-cache hits / lookups (last interval, else since start)"),
+                 "prefix-cache hits / lookups over the last scrape interval (since start "
+                 "until there are two scrapes)"),
+        Headline("Prefix hit rate (since start)",
+                 _fmt(None if since is None else 100 * since, ".1f", "%"),
+                 "the engine's cumulative counters since it started: a prefix-cache reset "
+                 "does not reset them, so this mixes in what came before"),
     ]
 
 

@@ -38,3 +38,29 @@ def write_kv_recording(path: Path, port: int, *, close: bool = True) -> RunWrite
     if close:
         w.close()
     return w
+
+
+def write_attach_recording(path: Path, port: int, waiting: int = 3) -> None:
+    """What `kvviz attach` writes: a node recording (mode "node", attach) whose file also holds
+    the KV-event tables (those of write_kv_recording) of the same node."""
+    import sqlite3
+
+    src = path.with_name(path.stem + "-events-src.db")
+    write_kv_recording(src, port)
+    w = RunWriter(path, {"mode": "node", "url": "http://a:8000/metrics", "lanes": [],
+                         "attach": True})
+    for i in range(3):
+        w.add_node_sample(float(i), {"time": 1e9 + i, "url": "http://a:8000/metrics",
+                                     "status": "ok", "message": "", "engine": "vllm",
+                                     "kv_usage": 0.02, "num_running": 2,
+                                     "num_waiting": waiting, "block_size": 16,
+                                     "num_gpu_blocks": 1000}, {})
+    w.close()
+    con = sqlite3.connect(path)
+    con.execute("ATTACH DATABASE ? AS src", (str(src),))
+    for t in ("kv_streams", "kv_batches", "kv_gaps"):
+        con.execute(f"CREATE TABLE {t} AS SELECT * FROM src.{t}")
+    con.commit()
+    con.execute("DETACH DATABASE src")
+    con.close()
+    src.unlink()

@@ -80,9 +80,13 @@ def payload(events, ts=1.0, rank=None, envelope="array") -> bytes:
 
 
 class SchemaPublisher:
-    """PUB on `endpoint` (+ an optional ROUTER replay with every batch sent so far)."""
+    """PUB on `endpoint` (+ an optional ROUTER replay with every batch sent so far), answering
+    in the older `[seq, payload]` layout or vLLM 0.32's `[topic, seq, payload]` (layout="0.32",
+    as vllm/distributed/kv_events.py ZmqEventPublisher._service_replay sends it)."""
 
-    def __init__(self, endpoint: str, replay: str | None = None, topic: bytes = b"") -> None:
+    def __init__(self, endpoint: str, replay: str | None = None, topic: bytes = b"",
+                 layout: str = "legacy") -> None:
+        self.layout = layout
         self.ctx = zmq.Context()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -116,9 +120,13 @@ class SchemaPublisher:
             first = int.from_bytes(start, "big", signed=True)
             with self.lock:
                 todo = [x for x in self.sent if x[0] >= first]
+            end = (-1).to_bytes(8, "big", signed=True)
             for s, p in todo:
-                self.router.send_multipart([ident, b"", s.to_bytes(8, "big", signed=True), p])
-            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+                seq = s.to_bytes(8, "big", signed=True)
+                self.router.send_multipart([ident, b"", self.topic, seq, p]
+                                           if self.layout == "0.32" else [ident, b"", seq, p])
+            self.router.send_multipart([ident, b"", b"", end, b""] if self.layout == "0.32"
+                                       else [ident, b"", end, b""])
 
     def close(self) -> None:
         self.stop.set()

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "pages"))
 from pagehelpers import figures, no_exception, page  # noqa: E402
 
 from tests.kvevents.conftest import free_base_port  # noqa: E402
-from tests.kvevents.recordings import write_kv_recording  # noqa: E402
+from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
 
 PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
@@ -140,7 +140,12 @@ def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_r
     _node_run(kv_runs / "node.db", waiting=6)
     at = page(PAGE)
     no_exception(at)
-    assert at.selectbox(key="kve_gauges").value == "node.db"  # the Node tab's recording
+    # another recording's scrape is never combined by default: it may be another node
+    assert at.selectbox(key="kve_gauges").value == "none"
+    assert "requests wait" not in " ".join(_texts(at))
+    at.selectbox(key="kve_gauges").set_value("node.db").run()
+    no_exception(at)
+    assert any("cannot check" in w.value for w in at.warning)  # said on the page
     text = " ".join(_texts(at))
     assert "6 requests wait while KV usage is only 1%" in text
     assert "4 requests have run in every recent scrape" in text
@@ -148,3 +153,15 @@ def test_waiting_requests_are_explained_from_the_stream_and_the_node_scrape(kv_r
     at.selectbox(key="kve_gauges").set_value("none").run()
     assert "requests wait" not in " ".join(_texts(at))
     assert "cannot tell blocks in use from evictable ones" in " ".join(_texts(at))
+
+
+def test_an_attach_recording_uses_its_own_scrapes_without_asking(kv_runs):
+    _node_run(kv_runs / "node.db", waiting=6)  # another node: must not be used
+    write_attach_recording(kv_runs / "attach.db", free_base_port(2), waiting=3)
+    at = page(PAGE)
+    at.selectbox(key="kve_pick").set_value("attach.db").run()
+    no_exception(at)
+    assert not [s for s in at.selectbox if s.key == "kve_gauges"]
+    text = " ".join(_texts(at))
+    assert "this recording's own scrapes" in " ".join(c.value for c in at.caption)
+    assert "3 requests wait" in text and "6 requests wait" not in text

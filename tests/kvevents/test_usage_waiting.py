@@ -88,3 +88,32 @@ def test_any_scrape_gives_gauges_or_none_and_sentences(rows, cached, recent):
     lines = usage_and_waiting(_model(cached) if cached else CacheModel(), g, recent)
     assert all(isinstance(line, str) and line for line in lines)
     assert not any(line.startswith("-") for line in lines)  # no negative request counts
+
+
+def test_the_engines_own_reasons_and_a_recent_preemption_are_named_with_their_source():
+    rows = [{"status": "ok", "t": float(t), "kv_usage": 0.3, "num_gpu_blocks": 72,
+             "kv_capacity_tokens": 71 * 32, "block_size": 32, "num_running": 4,
+             "num_waiting": 1, "num_waiting_capacity": 1, "num_waiting_deferred": 0,
+             "preemptions_total": float(p)} for t, p in ((0, 2), (2, 2), (4, 3))]
+    g = gauges_from_scrapes(rows)
+    assert (g.usable_blocks, g.preempted_recent, g.recent_s) == (71, 1, 4.0)
+    (msg,) = [m for m in usage_and_waiting(_model(10), g) if "wait" in m and "engine" in m]
+    assert "num_requests_waiting_by_reason" in msg and "1 waiting for scheduling capacity" in msg
+    assert "preempted 1 running request" in msg and "vllm:num_preemptions" in msg
+    assert "memory is not what holds them back" not in msg
+    assert "kvviz's reading:" in msg
+
+
+def test_usage_counts_blocks_as_the_engine_does_without_its_null_block():
+    g = Gauges(kv_usage=0.5, num_gpu_blocks=72, usable_blocks=71)
+    (msg,) = usage_and_waiting(_model(60), g)
+    assert "36 of 71 blocks" in msg  # round(0.5 * 71)
+
+
+def test_when_the_engine_says_capacity_memory_is_not_ruled_out_at_low_usage():
+    # one request of 41 blocks runs, one of 41 blocks waits: usage 58%, 30 blocks free
+    g = Gauges(kv_usage=41 / 71, num_gpu_blocks=72, usable_blocks=71, num_running=1,
+               num_waiting=1, waiting_capacity=1, waiting_deferred=0)
+    (msg,) = [m for m in usage_and_waiting(_model(41), g) if "wait" in m]
+    assert "memory is not what holds them back" not in msg
+    assert "30 blocks free" in msg and "wait for capacity" in msg

@@ -50,7 +50,7 @@ def test_sglang_dp_per_rank_detail_from_raw():
 def test_vllm_per_engine_detail_from_raw():
     rows = pool_rows(parse(VLLM_TEXT).raw)
     assert [(r.pool, r.capacity_tokens, r.running) for r in rows] == [
-        ("0", 16_000, 5), ("1", 48_000, 3)]
+        ("0", (1000 - 1) * 16, 5), ("1", (3000 - 1) * 16, 3)]  # the null block aside
 
 
 def test_tensor_parallel_duplicates_still_counted_once():

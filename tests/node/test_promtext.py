@@ -26,10 +26,11 @@ def test_vllm_fixture_sums_engines_and_weights_usage_by_capacity():
     assert s.ok and s.engine == "vllm"
     assert s.num_running == 8 and s.num_waiting == 2
     assert s.block_size == 16 and s.num_gpu_blocks == 4000
-    assert s.kv_capacity_tokens == 64000
-    # engine 0: 0.5 of 1000 blocks, engine 1: 0.25 of 3000 blocks -> 1250 of 4000
-    assert s.kv_usage == pytest.approx(0.3125)
-    assert s.kv_used_tokens == pytest.approx(20000)
+    # vLLM v1 keeps one null block per engine back: 999 and 2999 usable blocks of 16 slots
+    assert s.kv_capacity_tokens == (999 + 2999) * 16
+    # engine 0: 0.5 of 999 usable blocks, engine 1: 0.25 of 2999, weighted by capacity
+    assert s.kv_used_tokens == pytest.approx((0.5 * 999 + 0.25 * 2999) * 16)
+    assert s.kv_usage == pytest.approx((0.5 * 999 + 0.25 * 2999) / (999 + 2999))
 
 
 def test_vllm_counters_read_with_total_suffix():

@@ -110,3 +110,17 @@ def test_a_scrape_job_stops_when_its_dashboard_is_killed(tmp_path, fake_node):
             os.kill(child, 9)
         except OSError:
             pass
+
+
+def test_the_line_names_the_interval_and_the_since_start_hit_rates():
+    import dataclasses
+
+    from kvviz.commands.scrape import format_line
+    from kvviz.node.promtext import NodeSample
+
+    fields = {f.name: None for f in dataclasses.fields(NodeSample)}
+    s = NodeSample(**{**fields, "time": 0.0, "url": "http://x", "status": "ok", "message": "",
+                      "engine": "vllm", "prefix_caching_off": False, "prefix_hit_rate": 0.6,
+                      "prefix_hit_rate_interval": 0.0, "interval_s": 2.0})
+    # after a prefix-cache reset the counters go on: the two rates differ, both are shown
+    assert format_line(s).endswith("prefix hit 0.0% last 2s, 60.0% since start")

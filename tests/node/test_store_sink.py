@@ -43,7 +43,9 @@ def test_vllm_geometry_columns(fake_node, tmp_path):
     assert scrape(fake_node.url("/metrics"), out, "--count", "1", "--nvml", "never") == 0
     row = RunReader(out).node_samples().iloc[0]
     assert row["engine"] == "vllm" and row["block_size"] > 0 and row["num_gpu_blocks"] > 0
-    assert row["kv_capacity_tokens"] == row["block_size"] * row["num_gpu_blocks"]
+    # each engine's null block (block 0) holds no KV: capacity counts the others
+    assert row["kv_pools"] == 2
+    assert row["kv_capacity_tokens"] == row["block_size"] * (row["num_gpu_blocks"] - 2)
     assert 0 <= row["kv_usage"] <= 1 and row["num_running"] >= 0
 
 

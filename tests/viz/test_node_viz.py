@@ -53,7 +53,8 @@ def test_headlines_from_the_latest_ok_sample():
     got = {h.label: h.value for h in vn.headlines(row)}
     assert got == {"KV usage": "90.0%", "KV capacity (blocks)": "100",
                    "KV capacity (tokens)": "1,600", "Running": "8", "Waiting": "5",
-                   "Preemptions/s": "1.50", "Prefix hit rate": "45.0%"}
+                   "Preemptions/s": "1.50", "Prefix hit rate": "45.0%",
+                   "Prefix hit rate (since start)": "40.0%"}
 
 
 def test_missing_numbers_are_dashes_and_failed_runs_have_no_ok_row():

@@ -30,13 +30,21 @@ FLAT_MIN_SCRAPES = 3  # running flat at its peak over this many scrapes looks li
 class Gauges:
     """The node's scraped numbers at the latest scrape (None: the node does not report it).
     `max_running`: a max-num-seqs style limit when known (kvviz's own engine);
-    `running_flat`: num_running was at its peak in every recent scrape (>= FLAT_MIN_SCRAPES)."""
+    `running_flat`: num_running was at its peak in every recent scrape (>= FLAT_MIN_SCRAPES).
+    `usable_blocks`: blocks that can hold KV (vLLM keeps a null block out of num_gpu_blocks);
+    `waiting_capacity` / `waiting_deferred`: the engine's own reasons for waiting (vLLM 0.32's
+    num_requests_waiting_by_reason); `preempted_recent`: preemptions over the recent scrapes."""
     kv_usage: float | None = None
     num_gpu_blocks: int | None = None
     num_running: int | None = None
     num_waiting: int | None = None
     max_running: int | None = None
     running_flat: bool = False
+    usable_blocks: int | None = None
+    waiting_capacity: int | None = None
+    waiting_deferred: int | None = None
+    preempted_recent: int | None = None
+    recent_s: float | None = None  # seconds the recent scrapes span
 
 
 def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) -> Gauges | None:
@@ -49,9 +57,17 @@ def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) ->
     running = [v for v in (_num(r.get("num_running"), int) for r in ok) if v is not None]
     flat = len(running) >= FLAT_MIN_SCRAPES and running[-1] > 0 and \
         all(v == running[-1] for v in running[-FLAT_MIN_SCRAPES:])
+    cap, bs = _num(last.get("kv_capacity_tokens"), int), _num(last.get("block_size"), int)
+    pre = [(r.get("t"), _num(r.get("preemptions_total"), float)) for r in ok]
+    pre = [(t, v) for t, v in pre if v is not None and isinstance(t, (int, float))]
+    recent = span = None
+    if len(pre) >= 2 and pre[-1][1] >= pre[0][1]:
+        recent, span = int(pre[-1][1] - pre[0][1]), float(pre[-1][0] - pre[0][0])
     return Gauges(_num(last.get("kv_usage"), float), _num(last.get("num_gpu_blocks"), int),
                   _num(last.get("num_running"), int), _num(last.get("num_waiting"), int),
-                  max_running, flat)
+                  max_running, flat, cap // bs if cap and bs else None,
+                  _num(last.get("num_waiting_capacity"), int),
+                  _num(last.get("num_waiting_deferred"), int), recent, span)
 
 
 def _num(v, kind):
@@ -176,13 +192,15 @@ def usage_and_waiting(model: CacheModel, gauges: Gauges | None = None,
     cached = sum(len(f.parent) for f in gpu)
     out = []
     g = gauges or Gauges()
-    if g.kv_usage is not None and g.num_gpu_blocks:
-        used = round(g.kv_usage * g.num_gpu_blocks)
+    blocks = g.usable_blocks or g.num_gpu_blocks
+    if g.kv_usage is not None and blocks:
+        used = round(g.kv_usage * blocks)
         if cached > used:
             idle = cached - used
-            out.append(f"KV usage is {g.kv_usage:.0%} ({used:,} of {g.num_gpu_blocks:,} blocks "
-                       f"in use), yet the event stream holds {cached:,} cached blocks: at least "
-                       f"{idle:,} ({idle / cached:.0%}) of them are held by no running request. "
+            out.append(f"KV usage is {g.kv_usage:.0%} ({used:,} of {blocks:,} blocks "
+                       f"in use, from /metrics), yet the event stream holds {cached:,} "
+                       f"cached blocks: at least {idle:,} ({idle / cached:.0%}) of them are "
+                       "held by no running request. "
                        "They are evictable prefix-cache blocks (stored, not removed, no longer "
                        "referenced); usage counts them as free, and the engine reuses them "
                        "(evicting them) as soon as it needs memory.")
@@ -198,7 +216,31 @@ def usage_and_waiting(model: CacheModel, gauges: Gauges | None = None,
     return out
 
 
+def _engine_says(g: Gauges) -> str:
+    """The engine's own words on waiting and preemption (from /metrics), when it publishes
+    them; "" when it does not."""
+    out = []
+    if g.waiting_capacity is not None or g.waiting_deferred is not None:
+        out.append(f"The engine itself (vllm:num_requests_waiting_by_reason, /metrics) counts "
+                   f"{g.waiting_capacity or 0} waiting for scheduling capacity (free KV blocks "
+                   f"or a scheduler limit) and {g.waiting_deferred or 0} deferred by transient "
+                   "constraints (LoRA budget, KV transfer).")
+    if g.preempted_recent:
+        over = f" over the last {g.recent_s:.0f} s of scrapes" if g.recent_s else ""
+        out.append(f"It preempted {g.preempted_recent} running request(s){over} "
+                   "(vllm:num_preemptions, /metrics): a preemption happens only when a running "
+                   "request needs a block and none is free, so memory did run out; a preempted "
+                   "request waits to be admitted again.")
+    return " ".join(out)
+
+
 def _waiting(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
+    own = _engine_says(g)
+    ours = _kvviz_reading(g, recent, window_s)
+    return f"{own} kvviz's reading: {ours}" if own else ours
+
+
+def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
     w, run = g.num_waiting, g.num_running
     if g.kv_usage is None:
         msg = f"{w} requests wait; the node reports no KV usage, so memory cannot be ruled out."
@@ -208,6 +250,18 @@ def _waiting(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
         msg += (f"; {recent[1]:,} cached blocks were evicted in the last {window_s:.0f} s)."
                 if recent and recent[1] else ").")
         return msg
+    elif g.preempted_recent:
+        msg = (f"{w} requests wait and KV usage is {g.kv_usage:.0%} now, but the recent "
+               "preemptions show memory ran short moments ago: usage is a snapshot, and "
+               "preempted requests freed their blocks when they were sent back to the queue.")
+    elif g.waiting_capacity:
+        free = round((1 - g.kv_usage) * g.usable_blocks) if g.usable_blocks else None
+        have = f" ({free:,} blocks free)" if free is not None else ""
+        msg = (f"{w} requests wait with KV usage at {g.kv_usage:.0%}{have}, and the engine "
+               "says they wait for capacity: a waiting request may need more free blocks "
+               "than there are (a long prompt is admitted only when all its blocks fit), or a "
+               "scheduler limit (max-num-seqs, max-num-batched-tokens) holds it; the gauges "
+               "cannot tell which.")
     else:
         msg = (f"{w} requests wait while KV usage is only {g.kv_usage:.0%}: memory is not "
                "what holds them back")

@@ -1,10 +1,12 @@
 """kvviz's own KV-event publisher, compatible with vLLM's (and SGLang's array form).
 
 A PUB socket sends `[topic, seq (8-byte big-endian), payload]`; a ROUTER socket (optional)
-answers `[b"", start_seq]` with `[b"", seq, payload]` for every buffered batch from start_seq,
-then `[b"", -1, b""]`. Formats: "vllm" = array envelope `[ts, events, dp_rank]` with events as
-maps tagged by "type"; "sglang" = the same envelope with tagged-array events. Binds loopback
-unless the endpoint says otherwise. The replay socket is served by its own thread.
+answers `[b"", start_seq]` as vLLM 0.32 does: `[b"", topic, seq, payload]` for every buffered
+batch from start_seq, then `[b"", b"", -1, b""]` (replay_layout "legacy": `[b"", seq,
+payload]`, then `[b"", -1, b""]`, as older releases did). Formats: "vllm" = array envelope
+`[ts, events, dp_rank]` with events as maps tagged by "type"; "sglang" = the same envelope
+with tagged-array events. Binds loopback unless the endpoint says otherwise. The replay socket
+is served by its own thread.
 
 An ipc://PATH endpoint: ZeroMQ's bind deletes whatever PATH is, so an existing PATH is
 refused unless it is a socket nobody listens on (one a killed run left); the socket bound
@@ -99,9 +101,12 @@ def _remove_bound(path: str | None, ident: tuple[int, int] | None) -> None:
 class Publisher:
     def __init__(self, endpoint: str, replay: str | None = None, fmt: str = "vllm",
                  topic: str = "", dp_rank: int | None = None, buffer_steps: int = 10_000,
-                 ) -> None:
+                 replay_layout: str = "0.32") -> None:
         if fmt not in FORMATS:
             raise ValueError(f"--kv-events-format: must be one of {list(FORMATS)}, got {fmt!r}")
+        if replay_layout not in ("0.32", "legacy"):
+            raise ValueError(f"replay_layout: '0.32' or 'legacy', got {replay_layout!r}")
+        self.replay_layout = replay_layout
         self.fmt, self.topic, self.dp_rank = fmt, topic.encode(), dp_rank
         self.seq = 0
         self.last_ts, self.last_payload = 0.0, b""  # of the latest batch sent
@@ -158,9 +163,14 @@ class Publisher:
             ident, start = frames[0], int.from_bytes(frames[-1], "big", signed=True)
             with self._lock:
                 todo = [(s, p) for s, p in self._buf if s >= start]
+            new = self.replay_layout == "0.32"
             for s, p in todo:
-                self.router.send_multipart([ident, b"", s.to_bytes(8, "big", signed=True), p])
-            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+                seq = s.to_bytes(8, "big", signed=True)
+                self.router.send_multipart([ident, b"", self.topic, seq, p] if new
+                                           else [ident, b"", seq, p])
+            end = (-1).to_bytes(8, "big", signed=True)
+            self.router.send_multipart([ident, b"", b"", end, b""] if new
+                                       else [ident, b"", end, b""])
 
     def close(self) -> None:
         self._stop.set()

@@ -1,12 +1,14 @@
 """Subscribe to KV-event publishers: one SUB socket per (endpoint, DP rank), seq tracking.
 
 A message is `[topic, seq (8 bytes big-endian), payload]`. Per stream: a seq above last + 1
-is a gap (filled from the ROUTER replay socket when one is given: request `[b"", start_seq]`,
-answers `(seq, payload)` frames, then seq -1), a seq below the last one (or the same seq with
-another payload) is a publisher restart (its cache starts empty: the stream's forests are
-cleared), the same message twice is ignored. A subscriber that joins late asks the replay
-socket for the batches before its first one. Every message is recorded raw; what does not
-decode is counted ("undecodable"), never raised.
+is a gap (filled from the ROUTER replay socket when one is given; vLLM 0.32's answer layout
+and the older one are both read: kvviz.node.kvevents.replay), a seq below the last one (or
+the same seq with another payload) is a publisher restart (its cache starts empty: the
+stream's forests are cleared), the same message twice is ignored. With a replay endpoint, a
+subscriber asks for everything from seq 0 as soon as it connects (it joins with the node's true
+cache, even an idle node's), and again before its first live batch when that found nothing and
+the batch has seq > 0. Every message is recorded raw; what does not decode is counted
+("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"): a frame larger than the config's
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from kvviz.node.kvevents import replay as replay_wire
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode
 from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
     SubscriberConfig,
@@ -40,7 +43,7 @@ from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
 
-END_SEQ = -1
+END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
 REPLAY_MAX_BYTES = 64 << 20  # of one replay answer; the rest is not read
@@ -85,6 +88,8 @@ class Stream:
     disconnects: int = 0
     over_cap: int = 0  # stored blocks the model did not apply (kvviz.node.kvevents.model)
     replay_after: float = 0.0  # monotonic time before which the replay socket is not asked
+    joined: bool = False  # the join replay (everything from seq 0) was asked for
+    join_seqs: dict | None = None  # seq -> hash(payload) of the batches the join replay gave
 
 
 class Subscriber:
@@ -173,6 +178,8 @@ class Subscriber:
                 return
             if ev["event"] == zmq.EVENT_CONNECTED:
                 st.connected = True
+                if st.replay and st.last_seq is None and not st.joined:
+                    self._join(st)
             elif ev["event"] == zmq.EVENT_DISCONNECTED:
                 if st.connected:
                     st.disconnects += 1
@@ -196,6 +203,10 @@ class Subscriber:
                 st.seen_topics.add(topic.decode("utf-8", "replace")[:80])
             return
         seq = int.from_bytes(seq_b, "big", signed=True)
+        if st.join_seqs is not None:
+            if st.join_seqs.get(seq) == hash(payload):
+                return  # published while kvviz joined: the join replay gave it already
+            st.join_seqs = None  # past the replayed ones (or a restart): live from here
         last = st.last_seq
         if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
@@ -267,6 +278,16 @@ class Subscriber:
 
     def _may_replay(self, st: Stream) -> bool:
         return time.monotonic() >= st.replay_after and not self.should_stop()
+    def _join(self, st: Stream) -> None:
+        """On first connecting: everything the replay buffer holds, from seq 0, so that a
+        subscriber joining a busy (or idle) node starts with its true cache."""
+        st.joined = True
+        st.join_seqs = {}
+        self._replay(st, 0, 2**63 - 1, self.clock() - self.t0)
+        if st.join_seqs:
+            st.last_seq = max(st.join_seqs)
+        else:
+            st.join_seqs = None
 
     def _replay(self, st: Stream, first: int, last: int, t: float) -> int:
         """Ask the replay socket for batches from `first`; ingest those up to `last`.
@@ -279,7 +300,7 @@ class Subscriber:
         ok, t_start = False, time.monotonic()
         try:
             sock.connect(st.replay)  # type: ignore[arg-type]
-            sock.send_multipart([b"", first.to_bytes(8, "big", signed=True)], zmq.NOBLOCK)
+            sock.send_multipart(replay_wire.request(first), zmq.NOBLOCK)
             deadline = time.monotonic() + self.cfg.replay_timeout_s
             while True:
                 left = deadline - time.monotonic()
@@ -294,17 +315,20 @@ class Subscriber:
                     st.last_error = (f"replay from {st.replay}: answer larger than "
                                      f"{REPLAY_MAX_BYTES} bytes")
                     break
-                if fr and fr[0] == b"":
-                    fr = fr[1:]
-                if len(fr) < 1 or len(fr[0]) != 8:
+                ans = replay_wire.parse_answer(fr)
+                if ans is None:
                     st.last_error = f"replay from {st.replay}: a malformed answer"
                     break
-                seq = int.from_bytes(fr[0], "big", signed=True)
-                if seq == END_SEQ:
+                if ans.seq == END_SEQ:
                     ok = True
                     break
-                if first <= seq <= last and len(fr) >= 2:
-                    self._ingest(st, seq, fr[1], None, t, True)
+                if ans.topic and self._topic and not ans.topic.startswith(self._topic):
+                    continue
+                if first <= ans.seq <= last:
+                    if st.join_seqs is not None and st.last_seq is None:
+                        st.join_seqs[ans.seq] = hash(ans.payload)
+                        st.last_payload = ans.payload
+                    self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
                     st.replayed_batches += 1
                     got += 1
         except zmq.ZMQError as exc:
@@ -346,7 +370,10 @@ class Subscriber:
                  "batches": st.batches, "events": st.events, "stored_blocks": st.stored_blocks,
                  "removed_blocks": st.removed_blocks, "cleared": st.cleared,
                  "cached_blocks": self.model.cached_blocks(st.sid),
-                 "cached_tokens": self.model.cached_tokens(st.sid), "gaps": st.gaps,
+                 "cached_tokens": self.model.cached_tokens(st.sid),
+                 "re_announced_blocks": sum(f.duplicates for _, f in
+                                            self.model.of_stream(st.sid)),
+                 "gaps": st.gaps,
                  "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
                  "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
                  "restarts": st.restarts, "wrong_topic": st.wrong_topic,
