@@ -6,6 +6,7 @@ from functools import partial
 import streamlit as st
 
 from kvviz import glossary
+from kvviz.config import lane_caption
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import blockcanvas as vc
@@ -13,7 +14,7 @@ from kvviz.viz import pressure as vp
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
-from pages import common, kvevents_live, live_controls
+from pages import blockview, democollector, kvevents_live, live_controls, recording, runpicker
 
 WINDOW_S = 300.0  # seconds of history in the time series
 PANEL_EVERY_S = 1.0  # heatmaps + headline numbers (why not faster: docs/BENCHMARKS.md)
@@ -28,16 +29,16 @@ def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], 
     lo, hi = zoom
     with col:
         st.markdown(f"#### {lane}")
-        st.caption(common.lane_caption(lane))
+        st.caption(lane_caption(lane))
         last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
         if not last.empty:
-            common.headline_metrics(last.iloc[-1])
+            blockview.headline_metrics(last.iloc[-1])
         latest_failures(r, lane)
-        start, stop = common.block_range(bm, lo, hi)
+        start, stop = blockview.block_range(bm, lo, hi)
         # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
         # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
         key = f"live_heat_{i}"  # the callback holds the block count, not the map
-        common.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
+        blockview.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
                                               title=lane), key=key,
                                on_zoom=partial(zoom_to, key, bm.num_blocks))
         kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
@@ -73,16 +74,16 @@ def zoom_to(key: str, num_blocks: int) -> None:
     if z.get("reset"):
         st.session_state[ZOOM_KEY] = (0.0, 100.0)
         return
-    lo, hi = common.zoom_range(int(z["start"]), int(z["stop"]), num_blocks)
+    lo, hi = blockview.zoom_range(int(z["start"]), int(z["stop"]), num_blocks)
     st.session_state[ZOOM_KEY] = (lo, hi)
 
 
 def live_run(run: str | None, is_live: bool) -> str | None:
     """The recording to read this tick; the live one follows a restart made in another tab."""
     if is_live:
-        run = common.collector().status().recording
+        run = democollector.collector().status().recording
         if run is None or not (directory.runs_dir() / run).is_file():
-            if common.collector().status().state == "running":
+            if democollector.collector().status().state == "running":
                 st.info("Waiting for the collector to create its recording...")
             return None
     return run
@@ -91,19 +92,19 @@ def live_run(run: str | None, is_live: bool) -> str | None:
 def show(run: str | None, lanes: list[str], is_live: bool, draw_fn) -> None:
     """Open the recording and call draw_fn(reader, lanes it has), errors as st.error."""
     run = live_run(run, is_live)
-    with common.reader(run) as r:
+    with recording.reader(run) as r:
         if r is None:
             return
-        with common.guard(f"Reading {run}"):
+        with recording.guard(f"Reading {run}"):
             known = r.lanes()
-            draw_fn(r, [ln for ln in lanes if ln in known] or known[:common.LANES_SHOWN])
+            draw_fn(r, [ln for ln in lanes if ln in known] or known[:runpicker.LANES_SHOWN])
 
 
 @st.fragment(run_every=PANEL_EVERY_S)
 def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
     """Every second: the heatmaps and headline numbers."""
     if is_live:
-        common.collector().touch_viewer()  # a tab watches: no idle stop (KVVIZ_IDLE_STOP_S)
+        democollector.collector().touch_viewer()  # a tab watches: no idle stop (KVVIZ_IDLE_STOP_S)
     show(run, lanes, is_live, draw)
 
 
@@ -124,8 +125,8 @@ def draw(r, lanes: list[str]) -> None:
         st.info("Waiting for the first block map from the collector...",
                 icon=":material/hourglass_empty:")
         return
-    lo, hi = common.zoom(ZOOM_KEY)
-    max_cells = common.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
+    lo, hi = blockview.zoom(ZOOM_KEY)
+    max_cells = blockview.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())
     paused = " (paused)" if is_paused(r) else ""
@@ -147,7 +148,7 @@ def has_real_sample(r) -> bool:
 
 def is_paused(r) -> bool:
     """The live collector writing `r` is paused (its control file says so)."""
-    coll = common.collector()
+    coll = democollector.collector()
     s = coll.status()
     return (s.recording == r.path.name and s.state == "running" and coll.control().paused)
 
@@ -219,16 +220,16 @@ def draw_history(r, lanes: list[str]) -> None:
                                 "free_covers_need": "free ≥ need"})
 
 
-sel = common.sidebar("pages/live.py")
+sel = runpicker.sidebar("pages/live.py")
 st.title("Live KV cache")
 st.caption("Each square is a block of KV memory in address order (a contiguous lane's square "
            "is one slot). A contiguous allocator gives every sequence one range and refuses "
            "with FRAGMENTATION when the free slots add up but no hole is large enough; a paged "
            "one hands out any free block. Words: the glossary in the sidebar.")
 if sel.live:
-    common.collector().ensure_started()
+    democollector.collector().ensure_started()
     live_controls.show()
-    sel = sel._replace(run=common.collector().status().recording)
+    sel = sel._replace(run=democollector.collector().status().recording)
 elif sel.run:
     st.info(f"Showing recording `{sel.run}` (pick the live collector in the sidebar to see "
             "the demo).")
