@@ -23,16 +23,14 @@ SNAP = "torch.cuda.memory._snapshot()"  # the snapshot uploader's label
 def node_page(tmp_path, monkeypatch):
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
     st.cache_resource.clear()
-    uploads = FakeUploads(monkeypatch)
-    at = framed(AppTest.from_file(str(ROOT / "pages" / "node.py"), default_timeout=60))
-    yield at, uploads
+    yield framed(AppTest.from_file(str(ROOT / "pages" / "node.py"), default_timeout=60))
     process.stop_all()
     st.cache_resource.clear()
 
 
 @pytest.mark.parametrize("build", [bombs.deep_tuple_dict_key, bombs.deep_tuple_set_member])
-def test_a_deep_tuple_upload_is_an_error_and_the_page_lives_on(node_page, build):
-    node_page, uploads = node_page
+def test_a_deep_tuple_upload_is_an_error_and_the_page_lives_on(node_page, monkeypatch, build):
+    uploads = FakeUploads(monkeypatch)
     uploads.put(SNAP, "bomb.pickle", build())
     node_page.run()
     assert not node_page.exception
