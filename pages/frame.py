@@ -20,8 +20,7 @@ def mark_framed() -> str | None:
 
 
 def enter_through_app(page: str) -> None:
-    """First line of every page script (`page`: its path, pages/x.py). Outside a Streamlit
-    runtime (the file run or imported as a plain script) there is no app to go through."""
-    if st.runtime.exists() and not st.session_state.get(FRAMED_KEY):
+    """First line of every page script (`page`: its path, pages/x.py)."""
+    if not st.session_state.get(FRAMED_KEY):
         st.session_state[WANTED_KEY] = page
         st.switch_page("app.py")
