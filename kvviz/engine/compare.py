@@ -90,12 +90,6 @@ def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
     return Upload(clip_workload(w, msl), info, msl)
 
 
-def read_upload(name: str, data: bytes, *, max_seq_len: int | None = 2048,
-                max_bytes: int = MAX_UPLOAD_BYTES) -> Workload:
-    """read_upload_info's workload alone."""
-    return read_upload_info(name, data, max_seq_len=max_seq_len, max_bytes=max_bytes).workload
-
-
 def load_workload(source: SyntheticWorkload | UploadedTrace) -> LoadedWorkload:
     """The requests of a source and the engine they run under; raises TraceError (upload) or
     ValueError (synthetic settings). Parsing an upload costs a child process."""

@@ -58,10 +58,10 @@ GOOD = b"arrival_s,prompt_tokens,output_tokens\n0.0,10,20\n0.5,30,5\n"
 
 
 def test_a_good_upload_parses() -> None:
-    w = cmp.read_upload("t.csv", GOOD)
+    w = cmp.read_upload_info("t.csv", GOOD).workload
     assert len(w) == 2 and w.prompt.tolist() == [10, 30]
     jl = b'{"arrival_s": 0, "prompt_tokens": 4, "output_tokens": 2}\n'
-    assert len(cmp.read_upload("t.jsonl", jl)) == 1
+    assert len(cmp.read_upload_info("t.jsonl", jl).workload) == 1
 
 
 @pytest.mark.parametrize("name, data, words", [
@@ -74,14 +74,14 @@ def test_a_good_upload_parses() -> None:
 ])
 def test_bad_uploads_name_line_and_field(name, data, words) -> None:
     with pytest.raises(TraceError, match=words):
-        cmp.read_upload(name, data)
+        cmp.read_upload_info(name, data)
 
 
 def test_upload_size_and_row_caps() -> None:
     with pytest.raises(TraceError, match="over the 0 MB limit"):
-        cmp.read_upload("t.csv", GOOD, max_bytes=10)
+        cmp.read_upload_info("t.csv", GOOD, max_bytes=10)
     rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (MAX_TRACE_ROWS + 2)
     with pytest.raises(TraceError, match="more than"):
-        cmp.read_upload("t.csv", rows)
+        cmp.read_upload_info("t.csv", rows)
 
 
