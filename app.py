@@ -11,9 +11,10 @@ import streamlit as st
 from kvviz import glossary
 from kvviz.node.trust import dashboard_host_ok
 from kvviz.node.trust import plain_markdown as md
+from pages.frame import mark_framed
 
 HERE = Path(__file__).parent
-# (file, title, icon): registered only when the file exists, so the app runs at every stage.
+# (file, title, icon); the first is the default page. Helper modules in pages/ are not pages.
 PAGES = [
     ("pages/live.py", "Live", ":material/monitor_heart:"),
     ("pages/compare.py", "Compare", ":material/compare:"),
@@ -27,9 +28,8 @@ PAGES = [
 # font CDN, and the dashboard fetches nothing from outside 127.0.0.1 (README, Security).
 st.set_page_config(page_title="kvviz", page_icon=str(HERE / "assets" / "favicon.png"),
                    layout="wide")
-found = [(f, t, i) for f, t, i in PAGES if (HERE / f).is_file()]
 nav = st.navigation([st.Page(f, title=t, icon=i, default=k == 0)
-                     for k, (f, t, i) in enumerate(found)])
+                     for k, (f, t, i) in enumerate(PAGES)])
 host = st.context.headers.get("host")
 if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
                          extra=st.get_option("server.allowedHosts") or ()):
@@ -40,7 +40,7 @@ if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
 with st.sidebar.expander("Glossary: the words every page uses", icon=":material/menu_book:"):
     st.markdown(glossary.markdown())
-wanted = st.session_state.pop("kvviz_wanted_page", None)  # see pages/common.enter_through_app
-if wanted in {f for f, _, _ in found}:
+wanted = mark_framed()  # a direct link's page, on a fresh server (pages/frame.py)
+if wanted in {f for f, _, _ in PAGES}:
     st.switch_page(wanted)
 nav.run()

@@ -10,7 +10,7 @@ from kvviz.runs import directory
 from kvviz.torchsnap import load_snapshot_sandboxed, summarize
 from kvviz.viz import gpu as vg
 from kvviz.viz import torchsnap as vs
-from pages import common
+from pages import recording, runpicker
 
 
 def kv_pool_bytes(meta: dict) -> int | None:
@@ -53,10 +53,10 @@ def panel(run: str | None) -> None:
     if run is None:
         st.info("No recording yet: start the live collector or put a recording in runs/.")
         return
-    with common.reader(run) as r:
+    with recording.reader(run) as r:
         if r is None:
             return
-        with common.guard(f"Reading {run}"):
+        with recording.guard(f"Reading {run}"):
             meta = r.meta
             st.caption(f"Recording `{run}`: mode **{meta.get('mode', '?')}**, device "
                        f"**{meta.get('device', '?')}**, status {r.state or 'unknown'}")
@@ -108,7 +108,7 @@ def torch_snapshots(run: str | None) -> None:
     st.plotly_chart(vs.snapshot_figure(snap), key="gpu_torchsnap_fig")
 
 
-sel = common.sidebar("pages/gpu.py")
+sel = runpicker.sidebar("pages/gpu.py")
 st.title("GPU memory")
 st.caption("NVML device memory (total, used, free, reserved, the collector's process) and "
            "torch's caching allocator against the KV pool the lanes were given.")

@@ -12,8 +12,8 @@ from kvviz.node.kvevents import diagnose, store
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.viz import kvevents as vk
-from pages import common, widgets
 from pages import kvevents_waiting as kw
+from pages import recording, widgets
 
 COLOUR_LABELS = {"evictions": "times evicted before",
                  "age_s": "age (seconds since stored)"}
@@ -93,7 +93,7 @@ def cap_note(read: int, total: int, t_last) -> None:
 
 
 def panel(run: str) -> None:
-    with common.guard(f"Reading {run}"):
+    with recording.guard(f"Reading {run}"):
         path = directory.resolve_run(directory.runs_dir(), run)
         with store.connect(path) as conn:
             streams = store.streams(conn)
@@ -177,7 +177,7 @@ def render() -> None:
                 "tcp://HOST:5557 --out runs/events.db`.", icon=":material/info:")
         return
     pick = st.selectbox("KV-event recording", runs, key="kve_pick")
-    with common.guard(f"Reading {pick}"):
+    with recording.guard(f"Reading {pick}"):
         if is_live(pick):  # still being written: follow it
             st.fragment(run_every=2.0)(panel)(pick)
         else:

@@ -6,7 +6,7 @@ import streamlit as st
 from kvviz import story
 from kvviz.viz import learn as vl
 from kvviz.viz import theme
-from pages import common
+from pages import frame
 
 KEY = "learn_step"
 SAMPLE = 400  # requests in the block-size sample
@@ -69,7 +69,7 @@ n = len(all_steps)
 i = min(st.session_state.setdefault(KEY, 0), n - 1)
 step = all_steps[i]
 
-common.enter_through_app("pages/learn.py")
+frame.enter_through_app("pages/learn.py")
 st.title("Learn: why KV caches fragment")
 back, where, nxt = st.columns([1, 4, 1])
 back.button("Back", on_click=go_to, args=(-1, n), disabled=i == 0, width="stretch")

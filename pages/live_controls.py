@@ -1,7 +1,7 @@
 """The Live page's collector controls (not a page): the status box with Pause / Step, who
 started the running collector and when, and the settings form, filled with what runs.
 
-The demo collector is one per server (pages/common.collector): a Start here changes what
+The demo collector is one per server (pages/democollector.collector): a Start here changes what
 every open tab shows, and the form says so.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.runs.status import RUNNING
-from pages import common, widgets
+from pages import democollector, widgets
 
 STATUS_EVERY_S = 1.0
 BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -55,7 +55,7 @@ def config_text(c: CollectorConfig) -> str:
 
 def show() -> None:
     """The status box, then the settings form, both for the run that is current now."""
-    st.session_state[FORM_FOR] = common.collector().status().recording
+    st.session_state[FORM_FOR] = democollector.collector().status().recording
     status_panel()
     settings_form()
 
@@ -64,8 +64,8 @@ def show() -> None:
 def status_panel() -> None:
     """Every second: the collector's status, pause/step, who started it. A run started from
     another tab reruns this page so the form shows the new settings."""
-    coll = common.collector()
-    session = common.session_id()
+    coll = democollector.collector()
+    session = democollector.session_id()
     s = widgets.job_status_box("Collector", coll, "collector",
                                restart=lambda: coll.restart(session=session))
     ctl = coll.control()
@@ -97,7 +97,7 @@ def status_panel() -> None:
 
 def settings_form() -> None:
     """The settings, filled with the running configuration (re-filled for each new run)."""
-    coll = common.collector()
+    coll = democollector.collector()
     cfg = running_config(coll)
     k = f"_{st.session_state.get(FORM_FOR)}"  # new widgets, with its values, for each new run
     with st.expander("Collector settings: workload, lanes, prefix sharing, rate"):
@@ -158,5 +158,5 @@ def submit(coll: jobs.Collector, workload: str, mode: str, lanes: list[str], sha
     except (ValueError, KvvizError) as exc:
         st.error(f"Settings: {md(exc)}")
         return
-    coll.start(config, session=common.session_id(), how="Start")
+    coll.start(config, session=democollector.session_id(), how="Start")
     st.rerun()

@@ -23,9 +23,8 @@ from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import common, kvevents_view, node_attach, widgets
+from pages import frame, kvevents_view, node_attach, recording, uploads, widgets
 
-SNAPSHOT_KEY = "kvviz_node_snapshot"  # test hook: (name, bytes), used instead of an upload
 RUN_KEY = "kvviz_node_run"
 PENDING = "kvviz_node_pending"  # a recording a start just created: the picker moves to it
 PROBE_TIMEOUT_S = 3.0
@@ -78,7 +77,7 @@ def node_panel(run: str) -> None:
         st.info(f"Waiting for the first scrape into {md(run)}...",
                 icon=":material/hourglass_empty:")
         return
-    with common.reader(run) as r, common.guard(f"Reading {run}"):
+    with recording.reader(run) as r, recording.guard(f"Reading {run}"):
         if r is None:
             return
         live = r.status == "running"  # redrawn every 2 s: read a fixed window, not it all
@@ -189,17 +188,14 @@ def fleet_tab() -> None:
 
 
 def snapshot_source() -> tuple[str, bytes] | None:
-    hook = st.session_state.get(SNAPSHOT_KEY)
     up = st.file_uploader("torch.cuda.memory._snapshot() pickle", type=["pickle", "pkl"],
-                          max_upload_size=common.UPLOAD_MAX_MB, key="snap_upload")
+                          max_upload_size=uploads.UPLOAD_MAX_MB, key="snap_upload")
     files = directory.snapshot_files(directory.runs_dir())
     pick = st.selectbox("... or a snapshot in runs/", ["-", *files], key="snap_pick")
-    if hook is not None:
-        return hook
     if up is not None:
-        if up.size > common.UPLOAD_MAX_MB * 2**20:
+        if up.size > uploads.UPLOAD_MAX_MB * 2**20:
             raise KvvizError(f"{up.name}: {up.size:,} bytes is over the "
-                             f"{common.UPLOAD_MAX_MB} MB upload limit")
+                             f"{uploads.UPLOAD_MAX_MB} MB upload limit")
         return up.name, up.getvalue()
     if pick != "-":
         return pick, read_capped(directory.resolve_snapshot(directory.runs_dir(), pick))
@@ -231,7 +227,7 @@ def snapshot_tab() -> None:
     st.dataframe(table, hide_index=True)
 
 
-common.enter_through_app("pages/node.py")
+frame.enter_through_app("pages/node.py")
 st.title("Serving node")
 st.caption("A vLLM/SGLang node through its Prometheus /metrics and its KV-event streams, a "
            "fleet through a Prometheus server, and PyTorch's caching allocator through a "

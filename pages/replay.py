@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from kvviz.config import lane_caption
+from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
-from pages import common
+from pages import blockview, recording, runpicker
 
 T, PLAYING, APPLIED, TABLE = "replay_t", "replay_playing", "replay_applied", "replay_failures"
 PICKED = "replay_picked"  # (lane, Failure) of the selected row, marked on its lane's map
@@ -61,16 +63,16 @@ def lane_at(col, lane: str, got, rows, t: float, cells: tuple, i: int,
             failure: fm.Failure | None = None) -> None:
     with col:
         # lane names come from the recording: shown as text, never Markdown (links, images)
-        st.markdown(f"#### {common.md(lane)}")
-        st.caption(common.md(common.lane_caption(lane)))
+        st.markdown(f"#### {md(lane)}")
+        st.caption(md(lane_caption(lane)))
         if not rows.empty:
-            common.headline_metrics(rows.iloc[-1])
+            blockview.headline_metrics(rows.iloc[-1])
         if got is None:
             st.info(f"No block map kept at or before {t:.2f} s")
             return
         bm, t_map = got
         lo, hi, max_cells = cells
-        start, stop = common.block_range(bm, lo, hi)
+        start, stop = blockview.block_range(bm, lo, hi)
         fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells,
                                  title=f"{lane} @ {t_map:.2f} s")
         if failure is not None:
@@ -90,16 +92,16 @@ def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None
         st.session_state[T] = min(nxt, t1)
     st.session_state[T] = min(max(float(st.session_state.get(T, t1)), t0), t1)
     t = st.slider("Time (s)", t0, t1, step=step, key=T, format="%.2f")
-    lo, hi = common.zoom("replay_zoom")
-    with common.reader(run) as r:
+    lo, hi = blockview.zoom("replay_zoom")
+    with recording.reader(run) as r:
         if r is None:
             return
-        with common.guard(f"Reading {run}"):
+        with recording.guard(f"Reading {run}"):
             # Seeks only: the maps and samples at t, 1,000 thinned points per lane for the
             # over-time chart; the cost does not grow with the recording.
             maps = [r.blockmap_at(lane, t) for lane in lanes]
             have = [g[0] for g in maps if g is not None]
-            cells = (lo, hi, common.aligned_max_cells(have, lo, hi) if have else 1)
+            cells = (lo, hi, blockview.aligned_max_cells(have, lo, hi) if have else 1)
             st.html(theme.legend_html())
             for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
                 lane_at(col, lane, maps[i], r.sample_at(lane, t), t, cells, i,
@@ -150,7 +152,7 @@ def page(r, run: str, lanes: list[str]) -> None:
                                 else cc.Column(width=w) for k, w in WIDTHS.items()})
 
 
-sel = common.sidebar("pages/replay.py")
+sel = runpicker.sidebar("pages/replay.py")
 st.title("Replay")
 if not sel.run:
     others = directory.list_runs(directory.runs_dir())
@@ -158,7 +160,7 @@ if not sel.run:
             "recordings under **Run** in the sidebar." if others else
             "No recording yet: start the live collector or put a recording in runs/.")
 else:
-    with common.reader(sel.run) as rd:
+    with recording.reader(sel.run) as rd:
         if rd is not None:
-            with common.guard(f"Reading {sel.run}"):
+            with recording.guard(f"Reading {sel.run}"):
                 page(rd, sel.run, sel.lanes or list(rd.lanes())[:2])

@@ -14,7 +14,7 @@ from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.runs.status import ERROR, NOT_STARTED, RUNNING, STOPPED, JobStatus
-from pages.common import READ_ERRORS
+from pages.recording import READ_ERRORS
 
 
 def duration_text(seconds: float) -> str:

@@ -8,7 +8,7 @@ place (one pass over a typed array); the hover box follows the data under a stil
 
 `canvas_data` is the pure data step (no streamlit): the same grid as
 `heatmap.blockmap_cells`, flattened to one row per cell in a DataFrame whose numpy columns
-Streamlit sends as Arrow; `JS` and `CSS` are the renderer, registered by pages/common.py.
+Streamlit sends as Arrow; `JS` and `CSS` are the renderer, registered by pages/blockview.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compare view: upload validation, the summary table and the figures of allocator lanes.
+"""Compare view: the upload overview, the summary table and the figures of allocator lanes.
 
 Shares follow the PagedAttention paper's memory-waste breakdown (Kwon et al., SOSP'23):
 used (KV written), reserved (held, will be written), internal (held, never written), free.
@@ -8,7 +8,6 @@ memory-pressure steps (`<key>`, NaN when the lane never was under memory pressur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -18,14 +17,10 @@ from plotly.subplots import make_subplots
 from kvviz import cellstate
 from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import PLACEMENTS, RESERVE_POLICIES
-from kvviz.errors import TraceError
-from kvviz.traces import TraceInfo, TraceOptions
-from kvviz.traces.options import SUFFIXES
+from kvviz.engine.compare import Upload
 from kvviz.traces.overview import overview
 from kvviz.viz import theme
-from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload
 
-MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)"),
           ("internal_share", "Internal (never written)"), ("free_share", "Free"))
@@ -35,42 +30,6 @@ FAILURES = ("capacity", "fragmentation", "policy")
 NEVER = "never under memory pressure"
 DEFAULT_LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2",
                  "contiguous:buddy:exact", "paged:16")
-
-
-class Upload(NamedTuple):
-    workload: Workload  # clipped to max_seq_len (see workload.clipped)
-    info: TraceInfo
-    max_seq_len: int  # as asked, or the trace's longest request
-
-
-def parse_upload(name: str, data: bytes, opts: TraceOptions) -> tuple[Workload, TraceInfo]:
-    """THE call site that parses uploaded bytes: in a resource-limited child
-    (kvviz/traces/sandboxed.py). Bounded parsing, nothing executed."""
-    from kvviz.traces.sandboxed import parse_upload_sandboxed
-
-    return parse_upload_sandboxed(name, data, opts)
-
-
-def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
-                     max_bytes: int = MAX_UPLOAD_BYTES, skip_bad_rows: bool = False) -> Upload:
-    """Validate an uploaded trace of any known format (size, rows) and parse it; raises
-    TraceError. max_seq_len None: the trace's longest request (nothing clipped)."""
-    if len(data) > max_bytes:
-        raise TraceError(f"{name}: {len(data) / 2**20:.1f} MB is over the "
-                         f"{max_bytes / 2**20:.0f} MB limit")
-    if not name.lower().endswith(SUFFIXES):
-        raise TraceError(f"{name}: expected a .csv or .jsonl trace")
-    if data.count(b"\n") > MAX_TRACE_ROWS + 1:
-        raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
-    w, info = parse_upload(name, data, TraceOptions(skip_bad_rows=skip_bad_rows))
-    msl = max(2, int(w.final_len.max())) if max_seq_len is None else max_seq_len
-    return Upload(clip_workload(w, msl), info, msl)
-
-
-def read_upload(name: str, data: bytes, *, max_seq_len: int | None = 2048,
-                max_bytes: int = MAX_UPLOAD_BYTES) -> Workload:
-    """read_upload_info's workload alone."""
-    return read_upload_info(name, data, max_seq_len=max_seq_len, max_bytes=max_bytes).workload
 
 
 def overview_frame(up: Upload) -> pd.DataFrame:

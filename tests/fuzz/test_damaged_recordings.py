@@ -274,7 +274,9 @@ def show(runs: Path, script: str):
     """The page opened on runs/d.db, as a browser session that picked it in the sidebar."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / script), default_timeout=60)
+    from tests.pages.apptest_fixtures import framed
+
+    at = framed(AppTest.from_file(str(ROOT / script), default_timeout=60))
     at.session_state["kvviz_run"] = "d.db"
     return at.run()
 
@@ -284,10 +286,10 @@ def runs(tmp_path: Path, monkeypatch) -> Path:
     import streamlit
 
     from kvviz.runs import process
+    from tests.pages.apptest_fixtures import use_collector
 
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
-    monkeypatch.setenv("KVVIZ_COLLECTOR", "tests.pages.fake_collector")
-    streamlit.cache_resource.clear()
+    use_collector(monkeypatch, "tests.pages.fake_collector")
     yield tmp_path
     process.stop_all()
     streamlit.cache_resource.clear()

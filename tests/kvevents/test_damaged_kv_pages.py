@@ -15,6 +15,7 @@ from hypothesis import strategies as hs
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "pages"))
+from apptest_fixtures import use_collector  # noqa: E402
 from pagehelpers import no_exception, page  # noqa: E402
 
 from kvviz.cli import main  # noqa: E402
@@ -47,8 +48,7 @@ def test_a_hand_edited_kv_recording_shows_a_view_or_an_error(clean, tmp_path_fac
                                                              value):
     runs = tmp_path_factory.mktemp("runs")
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(runs))
-    monkeypatch.setenv("KVVIZ_COLLECTOR", "tests.pages.fake_collector")
-    st.cache_resource.clear()
+    use_collector(monkeypatch, "tests.pages.fake_collector")
     dst = runs / clean[which].name
     shutil.copy(clean[which], dst)
     col = data.draw(hs.sampled_from(COLUMNS[table]))

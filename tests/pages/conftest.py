@@ -10,6 +10,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).parent))  # recordings, pagehelpers
 
+from apptest_fixtures import FakeUploads, use_collector  # noqa: E402
 from recordings import write_recording  # noqa: E402
 
 from kvviz.runs import process  # noqa: E402
@@ -26,9 +27,14 @@ def recording(tmp_path_factory) -> Path:
 def runs(tmp_path: Path, monkeypatch, recording: Path) -> Path:
     """A fresh runs directory holding rec.db; the demo collector is the fake one."""
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
-    monkeypatch.setenv("KVVIZ_COLLECTOR", "tests.pages.fake_collector")
     shutil.copy(recording, tmp_path / "rec.db")
-    st.cache_resource.clear()
+    use_collector(monkeypatch, "tests.pages.fake_collector")
     yield tmp_path
     process.stop_all()
     st.cache_resource.clear()
+
+
+@pytest.fixture
+def uploads(monkeypatch) -> FakeUploads:
+    """Files a page's st.file_uploader returns, by label prefix (AppTest cannot upload)."""
+    return FakeUploads(monkeypatch)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from apptest_fixtures import framed
 from streamlit.testing.v1 import AppTest
 
 TIMEOUT = 60
@@ -34,7 +35,7 @@ ARROW_REF = "__streamlit_arrow_ref__"  # how Streamlit points from the JSON into
 
 
 def canvases(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
-    """Every canvas heatmap (kvviz.viz.blockcanvas via pages/common.blockmap_canvas) on the
+    """Every canvas heatmap (kvviz.viz.blockcanvas via pages/blockview.blockmap_canvas) on the
     page: the meta it was sent and its cells, decoded from the component's Arrow blob."""
     out = []
     for el in at.get("bidi_component"):
@@ -62,6 +63,8 @@ def decode(arr: dict | list) -> np.ndarray:
 
 def page(path: str, run: str | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
+    if path != "app.py":
+        framed(at)
     if run is not None:
         at.session_state["kvviz_run"] = run
     return at.run()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from apptest_fixtures import FakeUploads, framed
 from streamlit.testing.v1 import AppTest
 
 from kvviz import advisor
@@ -17,12 +18,24 @@ PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "compare.py")
 @pytest.fixture
 def at(tmp_path, monkeypatch) -> AppTest:
     monkeypatch.setenv("KVVIZ_CACHE_DIR", str(tmp_path))  # never the user's bench cache
-    app = AppTest.from_file(PAGE, default_timeout=120)
+    app = framed(AppTest.from_file(PAGE, default_timeout=120))
     app.run()
     assert not app.exception
     next(n for n in app.number_input if n.label == "Requests").set_value(200)
     app.run()
     return app
+
+
+def trace(app: AppTest, uploads: FakeUploads, name: str, data: bytes) -> None:
+    """The user picks "Trace file" and uploads `name`."""
+    uploads.put("Trace, as downloaded", name, data)
+    next(r for r in app.radio if r.label == "Requests from").set_value("Trace file")
+
+
+def failing_bench(monkeypatch) -> None:
+    """The kernel bench the advisor would run exits with status 3."""
+    cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    monkeypatch.setattr(advisor, "bench_command", lambda device: cmd)
 
 
 def button(app: AppTest, label: str):
@@ -47,8 +60,8 @@ def test_run_comparison_draws_figures_and_table(at: AppTest) -> None:
     assert not at.exception and len(at.get("plotly_chart")) == 3
 
 
-def test_bad_trace_shows_error_naming_line_and_field(at: AppTest) -> None:
-    at.session_state["compare_test_upload"] = (
+def test_bad_trace_shows_error_naming_line_and_field(at: AppTest, uploads) -> None:
+    trace(at, uploads,
         "bad.csv", b"arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,x,5\n")
     at.run()
     assert not at.exception
@@ -57,18 +70,19 @@ def test_bad_trace_shows_error_naming_line_and_field(at: AppTest) -> None:
     assert not at.tabs  # nothing else runs on a bad trace
 
 
-def test_good_trace_is_used(at: AppTest) -> None:
-    at.session_state["compare_test_upload"] = (
+def test_good_trace_is_used(at: AppTest, uploads) -> None:
+    trace(at, uploads,
         "ok.jsonl", b'{"arrival_s": 0, "prompt_tokens": 30, "output_tokens": 9}\n' * 5)
     at.run()
     assert not at.exception and not at.error
     assert "5 requests" in at.caption[0].value
 
 
-def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest) -> None:
+def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest,
+                                                                  uploads) -> None:
     rows = [{"timestamp": 100 * i, "input_length": 1100, "output_length": 8,
              "hash_ids": [1, 2, 100 + i]} for i in range(6)]
-    at.session_state["compare_test_upload"] = (
+    trace(at, uploads,
         "moon.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
     at.run()
     assert not at.exception and not at.error
@@ -82,8 +96,8 @@ def test_a_mooncake_upload_shows_what_was_detected_and_prefix_hits(at: AppTest) 
     assert table["prefix hit %"].tolist() == [77.6, 0.0]
 
 
-def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest) -> None:
-    at.session_state["compare_test_upload"] = (
+def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest, uploads) -> None:
+    trace(at, uploads,
         "bad.csv", b"arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,x,5\n2,6,6\n")
     at.run()
     assert at.error
@@ -92,12 +106,13 @@ def test_skipping_unusable_rows_runs_and_counts_them(at: AppTest) -> None:
     assert "1 bad" in at.warning[0].value and "2 requests" in at.caption[0].value
 
 
-def test_the_advisor_sweeps_prefix_lanes_for_a_trace_with_hash_chains(at: AppTest) -> None:
+def test_the_advisor_sweeps_prefix_lanes_for_a_trace_with_hash_chains(at: AppTest, uploads,
+                                                                      monkeypatch) -> None:
     rows = [{"timestamp": 100 * i, "input_length": 1100, "output_length": 4,
              "hash_ids": [1, 2, 100 + i]} for i in range(4)]
-    at.session_state["compare_test_upload"] = (
+    trace(at, uploads,
         "moon.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
-    at.session_state["advisor_test_command"] = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    failing_bench(monkeypatch)
     at.run()
     assert next(c for c in at.checkbox if c.label.startswith("Sweep with prefix")).value
     button(at, "Run block-size sweep").click().run()
@@ -106,8 +121,8 @@ def test_the_advisor_sweeps_prefix_lanes_for_a_trace_with_hash_chains(at: AppTes
     assert "16: 70%" in rates and "256: 70%" in rates  # 3 x 1024 of 4 x 1100 prompt tokens
 
 
-def test_failed_and_clipped_rows_are_shown(at: AppTest) -> None:
-    at.session_state["compare_test_upload"] = (
+def test_failed_and_clipped_rows_are_shown(at: AppTest, uploads) -> None:
+    trace(at, uploads,
         "b.csv", b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                  b"0,ChatGPT,50,0,50,Conversation log\n1,ChatGPT,40,9,49,Conversation log\n")
     at.run()
@@ -165,8 +180,8 @@ def test_failures_are_shown_with_what_explains_them(at: AppTest) -> None:
         assert f"{row['tokens / s']:,.0f} tokens / simulated s" in line
 
 
-def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest) -> None:
-    at.session_state["advisor_test_command"] = [sys.executable, "-c", "import sys; sys.exit(3)"]
+def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest, monkeypatch) -> None:
+    failing_bench(monkeypatch)
     at.run()
     button(at, "Measure kernel time on this machine").click().run()
     assert not at.exception
@@ -175,8 +190,9 @@ def test_failing_bench_warns_and_keeps_the_memory_side(at: AppTest) -> None:
     assert "Without kernel timings" in at.success[0].value
 
 
-def test_a_trace_with_an_arrival_a_billion_seconds_in_runs_to_the_end(at: AppTest) -> None:
-    at.session_state["compare_test_upload"] = (
+def test_a_trace_with_an_arrival_a_billion_seconds_in_runs_to_the_end(at: AppTest,
+                                                                      uploads) -> None:
+    trace(at, uploads,
         "sparse.jsonl", b'{"arrival_s": 0, "prompt_tokens": 30, "output_tokens": 9}\n'
         b'{"arrival_s": 1e9, "prompt_tokens": 30, "output_tokens": 9}\n')
     at.run()

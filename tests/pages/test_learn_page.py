@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from apptest_fixtures import framed
 from streamlit.testing.v1 import AppTest
 
 from kvviz import story
@@ -14,7 +15,7 @@ N = len(story.build_story())
 
 @pytest.fixture
 def at() -> AppTest:
-    app = AppTest.from_file(PAGE, default_timeout=60)
+    app = framed(AppTest.from_file(PAGE, default_timeout=60))
     app.run()
     assert not app.exception
     return app

@@ -13,7 +13,7 @@ from kvviz import cellstate as cs
 from kvviz import control
 from kvviz.runs import jobs
 from kvviz.store.writer import RunWriter
-from pages import common, live_controls
+from pages import democollector, live_controls
 
 WAITING = "Waiting for the collector's first sample"
 
@@ -37,7 +37,7 @@ def _captions(at) -> str:
 def test_the_form_shows_what_runs_and_who_started_it(runs):
     other = jobs.demo_config(mode="sim", workload="alpaca-like", rate=7.5, max_num_seqs=12,
                              lanes=("contiguous:best-fit:exact", "paged:32"))
-    rec = common.collector().start(other, session="someone-else", how="Start").name
+    rec = democollector.collector().start(other, session="someone-else", how="Start").name
     at = page("app.py")
     no_exception(at)
     f = _form(at, rec)
@@ -50,21 +50,21 @@ def test_the_form_shows_what_runs_and_who_started_it(runs):
     f["rate"].set_value(3.0)
     _start_button(at).click().run()
     no_exception(at)
-    assert common.collector().config.rate == 3.0
+    assert democollector.collector().config.rate == 3.0
     assert "from this tab (Start)" in _captions(at)
-    new = common.collector().status().recording
+    new = democollector.collector().status().recording
     assert new != rec and _form(at, new)["rate"].value == 3.0
 
 
 def test_a_prefix_lane_from_the_form_shares_blocks_and_hits(runs):
     at = page("app.py")
-    rec = common.collector().status().recording
+    rec = democollector.collector().status().recording
     f = _form(at, rec)
     assert f["share"].value == 0.0  # the default demo shares no prefix
     f["lanes"].set_value(["contiguous:first-fit:pow2", "paged:16:prefix"])
     _start_button(at).click().run()
     no_exception(at)
-    cfg = common.collector().config
+    cfg = democollector.collector().config
     assert cfg.prefix_sharing == live_controls.PREFIX_DEFAULT  # caching needs shared prompts
 
     def hits(a) -> bool:
@@ -108,7 +108,7 @@ def test_nothing_is_drawn_before_the_first_engine_step(runs):
 def test_pause_and_step_reach_the_collector(runs):
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
-    coll = common.collector()
+    coll = democollector.collector()
     at.button(key="collector_pause").click().run()
     assert coll.control() == control.Control(True, 0)
     assert any("Paused" in i.value for i in at.info)

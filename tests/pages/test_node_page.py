@@ -1,5 +1,5 @@
 """Node page: node recordings, a scrape started from the page, the fleet table, and snapshot
-import through the safe loader (AppTest cannot upload: session key kvviz_node_snapshot)."""
+import through the safe loader (AppTest cannot upload: the `uploads` fixture stands in)."""
 from __future__ import annotations
 
 import http.server
@@ -25,7 +25,7 @@ from node.fakes import FakeNode  # noqa: E402
 from torchsnap.snaps import dumps, make_snapshot  # noqa: E402
 
 PAGE = "pages/node.py"
-SNAP = "kvviz_node_snapshot"
+SNAP = "torch.cuda.memory._snapshot()"  # the snapshot uploader's label
 
 
 @pytest.fixture
@@ -157,9 +157,9 @@ def test_bad_url_is_an_error_not_a_scrape(node_runs):
     assert directory.node_recordings(node_runs) == []
 
 
-def test_snapshot_summary_and_heatmap(node_runs):
+def test_snapshot_summary_and_heatmap(node_runs, uploads):
     at = page(PAGE)
-    at.session_state[SNAP] = ("snap.pickle", dumps(make_snapshot()))
+    uploads.put(SNAP, "snap.pickle", dumps(make_snapshot()))
     at.run()
     no_exception(at)
     values = {m.label: m.value for m in at.get("metric")}
@@ -182,13 +182,13 @@ class Evil:
 
 
 @pytest.mark.parametrize("case", ["malicious", "truncated", "structure"])
-def test_refused_snapshot_is_an_error_with_the_reason(node_runs, tmp_path, case):
+def test_refused_snapshot_is_an_error_with_the_reason(node_runs, tmp_path, case, uploads):
     target = tmp_path / "pwned"
     data = {"malicious": pickle.dumps(Evil(str(target)), protocol=4),
             "truncated": dumps(make_snapshot())[:500],
             "structure": pickle.dumps({"segments": "nope"}, protocol=4)}[case]
     at = page(PAGE)
-    at.session_state[SNAP] = (f"{case}.pickle", data)
+    uploads.put(SNAP, f"{case}.pickle", data)
     at.run()
     no_exception(at)
     expect = {"malicious": "refused to load global", "truncated": "truncated",

@@ -15,14 +15,14 @@ from kvviz.runs import directory, jobs
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
-from pages import common
+from pages import blockview, democollector, runpicker
 
 
 def test_app_opens_on_live_and_starts_the_collector(runs):
     at = page("app.py")
     no_exception(at)
     assert at.title[0].value == "Live KV cache"
-    assert at.sidebar.selectbox[0].value == common.LIVE
+    assert at.sidebar.selectbox[0].value == runpicker.LIVE
     assert any("Collector running" in s.value for s in at.success)
     rerun_until(at, lambda a: len(canvases(a)) == len(jobs.DEMO.lanes))
     assert len(headline_grids(at)) == 3  # one grid of eight numbers per lane
@@ -62,10 +62,10 @@ def test_lane_picker_is_filled_on_the_very_first_open(runs):
 def test_collector_starts_once_per_server(runs):
     first = page("app.py")
     rerun_until(first, lambda a: len(canvases(a)) == 3)
-    pid = common.collector().status().pid
+    pid = democollector.collector().status().pid
     second = page("app.py")  # another browser session
     no_exception(second)
-    assert common.collector().status().pid == pid
+    assert democollector.collector().status().pid == pid
     assert len([r for r in directory.list_runs(runs) if r.name.startswith("live-")]) == 1
 
 
@@ -80,7 +80,7 @@ def test_live_heatmap_data_is_the_recordings_block_map(runs):
         bms = [r.latest_blockmap(lane)[0] for lane in lanes]
     finally:
         r.close()
-    max_cells = common.aligned_max_cells(bms, 0.0, 100.0)
+    max_cells = blockview.aligned_max_cells(bms, 0.0, 100.0)
     for (meta, cells), bm, lane in zip(shown, bms, lanes):
         grid = vh.blockmap_cells(bm, max_cells=max_cells)
         assert meta["title"] == lane
@@ -120,9 +120,9 @@ def test_zoom_narrows_the_address_range(runs):
     (-5, 10**9, 1000, (0.0, 100.0)),  # clamped to the map
 ])
 def test_a_dragged_block_range_becomes_the_zoom_slider_range(start, stop, n, want):
-    lo, hi = common.zoom_range(start, stop, n)
+    lo, hi = blockview.zoom_range(start, stop, n)
     assert (lo, hi) == want
-    shown = common.block_range(SimpleNamespace(num_blocks=n), lo, hi)
+    shown = blockview.block_range(SimpleNamespace(num_blocks=n), lo, hi)
     assert shown[0] <= max(0, start) and shown[1] >= min(n, stop)  # every block asked for
 
 
@@ -167,10 +167,10 @@ def test_history_follows_the_heatmaps_with_series_and_the_failure_feed(runs):
 def test_the_live_page_touches_the_viewer_file(runs):
     at = page("pages/live.py")
     no_exception(at)
-    viewer = common.collector().viewer
+    viewer = democollector.collector().viewer
     assert viewer is not None and viewer.exists()
     os.utime(viewer, (0, 0))
-    common.collector()._touched = 0.0  # let the next touch through at once
+    democollector.collector()._touched = 0.0  # let the next touch through at once
     at.run()
     assert viewer.stat().st_mtime > time.time() - 60
 
@@ -178,10 +178,10 @@ def test_the_live_page_touches_the_viewer_file(runs):
 def test_the_status_box_stops_and_restarts_the_collector(runs):
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
-    first = common.collector().status().recording
+    first = democollector.collector().status().recording
     at.button(key="collector_stop").click().run()
-    assert common.collector().status().state == "stopped"
+    assert democollector.collector().status().state == "stopped"
     assert any("Collector stopped" in w.value for w in at.warning)
     at.button(key="collector_restart").click().run()
-    s = common.collector().status()
+    s = democollector.collector().status()
     assert s.state == "running" and s.recording != first

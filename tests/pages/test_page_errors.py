@@ -10,9 +10,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from apptest_fixtures import use_collector
 from pagehelpers import no_exception, page, rerun_until, shown
 
-from pages import common
+from pages import democollector
 
 RUN_PAGES = ("pages/live.py", "pages/replay.py", "pages/gpu.py")
 
@@ -49,7 +50,7 @@ def test_damaged_block_map_is_an_error_message(runs: Path, path: str):
 
 
 def test_dead_collector_shows_an_error_with_its_last_message(runs: Path, monkeypatch):
-    monkeypatch.setenv("KVVIZ_COLLECTOR", "kvviz_no_such_collector_module")
+    use_collector(monkeypatch, "kvviz_no_such_collector_module")
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector error (exit code 1)" in e.value for e in a.error))
     assert any("No module named" in c.value for c in at.code)
@@ -59,7 +60,7 @@ def test_dead_collector_shows_an_error_with_its_last_message(runs: Path, monkeyp
 def test_collector_that_is_killed_later_is_shown_stopped_unexpectedly(runs: Path):
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
-    os.kill(common.collector().status().pid, signal.SIGKILL)  # the collector dies under us
+    os.kill(democollector.collector().status().pid, signal.SIGKILL)  # the collector dies under us
     rerun_until(at, lambda a: any("Collector stopped unexpectedly (killed by SIGKILL)"
                                   in w.value for w in a.warning))
     no_exception(at)

@@ -10,12 +10,11 @@ import pytest
 import streamlit as st
 from pagehelpers import decode, heatmaps, no_exception, page
 from recordings import write_recording
-from streamlit.testing.v1 import AppTest
 
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
-from pages import common
+from pages import blockview
 
 
 def maps_at(runs, t: float):
@@ -29,7 +28,7 @@ def maps_at(runs, t: float):
 def check_heatmaps_match(at, runs, t: float) -> None:
     got = maps_at(runs, t)
     bms = [g[0] for g in got]
-    max_cells = common.aligned_max_cells(bms, 0.0, 100.0)
+    max_cells = blockview.aligned_max_cells(bms, 0.0, 100.0)
     specs = heatmaps(at)
     assert len(specs) == 2
     for spec, (bm, t_map) in zip(specs, got):
@@ -149,18 +148,6 @@ def test_play_advances_the_cursor(runs):
     assert at.slider(key="replay_t").value > t0
     assert at.button[0].label == "Pause"
 
-
-
-def test_pages_know_when_they_run_under_apptest(tmp_path):
-    # The bounce through app.py is for browser sessions; under AppTest it would lose widget
-    # values on every rerun, so the check must see AppTest's patched option.
-    script = tmp_path / "probe.py"
-    script.write_text("import streamlit as st\nfrom pages import common\n"
-                      "st.write(f'apptest={common.under_apptest()}')\n")
-    at = AppTest.from_file(str(script)).run()
-    no_exception(at)
-    assert at.markdown[0].value == "apptest=True"
-    assert not common.under_apptest()  # and outside it, False
 
 
 def test_without_a_live_recording_it_points_at_the_recordings_there_are(runs):

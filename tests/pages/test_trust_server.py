@@ -29,8 +29,7 @@ def _free_port() -> int:
 def server(tmp_path: Path):
     """`streamlit run app.py` on a free port, started from another directory."""
     port = _free_port()
-    env = {**os.environ, "KVVIZ_RUNS_DIR": str(tmp_path),
-           "KVVIZ_COLLECTOR": "tests.pages.fake_collector", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "KVVIZ_RUNS_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
          str(port), "--server.address", "127.0.0.1", "--server.headless", "true",

@@ -1,6 +1,6 @@
 """The Node page survives a pickle bomb: one st.error with the reason, no exception, and the
-page still works for the next (good) snapshot. AppTest cannot upload: the page's test hook
-(session key kvviz_node_snapshot) stands in for the uploader."""
+page still works for the next (good) snapshot. AppTest cannot upload: FakeUploads
+(tests/pages/apptest_fixtures.py) stands in for the uploader."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,30 +10,32 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from kvviz.runs import process
+from tests.pages.apptest_fixtures import FakeUploads, framed
 
 from . import bombs
 from .snaps import dumps, make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-SNAP = "kvviz_node_snapshot"
+SNAP = "torch.cuda.memory._snapshot()"  # the snapshot uploader's label
 
 
 @pytest.fixture
 def node_page(tmp_path, monkeypatch):
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
     st.cache_resource.clear()
-    yield AppTest.from_file(str(ROOT / "pages" / "node.py"), default_timeout=60)
+    yield framed(AppTest.from_file(str(ROOT / "pages" / "node.py"), default_timeout=60))
     process.stop_all()
     st.cache_resource.clear()
 
 
 @pytest.mark.parametrize("build", [bombs.deep_tuple_dict_key, bombs.deep_tuple_set_member])
-def test_a_deep_tuple_upload_is_an_error_and_the_page_lives_on(node_page, build):
-    node_page.session_state[SNAP] = ("bomb.pickle", build())
+def test_a_deep_tuple_upload_is_an_error_and_the_page_lives_on(node_page, monkeypatch, build):
+    uploads = FakeUploads(monkeypatch)
+    uploads.put(SNAP, "bomb.pickle", build())
     node_page.run()
     assert not node_page.exception
     assert "nests deeper than 200 levels" in " ".join(e.value for e in node_page.error)
-    node_page.session_state[SNAP] = ("good.pickle", dumps(make_snapshot()))
+    uploads.put(SNAP, "good.pickle", dumps(make_snapshot()))
     node_page.run()
     assert not node_page.exception and not node_page.error and node_page.get("plotly_chart")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pages import common
+from pages import uploads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,15 +13,15 @@ def test_server_limit_is_the_pages_constant():
     text = (ROOT / ".streamlit" / "config.toml").read_text()  # no tomllib before Python 3.11
     server = text.split("[server]", 1)[1].split("\n[", 1)[0]
     assert re.findall(r"^maxUploadSize\s*=\s*(\d+)\s*$", server, re.M) == [
-        str(common.UPLOAD_MAX_MB)]
+        str(uploads.UPLOAD_MAX_MB)]
 
 
 def test_node_docs_state_the_same_limit():
     text = (ROOT / "docs" / "NODE.md").read_text()
     stated = {int(m) for m in re.findall(r"pickle \((\d+) MB at\s+most", text)}
-    assert stated == {common.UPLOAD_MAX_MB}
+    assert stated == {uploads.UPLOAD_MAX_MB}
 
 
 def test_the_snapshot_uploader_uses_the_constant():
     source = (ROOT / "pages" / "node.py").read_text()
-    assert "max_upload_size=common.UPLOAD_MAX_MB" in source
+    assert "max_upload_size=uploads.UPLOAD_MAX_MB" in source

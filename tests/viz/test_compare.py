@@ -1,4 +1,4 @@
-"""Compare builders: figure data equals the simulation's summaries; uploads are validated."""
+"""Compare builders: figure data equals the simulation's summaries."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,6 @@ import pytest
 from kvviz.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
-from kvviz.errors import TraceError
 from kvviz.viz import compare as vc
 from kvviz.workload import generate
 
@@ -109,38 +108,6 @@ def test_advisor_figure_rows_and_highlight() -> None:
     assert len(fig.layout.shapes) == 3  # the recommendation marked in every row
     assert fig.layout.shapes[0].x0 == pytest.approx(1.5)
     assert len(vc.advisor_figure(memory, None, None).data) == 3  # no kernel row
-
-
-# ---- uploads ----------------------------------------------------------------------------
-GOOD = b"arrival_s,prompt_tokens,output_tokens\n0.0,10,20\n0.5,30,5\n"
-
-
-def test_a_good_upload_parses() -> None:
-    w = vc.read_upload("t.csv", GOOD)
-    assert len(w) == 2 and w.prompt.tolist() == [10, 30]
-    jl = b'{"arrival_s": 0, "prompt_tokens": 4, "output_tokens": 2}\n'
-    assert len(vc.read_upload("t.jsonl", jl)) == 1
-
-
-@pytest.mark.parametrize("name, data, words", [
-    ("t.csv", GOOD + b"1.0,abc,3\n", "line 4: column 'prompt_tokens': not a valid value"),
-    ("t.csv", b"arrival_s,prompt_tokens\n0,1\n", "line 1: header lacks output_tokens"),
-    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 4}\n', "line 1: column 'output_tokens'"),
-    ("t.csv", GOOD + b"\xff\xfe,1,1\n", "line 4: not UTF-8"),
-    ("t.txt", GOOD, "expected a .csv or .jsonl"),
-    ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n", "no requests"),
-])
-def test_bad_uploads_name_line_and_field(name, data, words) -> None:
-    with pytest.raises(TraceError, match=words):
-        vc.read_upload(name, data)
-
-
-def test_upload_size_and_row_caps() -> None:
-    with pytest.raises(TraceError, match="over the 0 MB limit"):
-        vc.read_upload("t.csv", GOOD, max_bytes=10)
-    rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (vc.MAX_TRACE_ROWS + 2)
-    with pytest.raises(TraceError, match="more than"):
-        vc.read_upload("t.csv", rows)
 
 
 def test_failure_axis_never_shows_negative_counts(summaries) -> None:

@@ -1,0 +1,57 @@
+"""Drawing a lane's block map: headline numbers, the zoom slider and its block range, and the
+canvas renderer (kvviz.viz.blockcanvas). Shared by Live and Replay. Not a page."""
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from kvviz.viz import blockcanvas, theme
+from kvviz.viz import heatmap as vh
+from kvviz.viz import timeseries as vt
+
+# The Live page's heatmap renderer: registered once per process, as this module is imported
+# once. isolate_styles=False: no shadow root, so the page's own observers and tests see the
+# canvas; its CSS classes are all prefixed kvmap-.
+_BLOCKMAP = st.components.v2.component("kvviz_blockmap", js=blockcanvas.JS,
+                                       css=blockcanvas.CSS, isolate_styles=False)
+
+
+def headline_metrics(row) -> None:
+    """The lane's headline numbers in two rows of four (one HTML grid: redrawn every second)."""
+    st.html(theme.headline_html(vt.headline(row)))
+
+
+def zoom(key: str) -> tuple[float, float]:
+    """Address range to show, in % of each lane's capacity (so lanes stay aligned)."""
+    return st.slider("Zoom: address range shown (% of each lane's capacity)", 0.0, 100.0,
+                     (0.0, 100.0), step=0.5, key=key)
+
+
+def zoom_range(start: int, stop: int, num_blocks: int) -> tuple[float, float]:
+    """Blocks [start, stop) of a map as the zoom slider's (lo, hi) in % of its capacity,
+    widened outward to the slider's 0.5% steps so every block asked for stays shown."""
+    lo = math.floor(200 * max(0, start) / num_blocks) / 2
+    hi = math.ceil(200 * min(num_blocks, stop) / num_blocks) / 2
+    return lo, max(hi, lo + 0.5)
+
+
+def block_range(bm, lo: float, hi: float) -> tuple[int, int]:
+    """The zoom slider's (lo, hi) in % as blocks [start, stop) of a map, at least one."""
+    n = bm.num_blocks
+    start = min(n - 1, int(lo / 100 * n))
+    return start, max(start + 1, int(hi / 100 * n))
+
+
+def aligned_max_cells(bms: list, lo: float, hi: float) -> int:
+    """One cell count for every lane, so a cell covers the same slots side by side."""
+    spans = [block_range(bm, lo, hi) for bm in bms]
+    return max(1, min(vh.DEFAULT_MAX_CELLS, *(b - a for a, b in spans)))
+
+
+def blockmap_canvas(data: dict, key: str, on_zoom=None) -> None:
+    """A block map on the canvas renderer (data from blockcanvas.canvas_data). The key keeps
+    the element mounted across reruns: new data repaints it in place. `on_zoom` (no
+    arguments) is called when a range is dragged on it or it is double-clicked; the range is
+    then `st.session_state[key].zoom` ({"start", "stop"} in blocks, or {"reset": True})."""
+    _BLOCKMAP(data=data, key=key, on_zoom_change=on_zoom or (lambda: None))

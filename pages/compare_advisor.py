@@ -1,0 +1,63 @@
+"""The Compare page's block-size advisor tab: the memory side swept on the page's workload, the
+kernel side timed by `kvviz bench` (kvviz.advisor). Not a page."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import streamlit as st
+
+from kvviz import advisor
+from kvviz.engine.compare import CompareRequest
+from kvviz.errors import KvvizError
+from kvviz.viz import compare as vc
+from pages import compare_data as data
+
+
+def advisor_tab(request: CompareRequest) -> None:
+    st.markdown("Sweeps paged block sizes 1 to 256 on this workload (memory side) and times "
+                "decode attention through block tables on this machine (kernel side).")
+    c1, c2, c3 = st.columns(3)
+    tol = c1.slider("Kernel time within (% of the best)", 0, 100, 10) / 100
+    limit = c2.slider("Tail waste at most (% of capacity)", 1, 30, 5) / 100
+    device = c3.radio("Kernel device", ["cpu", "cuda"], horizontal=True)
+    command = advisor.bench_command(device)
+    kernel = advisor.load_cached(advisor.cache_key(command))
+    label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
+    if st.button(label):
+        with st.spinner("Timing decode attention for block sizes 1..256, 3 rounds of 20 runs "
+                        "each (one to a few minutes; longer on a busy machine)"):
+            try:
+                kernel = advisor.measure(command, refresh=True)
+                st.session_state.pop("advisor_bench_error", None)
+            except KvvizError as exc:
+                st.session_state.advisor_bench_error = str(exc)
+    if kernel is None:
+        err = st.session_state.get("advisor_bench_error")
+        if err:
+            st.warning(f"No kernel timings: {err}. The memory side is shown alone.")
+        else:
+            st.info("No kernel timings for this machine yet; the memory side is shown alone.")
+    else:
+        st.caption(f"Kernel timings from {advisor.describe(command, kernel)}, measured "
+                   f"{kernel.measured_at}; the bars on the curve span p10 to p90. A difference "
+                   "inside that spread never decides the recommendation.")
+    prefix = False
+    if data.loaded(request.workload).workload.has_chains:  # larger blocks share less
+        prefix = st.checkbox("Sweep with prefix caching (the requests share prompt blocks)",
+                             value=True)
+    if st.button("Run block-size sweep", type="primary"):
+        st.session_state.advisor_go = True
+    if not st.session_state.get("advisor_go"):
+        return
+    sweep = data.compare(replace(request, lanes=tuple(advisor.sweep_labels(prefix=prefix))))
+    sums = sweep.summaries
+    memory = [advisor.memory_point(s) for s in sums]
+    if prefix:
+        st.caption("Prefix hit rate by block size: " + ", ".join(
+            f"{m.block_size}: {m.prefix_hit_rate:.0%}" for m in memory))
+    advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit,
+                               source=advisor.describe(command, kernel) if kernel else "")
+    if advice.block_size is not None:
+        st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")
+    st.plotly_chart(vc.advisor_figure(memory, kernel.points if kernel else None, advice),
+                    key="advisor_sweep")

@@ -1,0 +1,67 @@
+"""The Live page's lane column: headline numbers, the latest refusals, the canvas heatmap
+(drag a range to zoom) and the lane's own KV events. Not a page."""
+from __future__ import annotations
+
+from functools import partial
+
+import streamlit as st
+
+from kvviz.config import lane_caption
+from kvviz.viz import blockcanvas as vc
+from pages import blockview, kvevents_live
+
+ZOOM_KEY = "live_zoom"
+
+
+def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], max_cells: int,
+                i: int) -> None:
+    lo, hi = zoom
+    with col:
+        st.markdown(f"#### {lane}")
+        st.caption(lane_caption(lane))
+        last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
+        if not last.empty:
+            blockview.headline_metrics(last.iloc[-1])
+        latest_failures(r, lane)
+        start, stop = blockview.block_range(bm, lo, hi)
+        # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
+        # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
+        key = f"live_heat_{i}"  # the callback holds the block count, not the map
+        blockview.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
+                                              title=lane), key=key,
+                               on_zoom=partial(zoom_to, key, bm.num_blocks))
+        kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
+
+
+def failure_text(ev) -> str:
+    """One refused request as the allocator saw it at that moment."""
+    need, free, hole = int(ev.need_tokens), int(ev.free_tokens), int(ev.largest_hole_tokens)
+    why = {"FRAGMENTATION": "free >= need, but no hole that large",
+           "CAPACITY": "not enough free in total",
+           "POLICY": "memory would serve; the scheduler refused"}.get(ev.reason, "")
+    return (f"**{ev.reason}** at t = {ev.t:.1f} s: seq {int(ev.seq_id)} needs {need:,} "
+            f"slots; free {free:,}, largest hole {hole:,} ({why})")
+
+
+def latest_failures(r, lane: str) -> None:
+    """The lane's latest admission failure of each class, need against free and hole."""
+    ev = r.events(lane=lane, kinds=["admit_failed"], limit=200)
+    if ev.empty:
+        st.caption("No admission failure yet.")
+        return
+    last = ev.drop_duplicates("reason", keep="last").sort_values("t", ascending=False)
+    st.caption("Latest refused:  \n" + "  \n".join(failure_text(e) for e in
+                                                    last.itertuples()))
+
+
+def zoom_to(key: str, num_blocks: int) -> None:
+    """Callback: a range dragged on a heatmap becomes the zoom slider's range (% of the
+    lane's capacity, widened to the slider's 0.5% steps); a double click shows everything."""
+    z = st.session_state[key].zoom
+    if not isinstance(z, dict):
+        return
+    if z.get("reset"):
+        st.session_state[ZOOM_KEY] = (0.0, 100.0)
+        return
+    lo, hi = blockview.zoom_range(int(z["start"]), int(z["stop"]), num_blocks)
+    st.session_state[ZOOM_KEY] = (lo, hi)
