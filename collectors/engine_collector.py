@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from collectors import torch_memory
-from collectors.nvml import NvmlProbe
 from collectors.pause import Pause
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
 from kvviz import control, lifecycle
@@ -29,6 +28,7 @@ from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import Shares
+from kvviz.node.nvml import NvmlProbe
 from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 

@@ -3,7 +3,7 @@
 `kvviz collect`'s flags build it (kvviz/commands/collect.py: one field per flag, same name
 with `-` for `_`; `--lane` fills `lanes`); the dashboard builds it directly and hands it to
 the collector process as a JSON file (`kvviz collect --config FILE`), read back by `load`
-and checked by the same `__post_init__`. Numeric ranges are kvviz/commands/argtypes.py's,
+and checked by the same `__post_init__`. Numeric ranges are kvviz/limits.py's,
 so a flag and a config field accept the same values. A bad value raises ValueError
 "field: why"; `as_flags` turns that into "--flag: why" for the CLI.
 
@@ -17,8 +17,8 @@ import json
 import math
 from pathlib import Path
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
 from kvviz.config import LENGTH_PRESETS, MODEL_PRESETS, LaneSpec, check_lane_blocks
 from kvviz.errors import KvvizError
 from kvviz.traces.options import FORMATS, TraceOptions

@@ -6,15 +6,8 @@ import json
 import math
 import sys
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
-from kvviz.commands.trace_args import (
-    add_trace_arguments,
-    load_trace_args,
-    resolve_max_seq_len,
-    trace_fields,
-    trace_line,
-)
 from kvviz.config import (
     LENGTH_PRESETS,
     MODEL_PRESETS,
@@ -29,6 +22,13 @@ from kvviz.config import (
 )
 from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
+from kvviz.traces.args import (
+    add_trace_arguments,
+    load_trace_args,
+    resolve_max_seq_len,
+    trace_fields,
+    trace_line,
+)
 from kvviz.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 
 HELP = "simulate allocators on a synthetic workload or a trace (sim mode, no tensors)"

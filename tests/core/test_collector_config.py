@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kvviz.cli import build_parser, main
 from kvviz.collector_config import DEFAULTS, CollectorConfig, flag
-from kvviz.commands import collect
+from kvviz.collector_flags import settings_of
 
 FIELDS = [f.name for f in dataclasses.fields(CollectorConfig)]
 
@@ -22,7 +22,7 @@ def parse(*argv: str):
 
 
 def test_no_flags_is_the_default_config():
-    assert collect.config_of(parse()) == CollectorConfig()
+    assert settings_of(parse()) == CollectorConfig()
 
 
 def test_every_collect_flag_is_a_config_field_and_back():
@@ -33,15 +33,15 @@ def test_every_collect_flag_is_a_config_field_and_back():
 
 
 def test_flags_fill_the_fields_of_the_same_name():
-    c = collect.config_of(parse("--mode", "sim", "--lane", "paged:8", "--lane", "paged:32",
-                                "--hz", "10", "--rate", "inf", "--loop", "--no-audit"))
+    c = settings_of(parse("--mode", "sim", "--lane", "paged:8", "--lane", "paged:32",
+                      "--hz", "10", "--rate", "inf", "--loop", "--no-audit"))
     assert c == CollectorConfig(mode="sim", lanes=("paged:8", "paged:32"), hz=10.0,
                                 rate=math.inf, loop=True)
 
 
 def test_flags_beside_a_config_file_override_its_fields(tmp_path: Path):
     path = CollectorConfig(mode="sim", hz=2.0, seed=7).save(tmp_path / "c.config")
-    c = collect.config_of(parse("--config", str(path), "--hz", "10"))
+    c = settings_of(parse("--config", str(path), "--hz", "10"))
     assert (c.mode, c.hz, c.seed) == ("sim", 10.0, 7)
 
 

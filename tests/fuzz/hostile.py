@@ -231,13 +231,13 @@ def fake_scrape_once(url: str, **_kw):
 
 def install_fakes(monkeypatch) -> None:
     """Patch the slow parts (see module docstring); paths and flags stay real."""
-    import collectors.engine_collector as ec
+    import collectors.launch as launch
     import collectors.prometheus as prom
     import kvviz.commands.simulate as sim_cmd
     import kvviz.node.scrape as scrape_mod
 
     monkeypatch.setattr(sim_cmd, "Simulation", FakeSimulation)
-    monkeypatch.setattr(ec, "EngineCollector", FakeCollector)
+    monkeypatch.setattr(launch, "EngineCollector", FakeCollector)
     monkeypatch.setattr(scrape_mod, "scrape_once", fake_scrape_once)
     monkeypatch.setattr(prom, "attach", lambda collector, port, address="127.0.0.1": None)
     try:

@@ -19,11 +19,13 @@ DIST = {"pynvml": "nvidia-ml-py", "zmq": "pyzmq", "yaml": "pyyaml"}  # import na
 COVER = [
     ("app.py", "dashboard"), ("pages/", "dashboard"), ("kvviz/viz/", "dashboard"),
     ("kvviz/kv/attention_triton.py", "gpu"), ("kvviz/kv/", "real"),
-    ("collectors/torch_", "real"), ("kvviz/commands/collect.py", "real"),
+    ("collectors/torch_", "real"), ("collectors/launch.py", "real"),
     ("kvviz/commands/bench.py", "real"),
     ("kvviz/node/kvevents/", "events"), ("kvviz/commands/events.py", "events"),
-    ("kvviz/node/", "node"), ("collectors/", "collector"), ("kvviz/runs/", "collector"),
-    ("kvviz/collector_config.py", "collector"), ("kvviz/store", "collector"),
+    ("kvviz/node/nvml.py", "collector"), ("kvviz/node/", "node"), ("collectors/", "collector"),
+    ("kvviz/runs/", "collector"),
+    ("kvviz/collector_config.py", "collector"), ("kvviz/collector_flags.py", "collector"),
+    ("kvviz/store", "collector"),
     ("kvviz/commands/", "collector"), ("kvviz/", ""),
 ]
 
