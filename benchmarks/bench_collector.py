@@ -179,7 +179,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
         ["collect", "--mode", "real", "--device", a.device, "--rate", "inf",
          "--requests", str(a.requests), "--quiet", "--out", str(out)])
     col = build(settings_of(args))  # --torch-threads 1 (the default) is applied here
-    plain, audit = col.cfg, dataclasses.replace(col.cfg, audit=True)
+    plain, audit = col.settings, dataclasses.replace(col.settings, audit=True)
     sink = SampleWriter(StoreSpec(out, col.meta()), mode=a.mode)
     sim = col.sim
     for _ in range(300):  # warm up: fill the pools
@@ -191,7 +191,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     period = 1.0 / a.hz
     t0 = time.perf_counter()
     for i, on in enumerate(plan):
-        col.cfg = audit if on else plain
+        col.settings = audit if on else plain
         start = time.perf_counter()
         end, next_sample, steps = start + a.slice, start, 0
         while (now := time.perf_counter()) < end:
@@ -214,7 +214,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
     ms = {on: 1e3 * statistics.median(v) for on, v in per_sample.items()}
     harness.emit(a, {"bench": "collector-audit", "hz": a.hz, "slices": len(ratios),
-                     "device": col.cfg.device, "model": col.cfg.model.name,
+                     "device": col.resolved.device, "model": col.resolved.model.name,
                      "torch_threads": torch.get_num_threads(),
                      "steps_per_s_unaudited": statistics.median(rates[::2]),
                      "slowdown_median": statistics.median(ratios), "slowdown_mean": mean,

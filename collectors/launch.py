@@ -14,7 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
-from collectors.engine_collector import CollectorPlan, EngineCollector
+from collectors.engine_collector import EngineCollector, Resolved
 from collectors.torch_memory import cuda_available
 from kvviz import collector_flags, safeio
 from kvviz.collector_config import CollectorConfig
@@ -82,14 +82,11 @@ def build(c: CollectorConfig):
 
         def kv_factory(alloc):
             return real.RealKV(alloc, model, device, c.seed)
-    plan = CollectorPlan(
-        out=out_path(c), mode=c.mode, device=device, model=model,
+    resolved = Resolved(
+        out=out_path(c), device=device, model=model,
         cache=CacheConfig(capacity_tokens=c.capacity_tokens, model=model), engine=engine,
-        lanes=c.lane_specs(), workload=workload, trace=trace, trace_path=c.trace or "",
-        duration_s=c.duration, hz=c.hz, steps_per_s=c.steps_per_s, loop=c.loop,
-        blockmap_budget_bytes=int(c.blockmap_budget_mb * 2**20), quiet=c.quiet,
-        overwrite=c.overwrite, audit=c.audit)
-    collector = EngineCollector(plan, kv_factory)
+        workload=workload, trace=trace)
+    collector = EngineCollector(c, resolved, kv_factory)
     if c.metrics_port is not None:
         try:
             from collectors import prometheus
@@ -112,18 +109,18 @@ def build(c: CollectorConfig):
 def run(settings: CollectorConfig) -> int:
     """Record one run as `settings` say; 0 when it ends (stopped, duration, or exhausted)."""
     collector = build(settings)
-    c = collector.cfg
-    if not c.quiet:
-        print(f"recording to {safeio.printable(c.out)} ({c.mode} mode on {c.device}, model "
-              f"{c.model.name}, lanes {', '.join(ln.name for ln in collector.sim.lanes)}); "
+    r = collector.resolved
+    if not settings.quiet:
+        print(f"recording to {safeio.printable(r.out)} ({settings.mode} mode on {r.device}, "
+              f"model {r.model.name}, lanes {', '.join(ln.name for ln in collector.sim.lanes)}); "
               "Ctrl-C stops", flush=True)
     try:
         status = collector.run()
     finally:
         for lp in getattr(collector, "kv_publishers", ()):
             lp.pub.close()
-    if not c.quiet:
-        print(f"{safeio.printable(c.out)}: {safeio.printable(status)}", flush=True)
+    if not settings.quiet:
+        print(f"{safeio.printable(r.out)}: {safeio.printable(status)}", flush=True)
     return 0
 
 

@@ -55,17 +55,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--requests", type=at.REQUESTS,
       help=at.rng("requests per stream (default 1000)", at.REQUESTS))
     a("--rate", type=at.RATE,
-      help=at.rng("arrivals per second of wall time (default 2; inf = all at once)", at.RATE))
+      help=at.rng("arrivals per second of the engine's clock (here wall time); inf = all at "
+                  "once (default 2: a live stream that a person can follow, and that a small "
+                  "CPU keeps up with in real mode)", at.RATE))
     a("--arrival", help="poisson | bursty")
-    a("--prefix-sharing", type=at.SHARE, metavar="SHARE",
-      help=at.rng("share of requests with a common system prompt (default 0)", at.SHARE))
+    a("--prefix-sharing", type=at.SHARE, nargs="?", const=at.PREFIX_SHARE_BARE,
+      metavar="SHARE", help=at.rng(at.PREFIX_SHARING_HELP + "; 256-token prompts", at.SHARE))
     a("--trace", metavar="FILE", help="replay a trace instead: Azure or "
       "BurstGPT CSV, Mooncake JSONL, kvviz CSV/JSONL, as downloaded")
     add_trace_arguments(_NoDefault(p))
     a("--lane", action="append", dest="lanes", metavar="SPEC",
       help="allocator lane, repeatable (default: contiguous:first-fit:max and paged:16)")
     a("--capacity-tokens", type=at.CAPACITY_TOKENS,
-      help=at.rng("KV slots per lane (default 16384)", at.CAPACITY_TOKENS))
+      help=at.rng("KV slots per lane (default 16384: real mode allocates these K/V tensors, "
+                  "so the default fits a CPU; one block map shows every slot)",
+                  at.CAPACITY_TOKENS))
     a("--max-seq-len", type=at.MAX_SEQ_LEN, help=at.rng(
       "clip prompt+output to this (default 2048; with --trace, its longest request)",
       at.MAX_SEQ_LEN))

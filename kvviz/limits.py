@@ -144,3 +144,11 @@ SECONDS = float_range(0.0, 1e9, lo_open=True)  # a duration or an interval
 TIMEOUT = float_range(0.0, 3600.0, lo_open=True)
 THREADS = int_range(1, 4096)
 COUNT = int_range(1, 10**9)
+
+# --prefix-sharing means the same in every command: the share of synthetic requests that begin
+# with one of 4 shared system prompts (half of those continue an earlier conversation).
+PREFIX_SHARE_BARE = 0.5  # the flag given without a value
+PREFIX_SHARING_HELP = ("share of synthetic requests that begin with one of 4 shared system "
+                       "prompts, half of those continuing an earlier conversation (default 0; "
+                       f"the bare flag = {PREFIX_SHARE_BARE:g})")
+

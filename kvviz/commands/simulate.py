@@ -49,8 +49,10 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=at.REQUESTS, default=1000, metavar="N",
                    help=at.rng("number of synthetic requests (default 1000)", at.REQUESTS))
     g.add_argument("--rate", type=at.RATE, default=math.inf, metavar="R",
-                   help=at.rng("arrivals per simulated second; 'inf' = all at time 0 "
-                               "(default inf)", at.RATE))
+                   help=at.rng("arrivals per second of the engine's clock (here simulated); "
+                               "'inf' = all at time 0 (default inf: the whole stream competes "
+                               "for memory at once, the worst case an allocator must hold)",
+                               at.RATE))
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson",
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
     g.add_argument("--seed", type=at.SEED, default=0,
@@ -59,9 +61,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                    help=at.rng("clip prompt+output to this and reserve it under --reserve max "
                                "(default 2048; with --trace, the trace's longest request)",
                                at.MAX_SEQ_LEN))
-    g.add_argument("--prefix-sharing", action="store_true",
-                   help="half the requests share one of 4 system prompts of --prefix-tokens; "
-                        "half of those continue an earlier conversation")
+    g.add_argument("--prefix-sharing", type=at.SHARE, nargs="?", const=at.PREFIX_SHARE_BARE,
+                   default=0.0, metavar="SHARE", help=at.rng(
+                       at.PREFIX_SHARING_HELP + "; --prefix-tokens long", at.SHARE))
     g.add_argument("--prefix-tokens", type=at.PREFIX_TOKENS, default=256, metavar="N",
                    help=at.rng("length of a shared system prompt (default 256)",
                                at.PREFIX_TOKENS))
@@ -76,7 +78,7 @@ def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
         return clip_workload(w, max_seq_len), info, max_seq_len
     max_seq_len = resolve_max_seq_len(a.max_seq_len, None)
     cfg = WorkloadConfig(a.workload, num_requests=a.requests, rate=a.rate, arrival=a.arrival,
-                         max_seq_len=max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
+                         max_seq_len=max_seq_len, prefix_share=a.prefix_sharing,
                          prefix_tokens=a.prefix_tokens, seed=a.seed)
     return generate(cfg), None, max_seq_len
 
@@ -97,7 +99,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "repeat to compare lanes over one request stream")
     c = p.add_argument_group("cache and engine")
     c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS, default=1 << 20, metavar="N",
-                   help=at.rng("KV capacity in token slots (default 1048576)",
+                   help=at.rng("KV slots per lane (default 1048576: a large GPU's pool, "
+                               "metadata only, so simulating it costs no memory)",
                                at.CAPACITY_TOKENS))
     c.add_argument("--model", default="llama-3-8b", metavar="PRESET",
                    help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)}")

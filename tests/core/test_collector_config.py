@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.cli import build_parser, main
-from kvviz.collector_config import DEFAULTS, CollectorConfig, flag
+from kvviz.collector_config import DEFAULTS, CollectorConfig, flag, parse_lanes
 from kvviz.collector_flags import settings_of
 
 FIELDS = [f.name for f in dataclasses.fields(CollectorConfig)]
@@ -35,8 +35,8 @@ def test_every_collect_flag_is_a_config_field_and_back():
 def test_flags_fill_the_fields_of_the_same_name():
     c = settings_of(parse("--mode", "sim", "--lane", "paged:8", "--lane", "paged:32",
                       "--hz", "10", "--rate", "inf", "--loop", "--no-audit"))
-    assert c == CollectorConfig(mode="sim", lanes=("paged:8", "paged:32"), hz=10.0,
-                                rate=math.inf, loop=True)
+    assert c == CollectorConfig(mode="sim", lanes=parse_lanes(["paged:8", "paged:32"]),
+                                hz=10.0, rate=math.inf, loop=True)
 
 
 def test_flags_beside_a_config_file_override_its_fields(tmp_path: Path):
@@ -88,7 +88,7 @@ VALID = st.fixed_dictionaries({}, optional={
     "rate": st.one_of(st.just(math.inf), st.floats(1e-3, 1e9)),
     "requests": st.integers(1, 10_000_000), "seed": st.integers(0, 2**63 - 1),
     "lanes": st.lists(st.sampled_from(["paged:16", "paged:8:prefix", "contiguous:best-fit:max"]),
-                      min_size=1, max_size=3).map(tuple),
+                      min_size=1, max_size=3).map(parse_lanes),
     "hz": st.floats(0.01, 100), "duration": st.one_of(st.none(), st.floats(0.1, 1e6)),
     "loop": st.booleans(), "out": st.one_of(st.none(), st.text(max_size=20)),
     "metrics_port": st.one_of(st.none(), st.integers(1, 65535))})

@@ -190,16 +190,16 @@ class FakeSimulation:
 class FakeCollector:
     """Stands in for collectors.engine_collector.EngineCollector: validated config, no loop."""
 
-    def __init__(self, cfg, kv_factory=None) -> None:
+    def __init__(self, settings, resolved, kv_factory=None) -> None:
         from types import SimpleNamespace
 
-        self.cfg = cfg
+        self.settings, self.resolved = settings, resolved
         self.hooks: list = []
         # lanes as the KV-event publisher sees them (no pool: nothing is allocated here)
         self.sim = SimpleNamespace(lanes=[SimpleNamespace(
             name=ln.label, alloc=SimpleNamespace(prefix_caching=ln.prefix_caching, _pool=None,
                                                  block_size=ln.block_size))
-            for ln in cfg.lanes])
+            for ln in settings.lanes])
         self.sim_hooks: list = []
 
     def run(self) -> str:

@@ -45,6 +45,6 @@ def test_the_default_demo_fragments_within_a_minute(seed, tmp_path):
 
 
 def test_the_demo_lanes_put_a_fragmenting_lane_beside_max_and_paged():
-    lanes = jobs.DEMO.lanes
+    lanes = [s.label for s in jobs.DEMO.lanes]
     assert lanes[0].startswith("contiguous:") and not lanes[0].endswith(":max")
     assert "contiguous:first-fit:max" in lanes and "paged:16" in lanes
