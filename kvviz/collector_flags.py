@@ -50,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--device", choices=("auto", "cpu", "cuda"),
       help="real mode: auto = cuda when available, else cpu")
     a("--model",
-      help="model shape preset (default: tiny-cpu on cpu, llama-3-8b on cuda)")
+      help="model shape preset (default by device: tiny-cpu on cpu, llama-3-8b on cuda, so "
+           "real mode's K/V tensors fit the device)")
     a("--workload", help="length preset of the synthetic stream")
     a("--requests", type=at.REQUESTS,
       help=at.rng("requests per stream (default 1000)", at.REQUESTS))
@@ -58,14 +59,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help=at.rng("arrivals per second of the engine's clock (here wall time); inf = all at "
                   "once (default 2: a live stream that a person can follow, and that a small "
                   "CPU keeps up with in real mode)", at.RATE))
-    a("--arrival", help="poisson | bursty")
+    a("--arrival", choices=("poisson", "bursty"),
+      help="inter-arrival process (bursty = gamma with shape 0.25)")
     a("--prefix-sharing", type=at.SHARE, nargs="?", const=at.PREFIX_SHARE_BARE,
       metavar="SHARE", help=at.rng(at.PREFIX_SHARING_HELP + "; 256-token prompts", at.SHARE))
     a("--trace", metavar="FILE", help="replay a trace instead: Azure or "
       "BurstGPT CSV, Mooncake JSONL, kvviz CSV/JSONL, as downloaded")
     add_trace_arguments(_NoDefault(p))
     a("--lane", action="append", dest="lanes", metavar="SPEC",
-      help="allocator lane, repeatable (default: contiguous:first-fit:max and paged:16)")
+      help="allocator lane, repeatable (default contiguous:first-fit:max and paged:16: "
+           "the two layouts side by side)")
     a("--capacity-tokens", type=at.CAPACITY_TOKENS,
       help=at.rng("KV slots per lane (default 16384: real mode allocates these K/V tensors, "
                   "so the default fits a CPU; one block map shows every slot)",

@@ -96,14 +96,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=at.rng("paged block size in tokens (default 16)", at.BLOCK_SIZE))
     g.add_argument("--lane", action="append", metavar="SPEC", default=None,
                    help="a lane: contiguous:PLACEMENT:RESERVE or paged:BLOCK[:prefix]; "
-                        "repeat to compare lanes over one request stream")
+                        "repeat to compare lanes over one request stream (default: the one "
+                        "lane the flags above describe: one allocator's numbers at a time)")
     c = p.add_argument_group("cache and engine")
     c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS, default=1 << 20, metavar="N",
                    help=at.rng("KV slots per lane (default 1048576: a large GPU's pool, "
                                "metadata only, so simulating it costs no memory)",
                                at.CAPACITY_TOKENS))
     c.add_argument("--model", default="llama-3-8b", metavar="PRESET",
-                   help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)}")
+                   help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)} "
+                        "(default llama-3-8b: sim mode reports a GPU-sized model's bytes)")
     c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("simulated time per engine step (default 20)", STEP_MS))
     c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",

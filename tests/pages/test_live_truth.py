@@ -42,7 +42,8 @@ def test_the_form_shows_what_runs_and_who_started_it(runs):
     at = page("app.py")
     no_exception(at)
     f = _form(at, rec)
-    assert f["lanes"].value == [s.label for s in other.lanes] and f["workload"].value == "alpaca-like"
+    assert f["lanes"].value == [s.label for s in other.lanes]
+    assert f["workload"].value == "alpaca-like"
     assert f["rate"].value == 7.5 and f["seqs"].value == 12
     text = _captions(at)
     assert "from another tab (Start)" in text
