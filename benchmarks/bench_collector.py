@@ -59,9 +59,10 @@ from pathlib import Path
 
 import harness
 
+from collectors.launch import build
 from collectors.sampler import MODES, SampleWriter, StoreSpec
 from kvviz.cli import build_parser
-from kvviz.commands.collect import build
+from kvviz.collector_flags import settings_of
 
 
 def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
@@ -72,7 +73,7 @@ def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
          str(blocks * 16), "--rate", "inf", "--requests", str(requests),
          "--max-num-seqs", str(seqs),
          "--quiet", "--out", str(out)])
-    col = build(args)
+    col = build(settings_of(args))
     ts = time.perf_counter()
     sink = SampleWriter(StoreSpec(out, col.meta()), mode=mode)
     start = time.perf_counter() - ts
@@ -105,7 +106,7 @@ def interleaved(a: argparse.Namespace, tmp: Path) -> None:
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
          str(a.blocks * 16), "--rate", "inf", "--requests", str(a.requests),
          "--max-num-seqs", str(a.max_num_seqs), "--quiet", "--out", str(out)])
-    col = build(args)
+    col = build(settings_of(args))
     sink = SampleWriter(StoreSpec(out, col.meta()), mode=a.mode)
     sim = col.sim
     for _ in range(2000):  # warm up: fill the cache
@@ -177,8 +178,8 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "real", "--device", a.device, "--rate", "inf",
          "--requests", str(a.requests), "--quiet", "--out", str(out)])
-    col = build(args)  # --torch-threads 1 (the default) is applied here
-    plain, audit = col.cfg, dataclasses.replace(col.cfg, audit=True)
+    col = build(settings_of(args))  # --torch-threads 1 (the default) is applied here
+    plain, audit = col.settings, dataclasses.replace(col.settings, audit=True)
     sink = SampleWriter(StoreSpec(out, col.meta()), mode=a.mode)
     sim = col.sim
     for _ in range(300):  # warm up: fill the pools
@@ -190,7 +191,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     period = 1.0 / a.hz
     t0 = time.perf_counter()
     for i, on in enumerate(plan):
-        col.cfg = audit if on else plain
+        col.settings = audit if on else plain
         start = time.perf_counter()
         end, next_sample, steps = start + a.slice, start, 0
         while (now := time.perf_counter()) < end:
@@ -213,7 +214,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else 0.0
     ms = {on: 1e3 * statistics.median(v) for on, v in per_sample.items()}
     harness.emit(a, {"bench": "collector-audit", "hz": a.hz, "slices": len(ratios),
-                     "device": col.cfg.device, "model": col.cfg.model.name,
+                     "device": col.resolved.device, "model": col.resolved.model.name,
                      "torch_threads": torch.get_num_threads(),
                      "steps_per_s_unaudited": statistics.median(rates[::2]),
                      "slowdown_median": statistics.median(ratios), "slowdown_mean": mean,
@@ -233,7 +234,7 @@ def busy_lane(a: argparse.Namespace, tmp: Path):
         ["collect", "--mode", "sim", "--lane", "paged:16", "--capacity-tokens",
          str(a.blocks * 16), "--rate", "inf", "--requests", "1000000", "--max-num-seqs",
          str(a.max_num_seqs), "--quiet", "--out", str(tmp / "unused.db")])
-    col = build(args)
+    col = build(settings_of(args))
     for _ in range(3000):
         col.sim.step(time_s=0.0)
     return col

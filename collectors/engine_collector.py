@@ -19,16 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from collectors import torch_memory
-from collectors.nvml import NvmlProbe
 from collectors.pause import Pause
 from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
 from kvviz import control, lifecycle
 from kvviz.blockmap import FREE, BlockMap
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, ModelShape, WorkloadConfig
+from kvviz.collector_config import CollectorConfig
+from kvviz.config import CacheConfig, EngineConfig, ModelShape, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.engine.events import EventColumns
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import Shares
+from kvviz.node.nvml import NvmlProbe
 from kvviz.store.writer import RunWriter
 from kvviz.workload import Workload, generate
 
@@ -41,29 +42,18 @@ EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past 
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectorPlan:
-    """One run's settings resolved (kvviz/commands/collect.build_config from a validated
-    kvviz.collector_config.CollectorConfig): the device present, the model shape, the trace
-    read, the output path checked."""
+class Resolved:
+    """What one run's settings leave open, resolved (collectors/launch.py `build`): the device
+    present, the model shape, the records the engine takes, the trace read and the output
+    path checked. Every setting itself stays in the CollectorConfig, unchanged."""
 
     out: Path
-    mode: str  # "sim" | "real"
-    device: str  # "cpu" | "cuda" (resolved, never "auto")
+    device: str  # "cpu" | "cuda" (never "auto")
     model: ModelShape
     cache: CacheConfig
     engine: EngineConfig
-    lanes: tuple[LaneSpec, ...]
     workload: WorkloadConfig | None  # a synthetic stream, or
     trace: Workload | None = None  # a loaded trace (then `workload` is None)
-    trace_path: str = ""
-    duration_s: float | None = None  # None: until stopped or the workload is exhausted
-    hz: float = 4.0
-    steps_per_s: float = 20.0  # 0 = no pacing
-    loop: bool = False
-    blockmap_budget_bytes: int = 200 * 2**20
-    quiet: bool = False
-    overwrite: bool = False
-    audit: bool = False  # real mode: audit the pools at every sample (kvviz/kv/audit.py)
 
 
 def _counters(lane: Lane) -> dict:
@@ -77,8 +67,10 @@ def _counters(lane: Lane) -> dict:
 
 
 class EngineCollector:
-    def __init__(self, cfg: CollectorPlan, kv_factory: Callable | None = None) -> None:
-        self.cfg = cfg
+    def __init__(self, settings: CollectorConfig, resolved: Resolved,
+                 kv_factory: Callable | None = None) -> None:
+        self.settings = settings  # as the flags, the config file or the dashboard gave them
+        self.resolved = resolved
         self.kv_factory = kv_factory  # real mode: allocator -> RealKV
         self.hooks: list[Hook] = []  # each called with every sample record (engine thread)
         self.sim_hooks: list[Callable] = []  # (sim, t) before each sample (kv-events publisher)
@@ -86,7 +78,8 @@ class EngineCollector:
         self.stop_reason: str | None = None
         self.loop_no = 0
         self.sim = self._new_sim()  # validates lanes/capacity before any file exists
-        self.nvml = NvmlProbe() if cfg.device.startswith("cuda") or cfg.mode == "real" else None
+        self.nvml = (NvmlProbe() if resolved.device.startswith("cuda")
+                     or settings.mode == "real" else None)
         self._base = {ln.name: dict.fromkeys(COUNTER_KEYS, 0) for ln in self.sim.lanes}
         self._step_base = {ln.name: 0 for ln in self.sim.lanes}  # --loop: earlier streams' steps
         self._seq_offset = 0
@@ -96,15 +89,15 @@ class EngineCollector:
         self._auditors: dict[str, object] = {}  # lane name -> kvviz.kv.audit.Auditor
 
     def _workload(self) -> Workload:
-        if self.cfg.trace is not None:
-            return self.cfg.trace
-        assert self.cfg.workload is not None
-        return generate(dataclasses.replace(self.cfg.workload,
-                                            seed=self.cfg.workload.seed + self.loop_no))
+        r = self.resolved
+        if r.trace is not None:
+            return r.trace
+        assert r.workload is not None
+        return generate(dataclasses.replace(r.workload, seed=r.workload.seed + self.loop_no))
 
     def _new_sim(self) -> Simulation:
         w = self._workload()
-        sim = Simulation(w, list(self.cfg.lanes), self.cfg.cache, self.cfg.engine,
+        sim = Simulation(w, list(self.settings.lanes), self.resolved.cache, self.resolved.engine,
                          kv_factory=self.kv_factory)
         for ln in sim.lanes:  # shared system prompts write one content (audit: prefix blocks)
             if hasattr(ln.kv, "bind_workload"):
@@ -113,22 +106,22 @@ class EngineCollector:
         return sim
 
     def meta(self) -> dict:
-        c = self.cfg
+        c, r = self.settings, self.resolved
         lanes = [{"name": ln.name, "label": ln.spec.label, "allocator": ln.spec.allocator,
                   "block_size": ln.alloc.block_size, "capacity_tokens": ln.capacity,
                   "num_blocks": ln.capacity // ln.alloc.block_size,
-                  "bytes_per_token": c.model.kv_bytes_per_token} for ln in self.sim.lanes]
-        wl = (dataclasses.asdict(c.workload) if c.workload else
-              {"trace": c.trace_path, "num_requests": len(self.sim.workload)})
+                  "bytes_per_token": r.model.kv_bytes_per_token} for ln in self.sim.lanes]
+        wl = (dataclasses.asdict(r.workload) if r.workload else
+              {"trace": c.trace or "", "num_requests": len(self.sim.workload)})
         wl = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
               for k, v in wl.items()}  # JSON has no inf: rate=None means all at once
-        return {"mode": c.mode, "device": c.device,
-                "model": {**dataclasses.asdict(c.model),
-                          "kv_bytes_per_token": c.model.kv_bytes_per_token},
-                "cache": {"capacity_tokens": c.cache.tokens}, "workload": wl,
-                "engine": dataclasses.asdict(c.engine), "lanes": lanes,
+        return {"mode": c.mode, "device": r.device,
+                "model": {**dataclasses.asdict(r.model),
+                          "kv_bytes_per_token": r.model.kv_bytes_per_token},
+                "cache": {"capacity_tokens": r.cache.tokens}, "workload": wl,
+                "engine": dataclasses.asdict(r.engine), "lanes": lanes,
                 "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
-                              "duration_s": c.duration_s},
+                              "duration_s": c.duration},  # the run's length (--duration)
                 "nvml": ({"status": "not used", "reason": NVML_UNUSED} if self.nvml is None
                          else {"status": self.nvml.status, "reason": self.nvml.reason}),
                 "versions": versions(c.mode), "started_unix": time.time()}
@@ -148,7 +141,7 @@ class EngineCollector:
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
         bm = _with_tables(lane, lane.snapshot())
         extra = {}
-        if self.cfg.audit and lane.kv is not None:
+        if self.settings.audit and lane.kv is not None:
             extra.update(self._audit(lane, bm))
         off = self._seq_offset
         if off:
@@ -179,7 +172,7 @@ class EngineCollector:
 
     def _device(self) -> Callable[[], list[dict]]:
         kvs = [ln.kv for ln in self.sim.lanes]
-        nvml, device = self.nvml, self.cfg.device
+        nvml, device = self.nvml, self.resolved.device
 
         def read() -> list[dict]:
             mine = torch_memory.sample(device, kvs)
@@ -216,10 +209,10 @@ class EngineCollector:
     def run(self, writer: RunWriter | None = None) -> str:
         """Record until the duration ends, the workload is exhausted or a signal arrives.
         The store is written by a separate process; a given `writer` is used from a thread."""
-        c = self.cfg
+        c = self.settings
         sink = SampleWriter(writer if writer is not None else StoreSpec(
-            c.out, self.meta(), overwrite=c.overwrite,
-            blockmap_budget_bytes=c.blockmap_budget_bytes), self.hooks)
+            self.resolved.out, self.meta(), overwrite=c.overwrite,
+            blockmap_budget_bytes=int(c.blockmap_budget_mb * 2**20)), self.hooks)
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         status, message = "finished", ""
         try:
@@ -236,7 +229,7 @@ class EngineCollector:
         return status
 
     def _loop(self, sink: SampleWriter) -> tuple[str, str]:
-        c = self.cfg
+        c = self.settings
         t0 = time.perf_counter()
         period = 1.0 / c.hz
         pace = 1.0 / c.steps_per_s if c.steps_per_s > 0 else 0.0
@@ -264,7 +257,7 @@ class EngineCollector:
             if self.stop_reason is not None:
                 status, message = "stopped", self.stop_reason
                 break
-            if c.duration_s is not None and now >= c.duration_s:
+            if c.duration is not None and now >= c.duration:
                 break
             if self.sim.finished:
                 if not c.loop:

@@ -66,7 +66,7 @@ class TorchSnapshots:
 
 
 def attach(collector, every_s: float) -> TorchSnapshots:
-    snaps = TorchSnapshots(collector.cfg.out, every_s, collector.cfg.device)
+    snaps = TorchSnapshots(collector.resolved.out, every_s, collector.resolved.device)
     if snaps.enabled:
         collector.hooks.append(snaps.hook)
     return snaps

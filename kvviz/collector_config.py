@@ -1,14 +1,17 @@
 """CollectorConfig: every setting of one collector run, validated here and nowhere else.
 
-`kvviz collect`'s flags build it (kvviz/commands/collect.py: one field per flag, same name
-with `-` for `_`; `--lane` fills `lanes`); the dashboard builds it directly and hands it to
-the collector process as a JSON file (`kvviz collect --config FILE`), read back by `load`
-and checked by the same `__post_init__`. Numeric ranges are kvviz/commands/argtypes.py's,
-so a flag and a config field accept the same values. A bad value raises ValueError
-"field: why"; `as_flags` turns that into "--flag: why" for the CLI.
+The one settings record: `kvviz collect`'s flags and `python -m collectors`'s
+(kvviz/collector_flags.py: one field per flag, same name with `-` for `_`; `--lane` fills
+`lanes`), a config file (`--config FILE`, read by `load`) and the dashboard
+(kvviz/runs/jobs.py, which writes it as that file) all build it, and the collector
+(collectors/launch.py, collectors/engine_collector.py) reads it unchanged. Lanes are typed
+LaneSpecs; text becomes a lane only in `parse_lanes`, at the edges (a file, a flag, a form).
+Numeric ranges are kvviz/limits.py's, so a flag and a config field accept the same values.
+A bad value raises ValueError "field: why"; `as_flags` turns that into "--flag: why".
 
-Resolving the config (the device actually present, the model shape, reading a trace) is
-kvviz/commands/collect.py's `build_config`: it needs torch or the trace file.
+`duration` is the run's length (--duration); `duration_s` is the trace window (the trace
+flag --duration-s, with start_s). Resolving the config (the device actually present, the
+model shape, reading a trace) is collectors/launch.py's `build`: it needs torch or the file.
 """
 from __future__ import annotations
 
@@ -17,13 +20,12 @@ import json
 import math
 from pathlib import Path
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
 from kvviz.config import LENGTH_PRESETS, MODEL_PRESETS, LaneSpec, check_lane_blocks
 from kvviz.errors import KvvizError
 from kvviz.traces.options import FORMATS, TraceOptions
 
-DEFAULT_LANES = ("contiguous:first-fit:max", "paged:16")
 MAX_FILE_BYTES = 1 << 16  # a config file is a few hundred bytes
 
 STEPS_PER_S = at.float_range(0.0, 1e6)
@@ -69,7 +71,8 @@ class CollectorConfig:
     time_scale: float = 1.0
     skip_bad_rows: bool = False
     model_filter: str | None = None
-    lanes: tuple[str, ...] = DEFAULT_LANES  # LaneSpec texts
+    lanes: tuple[LaneSpec, ...] = dataclasses.field(  # typed; text only at the edges
+        default_factory=lambda: DEFAULT_LANES)
     capacity_tokens: int = 16384
     max_seq_len: int | None = None  # None: 2048, or a trace's longest request
     max_num_seqs: int = 256
@@ -119,16 +122,14 @@ class CollectorConfig:
         lanes = self.lanes
         if isinstance(lanes, str) or not isinstance(lanes, (list, tuple)) or not lanes:
             raise ValueError("lanes: expected a list of one or more lane specs")
-        if not all(isinstance(s, str) for s in lanes):
-            raise ValueError("lanes: each lane is a text such as paged:16")
+        if not all(isinstance(s, LaneSpec) for s in lanes):
+            raise ValueError("lanes: each lane is a LaneSpec (text such as paged:16 is read "
+                             "by parse_lanes)")
+        for s in lanes:  # the file and the flags carry a lane as its label: it must say all
+            if LaneSpec.parse(s.label) != s:
+                raise ValueError(f"lanes: {s!r} has no text form (contiguous cells are 1 token)")
         object.__setattr__(self, "lanes", tuple(lanes))
-        check_lane_blocks(self.lane_specs(), self.capacity_tokens)
-
-    def lane_specs(self) -> tuple[LaneSpec, ...]:
-        try:
-            return tuple(LaneSpec.parse(s) for s in self.lanes)
-        except ValueError as exc:  # "lane: 'paged:x': why"
-            raise ValueError(f"lanes: {str(exc).removeprefix('lane: ')}") from None
+        check_lane_blocks(self.lanes, self.capacity_tokens)
 
     def trace_options(self) -> TraceOptions:
         """The trace flags as kvviz.traces options (ValueError names this config's field)."""
@@ -152,7 +153,8 @@ class CollectorConfig:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data = {k: ("inf" if isinstance(v, float) and math.isinf(v) else v)
                 for k, v in data.items()}
-        return json.dumps({**data, "lanes": list(self.lanes)}, indent=1, allow_nan=False)
+        return json.dumps({**data, "lanes": [s.label for s in self.lanes]}, indent=1,
+                          allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> CollectorConfig:
@@ -171,6 +173,8 @@ class CollectorConfig:
         if unknown:
             raise ValueError(f"{unknown[0]}: not a collector setting")
         data = {k: (math.inf if v == "inf" and k in RANGES else v) for k, v in data.items()}
+        if "lanes" in data:
+            data["lanes"] = parse_lanes(data["lanes"])
         return cls(**data)
 
     def save(self, path: Path) -> Path:
@@ -194,7 +198,22 @@ class CollectorConfig:
         raise ValueError(f"{what} {safeio.printable(path)}: {why}")
 
 
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(CollectorConfig)}  # field -> default
+def parse_lanes(texts: object) -> tuple[LaneSpec, ...]:
+    """Lane texts (a config file's list, `--lane`s, the Live form) as LaneSpecs: the one place
+    a lane is read from text. ValueError "lanes: ..." names the bad one."""
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError("lanes: expected a list of one or more lane specs")
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("lanes: each lane is a text such as paged:16")
+    try:
+        return tuple(LaneSpec.parse(t) for t in texts)
+    except ValueError as exc:  # "lane: 'paged:x': why"
+        raise ValueError(f"lanes: {str(exc).removeprefix('lane: ')}") from None
+
+
+DEFAULT_LANES = parse_lanes(["contiguous:first-fit:max", "paged:16"])
+DEFAULTS = {f.name: (DEFAULT_LANES if f.name == "lanes" else f.default)
+            for f in dataclasses.fields(CollectorConfig)}  # field -> default
 
 
 def _no_constant(name: str) -> None:
@@ -236,6 +255,8 @@ def from_flags(given: dict, base: CollectorConfig | None = None) -> CollectorCon
     """`base` (default: the defaults) with the fields the command line gave; ValueError
     names the flag."""
     try:
+        if "lanes" in given:  # --lane texts
+            given = {**given, "lanes": parse_lanes(given["lanes"])}
         return dataclasses.replace(base or CollectorConfig(), **given)
     except ValueError as exc:
         raise as_flags(exc) from None

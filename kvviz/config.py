@@ -4,16 +4,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvviz import limits
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Upper bounds (the CLI states the same ranges in --help): beyond them arrays or loops
-# would not fit a machine, and int64 arithmetic on token counts stays exact.
-MAX_BLOCK_SIZE = 65536
-MAX_CAPACITY_TOKENS = 2**30
-MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has one entry each
-MAX_SEQ_LEN = 2**24
-MAX_REQUESTS = 10_000_000
-MAX_NUM_SEQS = 2**20
-MAX_BATCHED_TOKENS = 2**31 - 1  # "no budget" is written as 10^9 (benchmarks, vLLM users)
+# The bounds are kvviz/limits.py's (one set, typed once; the CLI states them in --help).
+MAX_BLOCK_SIZE = limits.BLOCK_SIZE.hi
+MAX_CAPACITY_TOKENS = limits.CAPACITY_TOKENS.hi
+MAX_BLOCKS = limits.MAX_BLOCKS
+MAX_SEQ_LEN = limits.MAX_SEQ_LEN.hi
+MAX_REQUESTS = limits.REQUESTS.hi
+MAX_NUM_SEQS = limits.MAX_NUM_SEQS.hi
+MAX_BATCHED_TOKENS = limits.BATCHED_TOKENS.hi
 
 
 def _need(cond: bool, field: str, msg: str) -> None:

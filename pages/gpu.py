@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from collectors.nvml import probe_devices
 from kvviz.errors import KvvizError
+from kvviz.node.nvml import probe_devices
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.torchsnap import load_snapshot_sandboxed, summarize

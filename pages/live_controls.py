@@ -10,7 +10,7 @@ import time
 
 import streamlit as st
 
-from kvviz.collector_config import CollectorConfig
+from kvviz.collector_config import CollectorConfig, parse_lanes
 from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
 from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
@@ -50,7 +50,7 @@ def config_text(c: CollectorConfig) -> str:
     share = f", prefix sharing {c.prefix_sharing:g}" if c.prefix_sharing else ""
     return (f"Running: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}, "
             f"{c.capacity_tokens:,} slots per lane, mode {c.mode}; lanes "
-            + ", ".join(c.lanes))
+            + ", ".join(s.label for s in c.lanes))
 
 
 def show() -> None:
@@ -111,9 +111,10 @@ def settings_form() -> None:
             mode = c1.radio("Mode", ["real", "sim"], index=["real", "sim"].index(cfg.mode),
                             horizontal=True, key=f"live_mode{k}",
                             help="real: torch KV pools and attention; sim: allocator only")
-            choices = LANE_CHOICES + [x for x in cfg.lanes if x not in LANE_CHOICES]
+            labels = [s.label for s in cfg.lanes]
+            choices = LANE_CHOICES + [x for x in labels if x not in LANE_CHOICES]
             lanes = c2.multiselect(
-                "Lanes", choices, default=list(cfg.lanes), max_selections=MAX_LANES,
+                "Lanes", choices, default=labels, max_selections=MAX_LANES,
                 key=f"live_lanes{k}", help="Allocators fed the same request stream, side by "
                 "side. contiguous:PLACEMENT:RESERVATION (max = max_seq_len up front, pow2 = "
                 "next power of two, exact = the final length); paged:BLOCK[:prefix]")
@@ -152,7 +153,7 @@ def submit(coll: jobs.Collector, workload: str, mode: str, lanes: list[str], sha
                  "nothing to reuse.")
     try:
         path = None if trace is None else directory.resolve_trace(directory.runs_dir(), trace)
-        config = jobs.demo_config(mode=mode, workload=workload, lanes=tuple(lanes),
+        config = jobs.demo_config(mode=mode, workload=workload, lanes=parse_lanes(lanes),
                                   prefix_sharing=share, rate=rate, max_num_seqs=seqs,
                                   trace=path and str(path))
     except (ValueError, KvvizError) as exc:

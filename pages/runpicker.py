@@ -6,7 +6,6 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from kvviz.config import LaneSpec
 from kvviz.runs import directory, jobs
 from pages.democollector import collector
 from pages.frame import enter_through_app
@@ -46,7 +45,7 @@ def sidebar(page: str) -> Selection:
     lanes = lanes_of(run)
     if is_live and not lanes:  # the collector has not written its header yet (first open)
         specs = (collector().config or jobs.DEMO).lanes
-        lanes = [LaneSpec.parse(s).label for s in specs]
+        lanes = [s.label for s in specs]
     lane_key = f"kvviz_lanes:{run}"
     shown = lanes[:LANES_SHOWN]
     stored_lanes = [ln for ln in st.session_state.get(lane_key, shown) if ln in lanes]

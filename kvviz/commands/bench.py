@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from kvviz.commands import argtypes as at
+from kvviz import limits as at
 
 HELP = "benchmark paged vs contiguous decode attention, or real-mode decode steps"
 DTYPES = ("float32", "bfloat16", "float16")

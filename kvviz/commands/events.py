@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvviz.commands import argtypes as at
+from kvviz import limits as at
 from kvviz.errors import KvvizError
 from kvviz.safeio import printable
 

@@ -11,8 +11,8 @@ import urllib.parse
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
 from kvviz.errors import KvvizError
 
 HELP = "scrape a vLLM/SGLang node's Prometheus /metrics (KV usage, queue, preemptions)"
@@ -54,7 +54,7 @@ class StoreSink:
         use_nvml = nvml == "always" or (nvml == "auto" and is_loopback_host(host))
         self.probe = None
         if use_nvml:
-            from collectors.nvml import NvmlProbe
+            from kvviz.node.nvml import NvmlProbe
 
             self.probe = NvmlProbe()
         nv = ({"status": "not used", "reason": f"the node {host} is not this machine"}

@@ -10,15 +10,8 @@ import json
 import math
 import sys
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
-from kvviz.commands.trace_args import (
-    add_trace_arguments,
-    load_trace_args,
-    resolve_max_seq_len,
-    trace_fields,
-    trace_line,
-)
 from kvviz.config import (
     LENGTH_PRESETS,
     MODEL_PRESETS,
@@ -33,6 +26,13 @@ from kvviz.config import (
 )
 from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
+from kvviz.traces.args import (
+    add_trace_arguments,
+    load_trace_args,
+    resolve_max_seq_len,
+    trace_fields,
+    trace_line,
+)
 from kvviz.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 
 HELP = ("simulate allocators on a synthetic workload or a trace (sim mode, no tensors); "
@@ -54,8 +54,10 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=at.REQUESTS, default=1000, metavar="N",
                    help=at.rng("number of synthetic requests (default 1000)", at.REQUESTS))
     g.add_argument("--rate", type=at.RATE, default=math.inf, metavar="R",
-                   help=at.rng("arrivals per simulated second; 'inf' = all at time 0 "
-                               "(default inf)", at.RATE))
+                   help=at.rng("arrivals per second of the engine's clock (here simulated); "
+                               "'inf' = all at time 0 (default inf: the whole stream competes "
+                               "for memory at once, the worst case an allocator must hold)",
+                               at.RATE))
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson",
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
     g.add_argument("--seed", type=at.SEED, default=0,
@@ -64,9 +66,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                    help=at.rng("clip prompt+output to this and reserve it under --reserve max "
                                "(default 2048; with --trace, the trace's longest request)",
                                at.MAX_SEQ_LEN))
-    g.add_argument("--prefix-sharing", action="store_true",
-                   help="half the requests share one of 4 system prompts of --prefix-tokens; "
-                        "half of those continue an earlier conversation")
+    g.add_argument("--prefix-sharing", type=at.SHARE, nargs="?", const=at.PREFIX_SHARE_BARE,
+                   default=0.0, metavar="SHARE", help=at.rng(
+                       at.PREFIX_SHARING_HELP + "; --prefix-tokens long", at.SHARE))
     g.add_argument("--prefix-tokens", type=at.PREFIX_TOKENS, default=256, metavar="N",
                    help=at.rng("length of a shared system prompt (default 256)",
                                at.PREFIX_TOKENS))
@@ -81,7 +83,7 @@ def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
         return clip_workload(w, max_seq_len), info, max_seq_len
     max_seq_len = resolve_max_seq_len(a.max_seq_len, None)
     cfg = WorkloadConfig(a.workload, num_requests=a.requests, rate=a.rate, arrival=a.arrival,
-                         max_seq_len=max_seq_len, prefix_share=0.5 if a.prefix_sharing else 0.0,
+                         max_seq_len=max_seq_len, prefix_share=a.prefix_sharing,
                          prefix_tokens=a.prefix_tokens, seed=a.seed)
     return generate(cfg), None, max_seq_len
 
@@ -101,13 +103,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=at.rng("paged block size in tokens (default 16)", at.BLOCK_SIZE))
     g.add_argument("--lane", action="append", metavar="SPEC", default=None,
                    help="a lane: contiguous:PLACEMENT:RESERVE or paged:BLOCK[:prefix]; "
-                        "repeat to compare lanes over one request stream")
+                        "repeat to compare lanes over one request stream (default: the one "
+                        "lane the flags above describe: one allocator's numbers at a time)")
     c = p.add_argument_group("cache and engine")
     c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS, default=1 << 20, metavar="N",
-                   help=at.rng("KV capacity in token slots (default 1048576)",
+                   help=at.rng("KV slots per lane (default 1048576: a large GPU's pool, "
+                               "metadata only, so simulating it costs no memory)",
                                at.CAPACITY_TOKENS))
     c.add_argument("--model", default="llama-3-8b", metavar="PRESET",
-                   help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)}")
+                   help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)} "
+                        "(default llama-3-8b: sim mode reports a GPU-sized model's bytes)")
     c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("simulated time per engine step (default 20)", STEP_MS))
     c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",

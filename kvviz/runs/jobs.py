@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvviz import control, lifecycle
-from kvviz.collector_config import CollectorConfig
+from kvviz.collector_config import CollectorConfig, parse_lanes
 from kvviz.node.kvevents.endpoints import SubscriberConfig
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the 
 # reserves max_seq_len (all holes alike: CAPACITY only), and paged blocks of 16; at 3
 # arrivals/s into 16,384 slots, with a running-batch limit of 24 (POLICY on the paged lane).
 DEMO = CollectorConfig(loop=True, rate=3.0, max_num_seqs=24,
-                       lanes=("contiguous:first-fit:pow2", "contiguous:first-fit:max",
-                              "paged:16"))
+                       lanes=parse_lanes(["contiguous:first-fit:pow2",
+                                          "contiguous:first-fit:max", "paged:16"]))
 
 
 def demo_config(**settings: object) -> CollectorConfig:
@@ -44,7 +44,7 @@ def run_config(config: CollectorConfig, out: Path) -> CollectorConfig:
     """What the demo collector is started with: `config` writing `out`, quietly, never over
     an existing file; a prefix-caching lane also records its own KV-event stream (the Live
     page shows it beside the lane's block map)."""
-    record = config.kv_events_record or any(s.prefix_caching for s in config.lane_specs())
+    record = config.kv_events_record or any(s.prefix_caching for s in config.lanes)
     return dataclasses.replace(config, out=str(out), quiet=True, overwrite=False,
                                kv_events_record=record)
 

@@ -104,14 +104,15 @@ def test_bad_trace_exits_2(tmp_path: Path, capsys) -> None:
 
 
 def test_trace_replay_and_hooks(tmp_path: Path) -> None:
+    from collectors import launch
     from kvviz.cli import build_parser
-    from kvviz.commands import collect as cmd
+    from kvviz.collector_flags import settings_of
 
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,20,8\n")
     args = build_parser("collect").parse_args(
         ["collect", *FAST_SIM, "--out", str(tmp_path / "tr.db"), "--trace", str(trace)])
-    collector = cmd.build(args)
+    collector = launch.build(settings_of(args))
     seen: list[dict] = []
     collector.hooks.append(seen.append)
     assert collector.run() == "finished"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nvml import NvmlProbe
+from kvviz.node.nvml import NvmlProbe
 from kvviz.store.reader import RunReader
 
 from .conftest import collect

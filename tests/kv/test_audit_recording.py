@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, settings
 
+from collectors.launch import build
 from collectors.sampler import SampleWriter
 from kvviz.cli import build_parser, main
-from kvviz.commands.collect import build
+from kvviz.collector_flags import settings_of
 from kvviz.config import model_preset
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
@@ -32,7 +33,7 @@ def _collector(out: Path, *extra: str):
          "--requests", "40", "--capacity-tokens", "3072", "--max-seq-len", "384",
          "--prefix-sharing", "0.6", "--lane", "paged:16:prefix", "--lane",
          "contiguous:first-fit:max", "--audit", "--out", str(out), *extra])
-    return build(args)
+    return build(settings_of(args))
 
 
 def test_an_audit_failure_is_an_event_with_its_reason(tmp_path):

@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-after", type=float, default=None, help="die with a message")
     a = p.parse_args(argv)
     cfg = CollectorConfig.load(Path(a.config))
-    sim = make_sim(cfg.lanes, capacity=a.capacity_tokens, requests=5000, rate=a.rate,
-                   preset=cfg.workload, prefix_share=cfg.prefix_sharing)
+    sim = make_sim([s.label for s in cfg.lanes], capacity=a.capacity_tokens, requests=5000,
+                   rate=a.rate, preset=cfg.workload, prefix_share=cfg.prefix_sharing)
     w = RunWriter(Path(cfg.out), meta_for(sim, cfg.mode))
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))

@@ -8,6 +8,7 @@ from pathlib import Path
 from pagehelpers import canvases, no_exception, page
 
 from kvviz.cli import main
+from kvviz.collector_config import parse_lanes
 from kvviz.runs import jobs
 
 LANES = ["--lane", "paged:16:prefix", "--lane", "paged:16"]
@@ -45,7 +46,8 @@ def test_a_run_without_an_event_stream_shows_no_event_view(runs: Path):
 
 
 def test_the_live_collector_records_events_for_a_prefix_lane(tmp_path: Path):
-    prefix = jobs.run_config(jobs.demo_config(lanes=("paged:16:prefix",)), tmp_path / "x.db")
-    plain = jobs.run_config(jobs.demo_config(lanes=("paged:16",)), tmp_path / "x.db")
+    out = tmp_path / "x.db"
+    prefix = jobs.run_config(jobs.demo_config(lanes=parse_lanes(["paged:16:prefix"])), out)
+    plain = jobs.run_config(jobs.demo_config(lanes=parse_lanes(["paged:16"])), out)
     assert prefix.kv_events_record and not plain.kv_events_record
     assert prefix.out == plain.out == str(tmp_path / "x.db")

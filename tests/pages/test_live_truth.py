@@ -11,6 +11,7 @@ from recordings import make_sim, meta_for, sample
 
 from kvviz import cellstate as cs
 from kvviz import control
+from kvviz.collector_config import parse_lanes
 from kvviz.runs import jobs
 from kvviz.store.writer import RunWriter
 from pages import democollector, live_controls
@@ -36,12 +37,13 @@ def _captions(at) -> str:
 
 def test_the_form_shows_what_runs_and_who_started_it(runs):
     other = jobs.demo_config(mode="sim", workload="alpaca-like", rate=7.5, max_num_seqs=12,
-                             lanes=("contiguous:best-fit:exact", "paged:32"))
+                             lanes=parse_lanes(["contiguous:best-fit:exact", "paged:32"]))
     rec = democollector.collector().start(other, session="someone-else", how="Start").name
     at = page("app.py")
     no_exception(at)
     f = _form(at, rec)
-    assert f["lanes"].value == list(other.lanes) and f["workload"].value == "alpaca-like"
+    assert f["lanes"].value == [s.label for s in other.lanes]
+    assert f["workload"].value == "alpaca-like"
     assert f["rate"].value == 7.5 and f["seqs"].value == 12
     text = _captions(at)
     assert "from another tab (Start)" in text

@@ -55,8 +55,8 @@ def test_lane_picker_is_filled_on_the_very_first_open(runs):
     at = page("app.py")  # the collector has just been started: its recording may not exist
     no_exception(at)
     lanes = at.sidebar.multiselect[0]
-    assert list(lanes.options) == list(jobs.DEMO.lanes)
-    assert lanes.value == list(jobs.DEMO.lanes)  # all three shown side by side
+    assert list(lanes.options) == [s.label for s in jobs.DEMO.lanes]
+    assert lanes.value == [s.label for s in jobs.DEMO.lanes]  # all three shown side by side
 
 
 def test_collector_starts_once_per_server(runs):

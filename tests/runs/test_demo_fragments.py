@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kvviz.commands.collect import build_config
+from collectors.launch import build
 from kvviz.engine.events import KIND_CODE, REASON_CODE
 from kvviz.runs import jobs
 
@@ -20,7 +20,7 @@ MINUTE_S = 60.0
 def first_minute(seed: int, tmp_path) -> tuple[dict, list[str]]:
     cfg = dataclasses.replace(jobs.run_config(jobs.DEMO, tmp_path / "demo.db"), mode="sim",
                               seed=seed, kv_events_record=False)
-    sim = build_config(cfg).sim
+    sim = build(cfg).sim
     dt = 1.0 / cfg.steps_per_s
     while sim.step_no * dt < MINUTE_S:
         sim.step(time_s=sim.step_no * dt)
@@ -45,6 +45,6 @@ def test_the_default_demo_fragments_within_a_minute(seed, tmp_path):
 
 
 def test_the_demo_lanes_put_a_fragmenting_lane_beside_max_and_paged():
-    lanes = jobs.DEMO.lanes
+    lanes = [s.label for s in jobs.DEMO.lanes]
     assert lanes[0].startswith("contiguous:") and not lanes[0].endswith(":max")
     assert "contiguous:first-fit:max" in lanes and "paged:16" in lanes

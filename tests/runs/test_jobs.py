@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.collector_config import CollectorConfig
+from kvviz.collector_config import CollectorConfig, parse_lanes
 from kvviz.runs import directory, jobs, process
 from kvviz.runs.status import ERROR, NOT_STARTED, RUNNING, STOPPED, STOPPED_UNEXPECTEDLY
 
@@ -47,10 +47,10 @@ def test_collector_starts_records_and_stops(tmp_path: Path):
 
 def test_the_collector_gets_its_settings_as_a_config_file_it_reads_back(tmp_path: Path):
     coll = jobs.Collector(tmp_path, module=FAKE)
-    config = jobs.demo_config(mode="sim", lanes=("paged:8",), rate=5.0)
+    config = jobs.demo_config(mode="sim", lanes=parse_lanes(["paged:8"]), rate=5.0)
     out = coll.start(config)
     saved = CollectorConfig.load(out.with_suffix(directory.CONFIG_SUFFIX))
-    assert saved == CollectorConfig(mode="sim", lanes=("paged:8",), rate=5.0, loop=True,
+    assert saved == CollectorConfig(mode="sim", lanes=parse_lanes(["paged:8"]), rate=5.0, loop=True,
                                     max_num_seqs=jobs.DEMO.max_num_seqs, out=str(out),
                                     quiet=True)
     assert coll.config == config
@@ -60,10 +60,13 @@ def test_the_collector_gets_its_settings_as_a_config_file_it_reads_back(tmp_path
 
 
 def test_demo_settings_are_validated_before_anything_starts(tmp_path: Path):
-    for bad in (dict(mode="fast"), dict(workload="nope"), dict(lanes=("paged:x",)),
+    for bad in (dict(mode="fast"), dict(workload="nope"), dict(lanes=("paged:8",)),
                 dict(lanes=()), dict(device="tpu"), dict(rate=-1.0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             jobs.demo_config(**bad)
+    for texts in (["paged:x"], [], "paged:8", [8]):  # lane text is read at the edge, once
+        with pytest.raises(ValueError, match="lanes"):
+            parse_lanes(texts)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -89,10 +89,11 @@ def test_collect_reads_a_public_trace_with_the_same_flags(tmp_path, azure):
     code = (
         "import json, sys\n"
         "from kvviz.cli import build_parser\n"
-        "from kvviz.commands.collect import build\n"
-        "col = build(build_parser('collect').parse_args(sys.argv[1:]))\n"
+        "from collectors.launch import build\n"
+        "from kvviz.collector_flags import settings_of\n"
+        "col = build(settings_of(build_parser('collect').parse_args(sys.argv[1:])))\n"
         "w = col.sim.workload\n"
-        "print(json.dumps([len(w), w.clipped, col.cfg.engine.max_seq_len]))\n")
+        "print(json.dumps([len(w), w.clipped, col.resolved.engine.max_seq_len]))\n")
     out = subprocess.run(
         [sys.executable, "-c", code, "collect", "--mode", "sim", "--trace", str(azure),
          "--limit", "5", "--quiet", "--out", str(tmp_path / "r.db")],

@@ -6,9 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from collectors.launch import build
 from collectors.sampler import SampleWriter, StoreSpec
 from kvviz.cli import build_parser
-from kvviz.commands.collect import build
+from kvviz.collector_flags import settings_of
 from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
 from kvviz.engine import Simulation
 from kvviz.store.reader import RunReader
@@ -70,9 +71,9 @@ def test_a_lane_never_under_pressure_says_so_and_old_recordings_give_none():
 
 def test_the_collector_records_the_counters_and_they_read_back(tmp_path: Path):
     out = tmp_path / "run.db"
-    col = build(build_parser("collect").parse_args(
+    col = build(settings_of(build_parser("collect").parse_args(
         ["collect", "--mode", "sim", "--quiet", "--out", str(out), "--rate", "inf",
-         "--requests", "200", "--capacity-tokens", "8192"]))
+         "--requests", "200", "--capacity-tokens", "8192"])))
     sink = SampleWriter(StoreSpec(out, col.meta()), [], mode="inline")
     for i in range(4):
         for _ in range(40):

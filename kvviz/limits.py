@@ -1,4 +1,6 @@
-"""argparse `type=` helpers: every numeric flag is parsed here, finite and within a range.
+"""The limits of every setting, typed once: bounds, and the argparse `type=` helpers that
+parse a flag's text within them (finite, in range). kvviz/config.py's records check the same
+bounds; the CLI and kvviz.collector_config take their ranges from here.
 
 Each helper returns a callable for `type=` that raises argparse.ArgumentTypeError (so the
 CLI prints `kvviz CMD: error: argument --flag: ...` and exits 2) and carries its range in
@@ -26,8 +28,9 @@ class _Typed:
     """A named argparse type callable; argparse uses __name__ in 'invalid X value' messages."""
 
     def __init__(self, name: str, parse: Callable[[str], object], range_text: str,
-                 problem: Callable[[object], str | None]) -> None:
+                 problem: Callable[[object], str | None], lo: float, hi: float) -> None:
         self.__name__ = name
+        self.lo, self.hi = lo, hi  # the bounds (open or closed as range_text says)
         self._parse = parse
         self._problem = problem
         self.range_text = range_text
@@ -73,7 +76,7 @@ def int_range(lo: int, hi: int) -> _Typed:
             raise argparse.ArgumentTypeError(why)
         return v
 
-    return _Typed("int", parse, f"{_fmt(lo)}..{_fmt(hi)}", problem)
+    return _Typed("int", parse, f"{_fmt(lo)}..{_fmt(hi)}", problem, lo, hi)
 
 
 def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False,
@@ -110,7 +113,7 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
             raise argparse.ArgumentTypeError(why)
         return v
 
-    return _Typed("float", parse, range_text, problem)
+    return _Typed("float", parse, range_text, problem, lo, hi)
 
 
 def is_inf_text(text: str) -> bool:
@@ -123,18 +126,29 @@ def rng(help_text: str, typ: _Typed) -> str:
     return f"{help_text} [range {typ.range_text}]" if help_text else f"range {typ.range_text}"
 
 
-# Shared ranges: one name per quantity, so the same flag has the same range everywhere.
+# Shared ranges: one name per quantity, so the same flag has the same range everywhere. The
+# upper bounds are where arrays or loops would no longer fit a machine, and int64 arithmetic on
+# token counts stays exact; kvviz/config.py's records check the same bounds (`.hi`).
 SEED = int_range(0, INT64_MAX)
 REQUESTS = int_range(1, 10_000_000)
 CAPACITY_TOKENS = int_range(1, 2**30)
 MAX_SEQ_LEN = int_range(2, 2**24)
 BLOCK_SIZE = int_range(1, 65536)
 MAX_NUM_SEQS = int_range(1, 2**20)
-BATCHED_TOKENS = int_range(1, 2**31 - 1)
+BATCHED_TOKENS = int_range(1, 2**31 - 1)  # "no budget" is written as 10^9 (benchmarks, vLLM)
 PREFIX_TOKENS = int_range(1, 2**24)
+MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has one entry each
 RATE = float_range(0.0, 1e9, lo_open=True, allow_inf=True)
 SHARE = float_range(0.0, 1.0)
 SECONDS = float_range(0.0, 1e9, lo_open=True)  # a duration or an interval
 TIMEOUT = float_range(0.0, 3600.0, lo_open=True)
 THREADS = int_range(1, 4096)
 COUNT = int_range(1, 10**9)
+
+# --prefix-sharing means the same in every command: the share of synthetic requests that begin
+# with one of 4 shared system prompts (half of those continue an earlier conversation).
+PREFIX_SHARE_BARE = 0.5  # the flag given without a value
+PREFIX_SHARING_HELP = ("share of synthetic requests that begin with one of 4 shared system "
+                       "prompts, half of those continuing an earlier conversation (default 0; "
+                       f"the bare flag = {PREFIX_SHARE_BARE:g})")
+
