@@ -115,14 +115,13 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
 
 
 def _quiet(lane: Lane, logged: int) -> bool:
-    """The last step logged no event, or only an eviction (which decides nothing while
-    nobody waits, the only case a prefix-caching lane spans)."""
-    n = len(lane.events) - logged
-    if n == 0:
+    """Whether the next steps are decided by the state alone, so `quiet_steps` may span:
+    the last step logged no event; or nobody waits and nothing was preempted (then no
+    admission, no refused head and no pressure can carry over: an admission, a finish or
+    an eviction in the last step changes nothing `quiet_steps` does not read)."""
+    if len(lane.events) == logged:
         return True
-    if n > 1 or lane.waiting_count:
-        return False
-    return int(lane.events.since(logged)[0]["kind"][0]) == KIND_CODE["evicted"]
+    return not lane.waiting_count and not lane.last_plan.preempted
 
 
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
