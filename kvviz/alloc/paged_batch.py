@@ -234,12 +234,16 @@ class PagedBatchVerbs:
         if num_tokens > length:
             self._fill(row, length, num_tokens)
 
-    def cache_blocks(self, seq_id: int, keys: list) -> None:
-        """Register the sequence's leading len(keys) blocks under `keys` (vLLM's
-        cache_full_blocks: only blocks not registered yet; each with its parent key)."""
+    def cache_blocks(self, seq_id: int, keys: list, n: int | None = None) -> None:
+        """Register the sequence's leading n blocks (default len(keys)) under keys[:n]
+        (vLLM's cache_full_blocks: only blocks not registered yet; each with its parent
+        key)."""
+        n = len(keys) if n is None else n
         row = self._rows.row(seq_id)
         start = int(self._ncached[row])
-        for i in range(start, len(keys)):
-            self._pool.register(keys[i], int(self._table[row, i]), keys[i - 1] if i else None)
-        if len(keys) > start:
-            self._ncached[row] = len(keys)
+        if n <= start:
+            return
+        table, register = self._table, self._pool.register
+        for i in range(start, n):
+            register(keys[i], int(table[row, i]), keys[i - 1] if i else None)
+        self._ncached[row] = n

@@ -127,7 +127,7 @@ class PagedSpace:
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
             n = tokens // self.bs
-            self.alloc.cache_blocks(r, self.keys.keys(r, n)[:n])
+            self.alloc.cache_blocks(r, self.keys.keys(r, n), n)
 
     def free(self, r: int) -> None:
         self.alloc.release(r)

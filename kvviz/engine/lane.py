@@ -43,7 +43,7 @@ class Lane:
         self.name, self.spec, self.alloc, self.w, self.cfg = name, spec, allocator, workload, engine
         self.events, self.kv = events, kv
         self._code = events.lane_code(name)
-        n = len(workload)
+        n = self._n = len(workload)
         self.final_len = workload.final_len
         kv_final = np.maximum(workload.prompt + workload.output - 1, 1)  # last token: no slot
         if spec.allocator == "contiguous":
@@ -80,7 +80,7 @@ class Lane:
 
     @property
     def finished(self) -> bool:
-        return self.done + self.rejected == len(self.w)
+        return self.done + self.rejected == self._n
 
     # ---- what the scheduler holds, as arrays ------------------------------------------------
     @property
@@ -132,6 +132,11 @@ class Lane:
             self.events.add_one(self.time_s, self.step_no, self._code, KIND_CODE[kind], seq,
                                 REASON_CODE[adm.reason.value if adm.reason else None],
                                 adm.need_tokens, adm.free_tokens, adm.largest_hole_tokens)
+
+    @property
+    def last_fail(self) -> tuple[int, str] | None:
+        """(request, reason) of the last admit_failed event since the last admission."""
+        return self._last_fail
 
     def _fail(self, rid: int, adm: Admission) -> None:
         key = (rid, adm.reason.value)
@@ -201,8 +206,8 @@ class Lane:
         tail = 0
         if ids.size:
             held = self.alloc.seq_allocated_tokens(ids)
-            lens = self.run_len
-            internal = int(np.maximum(0, held - (lens + self.run_rem)).sum())
+            lens = self.sched.computed[ids]
+            internal = int(np.maximum(0, held - self.kv_final[ids]).sum())  # lens + rem
             tail = int(((-lens) % self.alloc.block_size).sum())
         slack = u.allocated_tokens - u.used_tokens
         free = u.free_tokens

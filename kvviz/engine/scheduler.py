@@ -69,6 +69,8 @@ class Scheduler:
         self.query_tokens = 0  # vLLM's prefix-cache queries: num_tokens at every admission
         self.hit_tokens = 0
         self.last_sampled = 0  # tokens the last update sampled
+        self._output = w.output  # (an attribute read per step)
+        self._flag = np.zeros(n, np.bool_)  # scratch: update's finished requests
 
     def running_ids(self) -> np.ndarray:
         """The running requests as an int64 array (cached until the list changes)."""
@@ -98,6 +100,7 @@ class Scheduler:
         counts: list[int] = []
         preempted: list[int] = []
         run, comp, known = self.running, self.computed, self.num_tokens
+        lead = None  # (ids, starts) of the leading decodes, kept as arrays
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
@@ -110,9 +113,12 @@ class Scheduler:
                     seg, lens = seg[:m], lens[:m]
                 k = self.space.decode_many(seg, lens)
                 if k:
-                    ids.extend(seg[:k].tolist())
-                    starts.extend(lens[:k].tolist())
-                    counts.extend([1] * k)
+                    if i == 0:
+                        lead = (seg[:k], lens[:k])
+                    else:
+                        ids.extend(seg[:k].tolist())
+                        starts.extend(lens[:k].tolist())
+                        counts.extend([1] * k)
                     comp[seg[:k]] = lens[:k] + 1
                     budget -= k
                     i += k
@@ -140,8 +146,15 @@ class Scheduler:
             starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
-        return Plan(np.asarray(ids, np.int64), np.asarray(starts, np.int64),
-                    np.asarray(counts, np.int64), admitted, hits, free, preempted, rejected,
+        a_ids, a_starts, a_counts = (np.asarray(x, np.int64) for x in (ids, starts, counts))
+        if lead is not None:
+            ones = np.ones(lead[0].size, np.int64)
+            if ids:
+                a_ids, a_starts, a_counts = (np.concatenate(x) for x in (
+                    (lead[0], a_ids), (lead[1], a_starts), (ones, a_counts)))
+            else:
+                a_ids, a_starts, a_counts = lead[0], lead[1], ones
+        return Plan(a_ids, a_starts, a_counts, admitted, hits, free, preempted, rejected,
                     refused, pressure)
 
     def _preempt(self, r: int) -> None:
@@ -154,23 +167,15 @@ class Scheduler:
                rejected: list) -> tuple[int, Admission] | None:
         """Admit waiting requests in order; returns the head left waiting and why (None when
         the queue emptied or the budget ran out)."""
-        space, cfg = self.space, self.cfg
+        space = self.space
         while budget > 0 and self.waiting_count:
             r = self.head()
             if self.too_big[r]:
                 self.pop_head()
                 rejected.append((r, self._whole(r)))
                 continue
-            total = int(self.num_tokens[r])
-            hits, hit = space.hits(r, total)
-            if len(self.running) >= cfg.max_num_seqs:
-                return r, self._policy(r, total, hits)
-            n = total - hit
-            if not cfg.enable_chunked_prefill and n > budget:
-                return r, self._policy(r, total, hits)
-            n = min(n, budget)
-            adm = space.check(r, total, hits, not self.running)
-            if not adm.ok:
+            adm, total, hits, hit, n = self._answer(r, budget)
+            if adm is not None:
                 return r, adm
             space.admit(r, hit + n, hits, total)
             self.pop_head()
@@ -188,6 +193,34 @@ class Scheduler:
             budget -= n
         return None
 
+    def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
+        """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
+        is admitted; its known tokens; its hit blocks; their tokens; the tokens it computes)."""
+        cfg = self.cfg
+        total = int(self.num_tokens[r])
+        hits, hit = self.space.hits(r, total)
+        if len(self.running) >= cfg.max_num_seqs:
+            return self._policy(r, total, hits), total, hits, hit, 0
+        n = total - hit
+        if not cfg.enable_chunked_prefill and n > budget:
+            return self._policy(r, total, hits), total, hits, hit, 0
+        n = min(n, budget)
+        adm = self.space.check(r, total, hits, not self.running)
+        return (None if adm.ok else adm), total, hits, hit, n
+
+    def head_refusal(self) -> tuple[int, Admission | None] | None:
+        """For a span after a step that logged events (a lane without prefix caching, every
+        running request decoding): how the next step answers the head of the queue, by the
+        state alone. (head, its refusal), (head, None) when it would be admitted, or None
+        when the next step does not ask (nobody waits, or the decodes use the budget)."""
+        budget = self.cfg.max_batched_tokens - len(self.running)
+        if not self.waiting_count or budget <= 0:
+            return None
+        r = self.head()
+        if self.too_big[r]:
+            return r, None  # rejected next step: an event
+        return r, self._answer(r, budget)[0]
+
     def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
         """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
         adm = self.space.check(r, total, hits, not self.running)
@@ -204,11 +237,12 @@ class Scheduler:
         return space.alloc.check(whole)
 
     def quiet_steps(self, limit: int) -> int:
-        """After a step that logged no event: how many next steps (<= limit) decide exactly
-        the same, writing one token per running request and nothing else (0: unknown or
-        none). They do while every running request decodes within the budget, none finishes,
-        the free blocks cover the span's new blocks, and the head of the queue (if any) keeps
-        its answer: it was refused, and the free blocks stay on the same side of its need.
+        """How many next steps (<= limit) decide exactly the same, writing one token per
+        running request and nothing else (0: unknown or none), given that the next one is
+        quiet (the caller checked: nothing preempted, and the head of the queue, if asked,
+        is refused as it was last; kvviz/engine/span.py). They do while every running
+        request decodes within the budget, none finishes, the free blocks cover the span's
+        new blocks, and the free blocks stay on the same side of the head's need.
         Arrivals are the caller's bound (they matter only while nobody waits). A lane that
         caches prefixes spans only while nobody waits (a block cached mid-span could change
         the head's hit) and only over plain free blocks (no eviction mid-span)."""
@@ -240,16 +274,19 @@ class Scheduler:
         if not ids.size:
             return EMPTY
         done = self.computed[ids] == self.num_tokens[ids]
-        sampled = ids[done]
+        sampled = ids if done.all() else ids[done]
         self.last_sampled = int(sampled.size)
         self.num_tokens[sampled] += 1
-        self.generated[sampled] += 1
-        fin = sampled[self.generated[sampled] >= self.w.output[sampled]]
+        gen = self.generated[sampled] + 1
+        self.generated[sampled] = gen
+        fin = sampled[gen >= self._output[sampled]]
         if fin.size:
             for r in fin.tolist():
                 self.space.free(r)
                 self.space.done(r)
-            arr = self.running_ids()
-            self._ids = arr[~np.isin(arr, fin)]
+            arr, flag = self.running_ids(), self._flag
+            flag[fin] = True
+            self._ids = arr[~flag[arr]]
+            flag[fin] = False
             self.running = self._ids.tolist()
         return fin

@@ -1,10 +1,13 @@
 """Quiet spans: many repeats of one step at once, with exactly stepping's results.
 
-A step is quiet when it logs no event. After a quiet step in which every running request
-only decoded, the rule (kvviz/engine/scheduler.py, `Scheduler.quiet_steps` says for how
-long) decides the same again at each next step until a request finishes, memory runs short,
-the head's answer could change or an arrival matters; in between, each step writes one token
-per running request. `advance` applies such a span at once: one `grow_many` for the blocks
+A step is quiet when it logs no event. After any step that preempted nothing, the state
+alone says whether the next steps are quiet: every running request decodes, and nobody waits
+or the head of the queue would be refused as it was last (`_span_pressure`); the rule
+(kvviz/engine/scheduler.py, `Scheduler.quiet_steps` says for how long) then decides the same
+at each next step until a request finishes, memory runs short, the head's answer could
+change or an arrival matters; in between, each step writes one token per running request.
+So a finish, an admission or an eviction costs one stepped step, not two. `advance`
+applies such a span at once: one `grow_many` for the blocks
 (taken in the order the steps would take them), the blocks filled cached in the steps'
 order, and the shares in closed form. Real-mode lanes step one step at a time.
 
@@ -20,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import KIND_CODE, MAX_STEP, EventLog
+from kvviz.alloc.base import Reason
+from kvviz.engine.events import MAX_STEP, EventLog
 from kvviz.engine.shares import add_repeated
 from kvviz.errors import KvvizError
 
@@ -114,15 +118,28 @@ def next_arrival_step(arrival_s: np.ndarray, arrived: int, step_no: int,
     return t
 
 
-def _quiet(lane: Lane, logged: int) -> bool:
-    """The last step logged no event, or only an eviction (which decides nothing while
-    nobody waits, the only case a prefix-caching lane spans)."""
-    n = len(lane.events) - logged
-    if n == 0:
-        return True
-    if n > 1 or lane.waiting_count:
+def _span_pressure(lane: Lane) -> bool | None:
+    """After a step: whether the next steps may be spanned (`quiet_steps` says how far)
+    and, if so, whether they are memory-pressure steps; None: step on. Decided by the state
+    alone (whatever the last step logged), unless it preempted: the next steps are quiet
+    when nobody waits (no admission, no refusal), when the decodes use the whole budget
+    (the head is not asked), or, in a lane without prefix caching, when the head would be
+    refused for the reason it was last refused for (no new admit_failed event). A step that
+    asked nobody (a prefill chunk used the budget) says nothing about the head's answer."""
+    if lane.last_plan.preempted:
+        return None
+    sched = lane.sched
+    if not sched.waiting_count:
         return False
-    return int(lane.events.since(logged)[0]["kind"][0]) == KIND_CODE["evicted"]
+    if sched.caching:
+        return None
+    head = sched.head_refusal()
+    if head is None:
+        return False
+    r, adm = head
+    if adm is None or lane.last_fail != (r, adm.reason.value):
+        return None
+    return adm.reason is not Reason.POLICY
 
 
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
@@ -144,10 +161,12 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
                     lane.skip_idle(k, (lane.step_no + k) * step_ms / 1000.0)
                     continue
         now = (lane.step_no + 1) * step_ms / 1000.0
-        logged = len(lane.events)
         lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
         lane.step(now)
-        if not jumps or lane.finished or not _quiet(lane, logged):
+        if not jumps or lane.finished:
+            continue
+        pressure = _span_pressure(lane)
+        if pressure is None:
             continue
         limit = (1 << 62) if stop is None else stop - lane.step_no
         if lane.waiting_count == 0:  # an arrival matters only when nobody waits
@@ -156,7 +175,7 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
                 limit = min(limit, nxt - lane.step_no - 1)
         m = lane.sched.quiet_steps(limit) if limit > 0 else 0
         if m >= MIN_SPAN:
-            advance(lane, m, lane.last_plan.pressure, (lane.step_no + m) * step_ms / 1000.0)
+            advance(lane, m, pressure, (lane.step_no + m) * step_ms / 1000.0)
 
 
 def run_lanes(sim: Simulation, max_steps: int | None,

@@ -138,6 +138,18 @@ def test_preemption_heavy_preset_jumps_exactly():
     assert jump.lanes[0].preemptions > 0
 
 
+def test_a_step_that_did_not_ask_the_head_starts_no_span():
+    """A prefill chunk used the whole budget, so the step logged nothing about the waiting
+    head: the next (decode) step admits it; a span there would have skipped the admission
+    (found by hypothesis: 145 steps instead of 87)."""
+    w = Workload(np.zeros(3), np.array([192, 108, 135]), np.array([1, 85, 58]),
+                 np.full(3, -1, np.int64))
+    jump = assert_same(w, ["contiguous:first-fit:pow2", "paged:16"],
+                       CacheConfig(capacity_tokens=1024),
+                       EngineConfig(max_num_seqs=2, max_batched_tokens=100), [3, 5])
+    assert jump.lanes[0].step_no == 87
+
+
 def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
     """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
     from kvviz.engine.lane import Lane
