@@ -83,6 +83,7 @@ class HostileNode:
         self.pub_kind, self.router_kind = pub, router
         self.big_bytes, self.flood_events = big_bytes, flood_events
         self.ctx = zmq.Context()
+        self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.stop = threading.Event()
         self.sent = 0
         self.events_sent = 0  # flood: events handed to the PUB socket (it drops past its HWM)

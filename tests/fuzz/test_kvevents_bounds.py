@@ -74,6 +74,7 @@ def test_a_deep_live_message_is_counted_undecodable_and_kept_raw(tmp_path, form)
 
 def test_a_deep_replayed_message_is_counted_undecodable(tmp_path):
     ctx = zmq.Context()
+    ctx.linger = 0
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")
@@ -121,6 +122,7 @@ def test_any_frames_give_counts_never_an_exception(tmp_path_factory, messages):
 
 def test_a_replay_wait_ends_when_should_stop_says_so(tmp_path):
     ctx = zmq.Context()
+    ctx.linger = 0
     router = ctx.socket(zmq.ROUTER)  # never answers
     router.setsockopt(zmq.LINGER, 0)
     port = router.bind_to_random_port("tcp://127.0.0.1")

@@ -88,6 +88,7 @@ class SchemaPublisher:
                  layout: str = "legacy") -> None:
         self.layout = layout
         self.ctx = zmq.Context()
+        self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(endpoint)

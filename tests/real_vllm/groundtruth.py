@@ -30,6 +30,7 @@ def one(m: dict, name: str, **labels) -> float:
 def replay_all(endpoint: str, timeout_s: float = 10.0) -> list[tuple[int, bytes]]:
     """Every batch vLLM's replay buffer holds, from seq 0: [(seq, payload)]."""
     ctx = zmq.Context()
+    ctx.linger = 0
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:

@@ -264,13 +264,13 @@ def run(vllm_server, tmp_path_factory):
                        "s3": (s3.summary()[0], _forest(s3))}
         res["s2_first_live"] = s2.streams[0].replayed_batches
         res["seq_at_drop"] = seq_at_drop
-        s2.close()
     finally:
         if "sampling" in locals():
             sampling.set()
         for p in (early, locals().get("late_attach")):
             if p is not None and p.poll() is None:
                 p.kill()
-        s1.close()
-        s3.close()
+        for sub in (s1, s3, locals().get("s2")):
+            if sub is not None:
+                sub.close()
     return res

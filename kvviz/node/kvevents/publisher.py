@@ -111,6 +111,7 @@ class Publisher:
         self.seq = 0
         self.last_ts, self.last_payload = 0.0, b""  # of the latest batch sent
         self.ctx = zmq.Context()
+        self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 100_000)

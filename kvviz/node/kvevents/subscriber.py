@@ -101,6 +101,7 @@ class Subscriber:
         self.t0 = clock()
         self.model = CacheModel()
         self.ctx = zmq.Context()
+        self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.poller = zmq.Poller()
         self.streams: list[Stream] = []
         self._by_sock: dict[zmq.Socket, Stream] = {}
