@@ -29,9 +29,18 @@ KVVIZ_VLLM_VENV=$(bash scripts/vllm_env.sh | tail -n 1) || { echo "the vLLM venv
 export KVVIZ_VLLM_VENV KVVIZ_REQUIRE_VLLM=1
 KVVIZ_VLLM_MODEL=$("$KVVIZ_VLLM_VENV/bin/python" scripts/tiny_vllm_model.py | tail -n 1)
 export KVVIZ_VLLM_MODEL
+# Two runs: the vLLM tiers alone (one vLLM server, its summary printed), then everything
+# else on two workers (pytest-xdist; KVVIZ_TEST_WORKERS=0 runs it in one process).
+workers=${KVVIZ_TEST_WORKERS:-2}
+par=()
+[ "$workers" != 0 ] && par=(-n "$workers")
 set +e
-$PY -m pytest -q -p no:cacheprovider --timeout 600 "$@"
-rc=$?
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m vllm "$@"
+rc1=$?
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "not vllm" "${par[@]}" "$@"
+rc2=$?
 set -e
-if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
-exit $rc
+for rc in $rc1 $rc2; do
+  if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
+done
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
