@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from kvviz import limits as at
 from kvviz import safeio
-from kvviz.commands import argtypes as at
 from kvviz.errors import KvvizError
 
 HELP = "record a vLLM/SGLang node's /metrics and its KV-event stream into one recording"
@@ -33,9 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--kv-events", default=None, metavar="ENDPOINT",
       help="the node's KV-event publisher, e.g. tcp://10.0.0.7:5557 or ipc:///tmp/kv.ipc "
            "(vLLM --kv-events-config endpoint; default: scrape only)")
-    a("--replay", default=None, metavar="ENDPOINT",
+    a("--replay", action="append", default=None, metavar="ENDPOINT",
       help="its ROUTER replay address (vLLM replay_endpoint): fills gaps and, when kvviz "
-           "joins late, the batches published before it joined")
+           "joins late, the batches published before it joined (once: attach follows one "
+           "publisher; `kvviz events` takes several)")
     a("--topic", default="", help="only events whose topic starts with this (default: all)")
     a("--interval", type=at.SECONDS, default=2.0, metavar="S",
       help=at.rng("seconds between scrapes (default 2)", at.SECONDS))
@@ -76,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from kvviz.node.scrape import Scraper, normalize_url
 
     url = normalize_url(args.url)
+    if args.replay and len(args.replay) > 1:
+        raise KvvizError("--replay given more than once: attach follows one publisher "
+                         "(`kvviz events` records several)")
+    args.replay = args.replay[0] if args.replay else None
     if args.replay and not args.kv_events:
         raise KvvizError("--replay needs --kv-events (the publisher it replays)")
     cfg = None
