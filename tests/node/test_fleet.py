@@ -94,9 +94,11 @@ def test_lists_every_target_with_engine_and_usage(prom):
                           "localhost:9090"}
     v, s, k = nodes["gpu1:8000"], nodes["gpu2:30000"], nodes["localhost:9400"]
     # capacity-weighted, as the Node page computes it: (0.5 x 16k + 0.3 x 48k) / 64k
-    assert (v.engine, v.up, v.kv_usage) == ("vllm", True, pytest.approx(0.35))
+    # capacity-weighted over the pools as vLLM counts them: each pool keeps its null block back
+    used = (0.5 * 999 + 0.3 * 2999) * 16
+    assert (v.engine, v.up, v.kv_usage) == ("vllm", True, pytest.approx(used / (3998 * 16)))
     assert v.usage_basis == "capacity-weighted over 2 pools"
-    assert (v.kv_used_tokens, v.kv_capacity_tokens) == (pytest.approx(22400), 64000)
+    assert (v.kv_used_tokens, v.kv_capacity_tokens) == (pytest.approx(used), 3998 * 16)
     assert s.usage_basis == "one pool" and s.kv_capacity_tokens is None
     assert (s.engine, s.kv_usage, s.fragmentation) == ("sglang", pytest.approx(0.28), None)
     assert k.engine == "kvviz" and k.kv_used_tokens == 800

@@ -48,6 +48,9 @@ RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
 REPLAY_MAX_BYTES = 64 << 20  # of one replay answer; the rest is not read
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
+# The join replay (on connecting) holds up live messages while it waits: a short wait; a
+# join cut short leaves a gap that the first live batch fills from the replay socket.
+JOIN_TIMEOUT_S = 0.5
 POLL_BUDGET_S = 0.1
 SLICE_MS = 100  # the longest single wait: should_stop is checked between slices
 
@@ -284,13 +287,15 @@ class Subscriber:
         subscriber joining a busy (or idle) node starts with its true cache."""
         st.joined = True
         st.join_seqs = {}
-        self._replay(st, 0, 2**63 - 1, self.clock() - self.t0)
+        self._replay(st, 0, 2**63 - 1, self.clock() - self.t0,
+                     min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
         if st.join_seqs:
             st.last_seq = max(st.join_seqs)
         else:
             st.join_seqs = None
 
-    def _replay(self, st: Stream, first: int, last: int, t: float) -> int:
+    def _replay(self, st: Stream, first: int, last: int, t: float,
+                timeout_s: float | None = None) -> int:
         """Ask the replay socket for batches from `first`; ingest those up to `last`.
         Bounded: replay_timeout_s, REPLAY_MAX_BYTES, should_stop(); a failure backs off."""
         sock = self.ctx.socket(zmq.DEALER)
@@ -302,7 +307,8 @@ class Subscriber:
         try:
             sock.connect(st.replay)  # type: ignore[arg-type]
             sock.send_multipart(replay_wire.request(first), zmq.NOBLOCK)
-            deadline = time.monotonic() + self.cfg.replay_timeout_s
+            deadline = time.monotonic() + (self.cfg.replay_timeout_s if timeout_s is None
+                                           else timeout_s)
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.should_stop():
