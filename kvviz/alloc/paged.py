@@ -160,6 +160,21 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
             table[:, : self._table.shape[1]] = self._table
             self._table = table
 
+    def _hold_hits(self, seq_id: int, hits: list[int]) -> None:
+        """`seq_id` holds its prefix-cache hits: a cached free block becomes its own (out of
+        the free pool; its fill follows from the length), a live one gains a holder."""
+        for b in hits:
+            if self._pool.is_cached(b):
+                self._used += self._pool.reuse(b)
+                self._owner[b] = seq_id
+                self._ref[b] = 1
+                self._held += 1
+            else:
+                self._ref[b] += 1
+                self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
+        if hits:
+            self._sharing = True
+
     def _new_row(self, seq_id: int) -> int:
         row, grew = self._rows.add(seq_id)
         if grew:
@@ -208,16 +223,7 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         if nblocks - len(hits) > free_after_hits:
             return self._answer(False, need, Reason.CAPACITY)
         row = self._new_row(seq_id)
-        for b in hits:
-            if self._pool.is_cached(b):
-                self._used += self._pool.reuse(b)  # live now: its fill follows from the length
-                self._owner[b] = seq_id
-                self._ref[b] = 1
-                self._held += 1
-            else:
-                self._ref[b] += 1
-                self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
-            self._sharing = True
+        self._hold_hits(seq_id, hits)
         hit_arr = np.asarray(hits, np.int32)
         fresh = self._take(nblocks - len(hits))
         self._owner[fresh] = seq_id

@@ -208,17 +208,8 @@ class PagedBatchVerbs:
             row = int(rows.row_of_seq[seq_id])
         else:
             row = self._new_row(seq_id)
-            for b in hits:
-                if self._pool.is_cached(b):
-                    self._used += self._pool.reuse(b)
-                    self._owner[b] = seq_id
-                    self._ref[b] = 1
-                    self._held += 1
-                else:
-                    self._ref[b] += 1
-                    self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
+            self._hold_hits(seq_id, hits)
             if hits:
-                self._sharing = True
                 self._attach(row, seq_id, np.asarray(hits, np.int32))
                 self._ncached[row] = len(hits)
                 self._len[row] = len(hits) * self.block_size
