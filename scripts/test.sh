@@ -29,15 +29,17 @@ KVVIZ_VLLM_VENV=$(bash scripts/vllm_env.sh | tail -n 1) || { echo "the vLLM venv
 export KVVIZ_VLLM_VENV KVVIZ_REQUIRE_VLLM=1
 KVVIZ_VLLM_MODEL=$("$KVVIZ_VLLM_VENV/bin/python" scripts/tiny_vllm_model.py | tail -n 1)
 export KVVIZ_VLLM_MODEL
-# Two runs: the vLLM tiers alone (one vLLM server, its summary printed), then everything
-# else on two workers (pytest-xdist; KVVIZ_TEST_WORKERS=0 runs it in one process).
+# Two runs: the vLLM tiers and the browser tests in one process (one vLLM server, its summary
+# printed; the browser walks time what a user sees, so nothing else competes for the two
+# cores), then everything else on two workers (pytest-xdist; KVVIZ_TEST_WORKERS=0: one process).
 workers=${KVVIZ_TEST_WORKERS:-2}
 par=()
 [ "$workers" != 0 ] && par=(-n "$workers")
 set +e
-$PY -m pytest -q -p no:cacheprovider --timeout 600 -m vllm "$@"
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "vllm or browser" "$@"
 rc1=$?
-$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "not vllm" "${par[@]}" "$@"
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "not vllm and not browser" "${par[@]}" \
+  "$@"
 rc2=$?
 set -e
 for rc in $rc1 $rc2; do
