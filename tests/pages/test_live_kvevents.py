@@ -16,7 +16,7 @@ LANES = ["--lane", "paged:16:prefix", "--lane", "paged:16"]
 
 def _own_run(path: Path, *flags: str) -> None:
     assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
-                 *LANES, "--prefix-sharing", "0.8", "--rate", "inf", "--duration", "3",
+                 *LANES, "--prefix-sharing", "0.8", "--rate", "inf", "--duration", "1.5",
                  "--out", str(path), *flags]) == 0
 
 
