@@ -14,6 +14,7 @@ import pytest
 
 from kvviz.runs import jobs, process
 from kvviz.store.reader import RunReader
+from tests.procs import alive, run_status, wait_until
 
 from .conftest import ROOT, spawn, wait_for_samples
 
@@ -28,29 +29,6 @@ out = c.start(demo_config(mode="sim", hz=10.0, rate=50.0))
 print(c.status().pid, out, flush=True)
 time.sleep(300)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:  # a zombie (exited, not yet reaped by its new parent) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
-
-
-def _wait(cond, timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > end:
-            pytest.fail(f"{what} within {timeout_s} s")
-        time.sleep(0.1)
-
-
-def _closed(path: Path) -> tuple[str, str]:
-    r = RunReader(path)
-    try:
-        return r.status, r.status_message
-    finally:
-        r.close()
 
 
 def _samples(path: Path) -> int:
@@ -75,16 +53,16 @@ def test_killing_the_dashboard_stops_its_collector_and_closes_the_run(tmp_path, 
     pid_s, out_s = dash.stdout.readline().decode().split()
     child, out = int(pid_s), Path(out_s)
     try:
-        _wait(lambda: out.exists() and _samples(out) >= 3, 60, "no samples")
+        wait_until(lambda: out.exists() and _samples(out) >= 3, 60, "no samples")
         seen = _samples(out)
         dash.kill()  # SIGKILL: no atexit, no stop_all; only the child's own watch is left
         dash.wait(10)
-        _wait(lambda: not _alive(child), 20, "the collector outlived its dashboard")
-        status, message = _closed(out)
+        wait_until(lambda: not alive(child), 20, "the collector outlived its dashboard")
+        status, message = run_status(out)
         assert status == "stopped" and "parent process" in message
         assert _samples(out) >= seen
     finally:
-        if _alive(child):
+        if alive(child):
             os.kill(child, signal.SIGKILL)
 
 
@@ -96,9 +74,9 @@ def test_a_collector_no_one_watches_stops_after_the_idle_time(tmp_path, env, mon
     def watched_until_recording() -> bool:
         c.touch_viewer(every_s=0.0)  # a tab watches while the collector starts up
         return out.exists() and _samples(out) >= 3
-    _wait(watched_until_recording, 60, "no samples")
-    _wait(lambda: c.status().state == "stopped", 60, "the idle collector kept running")
-    status, message = _closed(out)
+    wait_until(watched_until_recording, 60, "no samples")
+    wait_until(lambda: c.status().state == "stopped", 60, "the idle collector kept running")
+    status, message = run_status(out)
     assert status == "stopped" and "no viewer for" in message
     assert c.idle_stopped()
     c.ensure_started(SIM)  # a viewer comes back: a new collector, a new recording
@@ -148,7 +126,7 @@ def test_killing_the_store_writer_closes_the_run_as_error(tmp_path):
         assert proc.wait(30) == 2  # one error line, not a traceback
         err = proc.stderr.read().decode()
         assert err.startswith("kvviz collect: error: ") and "Traceback" not in err
-        status, message = _closed(out)
+        status, message = run_status(out)
         assert status == "error" and "store writer" in message
         assert _samples(out) >= seen  # samples lost: 0
         with sqlite3.connect(out) as db:

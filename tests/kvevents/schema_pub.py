@@ -6,6 +6,7 @@ Map form (current vLLM): Structs tagged by "type" encoded as maps. Envelope: arr
 from __future__ import annotations
 
 import threading
+import time
 
 import msgspec
 import zmq
@@ -136,3 +137,16 @@ class SchemaPublisher:
             self.router.close()
         self.pub.close()
         self.ctx.term()
+
+
+def publish_for(pub: SchemaPublisher, seconds: float, data_of) -> threading.Thread:
+    """A daemon thread sending data_of(i) every 50 ms for `seconds` (started)."""
+    def go() -> None:
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            pub.send(data_of(i))
+            i += 1
+            time.sleep(0.05)
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from kvviz.cli import main
 from kvviz.node.kvevents import store
 from tests.kvevents.conftest import free_base_port
-from tests.kvevents.schema_pub import SchemaPublisher, payload, remove
+from tests.kvevents.schema_pub import SchemaPublisher, payload, publish_for, remove
 from tests.kvevents.schema_pub import store as stored
 
 KEYS = {"endpoint", "dp_rank", "encoding", "batches", "events", "stored_blocks",
@@ -28,24 +27,11 @@ def _kvviz(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=env)
 
 
-def _publish_for(pub: SchemaPublisher, seconds: float, data_of) -> threading.Thread:
-    def go() -> None:
-        end = time.monotonic() + seconds
-        i = 0
-        while time.monotonic() < end:
-            pub.send(data_of(i))
-            i += 1
-            time.sleep(0.05)
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th
-
-
 def test_records_and_prints_one_json_object_per_stream(tmp_path):
     port = free_base_port(1)
     pub = SchemaPublisher(f"tcp://127.0.0.1:{port}")
     out = tmp_path / "ev.db"
-    th = _publish_for(pub, 3.0, lambda i: payload(
+    th = publish_for(pub, 3.0, lambda i: payload(
         [stored([i], None)] + ([remove([i - 1])] if i % 2 else [])))
     try:
         r = _kvviz(f"tcp://127.0.0.1:{port}", "--duration", "2.5", "--json", "--quiet",
@@ -66,7 +52,7 @@ def test_records_and_prints_one_json_object_per_stream(tmp_path):
 def test_a_non_kv_publisher_exits_2_within_seconds(tmp_path):
     port = free_base_port(1)
     pub = SchemaPublisher(f"tcp://127.0.0.1:{port}")
-    th = _publish_for(pub, 6.0, lambda i: b"hello, I am a chat server")
+    th = publish_for(pub, 6.0, lambda i: b"hello, I am a chat server")
     t0 = time.monotonic()
     try:
         r = _kvviz(f"tcp://127.0.0.1:{port}", "--out", str(tmp_path / "x.db"), "--quiet")

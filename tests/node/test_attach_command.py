@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 
 from kvviz.cli import main
 from kvviz.node.kvevents import store
 from kvviz.store.reader import RunReader
 from tests.kvevents.conftest import free_base_port
-from tests.kvevents.schema_pub import SchemaPublisher, payload
+from tests.kvevents.schema_pub import SchemaPublisher, payload, publish_for
 from tests.kvevents.schema_pub import store as stored
-
-
-def _publish(pub, seconds: float, data_of) -> threading.Thread:
-    def go() -> None:
-        end, i = time.monotonic() + seconds, 0
-        while time.monotonic() < end:
-            pub.send(data_of(i))
-            i += 1
-            time.sleep(0.05)
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    return th
 
 
 def _lines(err: str) -> list[str]:
@@ -37,7 +24,7 @@ def test_scrapes_and_events_go_into_one_recording(fake_node, tmp_path, capsys):
     pub = SchemaPublisher(ep, replay=rp, layout="0.32")
     try:
         pub.send(payload([stored([1, 2], None)]))  # before kvviz joins: from the replay buffer
-        th = _publish(pub, 2.0, lambda i: payload([stored([100 + i], None)]))
+        th = publish_for(pub, 2.0, lambda i: payload([stored([100 + i], None)]))
         out = tmp_path / "node.db"
         rc = main(["attach", fake_node.url("/metrics"), "--kv-events", ep, "--replay", rp,
                    "--interval", "0.5", "--duration", "3", "--out", str(out)])
@@ -70,7 +57,7 @@ def test_an_events_endpoint_of_something_else_is_one_line_and_the_scrapes_are_ke
     ep = f"tcp://127.0.0.1:{port}"
     pub = SchemaPublisher(ep)
     try:
-        th = _publish(pub, 5.0, lambda i: b"GET / HTTP/1.1")  # not msgpack
+        th = publish_for(pub, 5.0, lambda i: b"GET / HTTP/1.1")  # not msgpack
         out = tmp_path / "node.db"
         rc = main(["attach", fake_node.url("/metrics"), "--kv-events", ep, "--interval", "0.5",
                    "--duration", "20", "--out", str(out), "--quiet"])

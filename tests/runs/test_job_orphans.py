@@ -8,12 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from kvviz.store.reader import RunReader
+from tests.procs import alive, run_status, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = """
@@ -30,29 +29,6 @@ else:
 print(job.status().pid, out, flush=True)
 time.sleep(300)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:  # a zombie (exited, not yet reaped by its new parent) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
-
-
-def _wait(cond, timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > end:
-            pytest.fail(f"{what} within {timeout_s} s")
-        time.sleep(0.1)
-
-
-def _status(path: Path) -> tuple[str, str]:
-    r = RunReader(path)
-    try:
-        return r.status, r.status_message
-    finally:
-        r.close()
 
 
 def _free_port() -> int:
@@ -72,13 +48,13 @@ def test_a_job_stops_itself_when_the_dashboard_is_killed(tmp_path, kind):
     pid_s, out_s = dash.stdout.readline().decode().split()
     child, out = int(pid_s), Path(out_s)
     try:
-        _wait(lambda: out.exists() and _status(out)[0] == "running", 30, "no recording")
+        wait_until(lambda: out.exists() and run_status(out)[0] == "running", 30, "no recording")
         dash.kill()  # SIGKILL: no atexit, no stop_all; only the child's own watch is left
         dash.wait(10)
-        _wait(lambda: not _alive(child), 15, f"the {kind} job outlived its dashboard")
-        status, message = _status(out)
+        wait_until(lambda: not alive(child), 15, f"the {kind} job outlived its dashboard")
+        status, message = run_status(out)
         assert status == "stopped" and "parent process" in message, (status, message)
     finally:
-        if _alive(child):
+        if alive(child):
             os.kill(child, signal.SIGKILL)
         dash.stdout.close()
