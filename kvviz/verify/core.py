@@ -266,17 +266,16 @@ def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay,
     wrote = checks.per_owner(m.planes["owner"], m.planes["filled"], fs)
     shared = (m.planes["refcount"] > 1).any()
     rep.checks += 1
-    exact = replay.exact()
-    sure = np.array([exact.get(int(q), True) for q in fs], bool)
-    off = (wrote > want) if shared else ((wrote != want) & sure) | (wrote > want)
+    exact = not replay.chunked  # else lengths from events are upper bounds
+    off = (wrote > want) if shared or not exact else (wrote != want)
     off |= want > m.finals["final_len"]
     if off.any():
         i = int(np.flatnonzero(off)[0])
         rep.bad(where, f"sequence {fs[i]}: the map holds {wrote[i]} written slots, events "
                 f"give length {want[i]} (final length {m.finals['final_len'][i]})")
-    if not sure.all() and not shared:  # bounds only: a table must fit what the map holds
-        want = np.where(sure, want, wrote)
-    if m.tables and not (want < 0).any() and (sure.all() or not shared):
+    if not exact and not shared:  # bounds only: a table must fit what the map holds
+        want = np.where(want < 0, want, wrote)
+    if m.tables and not (want < 0).any() and (exact or not shared):
         stats = rep.lanes[s["lane"]]
         stats["tables_checked"] = stats.get("tables_checked", 0) + 1
         rep.checks += 1

@@ -18,11 +18,11 @@ class LaneReplay:
     """State rebuilt from events with step <= the sample's step."""
     lane: str
     chunked: bool = False  # chunked prefill on: lengths and tokens are bounds
-    live: dict = field(default_factory=dict)  # seq_id -> (admission step, need, exact)
+    live: dict = field(default_factory=dict)  # seq_id -> (admission step, need)
     preemptions: int = 0
     failures: dict = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     done_tokens: int = 0  # tokens sampled by sequences no longer live (an upper bound)
-    done_floor: int = 0  # ... and a lower bound (equal when every admission was exact)
+    done_floor: int = 0  # ... and a lower bound (equal when not chunked)
     last_step: int = 0
     last_admit: tuple = (-1, 0)  # (step, free_tokens) of the latest admission
     problems: list = field(default_factory=list)
@@ -38,8 +38,7 @@ class LaneReplay:
             if seq in self.live:
                 self.problems.append(f"event {ev['event_id']}: sequence {seq} admitted while "
                                      "live")
-            need = ev["need_tokens"]
-            self.live[seq] = (step, need, not self.chunked)
+            self.live[seq] = (step, ev["need_tokens"])
         elif kind in ("finished", "preempted"):
             if seq not in self.live:
                 self.problems.append(f"event {ev['event_id']}: {kind} sequence {seq} is not "
@@ -47,13 +46,13 @@ class LaneReplay:
                 return
             if kind == "finished" and self.last_admit[0] == step:
                 self.last_admit = (-1, 0)  # it freed blocks after the step's admissions
-            start, _, exact = self.live.pop(seq)
+            start, _ = self.live.pop(seq)
             # it sampled one token in each step from the one completing its prefill (its
-            # admission step when exact); a preempted one not in the step that preempted it,
-            # a finished one also in its last step
+            # admission step unless chunked); a preempted one not in the step that preempted
+            # it, a finished one also in its last step
             most = (step - start) + (kind == "finished")
             self.done_tokens += most
-            self.done_floor += most if exact else int(kind == "finished")
+            self.done_floor += int(kind == "finished") if self.chunked else most
             if kind == "preempted":
                 self.preemptions += 1
         elif kind == "admit_failed":
@@ -73,20 +72,14 @@ class LaneReplay:
             self.problems.append(f"event {ev['event_id']}: unknown kind {kind!r}")
 
     def lengths(self, step: int) -> dict[int, int]:
-        """Slots each live sequence has written at the end of `step` (at most that, for an
-        admission that may have been chunked: see `exact`)."""
-        return {s: need + (step - a) for s, (a, need, _) in self.live.items()}
-
-    def exact(self) -> dict[int, bool]:
-        """Per live sequence: was its prefill surely done in its admission step?"""
-        return {s: ex for s, (_, _, ex) in self.live.items()}
+        """Slots each live sequence has written at the end of `step` (at most that when
+        `chunked`)."""
+        return {s: need + (step - a) for s, (a, need) in self.live.items()}
 
     def tokens(self, step: int) -> tuple[int, int]:
-        """(lowest, highest) tokens sampled by the end of `step`; equal when every admission
-        was exact."""
-        most = sum(step - a + 1 for a, _, _ in self.live.values())
-        least = sum(step - a + 1 for a, _, ex in self.live.values() if ex)
-        return self.done_floor + least, self.done_tokens + most
+        """(lowest, highest) tokens sampled by the end of `step`; equal when not `chunked`."""
+        most = sum(step - a + 1 for a, _ in self.live.values())
+        return self.done_floor + (0 if self.chunked else most), self.done_tokens + most
 
     def counters(self, step: int) -> dict:
         return {"preemptions": self.preemptions,
