@@ -135,10 +135,17 @@ def _all_specs(layout: dict, key: str, value) -> None:
         spec[key] = value
 
 
+BOMBED_ROWS = 4  # rows a blob case rewrites: enough to be found, a few MB on disk
+
+
 def set_blobs(table: str, cols: tuple[str, ...], blob: bytes):
+    """`blob` in `cols` of the table's first BOMBED_ROWS rows (every row would make a
+    recording of thousands of maps GBs on disk per case)."""
     def go(conn: sqlite3.Connection) -> None:
         for col in cols:
-            conn.execute(f"UPDATE {table} SET {col} = ?", (blob,))
+            conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid IN "
+                         f"(SELECT rowid FROM {table} ORDER BY rowid LIMIT {BOMBED_ROWS})",
+                         (blob,))
     return go
 
 
