@@ -121,7 +121,8 @@ class EngineCollector:
                 "cache": {"capacity_tokens": r.cache.tokens}, "workload": wl,
                 "engine": dataclasses.asdict(r.engine), "lanes": lanes,
                 "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
-                              "duration_s": c.duration},  # the run's length (--duration)
+                              "duration_s": c.duration,  # the run's length (--duration)
+                              "max_steps": c.max_steps},
                 "nvml": ({"status": "not used", "reason": NVML_UNUSED} if self.nvml is None
                          else {"status": self.nvml.status, "reason": self.nvml.reason}),
                 "versions": versions(c.mode), "started_unix": time.time()}
@@ -207,7 +208,8 @@ class EngineCollector:
         self.stop_reason = f"stopped: {why}" if why else f"stopped by {signal.Signals(signum).name}"
 
     def run(self, writer: RunWriter | None = None) -> str:
-        """Record until the duration ends, the workload is exhausted or a signal arrives.
+        """Record until the duration or the step bound ends, the workload is exhausted or a
+        signal arrives.
         The store is written by a separate process; a given `writer` is used from a thread."""
         c = self.settings
         sink = SampleWriter(writer if writer is not None else StoreSpec(
@@ -269,6 +271,9 @@ class EngineCollector:
                 continue
             self.sim.step(time_s=now - self._loop_t0)
             steps += 1
+            if c.max_steps is not None and steps >= c.max_steps:
+                message = f"{steps} steps reached"
+                break
             if now >= line_t + 1.0:
                 if not c.quiet:
                     print(self.status_line(now, (steps - line_steps) / (now - line_t)), flush=True)

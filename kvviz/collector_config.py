@@ -33,12 +33,13 @@ HZ = at.float_range(0.0, 100.0, lo_open=True)
 BUDGET_MB = at.float_range(0.0, 2.0**20)
 PORT = at.int_range(1, 65535)
 TORCH_THREADS = at.int_range(0, 4096)
+MAX_STEPS = at.int_range(1, 10**12)
 # field -> the range of its flag (None allowed where the field's default is None)
 RANGES = {"requests": at.REQUESTS, "rate": at.RATE, "prefix_sharing": at.SHARE,
           "capacity_tokens": at.CAPACITY_TOKENS, "max_seq_len": at.MAX_SEQ_LEN,
           "max_num_seqs": at.MAX_NUM_SEQS, "seed": at.SEED, "duration": at.SECONDS,
-          "steps_per_s": STEPS_PER_S, "hz": HZ, "blockmap_budget_mb": BUDGET_MB,
-          "metrics_port": PORT, "torch_threads": TORCH_THREADS,
+          "steps_per_s": STEPS_PER_S, "max_steps": MAX_STEPS, "hz": HZ,
+          "blockmap_budget_mb": BUDGET_MB, "metrics_port": PORT, "torch_threads": TORCH_THREADS,
           "torch_snapshot_every": at.SECONDS}
 CHOICES = {"mode": ("real", "sim"), "device": ("auto", "cpu", "cuda"),
            "workload": tuple(LENGTH_PRESETS), "arrival": ("poisson", "bursty"),
@@ -79,6 +80,7 @@ class CollectorConfig:
     seed: int = 0
     duration: float | None = None  # seconds; None: until stopped or the workload is exhausted
     steps_per_s: float = 20.0  # 0 = no pacing
+    max_steps: int | None = None  # engine steps; None: no bound (the run ends as `duration` says)
     hz: float = 4.0
     loop: bool = False
     out: str | None = None  # None: runs/<UTC time>.db

@@ -17,6 +17,7 @@ from kvviz import safeio
 from kvviz.collector_config import (
     BUDGET_MB,
     HZ,
+    MAX_STEPS,
     PORT,
     STEPS_PER_S,
     TORCH_THREADS,
@@ -85,6 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--steps-per-s", type=STEPS_PER_S, help=at.rng(
       "pacing cap on engine steps per second (default 20; 0 = as fast as possible)",
       STEPS_PER_S))
+    a("--max-steps", type=MAX_STEPS, metavar="N", help=at.rng(
+      "stop after N engine steps, counted over the whole run (default: no bound); with "
+      "--steps-per-s 0 and --rate inf a sim run then ends in the same state on any machine",
+      MAX_STEPS))
     a("--hz", type=HZ, help=at.rng("samples per second (default 4)", HZ))
     a("--loop", action="store_true", help="restart a fresh seeded stream when one is exhausted")
     a("--out", metavar="PATH", help="recording (default runs/<UTC time>.db)")

@@ -29,20 +29,23 @@ KVVIZ_VLLM_VENV=$(bash scripts/vllm_env.sh | tail -n 1) || { echo "the vLLM venv
 export KVVIZ_VLLM_VENV KVVIZ_REQUIRE_VLLM=1
 KVVIZ_VLLM_MODEL=$("$KVVIZ_VLLM_VENV/bin/python" scripts/tiny_vllm_model.py | tail -n 1)
 export KVVIZ_VLLM_MODEL
-# Two runs: the vLLM tiers and the browser tests in one process (one vLLM server, its summary
-# printed; the browser walks time what a user sees, so nothing else competes for the two
-# cores), then everything else on two workers (pytest-xdist; KVVIZ_TEST_WORKERS=0: one process).
+# Three runs: the vLLM tiers in one process (one vLLM server, its summary printed); the browser
+# tests on two workers (each file its own server and Chromium; the Live walk and the page tour
+# on different workers, --dist loadgroup); everything else on two workers (pytest-xdist;
+# KVVIZ_TEST_WORKERS=0: one process for each run).
 workers=${KVVIZ_TEST_WORKERS:-2}
 par=()
-[ "$workers" != 0 ] && par=(-n "$workers")
+[ "$workers" != 0 ] && par=(-n "$workers" --dist loadgroup)
 set +e
-$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "vllm or browser" "$@"
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m vllm "$@"
 rc1=$?
+$PY -m pytest -q -p no:cacheprovider --timeout 600 -m "browser and not vllm" "${par[@]}" "$@"
+rc2=$?
 $PY -m pytest -q -p no:cacheprovider --timeout 600 -m "not vllm and not browser" "${par[@]}" \
   "$@"
-rc2=$?
+rc3=$?
 set -e
-for rc in $rc1 $rc2; do
+for rc in $rc1 $rc2 $rc3; do
   if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
 done
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]

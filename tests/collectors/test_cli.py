@@ -59,6 +59,17 @@ def test_events_complete_while_stopped_midway(tmp_path: Path) -> None:
         assert running == len(bm_owners[lane])
 
 
+def test_a_step_bound_ends_the_run_at_that_step_however_fast_the_machine(tmp_path: Path) -> None:
+    out = tmp_path / "steps.db"
+    assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "2000",
+                   "--max-steps", "37", "--lane", "paged:16", "--lane", "paged:32") == 0
+    r = RunReader(out)
+    assert r.status == "finished" and r.status_message == "37 steps reached"
+    assert r.meta["collector"]["max_steps"] == 37
+    last = r.samples().groupby("lane").tail(1)
+    assert (last.step == 37).all() and (last.waiting > 0).all()  # stopped midway
+
+
 def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
     out = tmp_path / "loop.db"
     assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "20",
@@ -74,6 +85,7 @@ def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
     (["--model", "gpt-9"], "--model: expected one of"),
     (["--lane", "bogus:1"], "allocator must be"),
     (["--hz", "0"], "--hz"),
+    (["--max-steps", "0"], "--max-steps"),
     (["--arrival", "sometimes"], "arrival"),
     (["--capacity-tokens", "4", "--lane", "paged:16"], "capacity_tokens"),
 ])

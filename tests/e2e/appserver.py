@@ -59,6 +59,20 @@ def serve(runs_dir: Path, *, env: dict[str, str] | None = None,
         out.close()
 
 
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'  # the script run ended
+# a moment for charts to lay out once the run ended; README's pictures ($KVVIZ_SCREENSHOTS) more
+LAYOUT_MS = 2500 if os.environ.get("KVVIZ_SCREENSHOTS") else 500
+
+
+def settle(page, selector: str | None = None, timeout_ms: int = 60_000) -> None:
+    """Wait for `selector`, then for the page's script run to end (every element and error box
+    of that run is drawn by then), then LAYOUT_MS for the charts to lay out."""
+    if selector:
+        page.wait_for_selector(selector, timeout=timeout_ms)
+    page.wait_for_selector(IDLE, timeout=timeout_ms)
+    page.wait_for_timeout(LAYOUT_MS)
+
+
 def launch(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
                                       headless=True)

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve
+from appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
+              pytest.mark.xdist_group("app"),  # one worker each (-n 2 --dist loadgroup)
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -58,12 +59,6 @@ def open_page(browser, url: str, height: int = 1800):
     page.goto(url)
     page.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
     return page
-
-
-def settle(page, selector: str | None, timeout_ms: int = 60_000) -> None:
-    if selector:
-        page.wait_for_selector(selector, timeout=timeout_ms)
-    page.wait_for_timeout(2500)  # let charts lay out before checking and the screenshot
 
 
 def assert_no_error(page) -> None:
@@ -111,8 +106,7 @@ def test_live_heatmap_renders_and_changes(browser, app):
     page.wait_for_function(f"() => document.querySelectorAll('.kvmap-sub')[{PAGED}]"
                            ".textContent.startsWith('blocks 0-')", timeout=10_000)
     page.mouse.move(0, 0)
-    page.wait_for_selector("text=Admission failures", timeout=30_000)  # the history follows
-    page.wait_for_timeout(1500)
+    settle(page, "text=Admission failures", 30_000)  # the history follows
     assert_no_error(page)  # live.png comes from test_browser_live.py's walk
     page.close()
 
@@ -129,14 +123,13 @@ def test_page_loads_without_error(browser, app, name: str):
     assert_no_error(page)
     if name == "compare":  # a screenshot worth looking at: run the default comparison
         page.get_by_role("button", name="Run comparison").click()
-        page.wait_for_selector(".main-svg", timeout=120_000)
-        page.wait_for_timeout(2500)
+        settle(page, ".main-svg", 120_000)
         assert_no_error(page)
     if name == "learn":  # the step where D is refused (shown as a red box on purpose)
         for k in range(2, 5):
             page.get_by_role("button", name="Next").click()
             page.wait_for_selector(f"text=Step {k} of", timeout=15_000)
-        page.wait_for_timeout(1500)
+        settle(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"))
     page.close()

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, free_port, launch, serve
+from appserver import CHROMIUM, ROOT, free_port, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -61,8 +61,7 @@ def test_names_from_recordings_are_text_in_the_browser(tmp_path):
                 timeout=60_000)
             page.get_by_role("option", name="evil.db").click()
             page.get_by_text("[Click to log in]", exact=False).first.wait_for(timeout=60_000)
-            page.wait_for_selector(".main-svg", timeout=60_000)
-            page.wait_for_timeout(2000)
+            settle(page, ".main-svg")
             found = page.locator(links)
             assert found.count() == 0, [found.nth(i).evaluate(
                 "e => e.outerHTML + ' IN ' + e.parentElement.parentElement.outerHTML.slice(0, 300)")
@@ -72,7 +71,7 @@ def test_names_from_recordings_are_text_in_the_browser(tmp_path):
             page.get_by_role("tab", name="KV events").click(timeout=60_000)
             page.wait_for_selector("g.iciclelayer", timeout=60_000)
             page.get_by_role("tab", name="Streams side by side").click()
-            page.wait_for_timeout(2500)
+            settle(page)
             assert page.locator(links).count() == 0
             assert page.locator("svg text", has_text="pod 1</a>").count() > 0
             assert page.locator(ERRORS).count() == 0

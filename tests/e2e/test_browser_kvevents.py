@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve
+from appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -31,8 +31,7 @@ def test_kv_events_tab_draws_the_forest(tmp_path):
         page.goto(f"{url}/node")
         page.get_by_role("tab", name="KV events").click(timeout=60_000)
         page.wait_for_selector("g.iciclelayer", timeout=60_000)
-        page.wait_for_selector("text=different seeds", timeout=30_000)
-        page.wait_for_timeout(2000)
+        settle(page, "text=different seeds", 30_000)
         boxes = page.locator(ERRORS)
         assert boxes.count() == 0, boxes.first.inner_text()
         SHOTS.mkdir(parents=True, exist_ok=True)

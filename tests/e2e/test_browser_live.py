@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve
+from appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
+              pytest.mark.xdist_group("live"),  # one worker each (-n 2 --dist loadgroup)
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -97,8 +98,7 @@ def test_live_walk_as_a_new_user(tmp_path):
         tip.wait_for(state="visible", timeout=5_000)
         assert tip.inner_text().startswith("slot") and "owner seq" in tip.inner_text()
         page.mouse.move(0, 0)
-        page.wait_for_selector("text=Admission failures", timeout=30_000)
-        page.wait_for_timeout(1500)
+        settle(page, "text=Admission failures", 30_000)
         _no_error(page)
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "live.png"))
@@ -124,14 +124,17 @@ def test_live_walk_as_a_new_user(tmp_path):
         assert "Started" in page.inner_text("body") and "from this tab" in page.inner_text(
             "body")
         page.get_by_text("Collector settings: workload, lanes").click()  # fold the form
-        page.wait_for_timeout(6000)  # the lane's KV-event view fills
+        # the lane's KV-event view fills: cached prompts counted
+        settle(page, "text=/[1-9][0-9,]* prompts' first blocks cached/", 30_000)
         _no_error(page)
         page.screenshot(path=str(SHOTS / "live-kvevents.png"), full_page=True)
         # Stop: the last write grows older at each refresh
         page.get_by_role("button", name="Stop").click()
         page.wait_for_selector("text=Collector stopped", timeout=20_000)
-        page.wait_for_timeout(4000)
-        age = re.search(r"last written (\d+) s ago", _status(page))
-        assert age and int(age.group(1)) >= 3, _status(page)
+        deadline = time.monotonic() + 20
+        while not ((age := re.search(r"last written (\d+) s ago", _status(page)))
+                   and int(age.group(1)) >= 3):
+            assert time.monotonic() < deadline, _status(page)
+            page.wait_for_timeout(250)
         browser.close()
     assert outside == [], outside

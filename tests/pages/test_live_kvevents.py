@@ -16,7 +16,7 @@ LANES = ["--lane", "paged:16:prefix", "--lane", "paged:16"]
 
 def _own_run(path: Path, *flags: str) -> None:
     assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
-                 *LANES, "--prefix-sharing", "0.8", "--rate", "inf", "--duration", "1.5",
+                 *LANES, "--prefix-sharing", "0.8", "--rate", "inf", "--max-steps", "1500",
                  "--out", str(path), *flags]) == 0
 
 
@@ -34,7 +34,9 @@ def test_a_prefix_lane_shows_its_event_stream_beside_its_block_map(runs: Path):
     assert len(heads) == 1  # the prefix lane only
     metrics = {m.label: m.value for m in at.get("metric")}
     assert int(metrics["cached blocks"].replace(",", "")) > 0
-    text = _texts(at)  # all 1,000 requests arrive at once: the cache fills, the rest wait
+    # all 1,000 requests arrive at once: the cache fills, the rest wait; 1,500 steps (not a
+    # wall-clock span) end the run with about a seventh of them finished, on any machine
+    text = _texts(at)
     assert "requests wait with KV usage at" in text and "memory is the limit" in text
 
 

@@ -196,8 +196,9 @@ def run(vllm_server, tmp_path_factory):
         res["preemptions"] = gt.one(m2, "vllm:num_preemptions_total") - pre0
         res["bursts"] = burst + 1
         check_metrics("idle after the burst")
-        # a queue vLLM can answer /metrics during: one request of 41 blocks decodes alone
-        # (to 63 blocks) while a second of 41 blocks waits for capacity (71 usable)
+        # a queue: one request of 41 blocks decodes alone (to 63 blocks) while a second of 41
+        # blocks waits for capacity (71 usable); on 2 shared cores vLLM's API server mostly
+        # answers the scrapes sent meanwhile after it (docs/NODE.md, "What was checked")
         pair = [threading.Thread(target=srv.complete,
                                  args=([rng.randrange(3, 500) for _ in range(1300)], n))
                 for n in (700, 8)]
