@@ -68,47 +68,16 @@ def model_preset(name: str) -> ModelShape:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """KV capacity and block size. Give capacity_tokens or capacity_bytes (with a model)."""
+    """One lane's KV capacity in token slots, and the model whose bytes per token the maps
+    record. Each lane cuts the slots into its own blocks (LaneSpec.block_size); the per-lane
+    bounds are `check_lane_blocks`'s and `make_allocator`'s."""
 
-    block_size: int = 16
-    capacity_tokens: int | None = None
-    capacity_bytes: int | None = None
+    capacity_tokens: int
     model: ModelShape = MODEL_PRESETS["tiny-cpu"]
 
     def __post_init__(self) -> None:
-        _need(1 <= self.block_size <= MAX_BLOCK_SIZE, "block_size",
-              f"must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size}")
-        _need((self.capacity_tokens is None) != (self.capacity_bytes is None), "capacity",
-              "give exactly one of capacity_tokens and capacity_bytes")
-        if self.capacity_tokens is not None:
-            _need(self.capacity_tokens >= 1, "capacity_tokens",
-                  f"must be >= 1, got {self.capacity_tokens}")
-        if self.capacity_bytes is not None:
-            _need(self.capacity_bytes >= 1, "capacity_bytes",
-                  f"must be >= 1, got {self.capacity_bytes}")
-        _need(self.tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
-              f"{self.tokens} token slots is over the limit of {MAX_CAPACITY_TOKENS}")
-        _need(self.num_blocks <= MAX_BLOCKS, "capacity_tokens",
-              f"{self.tokens} token slots in blocks of {self.block_size} is "
-              f"{self.num_blocks} blocks, over the limit of {MAX_BLOCKS}; use larger blocks "
-              "or less capacity")
-        _need(self.num_blocks >= 1, "capacity_tokens",
-              f"{self.tokens} tokens is below one block of {self.block_size}")
-
-    @property
-    def tokens(self) -> int:
-        if self.capacity_tokens is not None:
-            return self.capacity_tokens
-        return self.capacity_bytes // self.model.kv_bytes_per_token  # type: ignore[operator]
-
-    @property
-    def num_blocks(self) -> int:
-        return self.tokens // self.block_size
-
-    @property
-    def bytes(self) -> int:
-        return self.num_blocks * self.block_size * self.model.kv_bytes_per_token
-
+        _need(1 <= self.capacity_tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
+              f"must be in [1, {MAX_CAPACITY_TOKENS}], got {self.capacity_tokens}")
 
 @dataclass(frozen=True)
 class LengthPreset:
@@ -268,9 +237,13 @@ class EngineConfig:
 
 def check_lane_blocks(lanes: tuple[LaneSpec, ...] | list[LaneSpec], capacity_tokens: int) -> None:
     """Each lane keeps one BlockMap entry per block (a contiguous lane: per cell of
-    block_size tokens, usually 1): refuse a capacity that would exceed MAX_BLOCKS in a lane."""
+    block_size tokens, usually 1): refuse a capacity below one block, or over MAX_BLOCKS, in
+    any lane."""
     for lane in lanes:
         n = capacity_tokens // lane.block_size
+        _need(n >= 1, "capacity_tokens",
+              f"lane {lane.label}: {capacity_tokens} token slots is below one block of "
+              f"{lane.block_size}")
         _need(n <= MAX_BLOCKS, "capacity_tokens",
               f"lane {lane.label}: {capacity_tokens} token slots is {n} cells of "
               f"{lane.block_size}, over the limit of {MAX_BLOCKS} per lane; use less capacity"

@@ -165,8 +165,7 @@ def run(a: argparse.Namespace) -> int:
     if a.save_trace is not None:
         save = safeio.check_output(a.save_trace, "--save-trace", overwrite=a.overwrite,
                                    is_ours=is_kvviz_trace, kind_name="kvviz trace")
-    cache = CacheConfig(block_size=max(s.block_size for s in lanes),
-                        capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
+    cache = CacheConfig(capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
     w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
     try:
         engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
