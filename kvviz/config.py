@@ -60,10 +60,22 @@ MODEL_PRESETS: dict[str, ModelShape] = {
 }
 
 
+SMALL_MODEL = "tiny-cpu"  # real mode on a CPU: K/V tensors a CPU's memory holds
+DEFAULT_MODEL = "llama-3-8b"  # everywhere else: a GPU-sized model's bytes per token
+MODEL_HELP = (f"model shape preset: {', '.join(MODEL_PRESETS)} (default {DEFAULT_MODEL}, the "
+              f"bytes per token of a GPU-sized model, except real mode on a CPU: {SMALL_MODEL}, "
+              "whose K/V tensors fit its memory)")
+
+
 def model_preset(name: str) -> ModelShape:
     if name not in MODEL_PRESETS:
         raise ValueError(f"model: unknown preset {name!r}; choose one of {sorted(MODEL_PRESETS)}")
     return MODEL_PRESETS[name]
+
+
+def model_for(name: str | None, real_on_cpu: bool) -> ModelShape:
+    """The model a command runs: `name`, or (None) the default MODEL_HELP states."""
+    return model_preset(name or (SMALL_MODEL if real_on_cpu else DEFAULT_MODEL))
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,9 @@ class LaneSpec:
                     + ": any free block serves")
         return (f"contiguous, {self.placement} placement, reserves {self.reserve} length up "
                 "front: needs one free range")
+
+
+DEFAULT_LANES = tuple(LaneSpec.parse(t) for t in limits.DEFAULT_LANE_TEXTS)
 
 
 def lane_caption(name: str) -> str:
