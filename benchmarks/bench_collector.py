@@ -177,6 +177,7 @@ def audited(a: argparse.Namespace, tmp: Path) -> None:
     out = tmp / "audit.db"
     args = build_parser("collect").parse_args(
         ["collect", "--mode", "real", "--device", a.device, "--rate", "inf",
+         "--lane", "contiguous:first-fit:max", "--lane", "paged:16",
          "--requests", str(a.requests), "--quiet", "--out", str(out)])
     col = build(settings_of(args))  # --torch-threads 1 (the default) is applied here
     plain, audit = col.settings, dataclasses.replace(col.settings, audit=True)

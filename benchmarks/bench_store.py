@@ -125,7 +125,8 @@ def build_small(path: Path, seconds: float) -> Path:
     from kvviz.cli import main
 
     rc = main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "200", "--hz", "20",
-               "--duration", str(seconds), "--rate", "20", "--loop", "--out", str(path)])
+               "--duration", str(seconds), "--rate", "20", "--loop", "--out", str(path),
+               "--lane", "contiguous:first-fit:max", "--lane", "paged:16"])
     if rc != 0:
         raise SystemExit(f"collect failed ({rc})")
     return path

@@ -118,7 +118,7 @@ class EngineCollector:
         return {"mode": c.mode, "device": r.device,
                 "model": {**dataclasses.asdict(r.model),
                           "kv_bytes_per_token": r.model.kv_bytes_per_token},
-                "cache": {"capacity_tokens": r.cache.tokens}, "workload": wl,
+                "cache": {"capacity_tokens": r.cache.capacity_tokens}, "workload": wl,
                 "engine": dataclasses.asdict(r.engine), "lanes": lanes,
                 "collector": {"hz": c.hz, "steps_per_s": c.steps_per_s, "loop": c.loop,
                               "duration_s": c.duration,  # the run's length (--duration)

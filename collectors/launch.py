@@ -18,7 +18,7 @@ from collectors.engine_collector import EngineCollector, Resolved
 from collectors.torch_memory import cuda_available
 from kvviz import collector_flags, safeio
 from kvviz.collector_config import CollectorConfig
-from kvviz.config import CacheConfig, EngineConfig, WorkloadConfig, model_preset
+from kvviz.config import CacheConfig, EngineConfig, WorkloadConfig, model_for
 from kvviz.errors import KvvizError
 from kvviz.traces.args import load_trace_args, resolve_max_seq_len, trace_line
 from kvviz.workload import clip_workload
@@ -54,7 +54,7 @@ def build(c: CollectorConfig):
         if c.device == "cuda" and not has_cuda:
             raise KvvizError("--device cuda: no CUDA device is available")
         device = "cuda" if c.device == "cuda" or (c.device == "auto" and has_cuda) else "cpu"
-    model = model_preset(c.model or ("llama-3-8b" if device == "cuda" else "tiny-cpu"))
+    model = model_for(c.model, real_on_cpu=c.mode == "real" and device == "cpu")
     workload = trace = None
     if c.trace:
         trace, info = load_trace_args(c, 256, show_progress=not c.quiet)

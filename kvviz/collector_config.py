@@ -22,7 +22,13 @@ from pathlib import Path
 
 from kvviz import limits as at
 from kvviz import safeio
-from kvviz.config import LENGTH_PRESETS, MODEL_PRESETS, LaneSpec, check_lane_blocks
+from kvviz.config import (
+    DEFAULT_LANES,
+    LENGTH_PRESETS,
+    MODEL_PRESETS,
+    LaneSpec,
+    check_lane_blocks,
+)
 from kvviz.errors import KvvizError
 from kvviz.traces.options import FORMATS, TraceOptions
 
@@ -58,10 +64,10 @@ class CollectorConfig:
 
     mode: str = "real"  # real: torch K/V pools + attention; sim: allocator metadata only
     device: str = "auto"  # auto = cuda when available, else cpu
-    model: str | None = None  # a MODEL_PRESETS name; None: tiny-cpu on cpu, llama-3-8b on cuda
+    model: str | None = None  # a MODEL_PRESETS name; None: config.model_for's default
     workload: str = "sharegpt-like"  # a LENGTH_PRESETS name
     requests: int = 1000
-    rate: float = 2.0  # arrivals per second of wall time; inf = all at once
+    rate: float = at.DEFAULT_RATE  # arrivals per second of wall time; inf = all at once
     arrival: str = "poisson"
     prefix_sharing: float = 0.0
     trace: str | None = None  # a trace file replayed instead of the workload
@@ -74,7 +80,7 @@ class CollectorConfig:
     model_filter: str | None = None
     lanes: tuple[LaneSpec, ...] = dataclasses.field(  # typed; text only at the edges
         default_factory=lambda: DEFAULT_LANES)
-    capacity_tokens: int = 16384
+    capacity_tokens: int = at.DEFAULT_CAPACITY_TOKENS
     max_seq_len: int | None = None  # None: 2048, or a trace's longest request
     max_num_seqs: int = 256
     seed: int = 0
@@ -213,7 +219,6 @@ def parse_lanes(texts: object) -> tuple[LaneSpec, ...]:
         raise ValueError(f"lanes: {str(exc).removeprefix('lane: ')}") from None
 
 
-DEFAULT_LANES = parse_lanes(["contiguous:first-fit:max", "paged:16"])
 DEFAULTS = {f.name: (DEFAULT_LANES if f.name == "lanes" else f.default)
             for f in dataclasses.fields(CollectorConfig)}  # field -> default
 

@@ -24,6 +24,7 @@ from kvviz.collector_config import (
     CollectorConfig,
     from_flags,
 )
+from kvviz.config import MODEL_HELP
 from kvviz.errors import KvvizError
 from kvviz.traces.args import add_trace_arguments
 
@@ -50,16 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="real: torch K/V pools + attention (default); sim: allocator metadata only")
     a("--device", choices=("auto", "cpu", "cuda"),
       help="real mode: auto = cuda when available, else cpu")
-    a("--model",
-      help="model shape preset (default by device: tiny-cpu on cpu, llama-3-8b on cuda, so "
-           "real mode's K/V tensors fit the device)")
+    a("--model", metavar="PRESET", help=MODEL_HELP)
     a("--workload", help="length preset of the synthetic stream")
     a("--requests", type=at.REQUESTS,
       help=at.rng("requests per stream (default 1000)", at.REQUESTS))
-    a("--rate", type=at.RATE,
-      help=at.rng("arrivals per second of the engine's clock (here wall time); inf = all at "
-                  "once (default 2: a live stream that a person can follow, and that a small "
-                  "CPU keeps up with in real mode)", at.RATE))
+    a("--rate", type=at.RATE, metavar="R", help=at.rng(at.RATE_HELP, at.RATE))
     a("--arrival", choices=("poisson", "bursty"),
       help="inter-arrival process (bursty = gamma with shape 0.25)")
     a("--prefix-sharing", type=at.SHARE, nargs="?", const=at.PREFIX_SHARE_BARE,
@@ -67,13 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--trace", metavar="FILE", help="replay a trace instead: Azure or "
       "BurstGPT CSV, Mooncake JSONL, kvviz CSV/JSONL, as downloaded")
     add_trace_arguments(_NoDefault(p))
-    a("--lane", action="append", dest="lanes", metavar="SPEC",
-      help="allocator lane, repeatable (default contiguous:first-fit:max and paged:16: "
-           "the two layouts side by side)")
-    a("--capacity-tokens", type=at.CAPACITY_TOKENS,
-      help=at.rng("KV slots per lane (default 16384: real mode allocates these K/V tensors, "
-                  "so the default fits a CPU; one block map shows every slot)",
-                  at.CAPACITY_TOKENS))
+    a("--lane", action="append", dest="lanes", metavar="SPEC", help=at.LANE_HELP)
+    a("--capacity-tokens", type=at.CAPACITY_TOKENS, metavar="N",
+      help=at.rng(at.CAPACITY_TOKENS_HELP, at.CAPACITY_TOKENS))
     a("--max-seq-len", type=at.MAX_SEQ_LEN, help=at.rng(
       "clip prompt+output to this (default 2048; with --trace, its longest request)",
       at.MAX_SEQ_LEN))

@@ -60,55 +60,36 @@ MODEL_PRESETS: dict[str, ModelShape] = {
 }
 
 
+SMALL_MODEL = "tiny-cpu"  # real mode on a CPU: K/V tensors a CPU's memory holds
+DEFAULT_MODEL = "llama-3-8b"  # everywhere else: a GPU-sized model's bytes per token
+MODEL_HELP = (f"model shape preset: {', '.join(MODEL_PRESETS)} (default {DEFAULT_MODEL}, the "
+              f"bytes per token of a GPU-sized model, except real mode on a CPU: {SMALL_MODEL}, "
+              "whose K/V tensors fit its memory)")
+
+
 def model_preset(name: str) -> ModelShape:
     if name not in MODEL_PRESETS:
         raise ValueError(f"model: unknown preset {name!r}; choose one of {sorted(MODEL_PRESETS)}")
     return MODEL_PRESETS[name]
 
 
+def model_for(name: str | None, real_on_cpu: bool) -> ModelShape:
+    """The model a command runs: `name`, or (None) the default MODEL_HELP states."""
+    return model_preset(name or (SMALL_MODEL if real_on_cpu else DEFAULT_MODEL))
+
+
 @dataclass(frozen=True)
 class CacheConfig:
-    """KV capacity and block size. Give capacity_tokens or capacity_bytes (with a model)."""
+    """One lane's KV capacity in token slots, and the model whose bytes per token the maps
+    record. Each lane cuts the slots into its own blocks (LaneSpec.block_size); the per-lane
+    bounds are `check_lane_blocks`'s and `make_allocator`'s."""
 
-    block_size: int = 16
-    capacity_tokens: int | None = None
-    capacity_bytes: int | None = None
+    capacity_tokens: int
     model: ModelShape = MODEL_PRESETS["tiny-cpu"]
 
     def __post_init__(self) -> None:
-        _need(1 <= self.block_size <= MAX_BLOCK_SIZE, "block_size",
-              f"must be in [1, {MAX_BLOCK_SIZE}], got {self.block_size}")
-        _need((self.capacity_tokens is None) != (self.capacity_bytes is None), "capacity",
-              "give exactly one of capacity_tokens and capacity_bytes")
-        if self.capacity_tokens is not None:
-            _need(self.capacity_tokens >= 1, "capacity_tokens",
-                  f"must be >= 1, got {self.capacity_tokens}")
-        if self.capacity_bytes is not None:
-            _need(self.capacity_bytes >= 1, "capacity_bytes",
-                  f"must be >= 1, got {self.capacity_bytes}")
-        _need(self.tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
-              f"{self.tokens} token slots is over the limit of {MAX_CAPACITY_TOKENS}")
-        _need(self.num_blocks <= MAX_BLOCKS, "capacity_tokens",
-              f"{self.tokens} token slots in blocks of {self.block_size} is "
-              f"{self.num_blocks} blocks, over the limit of {MAX_BLOCKS}; use larger blocks "
-              "or less capacity")
-        _need(self.num_blocks >= 1, "capacity_tokens",
-              f"{self.tokens} tokens is below one block of {self.block_size}")
-
-    @property
-    def tokens(self) -> int:
-        if self.capacity_tokens is not None:
-            return self.capacity_tokens
-        return self.capacity_bytes // self.model.kv_bytes_per_token  # type: ignore[operator]
-
-    @property
-    def num_blocks(self) -> int:
-        return self.tokens // self.block_size
-
-    @property
-    def bytes(self) -> int:
-        return self.num_blocks * self.block_size * self.model.kv_bytes_per_token
-
+        _need(1 <= self.capacity_tokens <= MAX_CAPACITY_TOKENS, "capacity_tokens",
+              f"must be in [1, {MAX_CAPACITY_TOKENS}], got {self.capacity_tokens}")
 
 @dataclass(frozen=True)
 class LengthPreset:
@@ -229,6 +210,9 @@ class LaneSpec:
                 "front: needs one free range")
 
 
+DEFAULT_LANES = tuple(LaneSpec.parse(t) for t in limits.DEFAULT_LANE_TEXTS)
+
+
 def lane_caption(name: str) -> str:
     """A lane's name in words; 'paged:16#2' (the same spec given twice) says 'second lane'."""
     label, _, copy = name.partition("#")
@@ -268,9 +252,13 @@ class EngineConfig:
 
 def check_lane_blocks(lanes: tuple[LaneSpec, ...] | list[LaneSpec], capacity_tokens: int) -> None:
     """Each lane keeps one BlockMap entry per block (a contiguous lane: per cell of
-    block_size tokens, usually 1): refuse a capacity that would exceed MAX_BLOCKS in a lane."""
+    block_size tokens, usually 1): refuse a capacity below one block, or over MAX_BLOCKS, in
+    any lane."""
     for lane in lanes:
         n = capacity_tokens // lane.block_size
+        _need(n >= 1, "capacity_tokens",
+              f"lane {lane.label}: {capacity_tokens} token slots is below one block of "
+              f"{lane.block_size}")
         _need(n <= MAX_BLOCKS, "capacity_tokens",
               f"lane {lane.label}: {capacity_tokens} token slots is {n} cells of "
               f"{lane.block_size}, over the limit of {MAX_BLOCKS} per lane; use less capacity"

@@ -1,10 +1,10 @@
 """One vocabulary for every page, the CLI and the docs: each term defined once, here.
 
 Pure data (no imports): the dashboard shows TERMS as its glossary (app.py's sidebar) and takes
-its labels and help texts from here; docs/DASHBOARD.md lists the same words. The names are
-DESIGN.md's ("Metrics", "Names to use"). Every share is a share of the lane's capacity (its
-slots) unless its name says otherwise: tail waste, for one, is a share of capacity on every
-page.
+its labels and help texts from here; docs/DASHBOARD.md lists the same words, and
+docs/FORMAT.md ("Metrics") defines the stored ones. Every share is a share of the lane's
+capacity (its slots) unless its name says otherwise: tail waste, for one, is a share of
+capacity on every page.
 """
 from __future__ import annotations
 

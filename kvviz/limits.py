@@ -152,3 +152,19 @@ PREFIX_SHARING_HELP = ("share of synthetic requests that begin with one of 4 sha
                        "prompts, half of those continuing an earlier conversation (default 0; "
                        f"the bare flag = {PREFIX_SHARE_BARE:g})")
 
+# Defaults every command shares: the Live demo's (docs/DASHBOARD.md, "The default demo"), so
+# `kvviz simulate` with no flags runs what the dashboard shows first, and `kvviz collect` records
+# it. One text per flag, so --help says the same in every command.
+DEFAULT_RATE = 3.0
+DEFAULT_CAPACITY_TOKENS = 16384
+DEFAULT_LANE_TEXTS = ("contiguous:first-fit:pow2", "contiguous:first-fit:max", "paged:16")
+RATE_HELP = ("arrivals per second of the engine's clock (simulated in simulate, wall time in "
+             "collect); inf = all at once (default 3: the Live demo's stream, one a person can "
+             "follow and a small CPU keeps up with in real mode)")
+CAPACITY_TOKENS_HELP = ("KV slots per lane (default 16384: the Live demo's pool, small enough "
+                        "that real mode's K/V tensors fit a CPU and one block map shows every "
+                        "slot, full within a minute at the default rate)")
+LANE_HELP = ("an allocator lane, repeatable: contiguous[:PLACEMENT[:RESERVE]] or "
+             "paged:BLOCK[:prefix]; all lanes see one request stream (default the Live demo's "
+             "three: contiguous:first-fit:pow2, whose holes of many sizes show FRAGMENTATION, "
+             "contiguous:first-fit:max, which can only run out, and paged:16)")

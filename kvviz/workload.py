@@ -24,11 +24,6 @@ from kvviz import safeio
 from kvviz.config import LENGTH_PRESETS, WorkloadConfig
 
 TRACE_FIELDS = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_group")
-MAX_TRACE_ROWS = 1_000_000
-MAX_TRACE_BYTES = 512 * 2**20
-MAX_LINE_CHARS = 128 * 1024  # one request is a few dozen characters
-MAX_TOKENS = 2**31 - 1  # per request; int64 sums over a million rows stay exact
-MAX_ARRIVAL_S = 1e12
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,7 @@ def run_json(capsys, *args: str) -> list[dict]:
 
 
 def test_json_has_every_documented_field_and_shares_sum_to_one(capsys):
-    rows = run_json(capsys, "--requests", "300", "--capacity-tokens", "40000",
+    rows = run_json(capsys, "--requests", "300", "--capacity-tokens", "40000", "--rate", "inf",
                     "--lane", "contiguous:first-fit:max", "--lane", "paged:16")
     assert [r["lane"] for r in rows] == ["contiguous:first-fit:max", "paged:16"]
     for r in rows:
@@ -37,8 +37,8 @@ def test_json_has_every_documented_field_and_shares_sum_to_one(capsys):
 
 
 def test_a_lane_never_under_memory_pressure_has_null_pressure_shares(capsys):
-    (r,) = run_json(capsys, "--requests", "100", "--capacity-tokens", "1000000",
-                    "--max-num-seqs", "4")  # requests wait for the batch limit only
+    (r,) = run_json(capsys, "--requests", "100", "--capacity-tokens", "1000000", "--rate", "inf",
+                    "--lane", "paged:16", "--max-num-seqs", "4")  # waits for the batch limit only
     assert r["pressure_steps"] == 0 and r["admit_failures"]["policy"] > 0
     assert r["pressure_step_shares"] is None  # named, and null: no pressure step
     assert None not in [r[f"{k}_share"] for k in SHARES]  # the top level is over all steps
@@ -46,7 +46,8 @@ def test_a_lane_never_under_memory_pressure_has_null_pressure_shares(capsys):
 
 
 def test_the_table_shows_both_averages_and_says_what_they_average(capsys):
-    args = ["simulate", "--requests", "100", "--capacity-tokens", "12000", "--lane", "paged:16"]
+    args = ["simulate", "--requests", "100", "--capacity-tokens", "12000", "--rate", "inf",
+            "--lane", "paged:16"]
     assert main([*args, "--json"]) == 0
     (r,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert main(args) == 0
@@ -66,7 +67,7 @@ def test_lanes_share_one_request_stream(capsys):
 
 
 def test_contiguous_max_reservation_wastes_more_than_paged(capsys):
-    rows = run_json(capsys, "--requests", "400", "--capacity-tokens", "60000",
+    rows = run_json(capsys, "--requests", "400", "--capacity-tokens", "60000", "--rate", "inf",
                     "--lane", "contiguous:first-fit:max", "--lane", "paged:16")
     contiguous, paged = rows
     assert contiguous["internal_share"] > 0.3  # reserving 2048 for ~500-token sequences

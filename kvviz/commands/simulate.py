@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from kvviz import limits as at
 from kvviz import safeio
 from kvviz.config import (
+    DEFAULT_LANES,
     LENGTH_PRESETS,
-    MODEL_PRESETS,
+    MODEL_HELP,
     PLACEMENTS,
     RESERVE_POLICIES,
     CacheConfig,
@@ -22,7 +22,7 @@ from kvviz.config import (
     LaneSpec,
     WorkloadConfig,
     check_lane_blocks,
-    model_preset,
+    model_for,
 )
 from kvviz.engine import Simulation
 from kvviz.errors import KvvizError
@@ -53,11 +53,8 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                           "[, prefix_group])")
     g.add_argument("--requests", type=at.REQUESTS, default=1000, metavar="N",
                    help=at.rng("number of synthetic requests (default 1000)", at.REQUESTS))
-    g.add_argument("--rate", type=at.RATE, default=math.inf, metavar="R",
-                   help=at.rng("arrivals per second of the engine's clock (here simulated); "
-                               "'inf' = all at time 0 (default inf: the whole stream competes "
-                               "for memory at once, the worst case an allocator must hold)",
-                               at.RATE))
+    g.add_argument("--rate", type=at.RATE, default=at.DEFAULT_RATE, metavar="R",
+                   help=at.rng(at.RATE_HELP, at.RATE))
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson",
                    help="inter-arrival process (bursty = gamma with shape 0.25)")
     g.add_argument("--seed", type=at.SEED, default=0,
@@ -89,30 +86,28 @@ def workload_from_args(a: argparse.Namespace, show_progress: bool = False):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("allocator (one lane; or use --lane, repeatable). Paged lanes are "
-                             "vLLM's block manager; contiguous lanes (placement, reservation) "
-                             "are kvviz's own model, not in vLLM")
-    g.add_argument("--allocator", choices=("contiguous", "paged"), default="paged",
-                   help="paged (default) or contiguous")
-    g.add_argument("--placement", choices=PLACEMENTS, default="first-fit",
-                   help="contiguous placement (default first-fit)")
-    g.add_argument("--reserve", choices=RESERVE_POLICIES, default="max",
-                   help="contiguous reservation: max = max_seq_len, pow2 = next power of two "
-                        "of prompt+output, exact = prompt+output (an oracle) (default max)")
-    g.add_argument("--block-size", type=at.BLOCK_SIZE, default=16, metavar="N",
-                   help=at.rng("paged block size in tokens (default 16)", at.BLOCK_SIZE))
-    g.add_argument("--lane", action="append", metavar="SPEC", default=None,
-                   help="a lane: contiguous:PLACEMENT:RESERVE or paged:BLOCK[:prefix]; "
-                        "repeat to compare lanes over one request stream (default: the one "
-                        "lane the flags above describe: one allocator's numbers at a time)")
+    g = p.add_argument_group("allocator lanes (--lane, repeatable; or one lane described by "
+                             "--allocator, --placement, --reserve, --block-size instead of the "
+                             "default lanes). Paged lanes are vLLM's block manager; contiguous "
+                             "lanes (placement, reservation) are kvviz's own model, not in vLLM")
+    g.add_argument("--lane", action="append", metavar="SPEC", default=None, help=at.LANE_HELP)
+    g.add_argument("--allocator", choices=("contiguous", "paged"), default=None,
+                   help="one lane of this kind instead of the default lanes (paged when only "
+                        "--block-size is given, contiguous when --placement or --reserve is)")
+    g.add_argument("--placement", choices=PLACEMENTS, default=None,
+                   help="the one contiguous lane's placement (first-fit when not given)")
+    g.add_argument("--reserve", choices=RESERVE_POLICIES, default=None,
+                   help="the one contiguous lane's reservation: max = max_seq_len, pow2 = next "
+                        "power of two of prompt+output, exact = prompt+output (an oracle) (max "
+                        "when not given)")
+    g.add_argument("--block-size", type=at.BLOCK_SIZE, default=None, metavar="N",
+                   help=at.rng("the one paged lane's block size in tokens (16 when not given)",
+                               at.BLOCK_SIZE))
     c = p.add_argument_group("cache and engine")
-    c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS, default=1 << 20, metavar="N",
-                   help=at.rng("KV slots per lane (default 1048576: a large GPU's pool, "
-                               "metadata only, so simulating it costs no memory)",
-                               at.CAPACITY_TOKENS))
-    c.add_argument("--model", default="llama-3-8b", metavar="PRESET",
-                   help=f"model shape for bytes per token: {', '.join(MODEL_PRESETS)} "
-                        "(default llama-3-8b: sim mode reports a GPU-sized model's bytes)")
+    c.add_argument("--capacity-tokens", type=at.CAPACITY_TOKENS,
+                   default=at.DEFAULT_CAPACITY_TOKENS, metavar="N",
+                   help=at.rng(at.CAPACITY_TOKENS_HELP, at.CAPACITY_TOKENS))
+    c.add_argument("--model", default=None, metavar="PRESET", help=MODEL_HELP)
     c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("simulated time per engine step (default 20)", STEP_MS))
     c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",
@@ -130,9 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "step with budget for all of it (then --max-num-batched-tokens must be "
                         ">= --max-seq-len)")
     c.add_argument("--enable-prefix-caching", action="store_true",
-                   help="cache every full block by its content for the paged lane of "
-                        "--allocator paged (the lane spec paged:N:prefix does the same); off "
-                        "by default here, on in vLLM")
+                   help="one paged lane that caches every full block by its content (the "
+                        "lane spec paged:N:prefix does the same); off by default here, on in "
+                        "vLLM")
     c.add_argument("--watermark", type=WATERMARK, default=0.0,
                    help=at.rng("share of paged blocks kept free when admitting while others "
                                "run, vLLM's watermark (default 0.0)", WATERMARK))
@@ -150,12 +145,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "any other file is never replaced")
 
 
+ONE_LANE = ("allocator", "placement", "reserve", "block_size")  # flags that describe one lane
+
+
 def lanes_from_args(a: argparse.Namespace) -> list[LaneSpec]:
+    """--lane's lanes; else the one lane --allocator & co. (or --enable-prefix-caching)
+    describe; else the default lanes (collect's too)."""
     if a.lane:
         return [LaneSpec.parse(s) for s in a.lane]
-    if a.allocator == "paged":
-        return [LaneSpec("paged", a.block_size, prefix_caching=a.enable_prefix_caching)]
-    return [LaneSpec("contiguous", 1, placement=a.placement, reserve=a.reserve)]
+    if all(getattr(a, f) is None for f in ONE_LANE) and not a.enable_prefix_caching:
+        return list(DEFAULT_LANES)
+    kind = a.allocator or ("contiguous" if a.placement or a.reserve else "paged")
+    if kind == "paged":
+        return [LaneSpec("paged", a.block_size or 16, prefix_caching=a.enable_prefix_caching)]
+    return [LaneSpec("contiguous", 1, placement=a.placement or "first-fit",
+                     reserve=a.reserve or "max")]
 
 
 def run(a: argparse.Namespace) -> int:
@@ -165,8 +169,7 @@ def run(a: argparse.Namespace) -> int:
     if a.save_trace is not None:
         save = safeio.check_output(a.save_trace, "--save-trace", overwrite=a.overwrite,
                                    is_ours=is_kvviz_trace, kind_name="kvviz trace")
-    cache = CacheConfig(block_size=max(s.block_size for s in lanes),
-                        capacity_tokens=a.capacity_tokens, model=model_preset(a.model))
+    cache = CacheConfig(a.capacity_tokens, model_for(a.model, real_on_cpu=False))
     w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
     try:
         engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,

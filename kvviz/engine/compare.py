@@ -16,9 +16,10 @@ from kvviz.engine.simulation import Simulation
 from kvviz.errors import TraceError
 from kvviz.traces import TraceInfo, TraceOptions
 from kvviz.traces.options import SUFFIXES
-from kvviz.workload import MAX_TRACE_ROWS, Workload, clip_workload, generate
+from kvviz.workload import Workload, clip_workload, generate
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+MAX_UPLOAD_ROWS = 1_000_000
 ENGINE = EngineConfig()  # the engine every lane runs (a trace's max_seq_len replaces its own)
 
 
@@ -83,8 +84,8 @@ def read_upload_info(name: str, data: bytes, *, max_seq_len: int | None = None,
                          f"{max_bytes / 2**20:.0f} MB limit")
     if not name.lower().endswith(SUFFIXES):
         raise TraceError(f"{name}: expected a .csv or .jsonl trace")
-    if data.count(b"\n") > MAX_TRACE_ROWS + 1:
-        raise TraceError(f"{name}: more than {MAX_TRACE_ROWS} rows")
+    if data.count(b"\n") > MAX_UPLOAD_ROWS + 1:
+        raise TraceError(f"{name}: more than {MAX_UPLOAD_ROWS} rows")
     w, info = parse_upload(name, data, TraceOptions(skip_bad_rows=skip_bad_rows))
     msl = max(2, int(w.final_len.max())) if max_seq_len is None else max_seq_len
     return Upload(clip_workload(w, msl), info, msl)

@@ -51,7 +51,7 @@ class Simulation:
                 name = f"{spec.label}#{k}"
                 k += 1
             names.add(name)
-            alloc = make_allocator(spec, cache.tokens, bpt)
+            alloc = make_allocator(spec, cache.capacity_tokens, bpt)
             kv = kv_factory(alloc) if kv_factory else None
             self.lanes.append(Lane(name, spec, alloc, workload, self.engine, self.events, kv))
         self.step_no = 0

@@ -98,12 +98,6 @@ class RealKV:
         writes at `layer`: what its slot must hold, computed from the generator alone."""
         return self._kv(self._hidden(seq, pos, stream=0), layer)
 
-    def expected_layers(self, seq: np.ndarray, pos: np.ndarray):
-        """(layer, K, V) for every layer, as `expected_kv`, hashing the tokens once."""
-        h = self._hidden(seq, pos, stream=0)
-        for layer in range(self.model.num_layers):
-            yield (layer, *self._kv(h, layer))
-
     def expected_hidden(self, seq: np.ndarray, pos: np.ndarray) -> torch.Tensor:
         """[n, HIDDEN]: the hashed inputs whose projections by `kv_weights` are K and V."""
         return self._hidden(seq, pos, stream=0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvviz import control, lifecycle
-from kvviz.collector_config import CollectorConfig, parse_lanes
+from kvviz.collector_config import CollectorConfig
 from kvviz.node.kvevents.endpoints import SubscriberConfig
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
@@ -25,14 +25,13 @@ from kvviz.runs.process import LoggedProcess
 from kvviz.runs.status import STOPPED
 
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
-# The Live page's collector: `kvviz collect --loop` on a stream that shows every failure class
-# within its first minute (docs/DASHBOARD.md, "The default demo"): a contiguous lane that
-# reserves the next power of two (varied holes: FRAGMENTATION, then CAPACITY), one that
-# reserves max_seq_len (all holes alike: CAPACITY only), and paged blocks of 16; at 3
-# arrivals/s into 16,384 slots, with a running-batch limit of 24 (POLICY on the paged lane).
-DEMO = CollectorConfig(loop=True, rate=3.0, max_num_seqs=24,
-                       lanes=parse_lanes(["contiguous:first-fit:pow2",
-                                          "contiguous:first-fit:max", "paged:16"]))
+# The Live page's collector: `kvviz collect --loop` with the commands' defaults, a stream that
+# shows every failure class within its first minute (docs/DASHBOARD.md, "The default demo"): a
+# contiguous lane that reserves the next power of two (varied holes: FRAGMENTATION, then
+# CAPACITY), one that reserves max_seq_len (all holes alike: CAPACITY only), and paged blocks
+# of 16, at 3 arrivals/s into 16,384 slots (kvviz/limits.py's shared defaults); with a
+# running-batch limit of 24 (POLICY on the paged lane).
+DEMO = CollectorConfig(loop=True, max_num_seqs=24)
 
 
 def demo_config(**settings: object) -> CollectorConfig:

@@ -69,7 +69,7 @@ def _workload(prompt: list[int], output: list[int]) -> Workload:
 
 
 def _engine(w: Workload, **engine) -> Simulation:
-    return Simulation(w, [LaneSpec("paged", PAGE)], CacheConfig(PAGE, capacity_tokens=SLOTS),
+    return Simulation(w, [LaneSpec("paged", PAGE)], CacheConfig(SLOTS),
                       EngineConfig(watermark=0.0, max_seq_len=64, **engine), advance="step")
 
 

@@ -15,7 +15,8 @@ from .conftest import FAST_SIM, collect
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run") / "sim.db"
     assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "150",
-                   "--duration", "20") == 0
+                   "--duration", "20", "--lane", "contiguous:first-fit:max",
+                   "--lane", "paged:16") == 0
     return out
 
 
@@ -87,7 +88,7 @@ def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
     (["--hz", "0"], "--hz"),
     (["--max-steps", "0"], "--max-steps"),
     (["--arrival", "sometimes"], "arrival"),
-    (["--capacity-tokens", "4", "--lane", "paged:16"], "capacity_tokens"),
+    (["--capacity-tokens", "4", "--lane", "paged:16"], "--capacity-tokens: lane paged:16: 4"),
 ])
 def test_bad_flags_exit_2_without_a_file(tmp_path: Path, capsys, argv, words) -> None:
     out = tmp_path / "bad.db"
@@ -124,12 +125,14 @@ def test_trace_replay_and_hooks(tmp_path: Path) -> None:
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,20,8\n")
     args = build_parser("collect").parse_args(
         ["collect", *FAST_SIM, "--out", str(tmp_path / "tr.db"), "--trace", str(trace)])
-    collector = launch.build(settings_of(args))
+    settings = settings_of(args)
+    collector = launch.build(settings)
     seen: list[dict] = []
     collector.hooks.append(seen.append)
     assert collector.run() == "finished"
     assert seen and {"sample_id", "t", "lane", "used_tokens", "running"} <= set(seen[0])
-    assert len(RunReader(tmp_path / "tr.db").events(kinds=["finished"])) == 4
+    finished = RunReader(tmp_path / "tr.db").events(kinds=["finished"])
+    assert len(finished) == 2 * len(settings.lanes)  # both requests in every lane
 
 
 def test_pacing_cap_holds_when_sampling_is_faster_than_stepping(tmp_path: Path) -> None:

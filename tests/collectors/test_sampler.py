@@ -24,7 +24,7 @@ from .conftest import FAST_SIM, ROOT
 def collector(out: Path):
     args = build_parser("collect").parse_args(
         ["collect", *FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "200",
-         "--capacity-tokens", "8192"])
+         "--capacity-tokens", "8192", "--lane", "contiguous:first-fit:max", "--lane", "paged:16"])
     return build(settings_of(args))
 
 

@@ -12,27 +12,28 @@ from kvviz.config import (
     LaneSpec,
     ModelShape,
     WorkloadConfig,
+    check_lane_blocks,
     lane_caption,
     model_preset,
 )
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(block_size=0, capacity_tokens=64), "block_size"),
-    (dict(block_size=16, capacity_tokens=8), "capacity_tokens"),
-    (dict(block_size=16, capacity_tokens=-1), "capacity_tokens"),
-    (dict(block_size=16), "capacity"),
-    (dict(block_size=16, capacity_tokens=64, capacity_bytes=64), "capacity"),
-])
-def test_cache_config_names_the_bad_field(kw, field):
-    with pytest.raises(ValueError, match=f"^{field}"):
+@pytest.mark.parametrize("kw", [dict(capacity_tokens=0), dict(capacity_tokens=-1),
+                                dict(capacity_tokens=(1 << 40))])
+def test_cache_config_names_the_bad_field(kw):
+    with pytest.raises(ValueError, match="^capacity_tokens"):
         CacheConfig(**kw)
 
 
-def test_capacity_bytes_turns_into_whole_blocks():
-    m = model_preset("tiny-cpu")
-    c = CacheConfig(block_size=16, capacity_bytes=100 * m.kv_bytes_per_token, model=m)
-    assert (c.tokens, c.num_blocks, c.bytes) == (100, 6, 96 * m.kv_bytes_per_token)
+@pytest.mark.parametrize("lane, tokens, why", [
+    ("paged:16", 8, "below one block of 16"),
+    ("contiguous", (1 << 24) + 1, "over the limit"),
+    ("paged:1", (1 << 24) + 1, "larger blocks"),
+])
+def test_lane_blocks_are_checked_per_lane(lane, tokens, why):
+    with pytest.raises(ValueError, match=f"^capacity_tokens: lane .*{why}"):
+        check_lane_blocks([LaneSpec.parse(lane)], tokens)
+    check_lane_blocks([LaneSpec.parse(lane)], 16)
 
 
 def test_kv_bytes_per_token():

@@ -21,7 +21,7 @@ def workload(rate=float("inf"), n=120, **kw) -> Workload:
 
 
 def sim(w, lanes=LANES, tokens=16384, **eng) -> Simulation:
-    return Simulation(w, lanes, CacheConfig(16, capacity_tokens=tokens),
+    return Simulation(w, lanes, CacheConfig(capacity_tokens=tokens),
                       EngineConfig(max_seq_len=1024, **eng))
 
 
@@ -91,7 +91,7 @@ def test_preemption_under_a_full_cache_keeps_making_progress(block_size, tokens,
 
 def test_a_request_longer_than_the_whole_cache_does_not_loop_forever():
     w = Workload(np.zeros(1), np.array([60]), np.array([10]), np.array([-1]))
-    s = Simulation(w, [LaneSpec("paged", 16)], CacheConfig(16, capacity_tokens=64))
+    s = Simulation(w, [LaneSpec("paged", 16)], CacheConfig(capacity_tokens=64))
     out = s.run(max_steps=2000)[0]
     assert s.finished, f"{out['preemptions']} preemptions in {out['steps']} steps"
     assert out["finished"] + out["rejected"] == 1

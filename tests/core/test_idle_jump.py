@@ -16,7 +16,7 @@ LANES = [LaneSpec.parse(t) for t in (
 
 
 def sim(w: Workload, tokens: int = 8192) -> Simulation:
-    return Simulation(w, LANES, CacheConfig(16, capacity_tokens=tokens),
+    return Simulation(w, LANES, CacheConfig(capacity_tokens=tokens),
                       EngineConfig(max_seq_len=1024))
 
 

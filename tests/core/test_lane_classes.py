@@ -23,7 +23,7 @@ LANES = ["paged:16", "paged:16:prefix", "paged:1"] + [
 
 def _sim(w: Workload, lane: str, tokens: int, **eng) -> Simulation:
     eng = {"max_seq_len": 512, **eng}
-    return Simulation(w, [LaneSpec.parse(lane)], CacheConfig(16, capacity_tokens=tokens),
+    return Simulation(w, [LaneSpec.parse(lane)], CacheConfig(capacity_tokens=tokens),
                       EngineConfig(**eng))
 
 

@@ -22,7 +22,7 @@ def _sim(lanes, tokens, n=80, rate=float("inf"), **eng) -> Simulation:
     w = generate(WorkloadConfig("sharegpt-like", num_requests=n, rate=rate, max_seq_len=1024,
                                 seed=3))
     return Simulation(w, [LaneSpec.parse(x) for x in lanes],
-                      CacheConfig(16, capacity_tokens=tokens),
+                      CacheConfig(capacity_tokens=tokens),
                       EngineConfig(max_seq_len=1024, **eng))
 
 

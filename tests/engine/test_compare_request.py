@@ -8,7 +8,6 @@ from kvviz.config import CacheConfig, LaneSpec
 from kvviz.engine import Simulation
 from kvviz.engine import compare as cmp
 from kvviz.errors import TraceError
-from kvviz.workload import MAX_TRACE_ROWS
 
 LANES = ("contiguous:first-fit:max", "paged:16")
 SMALL = cmp.SyntheticWorkload("sharegpt-like", num_requests=60, rate=30.0, seed=4)
@@ -80,7 +79,7 @@ def test_bad_uploads_name_line_and_field(name, data, words) -> None:
 def test_upload_size_and_row_caps() -> None:
     with pytest.raises(TraceError, match="over the 0 MB limit"):
         cmp.read_upload_info("t.csv", GOOD, max_bytes=10)
-    rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (MAX_TRACE_ROWS + 2)
+    rows = b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * (cmp.MAX_UPLOAD_ROWS + 2)
     with pytest.raises(TraceError, match="more than"):
         cmp.read_upload_info("t.csv", rows)
 

@@ -29,7 +29,7 @@ def _one_error(capsys, argv: list[str]) -> str:
     (["simulate", "--lane", "paged:99999999999999"], "block_size"),
     (["simulate", "--lane", "contiguous", "--capacity-tokens", "268435456"], "cells of 1"),
     (["simulate", "--lane", "paged:1", "--capacity-tokens", "1073741824"], "larger blocks"),
-    (["collect", "--capacity-tokens", "1073741824"], "contiguous:first-fit:max"),
+    (["collect", "--capacity-tokens", "1073741824"], "contiguous:first-fit:pow2"),
     (["collect", "--blockmap-budget-mb", "inf"], "--blockmap-budget-mb"),
     (["collect", "--duration", "nan"], "--duration"),
     (["collect", "--metrics-port", "70000"], "--metrics-port"),

@@ -1,23 +1,18 @@
 """The same flag means the same thing in every command: one type and range, one bare-flag value,
-one set of choices, and one default, except where a command's default differs on purpose and
-its --help says why (DIFFERS)."""
+one set of choices, one default and one --help text."""
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import pytest
 
 from kvviz.cli import COMMANDS, build_parser
-from kvviz.collector_config import DEFAULT_LANES, DEFAULTS
+from kvviz.collector_config import DEFAULTS
 from kvviz.collector_flags import settings_of
+from kvviz.commands.simulate import lanes_from_args
+from kvviz.config import DEFAULT_LANES
 
-# flag -> {command: default}: defaults that differ on purpose, each reason stated in --help
-DIFFERS = {"--rate": {"simulate": math.inf, "collect": 2.0},
-           "--capacity-tokens": {"simulate": 1 << 20, "collect": 16384},
-           "--model": {"simulate": "llama-3-8b", "collect": None},
-           "--lane": {"simulate": None, "collect": DEFAULT_LANES}}
 TEXT_TYPES = (None, str, Path)  # a flag's text kept as it is (a path, a name)
 
 
@@ -39,8 +34,13 @@ SHARED = {s: d for s, d in _flags().items() if len(d) > 1}
 
 
 def _default(cmd: str, a: argparse.Action) -> object:
-    """What the command uses when the flag is not given (collect's are CollectorConfig's)."""
-    return DEFAULTS[a.dest] if a.default == argparse.SUPPRESS and cmd == "collect" else a.default
+    """What the command uses when the flag is not given (collect's are CollectorConfig's;
+    simulate's lanes are lanes_from_args's)."""
+    if cmd == "collect" and a.default == argparse.SUPPRESS:
+        return DEFAULTS[a.dest]
+    if cmd == "simulate" and a.dest == "lane":
+        return tuple(lanes_from_args(_parser("simulate").parse_args([])))
+    return a.default
 
 
 @pytest.mark.parametrize("flag", sorted(SHARED))
@@ -53,16 +53,36 @@ def test_a_shared_flag_parses_the_same_way_everywhere(flag: str) -> None:
 
 @pytest.mark.parametrize("flag", sorted(s for s, d in SHARED.items() if {"simulate", "collect"}
                                         <= set(d)))
-def test_simulate_and_collect_share_a_default_or_say_why_not(flag: str) -> None:
-    acts = SHARED[flag]
-    got = {cmd: _default(cmd, acts[cmd]) for cmd in ("simulate", "collect")}
-    if flag in DIFFERS:
-        assert got == DIFFERS[flag]
-        for cmd, a in acts.items():  # the help gives the default and its reason
-            why = a.help.partition("default")[2]
-            assert why and ":" in why[:60], f"{cmd} {flag}: --help gives no reason: {a.help}"
-    else:
-        assert got["simulate"] == got["collect"], f"{flag}: defaults differ: {got}"
+def test_simulate_and_collect_share_every_default(flag: str) -> None:
+    got = {cmd: _default(cmd, SHARED[flag][cmd]) for cmd in ("simulate", "collect")}
+    assert got["simulate"] == got["collect"], f"{flag}: defaults differ: {got}"
+
+
+@pytest.mark.parametrize("flag", ["--rate", "--capacity-tokens", "--model", "--lane"])
+def test_the_demo_flags_have_one_help_text(flag: str) -> None:
+    helps = {cmd: a.help for cmd, a in SHARED[flag].items()}
+    assert len(set(helps.values())) == 1, f"{flag}: --help differs: {helps}"
+
+
+def test_the_shared_defaults_are_the_live_demos() -> None:
+    sim = _parser("simulate").parse_args([])
+    assert (sim.rate, sim.capacity_tokens, sim.model) == (3.0, 16384, None)
+    assert [s.label for s in lanes_from_args(sim)] == [
+        "contiguous:first-fit:pow2", "contiguous:first-fit:max", "paged:16"]
+    assert tuple(lanes_from_args(sim)) == DEFAULT_LANES
+
+
+def test_one_lane_flags_replace_the_default_lanes() -> None:
+    def lanes(*argv: str) -> list[str]:
+        return [s.label for s in lanes_from_args(_parser("simulate").parse_args(list(argv)))]
+
+    assert lanes("--block-size", "32") == ["paged:32"]
+    assert lanes("--allocator", "paged") == ["paged:16"]
+    assert lanes("--enable-prefix-caching") == ["paged:16:prefix"]
+    assert lanes("--reserve", "pow2") == ["contiguous:first-fit:pow2"]
+    assert lanes("--allocator", "contiguous", "--placement", "buddy") == [
+        "contiguous:buddy:max"]
+    assert lanes("--lane", "paged:8", "--block-size", "32") == ["paged:8"]
 
 
 def test_prefix_sharing_is_the_same_share_in_simulate_and_collect() -> None:

@@ -21,7 +21,7 @@ def make_sim(lanes=LANES, capacity: int = 16384, requests: int = 400, rate: floa
 
 
 def meta_for(sim: Simulation, mode: str = "sim") -> dict:
-    cap = sim.cache.tokens
+    cap = sim.cache.capacity_tokens
     return {"mode": mode, "device": "cpu", "model": {"name": sim.cache.model.name},
             "cache": {"capacity_tokens": cap}, "workload": {}, "engine": {},
             "lanes": [{"name": ln.name, "label": ln.spec.label, "allocator": ln.spec.allocator,

@@ -52,7 +52,7 @@ LANES_512 = ["paged:16:prefix", "paged:512:prefix", "paged:768:prefix", "paged:1
 
 
 def simulation(w, capacity: int, lanes=tuple(LANES)) -> Simulation:
-    cache = CacheConfig(block_size=16, capacity_tokens=capacity, model=model_preset("tiny-cpu"))
+    cache = CacheConfig(capacity_tokens=capacity, model=model_preset("tiny-cpu"))
     return Simulation(w, [LaneSpec.parse(x) for x in lanes], cache,
                       EngineConfig(max_seq_len=int(w.final_len.max()), max_num_seqs=8))
 

@@ -48,7 +48,7 @@ def test_contiguous_allocators_take_no_prefix_and_never_share():
 
 
 def run(w, lanes, capacity=20_000) -> list[dict]:
-    cache = CacheConfig(block_size=16, capacity_tokens=capacity, model=model_preset("tiny-cpu"))
+    cache = CacheConfig(capacity_tokens=capacity, model=model_preset("tiny-cpu"))
     rows = Simulation(w, [LaneSpec.parse(x) for x in lanes], cache,
                       EngineConfig(max_seq_len=int(w.final_len.max()))).run()
     for r in rows:
@@ -117,7 +117,7 @@ def test_a_batch_emptied_by_preemption_resumes_instead_of_stalling():
     w = Workload(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                  np.array([r[2] for r in rows]), np.full(len(rows), -1), chain_ptr=ptr,
                  chain_ids=np.array(ids), chain_block=8)
-    cache = CacheConfig(block_size=16, capacity_tokens=128, model=model_preset("tiny-cpu"))
+    cache = CacheConfig(capacity_tokens=128, model=model_preset("tiny-cpu"))
     sim = Simulation(w, [LaneSpec.parse("paged:4:prefix"), LaneSpec.parse("paged:8:prefix")],
                      cache, EngineConfig(max_seq_len=int(w.final_len.max()), max_num_seqs=8))
     rows_out = sim.run(max_steps=5000)
