@@ -35,12 +35,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from kvviz.node.kvevents import replay as replay_wire
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode, pieces
-from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
+from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from here too
     SubscriberConfig,
-    check_endpoint,
     check_fd_limit,
     endpoint_for_rank,
-    why_not_connected,
 )
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
