@@ -112,3 +112,12 @@ def test_the_frame_cap_cannot_be_raised_past_the_ceiling(tmp_path, mb):
     assert res.code == 2 and "--max-message-mb" in res.err and not (tmp_path / "e.db").exists()
     with pytest.raises(ValueError, match="--max-message-mb"):
         SubscriberConfig(("tcp://127.0.0.1:1",), max_message_bytes=int(float(mb) * MB))
+
+
+def test_many_streams_say_that_their_frame_cap_was_lowered(tmp_path):
+    argv = ["events", "tcp://127.0.0.1:5999", "--dp-ranks", "100", "--duration", "0.5",
+            "--quiet", "--out", str(tmp_path / "e.db")]
+    res = run_cli(argv)
+    check_property("events", argv, res)
+    assert res.code == 0, res.err
+    assert "100 streams share the 256 MB receive budget: a frame over 0.64 MB" in res.err

@@ -87,7 +87,7 @@ class Subscriber:
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
         n = len(cfg.endpoints) * cfg.dp_ranks
-        self._hwm, self._frame = queue_bounds(n, cfg.max_message_bytes)
+        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes)
         try:
             check_fd_limit(n)
             self.ctx.set(zmq.MAX_SOCKETS, max(1024, 3 * n + 64))
@@ -103,7 +103,7 @@ class Subscriber:
         sock = self.ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, self._hwm)
-        sock.setsockopt(zmq.MAXMSGSIZE, self._frame)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.frame_bytes)
         try:
             mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         except zmq.ZMQError as exc:
@@ -164,7 +164,7 @@ class Subscriber:
                 if st.connected:
                     st.disconnects += 1
                     st.last_error = (f"the connection dropped (a frame over "
-                                     f"{self._frame} bytes, or the publisher went away)")
+                                     f"{self.frame_bytes} bytes, or the publisher went away)")
                 st.connected = False
 
     def handle(self, st: Stream, frames: list[bytes]) -> None:
@@ -287,7 +287,7 @@ class Subscriber:
 
         t_start = time.monotonic()
         res = replay_wire.fetch(
-            self.ctx, st.replay, first, last, frame_bytes=self._frame, topic=self._topic,
+            self.ctx, st.replay, first, last, frame_bytes=self.frame_bytes, topic=self._topic,
             timeout_s=self.cfg.replay_timeout_s if timeout_s is None else timeout_s,
             should_stop=self.should_stop, take=take)
         if not res.ok:
