@@ -3,7 +3,8 @@
 Property: a report or one clear error (verify: a Report or Unreadable, exit 0/1/2; info and
 export: exit 0 or 2 with one `error:` line), never a traceback, within a memory bound (traced
 peak under 256 MiB for the verifier, however much a bomb or a count declares) and an alarm
-that catches a hang. Times are in docs/BENCHMARKS.md, not asserted here.
+at 10x the verifier's ~2 s target that catches a hang.
+Times are in docs/BENCHMARKS.md, not asserted more tightly here.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from kvviz.verify.__main__ import main as verify_main
 from tests.fuzz import crafted
 
 MEMORY = 256 << 20
-HANG_S = 60
+HANG_S = 20  # 10x the ~2 s target (docs/BENCHMARKS.md has the times): a bound, not a timing
 
 
 @pytest.fixture(scope="module")
