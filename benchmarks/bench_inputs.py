@@ -22,7 +22,8 @@ traces: synthetic files in the published layouts (Azure CSV with 7-digit fractio
   timestamps, BurstGPT CSV, kvviz CSV, Mooncake JSONL) read with `kvviz.traces.read_trace`;
   the best wall and CPU time of --repeats reads. Target: >= 1M rows/s for the CSV formats.
 floods: `kvviz events` recording a hostile node (benchmarks/floods.py: floods, 100 MB
-  batches, 50 MB topic frames, replay sockets that flood, stall or send 50 MB answers), sent
+  batches, 16 MB batches that decode into the most objects or only generically, 50 MB topic
+  frames, replay sockets that flood, stall or send 50 MB answers), sent
   SIGTERM --seconds after its recording exists: its peak RSS and the time from SIGTERM to
   exit. Targets: peak RSS under 1 GB, exit within 1 s of SIGTERM. Without --json: the table
   of docs/RELIABILITY.md.

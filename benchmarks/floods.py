@@ -25,8 +25,10 @@ CASES = {
         "flood", "flood", {"flood_events": 1000}, []),
     "valid 100 MB batches (default --max-message-mb 16)": (
         "big-batch", "none", {"big_bytes": 100 * MB}, []),
-    "valid 100 MB batches with --max-message-mb 128 (the cap raised)": (
-        "big-batch", "none", {"big_bytes": 100 * MB}, ["--max-message-mb", "128"]),
+    "valid 16 MB batches of 2-byte hashes (the typed decoder's worst, at the cap)": (
+        "worst-batch", "none", {"big_bytes": 16 * MB - 1024}, []),
+    "16 MB batches of empty arrays (outside the typed layouts, at the cap)": (
+        "generic-bomb", "none", {"big_bytes": 16 * MB - 1024}, []),
     "50 MB topic frames": ("big-topic", "none", {"big_bytes": 50 * MB}, []),
     "a gap on every message, ROUTER answers 50 MB frames forever": (
         "gaps", "big", {"big_bytes": 50 * MB}, []),

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from kvviz import limits as at
 from kvviz.errors import KvvizError
+from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB as MAX_MB
 from kvviz.safeio import printable
 
 HELP = "record the KV-cache event streams (ZeroMQ) of vLLM / SGLang / TensorRT-LLM nodes"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
 COMMIT_S = 0.5
-MAX_MESSAGE_MB = at.float_range(0.001, 1024.0)
+MAX_MESSAGE_MB = at.float_range(0.001, float(MAX_MB))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,9 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help="recording to create (default runs/events-<UTC time>.db; never overwritten)")
     a("--duration", type=at.SECONDS, default=None, metavar="S",
       help=at.rng("stop after S seconds (default: until Ctrl-C / SIGTERM)", at.SECONDS))
-    a("--max-message-mb", type=MAX_MESSAGE_MB, default=16.0, metavar="MB", help=at.rng(
-      "a message frame larger than this drops the connection before it is buffered "
-      "(default 16; it bounds memory, docs/RELIABILITY.md)", MAX_MESSAGE_MB))
+    a("--max-message-mb", type=MAX_MESSAGE_MB, default=float(MAX_MB), metavar="MB",
+      help=at.rng(f"a message frame larger than this drops the connection before it is "
+                  f"buffered (default and most {MAX_MB}; many streams share a 256 MB receive "
+                  "budget, which may lower it). It bounds memory: the process stays under "
+                  "1 GB whatever the publishers send (docs/RELIABILITY.md)", MAX_MESSAGE_MB))
     a("--json", action="store_true", help="print one JSON object per stream when stopping")
     a("--quiet", action="store_true", help="no per-second status line")
 
@@ -90,6 +93,11 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
     try:
         kv = KvEventWriter(writer.conn)
         sub = Subscriber(cfg, kv)
+        if sub.frame_bytes < cfg.max_message_bytes:
+            print(f"kvviz events: warning: {len(sub.streams)} streams share the 256 MB receive "
+                  f"budget: a frame over {sub.frame_bytes / 2**20:.2f} MB drops its connection "
+                  f"(--max-message-mb {args.max_message_mb:g} lowered)", file=sys.stderr,
+                  flush=True)
         sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)
     except ValueError as exc:  # a stream that cannot be set up: one line, the run closed

@@ -126,15 +126,18 @@ def _say(rep: Report, text: str) -> None:
 
 def _typed(db: sqlite3.Connection, rep: Report, table: str, lane: str) -> dict:
     """sample_id -> row of `table` for `lane` without its blobs (read one map at a time by
-    _full), rows that do not fit FORMAT.md left out."""
+    _full), their stored lengths under "stored"; rows that do not fit FORMAT.md left out.
+    SQLite tells a blob's type and length without reading it."""
     out = {}
     have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    names = [c for c in have if c in decode.BLOB_COLUMNS]
     cols = [c for c in have if c not in decode.BLOB_COLUMNS]
-    blobs = [f"typeof({c}) AS {c}" for c in have if c in decode.BLOB_COLUMNS]
+    blobs = [f"typeof({c}) AS {c}, length({c}) AS {c}__bytes" for c in names]
     sql = f"SELECT {', '.join(cols + blobs)} FROM {table} WHERE lane = ?"
     for r in engine_events.table_rows(db, sql, (lane,)):
+        r["stored"] = {c: r.pop(f"{c}__bytes") for c in names}
         shape = {c: (b"" if r[c] == "blob" else None if r[c] == "null" else r[c])
-                 for c in have if c in decode.BLOB_COLUMNS}
+                 for c in names}
         bad = rows.problem(table, {**r, **shape})
         if bad is None and table == "blockmaps":
             bad = rows.map_bounds(r)
@@ -145,8 +148,10 @@ def _typed(db: sqlite3.Connection, rep: Report, table: str, lane: str) -> dict:
     return out
 
 
-def _full(db: sqlite3.Connection, table: str, row: dict) -> dict:
-    """The row with its blobs (one map's worth of memory)."""
+def _full(db: sqlite3.Connection, table: str, row: dict, cap: int) -> dict:
+    """The row with its blobs (one map's worth of memory); Undecodable, before a byte of them
+    is read, when one is stored in more bytes than a blob inflating to `cap` may take."""
+    decode.check_stored(row["stored"], cap)
     return next(engine_events.table_rows(db, f"SELECT * FROM {table} WHERE sample_id = ? "
                                          "LIMIT 1", (row["sample_id"],)))
 
@@ -206,9 +211,7 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
                      meta["capacity_tokens"])
         row = maps.pop(s["sample_id"], None)
         if row is not None:
-            tab = tabs.get(s["sample_id"])
-            _map(rep, where, s, _full(db, "blockmaps", row),
-                 replay, None if tab is None else _full(db, "block_tables", tab))
+            _map(rep, where, s, db, row, replay, tabs.get(s["sample_id"]))
     for sid in maps:
         rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
     if k < len(events):  # written with a sample, an event never is past its lane's last one
@@ -235,14 +238,18 @@ def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple)
         rep.same(where, "tokens_per_s", s["tokens_per_s"], want)
 
 
-def _map(rep: Report, where: str, s: dict, row: dict, replay: LaneReplay,
-         tab: dict | None) -> None:
+def _map(rep: Report, where: str, s: dict, db: sqlite3.Connection, row: dict,
+         replay: LaneReplay, tab: dict | None) -> None:
+    """Check one block map (and its block tables) against the sample and the replay; `row`
+    and `tab` are _typed rows, their blobs read here when their lengths fit."""
     rep.same(where, "map t/step", (row["t"], row["step"]), (s["t"], s["step"]))
     try:
-        m = decode.block_map(row)
+        m = decode.block_map(_full(db, "blockmaps", row,
+                                   decode.blob_cap(row["num_blocks"], row["runs"])))
         if tab is not None:
             cap = 8 * (int(m.planes["refcount"].sum()) + m.num_blocks) + 65536
-            m = m._replace(tables=decode.block_tables(tab, cap))
+            m = m._replace(tables=decode.block_tables(_full(db, "block_tables", tab, cap),
+                                                      cap))
     except decode.Undecodable as exc:
         rep.bad(where, f"block map does not decode: {exc}")
         return

@@ -17,6 +17,8 @@ TABLES = ("table_len", "table_blocks")  # paged block tables (table block_tables
 BLOB_COLUMNS = ("lengths", *PLANES, *FINALS, *TABLES)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 CHUNK_FIELDS = ("event_id", "t", "step", "seq_id", "need_tokens", "free_tokens")
+STORED_PER, STORED_PLUS = 64, 1024  # stored_cap: 1/64 more than the inflated bound, + 1 KiB
+MAX_STREAMS = 16  # zlib streams in one blob: two arrays (runs mode) of 8 byte planes each
 
 
 class Undecodable(ValueError):
@@ -34,13 +36,33 @@ class Map(NamedTuple):
     tables: dict  # TABLES name -> np.ndarray (empty: the map has no block_tables row)
 
 
+def stored_cap(cap: int) -> int:
+    """The most bytes a blob inflating to at most `cap` is stored in (docs/FORMAT.md, "Bounds":
+    deflate adds a few bytes per 16 KiB block and per stream, far under this)."""
+    return cap + cap // STORED_PER + STORED_PLUS
+
+
+def check_stored(sizes: dict, cap: int) -> None:
+    """Undecodable when a blob (name -> its stored length, None for NULL) takes more bytes than
+    one inflating to at most `cap` may: refused from its length alone, before it is read."""
+    for name, size in sizes.items():
+        if isinstance(size, int) and size > stored_cap(cap):
+            raise Undecodable(f"{name} is stored in {size} bytes, more than the "
+                              f"{stored_cap(cap)} a blob inflating to at most {cap} takes")
+
+
 def zlib_streams(blob: bytes, cap: int) -> bytes:
-    """The documented blob: one or more complete zlib streams back to back, joined. Inflating
-    stops past `cap` bytes (a bomb costs at most that much memory)."""
+    """The documented blob: one to MAX_STREAMS complete zlib streams back to back, joined.
+    Inflating stops past `cap` bytes (a bomb costs at most that much memory)."""
     if not isinstance(blob, bytes):
         raise Undecodable(f"expected a BLOB, got {type(blob).__name__}")
+    if len(blob) > stored_cap(cap):
+        raise Undecodable(f"stored in {len(blob)} bytes, more than the {stored_cap(cap)} a "
+                          f"blob inflating to at most {cap} takes")
     out, rest, total = [], blob, 0
     while True:
+        if len(out) == MAX_STREAMS:
+            raise Undecodable(f"more than {MAX_STREAMS} zlib streams in one blob")
         d = zlib.decompressobj()
         try:
             part = d.decompress(rest, cap - total + 1)
@@ -134,6 +156,7 @@ def _v2_plane(name: str, blob: bytes, spec: dict, mode: str, n: int, runs: int,
 def _v1_array(blob: bytes, spec: dict, cap: int) -> np.ndarray:
     if not isinstance(blob, bytes):
         raise Undecodable(f"expected a BLOB, got {type(blob).__name__}")
+    check_stored({"blob": len(blob)}, cap)
     d = zlib.decompressobj()
     try:
         raw = d.decompress(blob, cap + 1)
@@ -227,6 +250,7 @@ def event_chunk(n: int, encoding: str, data: bytes) -> dict[str, np.ndarray]:
         raise Undecodable(f"unknown event chunk encoding {encoding!r}")
     if not isinstance(data, bytes):
         raise Undecodable(f"event chunk data is {type(data).__name__}, not a BLOB")
+    check_stored({"event chunk data": len(data)}, 48 * n)
     d = zlib.decompressobj()
     try:
         raw = d.decompress(data, 48 * n + 1)  # at most one byte past what n events take

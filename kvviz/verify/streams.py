@@ -11,6 +11,8 @@ import json
 import sqlite3
 import zlib
 
+from kvviz.verify import decode
+
 NODE_STATUSES = ("ok", "unreachable", "timeout", "garbled")
 RAW_CAP = 64 << 20  # bytes one scrape's series may inflate to
 NUM = "typeof({c}) IN ('integer', 'real')"
@@ -111,10 +113,14 @@ def node_samples(db: sqlite3.Connection, rep, have: set[str]) -> dict:
     if back:
         rep.bad("node_samples", f"t goes back {back} times in row order")
     if "raw_zlib" in cols:
-        for rowid, blob in db.execute("SELECT rowid, raw_zlib FROM node_samples "
-                                      "WHERE raw_zlib IS NOT NULL"):
+        for rowid, blob, size in db.execute(  # a blob read only when its length fits
+                "SELECT rowid, CASE WHEN length(raw_zlib) <= ? THEN raw_zlib END, "
+                "length(raw_zlib) FROM node_samples WHERE raw_zlib IS NOT NULL",
+                (decode.stored_cap(RAW_CAP),)):
             rep.checks += 1
-            why = _series(blob)
+            why = _series(blob) if blob is not None else (
+                f"is stored in {size} bytes, more than the {decode.stored_cap(RAW_CAP)} a "
+                "blob inflating to at most 64 MiB takes")
             if why:
                 rep.bad(f"node_samples row {rowid}", f"raw_zlib {why}")
     return {"node_samples": int(n), "node_samples_ok": int(ok),
@@ -126,7 +132,10 @@ def _series(blob: object) -> str | None:
         return f"is {type(blob).__name__}, not a blob"
     d = zlib.decompressobj()
     try:
-        raw = d.decompress(blob, RAW_CAP + 1)
+        head = d.decompress(blob, 4096)  # an object's first bytes: "{", after any blanks
+        if head.strip(b" \t\r\n")[:1] not in (b"{", b""):
+            return "is not a JSON object"
+        raw = head + d.decompress(d.unconsumed_tail, RAW_CAP + 1 - len(head))
     except zlib.error as exc:
         return f"is not zlib data ({exc})"
     if len(raw) > RAW_CAP or not d.eof:

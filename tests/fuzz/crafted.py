@@ -46,9 +46,13 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 def bomb(gib: int = 1) -> bytes:
     """zlib of `gib` GiB of zeros (about 1 MB per GiB), built a MiB at a time."""
+    return bomb_mib(gib << 10)
+
+
+def bomb_mib(mib: int) -> bytes:
     z = zlib.compressobj(9)
     zero = bytes(1 << 20)
-    return b"".join(z.compress(zero) for _ in range(gib << 10)) + z.flush()
+    return b"".join(z.compress(zero) for _ in range(mib)) + z.flush()
 
 
 def engine_run(path: Path) -> Path:
@@ -183,9 +187,13 @@ def named(big_bomb: bytes) -> dict:
         "sample lane blob": "UPDATE samples SET lane = x'00ff' WHERE sample_id = 3",
         "empty run": "DELETE FROM run",
     }
+    small = bomb_mib(16)  # ~16 KB: within every blob's stored bound, inflating far past it
+    empty = zlib.compress(b"") * 17  # one zlib stream more than a blob may hold
     for table, cols in BLOBS.items():
         cases[f"bomb {table}"] = set_blobs(table, cols, big_bomb)
         cases[f"multi-stream bomb {table}"] = set_blobs(table, cols, multi)
+        cases[f"small bomb {table}"] = set_blobs(table, cols, small)
+        cases[f"17 streams {table}"] = set_blobs(table, cols, empty)
     for table, cols in TABLES.items():
         for col in cols:
             if table != "run":

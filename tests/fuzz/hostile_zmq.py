@@ -24,7 +24,7 @@ import zmq
 
 ROOT = Path(__file__).resolve().parents[2]
 PUB_KINDS = ("silent", "garbage", "deep-array", "deep-map", "gaps", "flood", "big-topic",
-             "big-batch", "valid")
+             "big-batch", "worst-batch", "generic-bomb", "valid")
 ROUTER_KINDS = ("none", "silent", "flood", "big", "garbage", "valid")
 END = (-1).to_bytes(8, "big", signed=True)
 
@@ -76,6 +76,26 @@ def big_batch(nbytes: int) -> bytes:
     return head[:cut] + b"\xdd" + n.to_bytes(4, "big") + b"\x01" * n + head[cut + 1:]
 
 
+def worst_batch(nbytes: int) -> bytes:
+    """A valid batch of about `nbytes` that decodes into the most Python objects per byte:
+    one BlockRemoved of 2-byte bytes hashes (4 bytes each on the wire, ~43 in Python)."""
+    k = max(1, (nbytes - 40) // 4)
+    ev = b"\x92\xacBlockRemoved\xdd" + k.to_bytes(4, "big") + b"\xc4\x02ab" * k
+    return _envelope(ev, 1)
+
+
+def generic_bomb(nbytes: int) -> bytes:
+    """A batch of `nbytes` empty arrays as events: outside the typed layouts, and ~260 bytes
+    of Python objects per byte through a generic msgpack decoder."""
+    return _envelope(b"\x90" * nbytes, nbytes)
+
+
+def _envelope(events: bytes, count: int) -> bytes:
+    """[ts, events (array32 of `count`), dp rank 0] around already encoded events."""
+    return (b"\x93\xcb" + msgspec.msgpack.encode(1.0)[1:] + b"\xdd" + count.to_bytes(4, "big")
+            + events + b"\x00")
+
+
 class HostileNode:
     def __init__(self, pub: str, router: str = "none", *, big_bytes: int = 20 << 20,
                  flood_events: int = 100) -> None:
@@ -113,7 +133,8 @@ class HostileNode:
     def _publish(self) -> None:
         rng = random.Random(0)
         kind, i = self.pub_kind, 0
-        big = big_batch(self.big_bytes) if kind == "big-batch" else b""
+        big = {"big-batch": big_batch, "worst-batch": worst_batch,
+               "generic-bomb": generic_bomb}.get(kind, lambda _n: b"")(self.big_bytes)
         topic = b"t" * self.big_bytes if kind == "big-topic" else b""
         while not self.stop.is_set():
             if kind == "silent":
@@ -134,7 +155,7 @@ class HostileNode:
                 continue  # no pause
             elif kind == "big-topic":
                 self._send([topic, seq_bytes(i), batch(i)])
-            elif kind == "big-batch":
+            elif kind in ("big-batch", "worst-batch", "generic-bomb"):
                 self._send([b"", seq_bytes(i), big])
             else:  # valid
                 self._send([b"", seq_bytes(i), batch(i)])

@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 from kvviz.node.kvevents import model as model_mod
 from kvviz.node.kvevents import store as store_mod
 from kvviz.node.kvevents.decode import MAX_DEPTH, Undecodable, decode
+from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import (
     RECEIVE_BUDGET,
     Subscriber,
     SubscriberConfig,
-    rcv_hwm,
+    queue_bounds,
 )
 from tests.fuzz.hostile_zmq import batch, deep, seq_bytes
 
@@ -43,15 +44,24 @@ def test_a_deep_payload_is_undecodable_never_a_recursion_error(form, depth):
         decode(deep(depth, form))
 
 
-def test_deep_extra_keys_on_the_fast_path_are_undecodable():
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 1000, 100_000])
+def test_deep_extra_keys_are_skipped_unread_never_a_recursion_error(depth):
+    """extra_keys is not read (msgspec skips it as Raw): a deep one costs nothing; past
+    msgspec's own recursion limit the batch is Undecodable."""
     nested: list = [1]
-    for _ in range(MAX_DEPTH):
+    for _ in range(depth):
         nested = [nested]
-    p = msgspec.msgpack.encode([1.0, [{"type": "BlockStored", "block_hashes": [1],
-                                       "parent_block_hash": None, "token_ids": [1] * 16,
-                                       "block_size": 16, "extra_keys": nested}]])
-    with pytest.raises(Undecodable):
-        decode(p)
+    ev = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+          "token_ids": [1] * 16, "block_size": 16}
+    p = msgspec.msgpack.encode([1.0, [{**ev, "extra_keys": None}]])
+    cut = p.rindex(b"\xc0")  # extra_keys: None -> `depth` nested one-element arrays
+    p = p[:cut] + b"\x91" * depth + b"\x01" + p[cut + 1:]
+    try:
+        b = decode(p)
+    except Undecodable as exc:
+        assert "nested deeper" in str(exc)
+    else:
+        assert [e.hashes for e in b.events] == [[1]]
     assert decode(batch(3)).events  # a normal batch still takes the fast path
 
 
@@ -142,13 +152,25 @@ def test_a_replay_wait_ends_when_should_stop_says_so(tmp_path):
         ctx.destroy(linger=0)
 
 
-def test_the_receive_queues_fit_the_budget():
-    for streams in (1, 2, 8, 32):
-        for mb in (1, 16, 64):
-            hwm = rcv_hwm(streams, mb << 20)
-            assert 2 <= hwm <= 1000
-            if hwm > 2:  # the floor of 2 is what many streams with big frames get
-                assert streams * hwm * 2 * (mb << 20) <= RECEIVE_BUDGET
+@given(streams=st.integers(1, 65536), cap=st.integers(1024, MAX_MESSAGE_MB << 20))
+def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap):
+    """Each socket's HWM of messages plus the one being received, two frames each."""
+    hwm, frame = queue_bounds(streams, cap)
+    assert 1 <= hwm <= 1000 and 1024 <= frame <= cap
+    assert streams * (hwm + 1) * 2 * frame <= RECEIVE_BUDGET
+    if streams * 4 * cap <= RECEIVE_BUDGET:
+        assert frame == cap  # lowered only when the streams would not fit
+
+
+def test_the_sockets_take_the_lowered_frame_cap(tmp_path):
+    sub, _ = _sub_many(tmp_path, 64)
+    try:
+        hwm, frame = queue_bounds(64, 16 << 20)
+        assert frame < 16 << 20
+        assert {(s.sock.getsockopt(zmq.MAXMSGSIZE), s.sock.getsockopt(zmq.RCVHWM))
+                for s in sub.streams} == {(frame, hwm)}
+    finally:
+        sub.close()
 
 
 def test_the_model_stops_growing_at_its_cap(monkeypatch):

@@ -36,8 +36,13 @@ CASES = [  # (publisher, replay router, what the recording must hold)
     ("flood", "none", "batches"),
     ("big-topic", "none", "nothing"),
     ("big-batch", "none", "nothing"),
+    ("worst-batch", "none", "batches"),
+    ("generic-bomb", "none", "undecodable"),
     ("valid", "valid", "batches"),
 ]
+# batches just under the default --max-message-mb: what it lets through, at its worst
+JUST_UNDER = (16 << 20) - (1 << 10)
+OPTS = {"worst-batch": {"big_bytes": JUST_UNDER}, "generic-bomb": {"big_bytes": JUST_UNDER}}
 
 
 def _argv(node: HostileNode, out: Path, duration: float | None) -> list[str]:
@@ -84,7 +89,7 @@ def out_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("pub,router,holds", CASES, ids=[f"{p}/{r}" for p, r, _ in CASES])
 def test_duration_is_kept_and_what_arrived_is_recorded(out_dir, pub, router, holds):
-    node = HostileNode(pub, router)
+    node = HostileNode(pub, router, **OPTS.get(pub, {}))
     out = out_dir / "e.db"
     try:
         res = run_events(_argv(node, out, DURATION_S), limit_s=60)
@@ -105,12 +110,12 @@ def test_duration_is_kept_and_what_arrived_is_recorded(out_dir, pub, router, hol
 
 
 SIGTERM_CASES = [("gaps", "silent"), ("gaps", "flood"), ("gaps", "big"), ("flood", "none"),
-                 ("big-batch", "none")]
+                 ("big-batch", "none"), ("worst-batch", "none"), ("generic-bomb", "none")]
 
 
 @pytest.mark.parametrize("pub,router", SIGTERM_CASES, ids=[f"{p}/{r}" for p, r in SIGTERM_CASES])
 def test_sigterm_is_honoured_whatever_the_sockets_do(out_dir, pub, router):
-    node = HostileNode(pub, router)
+    node = HostileNode(pub, router, **OPTS.get(pub, {}))
     out = out_dir / "e.db"
     try:
         res = run_events(_argv(node, out, None), signal_after_s=1.0, limit_s=60, ready=out)

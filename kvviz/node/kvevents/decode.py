@@ -15,6 +15,13 @@ An event with an unknown tag or a malformed body becomes an UNKNOWN event holdin
 object; a payload that is not an EventBatch raises Undecodable. Never anything else: a
 payload nested deeper than MAX_DEPTH levels (a real batch has 5 or 6) is Undecodable too,
 whether the decoder's own recursion limit or the depth check below stops it.
+
+Memory: the typed path (msgspec Structs, the four well-formed layouts) builds at most about
+DECODED_PER_BYTE times the payload in Python objects (2-byte hashes are the worst case;
+`extra_keys`, which kvviz does not read, stays undecoded); the generic path, which may build
+~260 bytes per payload byte (a msgpack empty array is one byte, a Python list 56), reads only
+payloads of at most GENERIC_MAX_BYTES. A larger payload outside the typed layouts is
+Undecodable.
 """
 from __future__ import annotations
 
@@ -27,6 +34,14 @@ KIND_NAMES = ("BlockStored", "BlockRemoved", "AllBlocksCleared", "unknown")
 _TAGS = {"BlockStored": STORED, "BlockRemoved": REMOVED, "AllBlocksCleared": CLEARED}
 _decoder = msgspec.msgpack.Decoder()
 MAX_DEPTH = 32  # containers inside containers; an EventBatch with extra_keys is ~6 deep
+GENERIC_MAX_BYTES = 256 << 10  # payloads the generic decoder reads (at most ~75 MB of objects)
+DECODED_PER_BYTE = 16  # the typed path's Python objects per payload byte, at most (14 seen)
+GENERIC_PER_BYTE = 300  # the generic decoder's, at most (~260 seen: empty arrays)
+
+
+def decoded_bound(nbytes: int) -> int:
+    """The most bytes of Python objects decode() builds for a payload of `nbytes`."""
+    return DECODED_PER_BYTE * nbytes + GENERIC_PER_BYTE * min(nbytes, GENERIC_MAX_BYTES)
 
 
 class Undecodable(ValueError):
@@ -140,7 +155,8 @@ def _typed(array: bool) -> tuple:
     stored = msgspec.defstruct("Stored", [
         ("hashes", list[_H], []), ("parent", opt_h, None), ("token_ids", list[int] | None, None),
         ("block_size", int, 0), ("lora_id", int | None, None), ("medium", str | None, None),
-        ("lora_name", str | None, None), ("extra_keys", Any, None), ("group", int, 0)],
+        ("lora_name", str | None, None), ("extra_keys", msgspec.Raw, None),  # skipped unread
+        ("group", int, 0)],
         tag="BlockStored", gc=False, **opts)
     removed = msgspec.defstruct("Removed", [
         ("hashes", list[_H], []), ("medium", str | None, None), ("group", int, 0)],
@@ -180,11 +196,8 @@ def _fast(payload: bytes) -> DecodedBatch | None:
 def _fixup(events: list) -> None:
     """Block size from the token ids where a BlockStored does not send it."""
     for e in events:
-        if e.kind == STORED:
-            if not e.block_size and e.token_ids and e.hashes:
-                e.block_size = len(e.token_ids) // len(e.hashes)
-            if e.extra_keys is not None and too_deep(e.extra_keys, MAX_DEPTH - 4):
-                raise Undecodable(f"nested deeper than {MAX_DEPTH} levels")
+        if e.kind == STORED and not e.block_size and e.token_ids and e.hashes:
+            e.block_size = len(e.token_ids) // len(e.hashes)
 
 
 def decode(payload: bytes) -> DecodedBatch:
@@ -193,6 +206,9 @@ def decode(payload: bytes) -> DecodedBatch:
     fast = _fast(payload)
     if fast is not None:
         return fast
+    if len(payload) > GENERIC_MAX_BYTES:
+        raise Undecodable(f"a payload of {len(payload)} bytes in none of the typed EventBatch "
+                          f"layouts (the generic decoder reads at most {GENERIC_MAX_BYTES})")
     try:
         obj = _decoder.decode(payload)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:
@@ -223,3 +239,33 @@ def decode(payload: bytes) -> DecodedBatch:
             encoding = enc
         out.append(ev)
     return DecodedBatch(float(ts), rank, out, encoding, unknown)
+
+
+def pieces(events: list, most: int):
+    """The events in order as lists of at most about `most` block hashes each, a larger
+    BlockStored or BlockRemoved split in chain order (a piece of a BlockStored has the
+    previous piece's last hash as its parent, and its blocks' token ids): applying the
+    pieces one after another is applying the batch, with a pause between them."""
+    out: list = []
+    n = 0
+    for ev in events:
+        hs = ev.hashes
+        if len(hs) <= most:
+            out.append(ev)
+            n += len(hs) or 1
+        else:
+            stored = ev.kind == STORED  # else REMOVED (the only other kind with hashes)
+            bs, tok = (ev.block_size, ev.token_ids) if stored else (0, None)
+            for i in range(0, len(hs), most):
+                if out:
+                    yield out
+                    out, n = [], 0
+                part = tok[i * bs:(i + most) * bs] if tok is not None and bs else None
+                parent = (hs[i - 1] if i else ev.parent) if stored else None
+                yield [Event(ev.kind, hs[i:i + most], parent, part, bs, ev.medium, ev.group)]
+            continue
+        if n >= most:
+            yield out
+            out, n = [], 0
+    if out:
+        yield out

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the NUL)
 FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
 FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python's own
+# The largest frame a subscriber takes: one such batch decodes into up to 16x its size in
+# Python objects, which with the receive queues (256 MB) and the model keeps the process
+# under 1 GB (docs/RELIABILITY.md, "KV-event streams").
+MAX_MESSAGE_MB = 16
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -117,8 +121,8 @@ class SubscriberConfig:
             endpoint_for_rank(e, self.dp_ranks - 1)
         for e in self.replay:
             endpoint_for_rank(e, self.dp_ranks - 1)
-        if not 1024 <= self.max_message_bytes <= 1 << 30:
-            raise ValueError("--max-message-mb: must be in [0.001, 1024]")
+        if not 1024 <= self.max_message_bytes <= MAX_MESSAGE_MB << 20:
+            raise ValueError(f"--max-message-mb: must be in [0.001, {MAX_MESSAGE_MB}]")
         if not (isinstance(self.topic, str) and len(self.topic) <= 4096):
             raise ValueError("--topic: expected text of at most 4096 characters")
 

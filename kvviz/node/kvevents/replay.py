@@ -1,4 +1,4 @@
-"""The replay socket's wire layouts: what a subscriber sends and how it reads the answers.
+"""The replay socket: its wire layouts, and one bounded request (`fetch`).
 
 A subscriber's DEALER sends `[b"", start_seq]` (8 bytes, big-endian, signed) to the
 publisher's ROUTER, which answers every buffered batch with seq >= start_seq, oldest first,
@@ -12,9 +12,15 @@ only the first empty frame is the delimiter.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import NamedTuple
 
+import zmq
+
 END_SEQ = -1
+MAX_BYTES = 64 << 20  # of one replay answer; the rest is not read
+SLICE_MS = 100  # the longest single wait: should_stop is checked between slices
 
 
 class ReplayFrame(NamedTuple):
@@ -39,3 +45,53 @@ def parse_answer(frames: list[bytes]) -> ReplayFrame | None:
     else:
         return None
     return ReplayFrame(int.from_bytes(seq_b, "big", signed=True), topic, payload)
+
+
+class Fetched(NamedTuple):
+    ok: bool  # the end marker arrived
+    got: int  # answers handed to `take`
+    error: str  # why it stopped short ("" when ok)
+
+
+def fetch(ctx: zmq.Context, endpoint: str, first: int, last: int, *, timeout_s: float,
+          frame_bytes: int, topic: bytes, should_stop: Callable[[], bool],
+          take: Callable[[ReplayFrame], None]) -> Fetched:
+    """Ask the ROUTER at `endpoint` for every batch from `first`; hand those up to `last` (and
+    of the topic, when one is given) to `take`, oldest first. Bounded: at most `timeout_s`
+    in slices of SLICE_MS (should_stop() ends the wait between slices), MAX_BYTES of answer,
+    frames of at most `frame_bytes` (ZMQ_MAXMSGSIZE), a receive queue of 2 messages. The
+    socket is closed on every path."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, frame_bytes)
+    sock.setsockopt(zmq.RCVHWM, 2)
+    got = taken = 0
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart(request(first), zmq.NOBLOCK)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or should_stop():
+                return Fetched(False, got, f"replay from {endpoint}: no end marker in time")
+            if not sock.poll(min(SLICE_MS, int(left * 1000) + 1)):
+                continue
+            fr = sock.recv_multipart()
+            taken += sum(map(len, fr))
+            if taken > MAX_BYTES:
+                return Fetched(False, got, f"replay from {endpoint}: answer larger than "
+                                           f"{MAX_BYTES} bytes")
+            ans = parse_answer(fr)
+            if ans is None:
+                return Fetched(False, got, f"replay from {endpoint}: a malformed answer")
+            if ans.seq == END_SEQ:
+                return Fetched(True, got, "")
+            if ans.topic and topic and not ans.topic.startswith(topic):
+                continue
+            if first <= ans.seq <= last:
+                take(ans)
+                got += 1
+    except zmq.ZMQError as exc:
+        return Fetched(False, got, f"replay from {endpoint}: {exc.strerror}")
+    finally:
+        sock.close()

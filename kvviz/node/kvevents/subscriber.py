@@ -11,88 +11,64 @@ the batch has seq > 0. Every message is recorded raw; what does not decode is co
 ("undecodable"), never raised.
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 
-Bounds (docs/RELIABILITY.md, "KV-event streams"): a frame larger than the config's
-max_message_bytes makes ZeroMQ drop the connection before it is buffered (counted as a
-disconnect; the publisher's seqs then show the gap); each SUB socket queues at most
-rcv_hwm(...) messages, so the receive queues hold at most RECEIVE_BUDGET bytes (then ZeroMQ
-pushes back on TCP and the publisher drops, which the seqs show as gaps); a replay request
-waits at most replay_timeout_s and takes at most REPLAY_MAX_BYTES; a replay socket that
-failed is not asked again for REPLAY_BACKOFF_S, one that answered not before as long again
-as the answer took (so replays take at most half the time under a flood of gaps); `poll`
-returns within about POLL_BUDGET_S plus one message's handling, and `should_stop` (set by
-the caller) ends a replay wait.
+Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
+whatever the publishers send: frames of at most queue_bounds(...).frame_bytes (the config's
+max_message_bytes, lowered when many streams share the budget) and an HWM per SUB socket,
+so the receive queues hold at most RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop
+the connection before it is buffered, counted as a disconnect; a full queue pushes back on
+TCP and the publisher drops, which the seqs show as gaps and lost batches); one message in
+hand decodes into at most decode.decoded_bound(its size) bytes; replays are bounded by
+kvviz.node.kvevents.replay.fetch, and a replay socket that failed is not asked again for
+REPLAY_BACKOFF_S, one that answered not before as long again as the answer took (so
+replays take at most half the time under a flood of gaps). `poll` returns within about
+POLL_BUDGET_S plus one message's handling; `should_stop` (set by the caller) ends a replay
+wait and a huge batch's model update (APPLY_SLICE events at a time).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvviz.node.kvevents import replay as replay_wire
-from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode
-from kvviz.node.kvevents.endpoints import (  # noqa: F401  (re-exported)
+from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode, pieces
+from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from here too
     SubscriberConfig,
-    check_endpoint,
     check_fd_limit,
     endpoint_for_rank,
-    why_not_connected,
 )
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.store import KvEventWriter
+from kvviz.node.kvevents.stream import Stream, problem, summary
 
 END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
-REPLAY_MAX_BYTES = 64 << 20  # of one replay answer; the rest is not read
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
 # The join replay (on connecting) holds up live messages while it waits: a short wait; a
 # join cut short leaves a gap that the first live batch fills from the replay socket.
 JOIN_TIMEOUT_S = 0.5
 POLL_BUDGET_S = 0.1
-SLICE_MS = 100  # the longest single wait: should_stop is checked between slices
+SLICE_MS = replay_wire.SLICE_MS
+APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
 
 
-def rcv_hwm(streams: int, max_message_bytes: int) -> int:
-    """Messages each SUB socket may queue: RECEIVE_BUDGET over the worst case (two frames of
-    max_message_bytes per message), within [2, 1000]."""
-    return max(2, min(1000, RECEIVE_BUDGET // max(1, 2 * streams * max_message_bytes)))
+class QueueBounds(NamedTuple):
+    hwm: int  # messages each SUB socket queues (ZMQ_RCVHWM)
+    frame_bytes: int  # the largest frame each socket takes (ZMQ_MAXMSGSIZE)
 
 
-@dataclass
-class Stream:
-    sid: int
-    endpoint: str
-    dp_rank: int
-    replay: str | None
-    sock: zmq.Socket
-    monitor: zmq.Socket
-    connected: bool = False
-    last_seq: int | None = None
-    last_payload: bytes = b""
-    encoding: str | None = None
-    first_t: float | None = None
-    batches: int = 0
-    events: int = 0
-    stored_blocks: int = 0
-    removed_blocks: int = 0
-    cleared: int = 0
-    gaps: int = 0
-    lost_batches: int = 0
-    replayed_batches: int = 0
-    undecodable: int = 0
-    unknown_events: int = 0
-    restarts: int = 0
-    wrong_topic: int = 0
-    seen_topics: set = field(default_factory=set)
-    last_error: str = ""
-    disconnects: int = 0
-    over_cap: int = 0  # stored blocks the model did not apply (kvviz.node.kvevents.model)
-    replay_after: float = 0.0  # monotonic time before which the replay socket is not asked
-    joined: bool = False  # the join replay (everything from seq 0) was asked for
-    join_seqs: dict | None = None  # seq -> hash(payload) of the batches the join replay gave
+def queue_bounds(streams: int, max_message_bytes: int) -> QueueBounds:
+    """What keeps all receive queues within RECEIVE_BUDGET: each SUB socket holds its HWM of
+    messages plus the one ZeroMQ is receiving, two frames each. Frames are capped at
+    max_message_bytes, lowered when many streams share the budget (at least an HWM of 1);
+    the HWM is what the budget leaves, within [1, 1000]."""
+    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * max(1, streams))))
+    hwm = RECEIVE_BUDGET // (2 * max(1, streams) * frame) - 1
+    return QueueBounds(max(1, min(1000, hwm)), frame)
 
 
 class Subscriber:
@@ -111,7 +87,7 @@ class Subscriber:
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
         n = len(cfg.endpoints) * cfg.dp_ranks
-        self._hwm = rcv_hwm(n, cfg.max_message_bytes)
+        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes)
         try:
             check_fd_limit(n)
             self.ctx.set(zmq.MAX_SOCKETS, max(1024, 3 * n + 64))
@@ -127,7 +103,7 @@ class Subscriber:
         sock = self.ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, self._hwm)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.frame_bytes)
         try:
             mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         except zmq.ZMQError as exc:
@@ -188,8 +164,7 @@ class Subscriber:
                 if st.connected:
                     st.disconnects += 1
                     st.last_error = (f"the connection dropped (a frame over "
-                                     f"{self.cfg.max_message_bytes} bytes, or the publisher "
-                                     "went away)")
+                                     f"{self.frame_bytes} bytes, or the publisher went away)")
                 st.connected = False
 
     def handle(self, st: Stream, frames: list[bytes]) -> None:
@@ -257,7 +232,11 @@ class Subscriber:
         st.unknown_events += b.unknown
         rank = st.dp_rank if b.dp_rank is None else b.dp_rank
         capped = self.model.over_cap
-        self.model.apply(st.sid, rank, b.events, t)
+        for k, part in enumerate(pieces(b.events, APPLY_SLICE)):  # a huge batch yields
+            if k and self.should_stop():
+                st.unapplied += 1
+                break
+            self.model.apply(st.sid, rank, part, t)
         st.over_cap += self.model.over_cap - capped
         if self.writer is not None:
             self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
@@ -282,6 +261,7 @@ class Subscriber:
 
     def _may_replay(self, st: Stream) -> bool:
         return time.monotonic() >= st.replay_after and not self.should_stop()
+
     def _join(self, st: Stream) -> None:
         """On first connecting: everything the replay buffer holds, from seq 0, so that a
         subscriber joining a busy (or idle) node starts with its true cache."""
@@ -296,96 +276,40 @@ class Subscriber:
 
     def _replay(self, st: Stream, first: int, last: int, t: float,
                 timeout_s: float | None = None) -> int:
-        """Ask the replay socket for batches from `first`; ingest those up to `last`.
-        Bounded: replay_timeout_s, REPLAY_MAX_BYTES, should_stop(); a failure backs off."""
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
-        sock.setsockopt(zmq.RCVHWM, 2)
-        got = taken = 0
-        ok, t_start = False, time.monotonic()
-        try:
-            sock.connect(st.replay)  # type: ignore[arg-type]
-            sock.send_multipart(replay_wire.request(first), zmq.NOBLOCK)
-            deadline = time.monotonic() + (self.cfg.replay_timeout_s if timeout_s is None
-                                           else timeout_s)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.should_stop():
-                    st.last_error = f"replay from {st.replay}: no end marker in time"
-                    break
-                if not sock.poll(min(SLICE_MS, int(left * 1000) + 1)):
-                    continue
-                fr = sock.recv_multipart()
-                taken += sum(map(len, fr))
-                if taken > REPLAY_MAX_BYTES:
-                    st.last_error = (f"replay from {st.replay}: answer larger than "
-                                     f"{REPLAY_MAX_BYTES} bytes")
-                    break
-                ans = replay_wire.parse_answer(fr)
-                if ans is None:
-                    st.last_error = f"replay from {st.replay}: a malformed answer"
-                    break
-                if ans.seq == END_SEQ:
-                    ok = True
-                    break
-                if ans.topic and self._topic and not ans.topic.startswith(self._topic):
-                    continue
-                if first <= ans.seq <= last:
-                    if st.join_seqs is not None and st.last_seq is None:
-                        st.join_seqs[ans.seq] = hash(ans.payload)
-                        st.last_payload = ans.payload
-                    self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
-                    st.replayed_batches += 1
-                    got += 1
-        except zmq.ZMQError as exc:
-            st.last_error = f"replay from {st.replay}: {exc.strerror}"
-        finally:
-            sock.close()
-            now = time.monotonic()
-            st.replay_after = now + (now - t_start if ok else REPLAY_BACKOFF_S)
-        return got
+        """Ask the replay socket for batches from `first`; ingest those up to `last`
+        (kvviz.node.kvevents.replay.fetch: bounded in time and bytes); a failure backs off."""
+        def take(ans: replay_wire.ReplayFrame) -> None:
+            if st.join_seqs is not None and st.last_seq is None:
+                st.join_seqs[ans.seq] = hash(ans.payload)
+                st.last_payload = ans.payload
+            self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
+            st.replayed_batches += 1
+
+        t_start = time.monotonic()
+        res = replay_wire.fetch(
+            self.ctx, st.replay, first, last, frame_bytes=self.frame_bytes, topic=self._topic,
+            timeout_s=self.cfg.replay_timeout_s if timeout_s is None else timeout_s,
+            should_stop=self.should_stop, take=take)
+        if not res.ok:
+            st.last_error = res.error
+        now = time.monotonic()
+        st.replay_after = now + (now - t_start if res.ok else REPLAY_BACKOFF_S)
+        return res.got
 
     # ---- reporting ------------------------------------------------------------------------
     def problems(self) -> dict[int, tuple[bool, str]]:
-        """Streams with no decodable batch yet: sid -> (definitive, message). Definitive
-        (wrong topic, not a KV-event publisher) vs maybe-transient (not connected, quiet)."""
+        """Streams with no decodable batch yet: sid -> (definitive, message)
+        (kvviz.node.kvevents.stream.problem)."""
         out = {}
         for st in self.streams:
-            if st.batches:
-                continue
-            if st.wrong_topic:
-                out[st.sid] = (True, f"{st.endpoint}: messages arrive with topic(s) "
-                                     f"{sorted(st.seen_topics)}, none starting with --topic "
-                                     f"{self.cfg.topic!r}")
-            elif st.undecodable:
-                out[st.sid] = (True, f"{st.endpoint}: not a KV-event publisher ({st.undecodable} "
-                                     f"messages, none a KV-event batch: {st.last_error})")
-            elif st.disconnects:
-                out[st.sid] = (False, f"{st.endpoint}: {st.disconnects} disconnect(s) "
-                                      f"before any KV-event batch: {st.last_error}")
-            elif not st.connected:
-                why = why_not_connected(st.endpoint)
-                out[st.sid] = (False, f"{st.endpoint}: cannot connect ({why})")
-            else:
-                out[st.sid] = (False, f"{st.endpoint}: connected, but no KV events yet (is the "
-                                      "engine started with KV events enabled, and busy?)")
+            p = problem(st, self.cfg.topic)
+            if p is not None:
+                out[st.sid] = p
         return out
 
     def summary(self) -> list[dict]:
-        return [{"endpoint": st.endpoint, "dp_rank": st.dp_rank, "encoding": st.encoding,
-                 "batches": st.batches, "events": st.events, "stored_blocks": st.stored_blocks,
-                 "removed_blocks": st.removed_blocks, "cleared": st.cleared,
-                 "cached_blocks": self.model.cached_blocks(st.sid),
-                 "cached_tokens": self.model.cached_tokens(st.sid),
-                 "re_announced_blocks": sum(f.duplicates for _, f in
-                                            self.model.of_stream(st.sid)),
-                 "gaps": st.gaps,
-                 "replayed_batches": st.replayed_batches, "undecodable": st.undecodable,
-                 "unknown_events": st.unknown_events, "lost_batches": st.lost_batches,
-                 "restarts": st.restarts, "wrong_topic": st.wrong_topic,
-                 "disconnects": st.disconnects, "over_cap": st.over_cap}
-                for st in self.streams]
+        """One `--json` object per stream (kvviz.node.kvevents.stream.summary)."""
+        return [summary(st, self.model) for st in self.streams]
 
     def close(self) -> None:
         for st in self.streams:
