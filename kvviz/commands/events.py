@@ -65,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace, stop: list[str]) -> int:
     from kvviz import lifecycle
     from kvviz.node.kvevents.endpoints import check_fd_limit
-    from kvviz.node.kvevents.store import KvEventWriter
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.store.writer import RunWriter
 
@@ -88,7 +87,7 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
     status, message, sub = "finished", "duration reached", None
     end = None if args.duration is None else time.monotonic() + args.duration
     try:
-        kv = KvEventWriter(writer.conn)
+        kv = writer.kv_events()
         sub = Subscriber(cfg, kv)
         sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import msgspec
 
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+from kvviz.store.kv_writer import KvEventWriter
 from kvviz.store.writer import RunWriter
 from tests.kvevents.schema_pub import payload, store
 

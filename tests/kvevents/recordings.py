@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+from kvviz.store.kv_writer import KvEventWriter
 from kvviz.store.writer import RunWriter
 from tests.kvevents.schema_pub import payload, remove, store
 

@@ -87,7 +87,7 @@ def test_node_recordings_are_the_recordings_in_node_mode(tmp_path: Path):
 
 
 def test_kv_event_recordings_are_the_ones_holding_streams(tmp_path: Path):
-    from kvviz.node.kvevents.store import KvEventWriter
+    from kvviz.store.kv_writer import KvEventWriter
 
     _recording(tmp_path / "plain.db", "sim")
     w = RunWriter(tmp_path / "events.db", {"mode": "kv-events", "lanes": []})
