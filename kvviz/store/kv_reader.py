@@ -3,9 +3,10 @@ also while a writer appends: streams, gaps, per-second counts, per-stream totals
 batches a model is rebuilt from (kvviz.node.kvevents.rebuild decodes them).
 
 Every call's cost is bounded, whatever the recording's length: aggregates read at most the
-newest WINDOW batches (a range of the primary key), lists take a limit. Rows are never
-deleted, so batch ids are dense and MAX(batch_id) - id counts the batches after id. A value of
-the wrong type in a row that is read gives one ValueError naming the row.
+newest WINDOW batches (a range of the primary key: NOT INDEXED, so that the planner does not
+walk the whole (stream_id, batch_id) index to group by stream), lists take a limit. Rows are
+never deleted, so batch ids are dense and MAX(batch_id) - id counts the batches after id. A
+value of the wrong type in a row that is read gives one ValueError naming the row.
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def timeline(conn: sqlite3.Connection, window: int = WINDOW) -> list[tuple]:
     """(stream_id, whole second, stored, removed) from the counts of the newest `window`
     batches, in (stream, second) order. Cost: O(window)."""
     return conn.execute("SELECT stream_id, CAST(t AS INTEGER) AS s, SUM(n_stored), "
-                        "SUM(n_removed) FROM kv_batches WHERE batch_id > ? GROUP BY "
+                        "SUM(n_removed) FROM kv_batches NOT INDEXED WHERE batch_id > ? GROUP BY "
                         "stream_id, s ORDER BY stream_id, s",
                         (_floor(conn, "kv_batches", "batch_id", window),)).fetchall()
 
@@ -121,7 +122,7 @@ def stream_counts(conn: sqlite3.Connection, window: int = WINDOW) -> dict[int, d
     for sid, *sums in conn.execute(
             "SELECT stream_id, SUM(status = 'ok'), SUM(n_events), SUM(n_stored), "
             "SUM(n_removed), SUM(n_cleared), SUM(replayed), SUM(status = 'undecodable') "
-            "FROM kv_batches WHERE batch_id > ? GROUP BY stream_id", (floor,)):
+            "FROM kv_batches NOT INDEXED WHERE batch_id > ? GROUP BY stream_id", (floor,)):
         out[sid] = dict(zip(SUMMED, sums))
     partial = type(first) is int and first <= floor
     partial = _gap_counts(conn, out, window) or partial
