@@ -55,11 +55,12 @@ def is_live(run: str) -> bool:
         return kv_reader.run_state(conn)[1] == "running"
 
 
-def model_of(run: str, conn):
+def model_of(run: str, conn, counts: dict | None = None):
     """The cache rebuilt from the recording's first EVENT_CAP block stores and removals (what
     this session read so far is kept, so a live recording is read on from its last batch):
     (model, stores and removals read, those the recording holds, the t of the last batch
-    read, whether those it holds are a lower bound)."""
+    read, whether those it holds are a lower bound). `counts`: kv_reader.stream_counts's, if
+    read already."""
     held = st.session_state.get(STATE)
     if held is None or held[0] != run:
         held = (run, 0, None, 0)
@@ -70,15 +71,19 @@ def model_of(run: str, conn):
             break
         read, last = read + kv_reader.work_between(conn, last, nxt), nxt
     st.session_state[STATE] = (run, last, model, read)
-    total, at_least = (read, False) if read < EVENT_CAP else kv_reader.work_total(conn)
+    total, at_least = (read, False) if read < EVENT_CAP else kv_reader.work_total(
+        kv_reader.stream_counts(conn) if counts is None else counts)
+    if at_least:  # the counts cover a window: more is left when batches are
+        at_least = kv_reader.batches_after(conn, last) > 0
     return model, read, total, kv_reader.batch_t(conn, last), at_least
 
 
 def cap_note(read: int, total: int, t_last, at_least: bool = False) -> None:
     """Say that the view stops at the cap, and where."""
-    if total > read:
+    if total > read or at_least:
         at = f" (up to t = {t_last:.1f} s)" if isinstance(t_last, (int, float)) else ""
-        holds = f"at least {total:,}" if at_least else f"{total:,}"
+        holds = (f"{total:,}" if not at_least else f"at least {total:,}" if total > read
+                 else f"more than {read:,}")
         st.warning(f"This recording holds {holds} block stores and removals; the cache "
                    f"below is rebuilt from the first {read:,}{at}: this page stops reading "
                    f"once it has {EVENT_CAP:,}, to stay quick and bounded in memory. `kvviz "
@@ -105,7 +110,7 @@ def panel(run: str) -> None:
             gaps = kv_reader.gaps(conn, GAPS_SHOWN)
             timeline = kv_reader.timeline(conn)
             partial = kv_reader.timeline_is_partial(conn)
-            model, read, total, t_last, at_least = model_of(run, conn)
+            model, read, total, t_last, at_least = model_of(run, conn, counts)
             end_s = kw.end_of_stream(conn, timeline)
         cap_note(read, total, t_last, at_least)
         window_note(partial, counts)

@@ -61,7 +61,7 @@ def events_panel(run: str) -> None:
         streams = kv_reader.streams(conn)
         counts = kv_reader.stream_counts(conn)
         timeline = kv_reader.timeline(conn)
-        model = kvevents_view.model_of(run, conn)[0]
+        model = kvevents_view.model_of(run, conn, counts)[0]
         end_s = kw.end_of_stream(conn, timeline)
     for s in streams:
         c = counts.get(s["stream_id"], {})

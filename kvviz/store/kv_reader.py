@@ -89,28 +89,30 @@ def batches_after(conn: sqlite3.Connection, batch_id: int) -> int:
     return max(0, last_batch(conn) - int(batch_id))
 
 
-def _floor(conn: sqlite3.Connection, table: str, key: str, window: int) -> int:
-    """The id after which the newest `window` rows of `table` start (one seek)."""
+def _floor(conn: sqlite3.Connection, table: str, key: str, window: int | None) -> int:
+    """The id after which the newest `window` (None: WINDOW) rows of `table` start (one
+    seek)."""
+    window = WINDOW if window is None else window
     top = conn.execute(f"SELECT MAX({key}) FROM {table}").fetchone()[0]
     return max(0, top - int(window)) if type(top) is int else 0
 
 
-def timeline(conn: sqlite3.Connection, window: int = WINDOW) -> list[tuple]:
-    """(stream_id, whole second, stored, removed) from the counts of the newest `window`
-    batches, in (stream, second) order. Cost: O(window)."""
+def timeline(conn: sqlite3.Connection, window: int | None = None) -> list[tuple]:
+    """(stream_id, whole second, stored, removed) from the counts of the newest `window` (None:
+    WINDOW) batches, in (stream, second) order. Cost: O(window)."""
     return conn.execute("SELECT stream_id, CAST(t AS INTEGER) AS s, SUM(n_stored), "
                         "SUM(n_removed) FROM kv_batches NOT INDEXED WHERE batch_id > ? GROUP BY "
                         "stream_id, s ORDER BY stream_id, s",
                         (_floor(conn, "kv_batches", "batch_id", window),)).fetchall()
 
 
-def timeline_is_partial(conn: sqlite3.Connection, window: int = WINDOW) -> bool:
+def timeline_is_partial(conn: sqlite3.Connection, window: int | None = None) -> bool:
     """Whether timeline() left older batches out. Two seeks."""
     first = conn.execute("SELECT MIN(batch_id) FROM kv_batches").fetchone()[0]
     return type(first) is int and first <= _floor(conn, "kv_batches", "batch_id", window)
 
 
-def stream_counts(conn: sqlite3.Connection, window: int = WINDOW) -> dict[int, dict]:
+def stream_counts(conn: sqlite3.Connection, window: int | None = None) -> dict[int, dict]:
     """Per stream: SUMMED and GAP_COUNTS, counted from the rows (a live recording has no
     summary yet) when the recording holds at most `window` batches and gap rows. Past that,
     a finished stream's own summary (written by its subscriber at the end) gives the totals,
@@ -137,7 +139,7 @@ def stream_counts(conn: sqlite3.Connection, window: int = WINDOW) -> dict[int, d
     return out
 
 
-def _gap_counts(conn: sqlite3.Connection, out: dict[int, dict], window: int) -> bool:
+def _gap_counts(conn: sqlite3.Connection, out: dict[int, dict], window: int | None) -> bool:
     """gaps / lost_batches / restarts of the newest `window` gap rows into `out`; whether
     older rows were left out."""
     floor = _floor(conn, "kv_gaps", "gap_id", window)
@@ -173,13 +175,12 @@ def ok_batches(conn: sqlite3.Connection, after_batch: int = 0,
     return rows
 
 
-def work_total(conn: sqlite3.Connection, window: int = WINDOW) -> tuple[int, bool]:
+def work_total(counts: dict[int, dict]) -> tuple[int, bool]:
     """(block stores, removals and clears the recording holds, whether that is a lower
-    bound): stream_counts' totals, so O(window)."""
-    counts = stream_counts(conn, window).values()
-    total = sum(int(c.get(k) or 0) for c in counts
+    bound) from what stream_counts returned."""
+    total = sum(int(c.get(k) or 0) for c in counts.values()
                 for k in ("stored_blocks", "removed_blocks", "cleared"))
-    return total, any(c.get("partial") for c in counts)
+    return total, any(c.get("partial") for c in counts.values())
 
 
 def work_between(conn: sqlite3.Connection, after_batch: int, upto_batch: int) -> int:

@@ -71,6 +71,25 @@ def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
     assert int(cached.replace(",", "")) == read  # 1 block per stored event, none evicted
 
 
+def test_past_the_window_the_tab_says_which_figures_are_a_slice(runs, monkeypatch):
+    from kvviz.store import kv_reader
+    from pages import kvevents_view
+
+    monkeypatch.setattr(kvevents_view, "EVENT_CAP", 3_000)
+    monkeypatch.setattr(kvevents_view, "STEP", 4)
+    monkeypatch.setattr(kv_reader, "WINDOW", 8)  # the newest 8 of 60 batches
+    blocks = [(k, payload([store([10_000 * k + j for j in range(100)], None, 16,
+                                 tokens=list(range(1600)))])) for k in range(60)]
+    _record(runs / "big.db", blocks)
+    at = page("pages/node.py")
+    no_exception(at)
+    warn = " ".join(w.value for w in at.warning)
+    assert re.search(r"holds (at least|more than) [\d,]+ block stores and removals", warn), warn
+    captions = " ".join(c.value for c in at.caption)
+    assert "The timeline and the counts of streams without a final summary: the newest 8 " \
+           "batches only" in captions, captions
+
+
 def test_replay_shows_a_lane_name_as_text_not_markdown(runs):
     hostile = lane_name(1)
     shutil.copy(runs / "rec.db", runs / "evil.db")
