@@ -4,7 +4,6 @@ from __future__ import annotations
 from kvviz.node.kvevents.rebuild import load_model
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store import kv_reader
-from kvviz.store.kv_writer import KvEventWriter
 from kvviz.store.writer import RunWriter
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.schema_pub import clear, payload, remove
@@ -13,7 +12,7 @@ from tests.kvevents.schema_pub import store as stored
 
 def test_a_recording_rebuilds_what_the_subscriber_held(tmp_path):
     w = RunWriter(tmp_path / "r.db", {"mode": "kv-events"})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     port = free_base_port(2)
     sub = Subscriber(SubscriberConfig((f"tcp://127.0.0.1:{port}",), dp_ranks=2), kv)
     a, b = sub.streams
@@ -42,7 +41,7 @@ def test_a_recording_rebuilds_what_the_subscriber_held(tmp_path):
 
 def test_loading_in_steps_equals_loading_at_once(tmp_path):
     w = RunWriter(tmp_path / "r.db", {"mode": "kv-events"})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     sub = Subscriber(SubscriberConfig((f"tcp://127.0.0.1:{free_base_port(1)}",)), kv)
     (st,) = sub.streams
     conn = kv_reader.connect(tmp_path / "r.db")
