@@ -80,12 +80,11 @@ def event_payloads(events: int, batch: int, enc: str) -> list[bytes]:
 def _subscribe(data: list[bytes], sent: int, tmp: Path, port: int,
                socket: bool) -> tuple[int, float, float]:
     """Events received after the clock started, their wall and CPU seconds."""
-    from kvviz.node.kvevents.store import KvEventWriter
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.store.writer import RunWriter
 
     w = RunWriter(tmp / f"b{port}.db", {"mode": "kv-events"})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     sub = Subscriber(SubscriberConfig((f"tcp://127.0.0.1:{port}",)), kv)
     st = sub.streams[0]
     pub = None

@@ -82,7 +82,7 @@ def write_batch(w, t: float, lanes: list, events: list, devices: list[dict],
     """One sample batch -> rows, committed as one transaction. Returns the samples written.
     `lanes`: (step, lane, rec, blockmap); rec holds sample_id, counters and, when
     `has_metrics`, the block map's metrics (else they are computed here). `kv`: the
-    collector's own published KV-event batches (kvviz.node.kvevents.store.add_own_batches)."""
+    collector's own published KV-event batches (RunWriter.add_own_kv_batches)."""
     for step, lane, rec, bm in lanes:
         if not has_metrics:
             from kvviz.metrics import compute
@@ -94,9 +94,7 @@ def write_batch(w, t: float, lanes: list, events: list, devices: list[dict],
     for dev in devices:
         w.add_device_memory(t, dev)
     if kv:
-        from kvviz.node.kvevents.store import add_own_batches
-
-        add_own_batches(w.conn, t, kv)
+        w.add_own_kv_batches(t, kv)
     w.commit()
     return len(lanes)
 

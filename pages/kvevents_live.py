@@ -9,9 +9,10 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.blockmap import FREE
-from kvviz.node.kvevents import diagnose, store
+from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.kvevents.diagnose import Gauges
 from kvviz.node.kvevents.model import CacheModel
+from kvviz.store import kv_reader
 
 STATE = "kvviz_live_kvevents"  # (recording path, last batch id, CacheModel) of this session
 RATE_WINDOW_S = 10  # stores and evictions per second over this many seconds
@@ -25,17 +26,16 @@ def _model(path: str, conn) -> CacheModel:
     held = st.session_state.get(STATE)
     if held is None or held[0] != path:
         held = (path, 0, None)
-    model, last = store.load_model(conn, held[1], held[2], limit=BATCHES_PER_TICK)
+    model, last = rebuild.load_model(conn, held[1], held[2], limit=BATCHES_PER_TICK)
     st.session_state[STATE] = (path, last, model)
-    behind = conn.execute("SELECT COUNT(*) FROM kv_batches WHERE batch_id > ?",
-                          (last,)).fetchone()[0]
+    behind = kv_reader.batches_after(conn, last)
     if behind:
         st.caption(f"Reading the recorded stream: {behind:,} batches still to read.")
     return model
 
 
 def _stream_of(conn, lane: str) -> int | None:
-    for s in store.streams(conn):
+    for s in kv_reader.streams(conn):
         if isinstance(s["summary"], dict) and s["summary"].get("lane") == lane:
             return int(s["stream_id"])
     return None
@@ -53,8 +53,8 @@ def lane_events(r, lane: str, bm, sample, t_now: float) -> None:
     """The lane's event view (nothing when the run holds no stream for it)."""
     if not r.path.is_file():
         return
-    with store.connect(r.path) as conn:
-        if not store.has_kv_events(conn):
+    with kv_reader.connect(r.path) as conn:
+        if not kv_reader.has_kv_events(conn):
             return
         sid = _stream_of(conn, lane)
         if sid is None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import streamlit as st
 
 from kvviz.errors import KvvizError
-from kvviz.node.kvevents import diagnose, store
+from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
+from kvviz.store import kv_reader
 from kvviz.viz import kvevents as vk
 from pages import kvevents_waiting as kw
 from pages import recording, widgets
@@ -45,64 +46,74 @@ def record_controls() -> None:
 
 
 EVENT_CAP = 1_000_000  # block stores + removals one session rebuilds the cache from
-WORK = "n_stored + n_removed + n_cleared"  # what rebuilding costs, per batch
 STEP = 500  # batches decoded between checks of the cap
 GAPS_SHOWN = 1_000  # rows of the gap table listed (all are counted)
 
 
 def is_live(run: str) -> bool:
-    with store.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
-        row = conn.execute("SELECT status FROM run").fetchone()
-    if row is None:
-        raise ValueError("the run header row is missing: not a complete kvviz recording")
-    return row[0] == "running"
+    with kv_reader.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
+        return kv_reader.run_state(conn)[1] == "running"
 
 
-def model_of(run: str, conn):
+def model_of(run: str, conn, counts: dict | None = None):
     """The cache rebuilt from the recording's first EVENT_CAP block stores and removals (what
     this session read so far is kept, so a live recording is read on from its last batch):
     (model, stores and removals read, those the recording holds, the t of the last batch
-    read)."""
+    read, whether those it holds are a lower bound). `counts`: kv_reader.stream_counts's, if
+    read already."""
     held = st.session_state.get(STATE)
     if held is None or held[0] != run:
         held = (run, 0, None, 0)
     _, last, model, read = held
     while read < EVENT_CAP:
-        model, nxt = store.load_model(conn, last, model, limit=STEP)
+        model, nxt = rebuild.load_model(conn, last, model, limit=STEP)
         if nxt == last:
             break
-        got = conn.execute(f"SELECT TOTAL({WORK}) FROM kv_batches WHERE batch_id > ? AND "
-                           "batch_id <= ? AND status = 'ok'", (last, nxt)).fetchone()[0]
-        read, last = read + int(got), nxt
+        read, last = read + kv_reader.work_between(conn, last, nxt), nxt
     st.session_state[STATE] = (run, last, model, read)
-    total, t_last = conn.execute(
-        f"SELECT TOTAL({WORK}), (SELECT t FROM kv_batches WHERE batch_id = ?) FROM "
-        "kv_batches WHERE status = 'ok'", (last,)).fetchone()
-    return model, read, int(total), t_last
+    total, at_least = (read, False) if read < EVENT_CAP else kv_reader.work_total(
+        kv_reader.stream_counts(conn) if counts is None else counts)
+    if at_least:  # the counts cover a window: more is left when batches are
+        at_least = kv_reader.batches_after(conn, last) > 0
+    return model, read, total, kv_reader.batch_t(conn, last), at_least
 
 
-def cap_note(read: int, total: int, t_last) -> None:
+def cap_note(read: int, total: int, t_last, at_least: bool = False) -> None:
     """Say that the view stops at the cap, and where."""
-    if total > read:
+    if total > read or at_least:
         at = f" (up to t = {t_last:.1f} s)" if isinstance(t_last, (int, float)) else ""
-        st.warning(f"This recording holds {total:,} block stores and removals; the cache "
+        holds = (f"{total:,}" if not at_least else f"at least {total:,}" if total > read
+                 else f"more than {read:,}")
+        st.warning(f"This recording holds {holds} block stores and removals; the cache "
                    f"below is rebuilt from the first {read:,}{at}: this page stops reading "
                    f"once it has {EVENT_CAP:,}, to stay quick and bounded in memory. `kvviz "
                    "export` and the recording itself hold all of it.",
                    icon=":material/content_cut:")
 
 
+def window_note(partial: bool, counts: dict) -> None:
+    """Say which figures cover only the newest kv_reader.WINDOW batches."""
+    what = ["the timeline"] if partial else []
+    if any(c.get("partial") for c in counts.values()):
+        what.append("the counts of streams without a final summary")
+    if what:
+        st.caption(f"{' and '.join(what).capitalize()}: the newest {kv_reader.WINDOW:,} "
+                   "batches only (this page reads a bounded slice of a long recording).")
+
+
 def panel(run: str) -> None:
     with recording.guard(f"Reading {run}"):
         path = directory.resolve_run(directory.runs_dir(), run)
-        with store.connect(path) as conn:
-            streams = store.streams(conn)
-            counts = store.stream_counts(conn)
-            gaps = store.gaps(conn, GAPS_SHOWN)
-            timeline = store.timeline(conn)
-            model, read, total, t_last = model_of(run, conn)
+        with kv_reader.connect(path) as conn:
+            streams = kv_reader.streams(conn)
+            counts = kv_reader.stream_counts(conn)
+            gaps = kv_reader.gaps(conn, GAPS_SHOWN)
+            timeline = kv_reader.timeline(conn)
+            partial = kv_reader.timeline_is_partial(conn)
+            model, read, total, t_last, at_least = model_of(run, conn, counts)
             end_s = kw.end_of_stream(conn, timeline)
-        cap_note(read, total, t_last)
+        cap_note(read, total, t_last, at_least)
+        window_note(partial, counts)
         names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}
         summaries = [{**s, **counts.get(s["stream_id"], {}),
                       "cached_blocks": model.cached_blocks(s["stream_id"]),

@@ -11,6 +11,7 @@ import streamlit as st
 from kvviz.node.kvevents import diagnose
 from kvviz.node.kvevents.diagnose import Gauges
 from kvviz.runs import directory
+from kvviz.store import kv_reader
 from kvviz.store.reader import RunReader
 
 WINDOW_S = 30.0  # "recent": the last this many seconds of the stream
@@ -59,7 +60,7 @@ def scraped_gauges(run: str) -> Gauges | None:
 def end_of_stream(conn, timeline: list[tuple]) -> float:
     """The stream's "now" in its own seconds: the wall clock for a recording still written,
     else just past its last batch."""
-    created, status = conn.execute("SELECT created_unix, status FROM run").fetchone()
+    created, status = kv_reader.run_state(conn)
     if status == "running" and created is not None:
         return time.time() - float(created)
     return max((float(s) + 1 for _, s, _, _ in timeline), default=0.0)

@@ -8,9 +8,10 @@ import sqlite3
 import streamlit as st
 
 from kvviz.errors import KvvizError
-from kvviz.node.kvevents import diagnose, store
+from kvviz.node.kvevents import diagnose
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
+from kvviz.store import kv_reader
 from pages import kvevents_view, widgets
 from pages import kvevents_waiting as kw
 
@@ -45,8 +46,8 @@ def attach_controls() -> None:
 
 def has_events(run: str) -> bool:
     try:
-        with store.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
-            return store.has_kv_events(conn)
+        with kv_reader.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
+            return kv_reader.has_kv_events(conn)
     except (OSError, KvvizError, ValueError, sqlite3.Error):  # the scrape panel says why
         return False
 
@@ -56,11 +57,11 @@ def events_panel(run: str) -> None:
     """The recording's own KV-event stream: the same node as its scrapes."""
     st.markdown("**KV events** (this recording: the same node)")
     path = directory.resolve_run(directory.runs_dir(), run)
-    with store.connect(path) as conn:
-        streams = store.streams(conn)
-        counts = store.stream_counts(conn)
-        timeline = store.timeline(conn)
-        model = kvevents_view.model_of(run, conn)[0]
+    with kv_reader.connect(path) as conn:
+        streams = kv_reader.streams(conn)
+        counts = kv_reader.stream_counts(conn)
+        timeline = kv_reader.timeline(conn)
+        model = kvevents_view.model_of(run, conn, counts)[0]
         end_s = kw.end_of_stream(conn, timeline)
     for s in streams:
         c = counts.get(s["stream_id"], {})

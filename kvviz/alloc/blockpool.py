@@ -46,6 +46,10 @@ class BlockPool:
         """Log from now on; returns the keys cached now (key -> parent key), the state the
         log's entries apply to."""
         self.log = []
+        return self.cached_keys()
+
+    def cached_keys(self) -> dict[Key, Key | None]:
+        """The keys cached now (live or free), each with its parent key. O(cached blocks)."""
         return {k: self.parent_of.get(k) for k in self._block_of}
 
     def drain_log(self) -> list[LogEntry]:

@@ -64,6 +64,13 @@ class PagedAllocator(PagedBatchVerbs, Allocator):
         return self._pool.free_count
 
     @property
+    def block_pool(self) -> BlockPool:
+        """The free queue and prefix cache, for readers of its event log (start_log,
+        drain_log, cached_keys: kvviz.node.kvevents.engine_source); allocating goes through
+        the allocator's verbs only."""
+        return self._pool
+
+    @property
     def free_blocks(self) -> int:
         """Blocks in the free queue (plain and cached)."""
         return self._pool.free_count

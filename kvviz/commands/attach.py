@@ -72,7 +72,6 @@ def _out_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     from kvviz import lifecycle
     from kvviz.commands.scrape import open_store_sink
-    from kvviz.node.kvevents.store import KvEventWriter
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.node.scrape import Scraper, normalize_url
 
@@ -104,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                              extra_meta={"kv_events": kv_meta, "attach": True}) as sink:
             writer = sink.writer
             if cfg is not None:
-                kv = KvEventWriter(writer.conn)
+                kv = writer.kv_events()
                 sub = Subscriber(cfg, kv)
             scraper = Scraper(url, lambda s: (sink(s), state.scraped(s, url)),
                               interval_s=args.interval, timeout_s=args.timeout)

@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace, stop: list[str]) -> int:
     from kvviz import lifecycle
     from kvviz.node.kvevents.endpoints import check_fd_limit
-    from kvviz.node.kvevents.store import KvEventWriter
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.store.writer import RunWriter
 
@@ -91,7 +90,7 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
     status, message, sub = "finished", "duration reached", None
     end = None if args.duration is None else time.monotonic() + args.duration
     try:
-        kv = KvEventWriter(writer.conn)
+        kv = writer.kv_events()
         sub = Subscriber(cfg, kv)
         if sub.frame_bytes < cfg.max_message_bytes:
             print(f"kvviz events: warning: {len(sub.streams)} streams share the 256 MB receive "

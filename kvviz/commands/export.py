@@ -22,7 +22,7 @@ from kvviz import safeio
 HELP = "export a recording's tables to Parquet or CSV"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_RUN_JSON = 64 * 2**20
-KV_TABLES = {"kv_streams": "stream_id", "kv_batches": "batch_id", "kv_gaps": "gap_id"}
+KV_TABLES = ("kv_streams", "kv_batches", "kv_gaps")
 KV_BLOB_COLS = ("topic", "payload")  # kv_batches: raw frames, binary (Parquet only)
 
 
@@ -93,25 +93,6 @@ def _targets(out: Path, fmt: str, tables: dict, overwrite: bool) -> dict[str, Pa
     return paths
 
 
-SQL_TYPES = {"INTEGER": {"integer"}, "REAL": {"real", "integer"}, "TEXT": {"text"},
-             "BLOB": {"blob"}}
-
-
-def _check_types(r, table: str) -> None:
-    """Every value of `table` has its column's declared type (or NULL where allowed): a
-    hand-edited value is named here, not met by the Parquet/CSV writer."""
-    from kvviz.errors import StoreError
-
-    for _, col, decl, notnull, _, _ in r._q(f"PRAGMA table_info({table})"):
-        allowed = SQL_TYPES.get(str(decl).upper())
-        if allowed is None or not _IDENT.match(col):
-            continue
-        for kind, n in r._q(f"SELECT typeof({col}), COUNT(*) FROM {table} GROUP BY 1"):
-            if kind not in allowed and not (kind == "null" and not notnull):
-                raise StoreError(f"{safeio.printable(r.path)}: damaged recording ({table}."
-                                 f"{col}: {n} row(s) hold {kind}, not {str(decl).lower()})")
-
-
 def run(args: argparse.Namespace) -> int:
     from kvviz.commands import export_blocks as blocks
     from kvviz.commands.info import DAMAGED
@@ -136,18 +117,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, r, blocks) -> int:
-    from kvviz.store.contents import kv_events, kv_line
+    from kvviz.store.contents import kv_line
     from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
+    r.refuse_oversized_blobs()  # from lengths alone, before any blob is read
     tables = {"samples": r.samples(), "events": r.events(), "device_memory": r.device_memory(),
-              "blockmaps": r._df("SELECT * FROM blockmaps ORDER BY sample_id")}
-    if r._has("node_samples"):  # a node recording (kvviz scrape --out)
-        _check_types(r, "node_samples")
-        tables["node_samples"] = r._df("SELECT * FROM node_samples ORDER BY row_id")
-    if r._has("kv_batches"):  # KV-event streams (kvviz/node/kvevents/store.py)
-        for name, key in KV_TABLES.items():
-            _check_types(r, name)
-            tables[name] = r._df(f"SELECT * FROM {name} ORDER BY {key}")
+              "blockmaps": r.table("blockmaps")}
+    if r.has_table("node_samples"):  # a node recording (kvviz scrape --out)
+        tables["node_samples"] = r.table("node_samples")
+    if r.has_table("kv_batches"):  # KV-event streams (kvviz/store/kv_writer.py)
+        for name in KV_TABLES:
+            tables[name] = r.table(name)
     index = blocks.index_of(r)
     header = {"status": r.status, "status_message": r.status_message,
               "format_version": r.format_version, "meta": r.meta}
@@ -159,7 +139,7 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
     jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
     first = {**tables, "blocks": pd_columns(blocks.COLUMNS)}
     plans = [(fmt, out, _targets(out, fmt, first, args.overwrite)) for fmt, out in jobs]
-    n_blocks = blocks.count(r)
+    n_blocks = r.blockmap_blocks()
     for fmt, out, paths in plans:
         safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():
@@ -178,7 +158,7 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
         rows = [f"{k} ({len(v)} rows)" for k, v in tables.items()]
         print(f"{shown}: {', '.join(rows)}, blocks ({n_blocks} rows: {len(index)} block maps "
               "decoded) + run.json")
-    kv = kv_events(r._q, str(r.path))
+    kv = r.kv_counts()
     if kv:
         print("  " + kv_line(kv))
     if "node_samples" in tables:

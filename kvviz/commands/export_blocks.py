@@ -43,20 +43,11 @@ def _batches(reader, index):
 
 def index_of(reader) -> list[tuple]:
     """(sample_id, lane, t, step) of each kept map, in sample_id order, checked."""
-    from kvviz.store import checks
-
-    rows = checks.frame(reader._df("SELECT sample_id, lane, t, step FROM blockmaps ORDER BY "
-                                   "sample_id"), "blockmaps", str(reader.path),
-                        text=("lane",), numeric=("sample_id", "step"))
+    rows = reader.blockmap_index()
     if not len(rows):
         return []
     return list(zip(rows["sample_id"].astype("int64").tolist(), rows["lane"].tolist(),
                     rows["t"].astype("float64").tolist(), rows["step"].astype("int64").tolist()))
-
-
-def count(reader) -> int:
-    """Rows the table will have: Σ num_blocks of the kept maps."""
-    return int(reader._q("SELECT TOTAL(num_blocks) FROM blockmaps", ())[0][0])
 
 
 def write(reader, index, tmp: Path, fmt: str) -> None:

@@ -28,8 +28,6 @@ def read_summary(path: str) -> dict:
     from kvviz.store.reader import RunReader
 
     safeio.check_input_file(path, "recording")
-    from kvviz.store.contents import kv_events
-
     r = RunReader(path)
     try:
         s = r.summary()
@@ -41,7 +39,7 @@ def read_summary(path: str) -> dict:
             if len(nodes) and "t" in nodes:
                 t = nodes["t"].astype(float)
                 s["duration_s"] = float(t.max() - t.min())
-        s["kv_events"] = kv_events(r._q, str(r.path))
+        s["kv_events"] = r.kv_counts()
         if s["kv_events"] and not s["samples"] and not s["node_samples"]:
             s["duration_s"] = s["kv_events"]["span_s"]
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kvviz.errors import KvvizError
-from kvviz.node.kvevents import store as kv_store
+from kvviz.store import kv_reader
 from kvviz.traces.options import SUFFIXES
 
 RUN_SUFFIX = ".db"
@@ -120,11 +120,11 @@ def kv_event_recordings(root: Path) -> list[str]:
     out = []
     for f in list_runs(root):
         try:
-            conn = kv_store.connect(f.path)
+            conn = kv_reader.connect(f.path)
         except (OSError, sqlite3.Error):
             continue
         try:
-            if kv_store.has_kv_events(conn):
+            if kv_reader.has_kv_events(conn):
                 out.append(f.name)
         except sqlite3.Error:
             continue

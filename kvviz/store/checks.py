@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,9 @@ from kvviz.store.schema import STATUSES
 
 MAX_META_DEPTH = 64  # kvviz writes 3 levels; a deeper run header is hand-made
 INFLATE_CAP = 1 << 30  # no stored blob inflates past 1 GiB: a larger one is damage or a bomb
+SQL_TYPES = {"INTEGER": {"integer"}, "REAL": {"real", "integer"}, "TEXT": {"text"},
+             "BLOB": {"blob"}}
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _kind(v: object) -> str:
@@ -145,6 +150,17 @@ def inflate(blob: object, what: str, cap: int = INFLATE_CAP) -> bytes:
     return out
 
 
+def json_object(blob: object, what: str, cap: int = INFLATE_CAP) -> dict:
+    """A zlib blob of a JSON object (inflated to at most `cap` bytes) -> dict; StoreError."""
+    try:
+        out = json.loads(inflate(blob, what, cap))
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(f"{what} are not valid JSON ({exc})") from None
+    if not isinstance(out, dict):
+        raise StoreError(f"{what} must be a JSON object")
+    return out
+
+
 def bounded_streams(blob: object, what: str, cap: int, step: int = 1 << 20) -> None:
     """StoreError when the zlib streams of `blob` (one after another, as kvviz.store.arraycodec
     writes them) inflate past `cap` bytes: a bomb costs at most `step` bytes of memory here.
@@ -165,3 +181,16 @@ def bounded_streams(blob: object, what: str, cap: int, step: int = 1 << 20) -> N
         if not d.eof:
             return
         rest = d.unused_data
+
+
+def declared_types(q: Callable[[str], list[tuple]], table: str, where: str) -> None:
+    """StoreError when a value of `table` has not its column's declared SQLite type (or is
+    NULL where the column forbids it). Cost: one GROUP BY typeof() per typed column."""
+    for _, col, decl, notnull, _, _ in q(f"PRAGMA table_info({table})"):
+        allowed = SQL_TYPES.get(str(decl).upper())
+        if allowed is None or not IDENT.match(col):
+            continue
+        for kind, n in q(f"SELECT typeof({col}), COUNT(*) FROM {table} GROUP BY 1"):
+            if kind not in allowed and not (kind == "null" and not notnull):
+                raise StoreError(f"{where}: damaged recording ({table}.{col}: {n} row(s) hold "
+                                 f"{kind}, not {str(decl).lower()})")

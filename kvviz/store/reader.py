@@ -1,7 +1,9 @@
-"""Reading a recording (docs/STORE_API.md): RunReader, safe while the writer runs."""
+"""Reading a recording (docs/STORE_API.md): RunReader, safe while the writer runs.
+
+Block maps are decoded by map_reader.py, the summary counted by summary.py, the kv_* tables
+read by kv_reader.py (on a plain connection: kvviz.node reads them without pandas)."""
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -12,10 +14,9 @@ import pandas as pd
 from kvviz.blockmap import BlockMap
 from kvviz.errors import StoreError
 from kvviz.store import checks as check
-from kvviz.store import event_frames, mapcodec
-from kvviz.store import events as store_events
-from kvviz.store import schema as codec
-from kvviz.store.schema import COUNTERS, EVENT_COLS, MAP_COLS, NODE_COLS, SAMPLE_COLS
+from kvviz.store import event_frames, map_reader, schema, summary
+from kvviz.store.contents import kv_events
+from kvviz.store.schema import BLOB_COLS, EVENT_COLS, MAP_COLS, NODE_COLS, SAMPLE_COLS, where
 
 SAMPLE_NUMERIC = ("sample_id", *(c for c in SAMPLE_COLS if c != "lane"))
 EVENT_NUMERIC = tuple(c for c in EVENT_COLS if c not in ("lane", "kind", "reason"))
@@ -31,19 +32,21 @@ class RunReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self.conn = codec.open_checked(self.path)
+        self.conn = schema.open_checked(self.path)
         self.meta: dict = {}
         self.status = ""
         self.status_message = ""
         try:
-            self._chunks = self._has("event_chunks")  # format 2 on
+            self._chunks = self.has_table("event_chunks")  # format 2 on
             self.refresh()
         except BaseException:
             self.conn.close()
             raise
 
-    def _has(self, table: str) -> bool:
-        return bool(self._q("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)))
+    def has_table(self, table: str) -> bool:
+        """Whether the recording holds `table` (node_samples, kv_batches, ... are optional)."""
+        return bool(self._q("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (table,)))
 
     def _q(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
@@ -80,16 +83,7 @@ class RunReader:
     @property
     def stale_after_s(self) -> float:
         """STALE_S, or 3 sampling periods of a slower collector or scrape (from meta)."""
-        periods = []
-        hz = (self.meta.get("collector") or {}).get("hz") if isinstance(
-            self.meta.get("collector"), dict) else None
-        if isinstance(hz, (int, float)) and hz > 0:
-            periods.append(1.0 / hz)
-        scrape = self.meta.get("scrape")
-        every = scrape.get("interval_s") if isinstance(scrape, dict) else None
-        if isinstance(every, (int, float)) and every > 0:
-            periods.append(float(every))
-        return max([STALE_S, *(3 * p for p in periods)])
+        return summary.stale_after(self.meta, STALE_S)
 
     def lanes(self) -> list[str]:
         """The run header's lanes, then any other lane that has samples. Cost: one index
@@ -116,11 +110,11 @@ class RunReader:
         """One row per lane per sample, in time order; since_t is exclusive. Cost: the rows
         returned (an index range on (lane, t), or on t; recordings written before that index
         existed scan all samples when no lane is given)."""
-        where, params = codec.where(lane=lane, since_t=since_t)
+        cond, params = where(lane=lane, since_t=since_t)
         # Samples are written in time order, so (t, sample_id) is sample_id order; said this
         # way the planner walks the t index instead of scanning every row to skip a sort.
         return self._samples_frame(self._df(
-            f"SELECT * FROM samples{where} ORDER BY t, sample_id", params))
+            f"SELECT * FROM samples{cond} ORDER BY t, sample_id", params))
 
     def _samples_frame(self, df: pd.DataFrame) -> pd.DataFrame:
         """Sample rows checked field by field (a damaged file: one StoreError naming it)."""
@@ -205,73 +199,76 @@ class RunReader:
         and any added columns; with raw=True a `raw` column of {series key: value} dicts.
         `last`: only the newest that many scrapes, O(last) (a seek on the row id); since_t
         scans the table."""
-        if not self._has("node_samples"):
+        if not self.has_table("node_samples"):
             return pd.DataFrame(columns=list(NODE_COLS))
         if last is not None:
             df = self._df(_newest("node_samples", last), (int(last),))
         else:
-            where, params = codec.where(since_t=since_t)
-            df = self._df(f"SELECT * FROM node_samples{where} ORDER BY row_id", params)
+            cond, params = where(since_t=since_t)
+            df = self._df(f"SELECT * FROM node_samples{cond} ORDER BY row_id", params)
         blobs = df.pop("raw_zlib") if "raw_zlib" in df else pd.Series([None] * len(df))
         check.frame(df, "node_samples", str(self.path), need=("row_id", "t"), text=NODE_TEXT,
                     numeric=tuple(c for c in ("row_id", *NODE_COLS) if c not in NODE_TEXT))
         if raw:
-            df["raw"] = [{} if b is None else self._series(b) for b in blobs]
+            what = f"{self.path}: node sample series"
+            df["raw"] = [{} if b is None else check.json_object(b, what, map_reader.RAW_CAP)
+                         for b in blobs]
         return df.drop(columns="row_id")
 
-    def _series(self, blob: object) -> dict:
-        what = f"{self.path}: node sample series"
-        try:
-            out = json.loads(check.inflate(blob, what))
-        except (ValueError, RecursionError) as exc:
-            raise StoreError(f"{what} are not valid JSON ({exc})") from None
-        if not isinstance(out, dict):
-            raise StoreError(f"{what} must be a JSON object")
-        return out
-
     def blockmap_rows(self) -> pd.DataFrame:
-        """Every stored block map as its table row (encoded blobs included), checked."""
-        return check.frame(self._df("SELECT * FROM blockmaps ORDER BY sample_id"), "blockmaps",
-                           str(self.path), need=MAP_COLS, text=("lane", "label", "encoding",
-                                                                 "layout"),
-                           numeric=("sample_id", "step", "idx", "num_blocks", "block_size",
-                                    "bytes_per_token", "contiguous", "runs", "nbytes",
-                                    "buddy"))
+        """Every stored block map as its table row (encoded blobs included), the columns
+        besides the blobs checked (the blobs are checked when decoded: blockmap())."""
+        df = self._df("SELECT * FROM blockmaps ORDER BY sample_id")
+        check.frame(df.drop(columns=[c for c in BLOB_COLS if c in df.columns]), "blockmaps",
+                    str(self.path), need=tuple(c for c in MAP_COLS if c not in BLOB_COLS),
+                    text=("lane", "label", "encoding", "layout"),
+                    numeric=("sample_id", "step", "idx", "num_blocks", "block_size",
+                             "bytes_per_token", "contiguous", "runs", "nbytes", "buddy"))
+        missing = [c for c in BLOB_COLS if c not in df.columns]
+        if missing:
+            raise StoreError(f"{self.path}: table blockmaps has no column {missing[0]!r}")
+        return df
 
-    def blockmap_index(self, lane: str) -> pd.DataFrame:
-        return check.frame(self._df("SELECT sample_id, t, step FROM blockmaps WHERE lane = ? "
-                                    "ORDER BY sample_id", (lane,)), "blockmaps",
-                           str(self.path), numeric=("sample_id", "step"))
+    def blockmap_index(self, lane: str | None = None) -> pd.DataFrame:
+        """sample_id, lane, t, step of every kept map (of one lane), in sample_id order. Cost:
+        the rows (no blob read)."""
+        cond, params = where(lane=lane)
+        return check.frame(self._df(f"SELECT sample_id, lane, t, step FROM blockmaps{cond} "
+                                    "ORDER BY sample_id", params), "blockmaps",
+                           str(self.path), text=("lane",), numeric=("sample_id", "step"))
 
-    def _map(self, where: str, params: tuple) -> tuple[BlockMap, float] | None:
+    def blockmap_blocks(self) -> int:
+        """Σ num_blocks of the kept maps (rows a decoded export of them has)."""
+        total = self._q("SELECT TOTAL(num_blocks) FROM blockmaps")[0][0]  # a float: no overflow
+        return int(check.number(total, f"{self.path}: table blockmaps column 'num_blocks'",
+                                lo=0))
+
+    def refuse_oversized_blobs(self) -> None:
+        """StoreError naming the first blob longer than its row allows (map_reader.BOUNDS),
+        decided from lengths alone: no blob is read or inflated."""
+        tables = {r[0] for r in self._q("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        map_reader.refuse_oversized(self._q, str(self.path), tables)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """Every row of table `name` as stored (blobs as bytes), in row order, for export;
+        first every value is checked against its column's declared type (a hand-edited value
+        is one StoreError naming table, column and kind). Cost: the whole table."""
+        if not check.IDENT.match(name) or not self.has_table(name):
+            raise StoreError(f"{self.path}: no table {name!r}")
+        check.declared_types(self._q, name, str(self.path))
+        return self._df(f"SELECT * FROM {name} ORDER BY rowid")
+
+    def kv_counts(self) -> dict:
+        """What the kv_* tables hold, counted in SQL ({} without them): contents.kv_events."""
+        return kv_events(self._q, str(self.path))
+
+    def _map(self, cond: str, params: tuple) -> tuple[BlockMap, float] | None:
         # (t, sample_id) order: the index (lane, t) holds it (rowid last), so the newest
         # matching map is one seek, with no sort over the lane's maps and their blobs.
-        rows = self._q(f"SELECT {', '.join(MAP_COLS)} FROM blockmaps WHERE {where} "
-                       "ORDER BY t DESC, sample_id DESC LIMIT 1", params)
-        if not rows:
-            return None
-        r = dict(zip(MAP_COLS, rows[0]))
-        what = f"{self.path}: block map {r['sample_id']!r:.40}"
-        if r["encoding"] not in mapcodec.ENCODINGS:
-            raise StoreError(f"{what} uses unknown encoding {r['encoding']!r:.60}")
-        t = float(check.number(r["t"], f"{what}: t"))
-        for k in ("num_blocks", "runs", "block_size", "bytes_per_token"):
-            check.number(r[k], f"{what}: {k}", integer=True, lo=1 if k == "block_size" else 0)
-        if not isinstance(r["label"], str) or not isinstance(r["layout"], str):
-            raise StoreError(f"{what}: label and layout must be text")
-        if r["num_blocks"] > codec.MAX_BLOCKS:
-            raise StoreError(f"{what}: num_blocks {r['num_blocks']} is more than "
-                             f"{codec.MAX_BLOCKS}")
-        cap = 16 * (r["num_blocks"] + r["runs"]) + 65536  # 8-byte values per block or run
-        for k in codec.BLOB_COLS:
-            check.bounded_streams(r[k], f"{what}: {k}", cap)
-        try:  # stored bytes: any failure to decode them means damage, named here
-            bm = mapcodec.decode(r["num_blocks"], r["runs"], r["layout"], r, block_size=r[
-                "block_size"], bytes_per_token=r["bytes_per_token"], label=r["label"],
-                contiguous=bool(r["contiguous"]), buddy=bool(r["buddy"]), encoding=r["encoding"])
-        except Exception as exc:  # noqa: BLE001 - ValueError, TypeError, zlib.error, ...
-            raise StoreError(f"{what} is damaged: {type(exc).__name__}: {exc}") from None
-        return bm, t
+        rows = self._q(f"{map_reader.SELECT_MAP} WHERE {cond} ORDER BY t DESC, sample_id DESC "
+                       "LIMIT 1", params)
+        return None if not rows else map_reader.decode_row(dict(zip(MAP_COLS, rows[0])),
+                                                           str(self.path))
 
     def blockmap(self, sample_id: int) -> BlockMap:
         got = self._map("sample_id = ?", (int(sample_id),))
@@ -288,61 +285,11 @@ class RunReader:
         """The newest kept map of `lane`, with its time. One index seek."""
         return self._map("lane = ?", (lane,))
 
-    def _count(self, what: str, value: object) -> int:
-        return int(check.number(value or 0, f"{self.path}: {what}", integer=True, lo=0))
-
     def summary(self) -> dict:
-        """What `kvviz info` prints: status, lanes with their last counters, totals. The
-        samples of a node recording (`kvviz scrape --out`) are its node_samples."""
+        """What `kvviz info` prints (summary.summarize): status, lanes with their last
+        counters, totals; the header is re-read first."""
         self.refresh()
-        lanes = {}
-        for lane in self.lanes():
-            n = int(self._q("SELECT COUNT(*) FROM samples WHERE lane = ?", (lane,))[0][0])
-            rows = self._q(f"SELECT {', '.join(COUNTERS)} FROM samples WHERE lane = ? "
-                           "ORDER BY sample_id DESC LIMIT 1", (lane,))
-            last = dict(zip(COUNTERS, rows[0])) if rows else {}
-            maps = self._q("SELECT COUNT(*), COALESCE(SUM(nbytes), 0) FROM blockmaps "
-                           "WHERE lane = ?", (lane,))[0]
-            lanes[lane] = {
-                "samples": n, "blockmaps": int(maps[0]),
-                "blockmap_bytes": self._count("table blockmaps column 'nbytes'", maps[1]),
-                "failures": {c: self._count(f"table samples column 'admit_failures_{c}'",
-                                            last.get(f"admit_failures_{c}"))
-                             for c in ("capacity", "fragmentation", "policy")},
-                "preemptions": self._counter(last, "preemptions"),
-                "tokens_generated": self._counter(last, "tokens_generated"),
-            }
-        span = self._span("samples")
-        node = self._span("node_samples") if self._has("node_samples") else (0, 0.0)
-        n, dur = (span[0] + node[0], span[1] if span[0] else node[1])
-        return {
-            "path": str(self.path), "status": self.status, "state": self.state,
-            "status_message": self.status_message,
-            "format_version": self.format_version, "mode": self.meta.get("mode"),
-            "device": self.meta.get("device"), "lanes": lanes,
-            "duration_s": dur, "samples": n, "node_samples": node[0],
-            "events": self._events_count(),
-            "blockmap_stride": self.blockmap_stride,
-            "heartbeat_age_s": None if self.heartbeat is None else time.time() - self.heartbeat,
-        }
-
-    def _events_count(self) -> int:
-        try:
-            return store_events.count(self._q, self._chunks)
-        except ValueError as exc:
-            raise StoreError(f"{self.path}: damaged events ({exc})") from None
-
-    def _counter(self, last: dict, key: str) -> int | None:
-        return None if last.get(key) is None else self._count(
-            f"table samples column {key!r}", last[key])
-
-    def _span(self, table: str) -> tuple[int, float]:
-        """(rows, seconds from the first to the last) of a table with a `t` column."""
-        lo, hi, n = self._q(f"SELECT MIN(t), MAX(t), COUNT(*) FROM {table}")[0]
-        if not n:
-            return 0, 0.0
-        what = f"{self.path}: table {table} column 't'"
-        return int(n), float(check.number(hi, what)) - float(check.number(lo, what))
+        return summary.summarize(self, self._q)
 
     def close(self) -> None:
         with self._lock:

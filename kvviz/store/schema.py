@@ -1,6 +1,9 @@
 """The recording format: table layout, file checks and the SQL helpers (docs/FORMAT.md).
 
-Block map encodings live in mapcodec.py. Standard library and numpy only.
+Every table is declared here: run, samples, blockmaps, events, device_memory (SCHEMA),
+node_samples (NODE_SCHEMA), kv_streams / kv_batches / kv_gaps (KV_SCHEMA); event_chunks and
+block_tables beside their codecs (events.py, writer.py). Block map encodings live in
+mapcodec.py. Standard library and numpy only.
 """
 from __future__ import annotations
 
@@ -110,3 +113,25 @@ NODE_COLS = ("t", "time", "url", "status", "message", "engine", "kv_usage", "kv_
              "latency_s")
 NODE_SCHEMA = ("CREATE TABLE IF NOT EXISTS node_samples (row_id INTEGER PRIMARY KEY, "
                f"{', '.join(NODE_COLS)}, raw_zlib BLOB)")
+
+# kv_streams, kv_batches, kv_gaps (KV-event streams as received: `kvviz events`, `kvviz attach
+# --kv-events`, `kvviz collect --kv-events`): one row per message, its raw payload kept, so a
+# recording is lossless; counts per batch are columns so that timelines need no decoding.
+KV_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv_streams (stream_id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL,
+  dp_rank INTEGER NOT NULL, topic TEXT NOT NULL, replay TEXT, encoding TEXT,
+  first_t REAL, summary_json TEXT);
+CREATE TABLE IF NOT EXISTS kv_batches (batch_id INTEGER PRIMARY KEY,
+  stream_id INTEGER NOT NULL, seq INTEGER NOT NULL, t REAL NOT NULL, ts REAL,
+  dp_rank INTEGER, n_events INTEGER NOT NULL, n_stored INTEGER NOT NULL,
+  n_removed INTEGER NOT NULL, n_cleared INTEGER NOT NULL, n_unknown INTEGER NOT NULL,
+  replayed INTEGER NOT NULL, status TEXT NOT NULL, topic BLOB, payload BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS kv_batches_stream ON kv_batches (stream_id, batch_id);
+CREATE TABLE IF NOT EXISTS kv_gaps (gap_id INTEGER PRIMARY KEY, stream_id INTEGER NOT NULL,
+  t REAL NOT NULL, kind TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+  filled INTEGER NOT NULL);
+"""
+KV_BATCH_COLS = ("stream_id", "seq", "t", "ts", "dp_rank", "n_events", "n_stored", "n_removed",
+                 "n_cleared", "n_unknown", "replayed", "status", "topic", "payload")
+KV_STATUSES = ("ok", "undecodable")
+KV_GAP_KINDS = ("gap", "restart")

@@ -24,8 +24,8 @@ from kvviz.errors import StoreError
 from kvviz.store import arraycodec as ac
 from kvviz.store import events as store_events
 from kvviz.store import mapcodec
-from kvviz.store import schema as codec
-from kvviz.store.schema import MAP_COLS, NODE_SCHEMA, STATUSES
+from kvviz.store.kv_writer import KvEventWriter, add_own_batches
+from kvviz.store.schema import APP_ID, BLOB_COLS, MAP_COLS, NODE_SCHEMA, SCHEMA, STATUSES
 
 TABLES_ENCODING = "tables-zlib-1"
 TABLES_SCHEMA = ("CREATE TABLE IF NOT EXISTS block_tables (sample_id INTEGER PRIMARY KEY, "
@@ -87,8 +87,8 @@ class RunWriter:
         tmp.unlink(missing_ok=True)
         conn = sqlite3.connect(tmp)
         try:
-            conn.executescript(f"PRAGMA application_id={codec.APP_ID};"
-                               f"PRAGMA user_version={FORMAT_VERSION};" + codec.SCHEMA +
+            conn.executescript(f"PRAGMA application_id={APP_ID};"
+                               f"PRAGMA user_version={FORMAT_VERSION};" + SCHEMA +
                                store_events.CHUNK_SCHEMA)
             conn.execute("INSERT INTO run VALUES (1, 'kvviz', ?, ?, ?, ?, 'running', '', ?, 1)",
                          (FORMAT_VERSION, __version__, time.time(), meta_json, time.time()))
@@ -147,7 +147,7 @@ class RunWriter:
         self._map_idx[lane] = idx + 1
         row = (sid, lane, t, step, idx, enc.num_blocks, bm.block_size, bm.bytes_per_token,
                bm.label, int(bm.contiguous), mapcodec.ENCODING, enc.runs, enc.layout, enc.nbytes,
-               *(enc.blobs[k] for k in codec.BLOB_COLS),
+               *(enc.blobs[k] for k in BLOB_COLS),
                int(bm.buddy))
         self.conn.execute(f"INSERT INTO blockmaps VALUES ({', '.join('?' * len(MAP_COLS))})", row)
         self._map_bytes += enc.nbytes + self._add_tables(sid, lane, bm)
@@ -224,6 +224,16 @@ class RunWriter:
         blob = None if raw is None else zlib.compress(
             json.dumps(raw, separators=(",", ":")).encode(), 6)
         self._insert("node_samples", {**rec, "t": float(t), "raw_zlib": blob})
+
+    def kv_events(self) -> KvEventWriter:
+        """The writer of the kv_* tables on this run's connection (created on first use);
+        this RunWriter's commit() commits what it wrote."""
+        return KvEventWriter(self.conn)
+
+    def add_own_kv_batches(self, t: float, rows: list[tuple]) -> None:
+        """A collector's own published KV-event batches at run time t
+        (kvviz.store.kv_writer.add_own_batches)."""
+        add_own_batches(self.conn, t, rows)
 
     def set_status(self, status: str, message: str = "") -> None:
         if status not in STATUSES:

@@ -17,7 +17,7 @@ TABLES = ("table_len", "table_blocks")  # paged block tables (table block_tables
 BLOB_COLUMNS = ("lengths", *PLANES, *FINALS, *TABLES)
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 CHUNK_FIELDS = ("event_id", "t", "step", "seq_id", "need_tokens", "free_tokens")
-STORED_PER, STORED_PLUS = 64, 1024  # stored_cap: 1/64 more than the inflated bound, + 1 KiB
+STORED_PER, STORED_PLUS = 64, 4096  # stored_cap: 1/64 more than the inflated bound, + 4 KiB
 MAX_STREAMS = 16  # zlib streams in one blob: two arrays (runs mode) of 8 byte planes each
 
 

@@ -14,17 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents import model as model_mod
-from kvviz.node.kvevents import store as store_mod
 from kvviz.node.kvevents.decode import MAX_DEPTH, Undecodable, decode
 from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB
 from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import (
     RECEIVE_BUDGET,
     Subscriber,
     SubscriberConfig,
     queue_bounds,
 )
+from kvviz.store import kv_writer
+from kvviz.store.kv_writer import KvEventWriter
 from tests.fuzz.hostile_zmq import batch, deep, seq_bytes
 
 SEQ0 = seq_bytes(0)
@@ -192,7 +192,7 @@ def test_the_model_stops_growing_at_its_cap(monkeypatch):
 
 
 def test_the_writer_buffer_flushes_itself(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_mod, "FLUSH_BYTES", 1000)
+    monkeypatch.setattr(kv_writer, "FLUSH_BYTES", 1000)
     kv = KvEventWriter(sqlite3.connect(tmp_path / "w.db"))
     for i in range(10):
         kv.add_batch((1, i, 0.0, None, 0, 0, 0, 0, 0, 0, 0, "ok", b"", b"x" * 300))

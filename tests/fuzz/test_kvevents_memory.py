@@ -26,8 +26,8 @@ from kvviz.node.kvevents.decode import (
 )
 from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB
 from kvviz.node.kvevents.model import rebuild
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+from kvviz.store.kv_writer import KvEventWriter
 from tests.fuzz.hostile import check_property, run_cli
 from tests.fuzz.hostile_zmq import _envelope, big_batch, generic_bomb, seq_bytes, worst_batch
 

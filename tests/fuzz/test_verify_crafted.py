@@ -93,7 +93,7 @@ def test_a_crafted_recording_gets_a_report_or_one_clear_error(sources, cases, tm
                                                                name):
     for kind, src in sources.items():
         path = crafted.edit(src, tmp_path / f"{kind}.db", cases[name])
-        check_all(path, tmp_path, capsys, tools=not name.startswith("multi"))
+        check_all(path, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("name, words", [

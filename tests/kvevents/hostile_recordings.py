@@ -8,7 +8,6 @@ from pathlib import Path
 
 import msgspec
 
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store.writer import RunWriter
 from tests.kvevents.schema_pub import payload, store
@@ -19,7 +18,7 @@ DEEP = "[" * 5000 + "]" * 5000
 def _record(path: Path, messages, endpoint: str = "tcp://127.0.0.1:45999") -> Path:
     """A finished recording of one stream that received `messages` ([seq, payload bytes])."""
     w = RunWriter(path, {"mode": "kv-events", "lanes": []})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     sub = Subscriber(SubscriberConfig((endpoint,)), kv)
     (st,) = sub.streams
     for seq, data in messages:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store.writer import RunWriter
 from tests.kvevents.schema_pub import payload, remove, store
@@ -13,7 +12,7 @@ def write_kv_recording(path: Path, port: int, *, close: bool = True) -> RunWrite
     """Two pods with the same prompts but different hash seeds; pod a has a gap, churn of a hot
     prefix, and prompts sharing 6 tokens in blocks of 16 (never a shared block)."""
     w = RunWriter(path, {"mode": "kv-events", "lanes": []})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     eps = (f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}")
     sub = Subscriber(SubscriberConfig(eps), kv)
     a, b = sub.streams

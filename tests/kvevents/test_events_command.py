@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvviz.cli import main
-from kvviz.node.kvevents import store
+from kvviz.node.kvevents.rebuild import load_model
+from kvviz.store import kv_reader
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.schema_pub import SchemaPublisher, payload, publish_for, remove
 from tests.kvevents.schema_pub import store as stored
@@ -43,10 +44,10 @@ def test_records_and_prints_one_json_object_per_stream(tmp_path):
     (line,) = r.stdout.splitlines()
     s = json.loads(line)
     assert KEYS <= s.keys() and s["batches"] > 5 and s["encoding"] == "map"
-    conn = store.connect(out)
-    model, _ = store.load_model(conn)
+    conn = kv_reader.connect(out)
+    model, _ = load_model(conn)
     assert model.cached_blocks(1) == s["cached_blocks"]
-    assert store.streams(conn)[0]["summary"]["events"] == s["events"]
+    assert kv_reader.streams(conn)[0]["summary"]["events"] == s["events"]
 
 
 def test_a_non_kv_publisher_exits_2_within_seconds(tmp_path):

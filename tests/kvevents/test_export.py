@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kvviz.cli import main
-from kvviz.node.kvevents import store
 from kvviz.node.kvevents.decode import decode
 from kvviz.node.kvevents.model import rebuild
+from kvviz.node.kvevents.rebuild import load_model
+from kvviz.store import kv_reader
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.recordings import write_kv_recording
 
@@ -25,8 +26,8 @@ def kv_rec(tmp_path_factory):
 
 
 def _recorded(path) -> dict:
-    with store.connect(path) as conn:
-        model, _ = store.load_model(conn)
+    with kv_reader.connect(path) as conn:
+        model, _ = load_model(conn)
     return {k.stream: set(f.parent) for k, f in model.forests.items()}
 
 
@@ -51,7 +52,7 @@ def test_csv_export_has_the_counts_and_no_binary_frames(tmp_path):
     assert main(["export", str(rec), "--csv", str(tmp_path / "csv")]) == 0
     batches = pd.read_csv(tmp_path / "csv" / "kv_batches.csv")
     assert not {"payload", "topic"} & set(batches.columns)
-    with store.connect(rec) as conn:
+    with kv_reader.connect(rec) as conn:
         stored = conn.execute("SELECT SUM(n_stored), COUNT(*) FROM kv_batches").fetchone()
     assert (int(batches.n_stored.sum()), len(batches)) == stored
     assert (tmp_path / "csv" / "kv_streams.csv").is_file()

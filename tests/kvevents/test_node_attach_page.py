@@ -13,8 +13,8 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pages"))
 from pagehelpers import no_exception, page, rerun_until  # noqa: E402
 
-from kvviz.node.kvevents import store  # noqa: E402
 from kvviz.runs import process  # noqa: E402
+from kvviz.store import kv_reader  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_attach_recording  # noqa: E402
 from tests.kvevents.schema_pub import SchemaPublisher, payload  # noqa: E402
@@ -89,7 +89,7 @@ def test_the_form_starts_an_attach_job_that_records_both(runs):
             if not runs_:
                 return False
             try:
-                with store.connect(runs_[0]) as conn:
+                with kv_reader.connect(runs_[0]) as conn:
                     n = conn.execute("SELECT COUNT(*) FROM kv_batches").fetchone()[0]
                     m = conn.execute("SELECT COUNT(*) FROM node_samples").fetchone()[0]
             except Exception:  # noqa: BLE001 (not created yet)

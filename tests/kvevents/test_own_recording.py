@@ -6,7 +6,8 @@ import argparse
 
 from collectors import launch
 from kvviz import collector_flags
-from kvviz.node.kvevents import store
+from kvviz.node.kvevents.rebuild import load_model
+from kvviz.store import kv_reader
 from kvviz.store.reader import RunReader
 from tests.kvevents.conftest import free_base_port
 
@@ -31,10 +32,10 @@ def test_the_run_holds_every_published_batch_and_the_same_cache(tmp_path):
         for lp in col.kv_publishers:
             lp.pub.close()
     (lp,) = col.kv_publishers  # one prefix-caching lane: DP rank 0
-    with store.connect(tmp_path / "c.db") as conn:
-        (s,) = store.streams(conn)
+    with kv_reader.connect(tmp_path / "c.db") as conn:
+        (s,) = kv_reader.streams(conn)
         seqs = [r[0] for r in conn.execute("SELECT seq FROM kv_batches ORDER BY batch_id")]
-        model, _ = store.load_model(conn)
+        model, _ = load_model(conn)
     assert seqs == list(range(lp.pub.seq)) and seqs  # every batch, in order, none twice
     assert s["summary"] == {"lane": lp.lane} and s["endpoint"] == lp.endpoint
     (f,) = model.forests.values()
@@ -57,9 +58,9 @@ def test_record_alone_opens_no_socket_and_records_the_same_way(tmp_path):
     col.run()
     (lp,) = col.kv_publishers
     assert not hasattr(lp.pub, "ctx")  # nothing bound, nothing sent
-    with store.connect(tmp_path / "c.db") as conn:
-        (s,) = store.streams(conn)
-        model, _ = store.load_model(conn)
+    with kv_reader.connect(tmp_path / "c.db") as conn:
+        (s,) = kv_reader.streams(conn)
+        model, _ = load_model(conn)
     assert s["endpoint"] == "kvviz:paged:16:prefix" and s["encoding"] == "map"
     assert set(next(iter(model.forests.values())).parent) == lp.cached_hashes()
 

@@ -1,9 +1,9 @@
 """The kv_* tables: a recording rebuilds the same caches the subscriber held when it stopped."""
 from __future__ import annotations
 
-from kvviz.node.kvevents import store
-from kvviz.node.kvevents.store import KvEventWriter
+from kvviz.node.kvevents.rebuild import load_model
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+from kvviz.store import kv_reader
 from kvviz.store.writer import RunWriter
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.schema_pub import clear, payload, remove
@@ -12,7 +12,7 @@ from tests.kvevents.schema_pub import store as stored
 
 def test_a_recording_rebuilds_what_the_subscriber_held(tmp_path):
     w = RunWriter(tmp_path / "r.db", {"mode": "kv-events"})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     port = free_base_port(2)
     sub = Subscriber(SubscriberConfig((f"tcp://127.0.0.1:{port}",), dp_ranks=2), kv)
     a, b = sub.streams
@@ -26,25 +26,25 @@ def test_a_recording_rebuilds_what_the_subscriber_held(tmp_path):
         sub.handle(st, [b"", seq.to_bytes(8, "big"), data])
     kv.flush()
     w.commit()
-    conn = store.connect(tmp_path / "r.db")
-    model, last = store.load_model(conn)
+    conn = kv_reader.connect(tmp_path / "r.db")
+    model, last = load_model(conn)
     assert {k: f.parent for k, f in model.forests.items()} == \
         {k: f.parent for k, f in sub.model.forests.items()}
     assert last == conn.execute("SELECT MAX(batch_id) FROM kv_batches").fetchone()[0]
-    counts = store.stream_counts(conn)
+    counts = kv_reader.stream_counts(conn)
     assert counts[a.sid]["gaps"] == 1 and counts[a.sid]["lost_batches"] == 2
     assert counts[a.sid]["restarts"] == 1 and counts[a.sid]["undecodable"] == 1
-    assert [g["kind"] for g in store.gaps(conn)] == ["gap", "restart"]
+    assert [g["kind"] for g in kv_reader.gaps(conn)] == ["gap", "restart"]
     sub.close()
     w.close()
 
 
 def test_loading_in_steps_equals_loading_at_once(tmp_path):
     w = RunWriter(tmp_path / "r.db", {"mode": "kv-events"})
-    kv = KvEventWriter(w.conn)
+    kv = w.kv_events()
     sub = Subscriber(SubscriberConfig((f"tcp://127.0.0.1:{free_base_port(1)}",)), kv)
     (st,) = sub.streams
-    conn = store.connect(tmp_path / "r.db")
+    conn = kv_reader.connect(tmp_path / "r.db")
     step, last = None, 0
     for seq in range(6):
         data = payload([stored([seq + 10], seq + 9 if seq else None)] +
@@ -52,8 +52,8 @@ def test_loading_in_steps_equals_loading_at_once(tmp_path):
         sub.handle(st, [b"", (seq % 4).to_bytes(8, "big"), data])  # restarts at seq 4
         kv.flush()
         w.commit()
-        step, last = store.load_model(conn, last, step)
-    whole, _ = store.load_model(conn)
+        step, last = load_model(conn, last, step)
+    whole, _ = load_model(conn)
     assert {k: f.parent for k, f in step.forests.items()} == \
         {k: f.parent for k, f in whole.forests.items()}
     sub.close()
@@ -64,11 +64,11 @@ def test_a_model_read_in_pieces_equals_one_read_at_once(tmp_path):
     from tests.kvevents.recordings import write_kv_recording
 
     write_kv_recording(tmp_path / "ev.db", free_base_port(2))
-    with store.connect(tmp_path / "ev.db") as conn:
-        whole, end = store.load_model(conn)
+    with kv_reader.connect(tmp_path / "ev.db") as conn:
+        whole, end = load_model(conn)
         model, last, pieces = None, 0, 0
         while last < end:
-            model, last = store.load_model(conn, last, model, limit=3)
+            model, last = load_model(conn, last, model, limit=3)
             pieces += 1
     assert pieces > 3
     assert {k: f.parent for k, f in model.forests.items()} == \

@@ -7,7 +7,8 @@ import sqlite3
 import threading
 
 from kvviz.cli import main
-from kvviz.node.kvevents import store
+from kvviz.node.kvevents.rebuild import load_model
+from kvviz.store import kv_reader
 from kvviz.store.reader import RunReader
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.schema_pub import SchemaPublisher, payload, publish_for
@@ -42,9 +43,9 @@ def test_scrapes_and_events_go_into_one_recording(fake_node, tmp_path, capsys):
     assert len(samples) >= 4 and set(samples["status"]) == {"ok"}
     assert meta["mode"] == "node" and meta["attach"] is True
     assert meta["kv_events"]["endpoints"] == [ep]
-    with store.connect(out) as conn:
-        model, _ = store.load_model(conn)
-        (s,) = store.streams(conn)
+    with kv_reader.connect(out) as conn:
+        model, _ = load_model(conn)
+        (s,) = kv_reader.streams(conn)
     cached = {h for f in model.forests.values() for h in f.parent}
     assert {1, 2} <= cached and len(cached) == s["summary"]["cached_blocks"]
     assert s["summary"]["replayed_batches"] >= 1

@@ -51,7 +51,8 @@ def test_a_gap_heavy_stream_says_what_it_lost(runs):
     assert "integer overflow" not in " ".join(unescaped(at))
 
 
-def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
+def large_recording_on_the_tab(runs, monkeypatch):
+    """The tab on 60 batches of 100 stored blocks, with a cap of 3,000 read 4 batches at a time."""
     from pages import kvevents_view
 
     monkeypatch.setattr(kvevents_view, "EVENT_CAP", 3_000)
@@ -61,7 +62,11 @@ def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
     _record(runs / "big.db", blocks)
     at = page("pages/node.py")
     no_exception(at)
-    warn = " ".join(w.value for w in at.warning)
+    return at, " ".join(w.value for w in at.warning)
+
+
+def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
+    at, warn = large_recording_on_the_tab(runs, monkeypatch)
     got = re.search(r"holds ([\d,]+) block stores and removals; the cache below is rebuilt "
                     r"from the first ([\d,]+)", warn)
     assert got, warn
@@ -69,6 +74,17 @@ def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
     assert total == 6_000 and 3_000 <= read <= 3_400
     cached = {m.label: m.value for m in at.metric}["cached blocks"]
     assert int(cached.replace(",", "")) == read  # 1 block per stored event, none evicted
+
+
+def test_past_the_window_the_tab_says_which_figures_are_a_slice(runs, monkeypatch):
+    from kvviz.store import kv_reader
+
+    monkeypatch.setattr(kv_reader, "WINDOW", 8)  # the newest 8 of 60 batches
+    at, warn = large_recording_on_the_tab(runs, monkeypatch)
+    assert re.search(r"holds (at least|more than) [\d,]+ block stores and removals", warn), warn
+    captions = " ".join(c.value for c in at.caption)
+    assert "The timeline and the counts of streams without a final summary: the newest 8 " \
+           "batches only" in captions, captions
 
 
 def test_replay_shows_a_lane_name_as_text_not_markdown(runs):

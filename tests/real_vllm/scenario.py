@@ -17,10 +17,11 @@ import time
 import pytest
 
 from kvviz.cli import main
-from kvviz.node.kvevents import store as kvstore
 from kvviz.node.kvevents.model import CacheModel
+from kvviz.node.kvevents.rebuild import load_model
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.node.promtext import sample_from_text
+from kvviz.store import kv_reader
 from tests.real_vllm import groundtruth as gt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,8 +96,8 @@ def _forest(sub) -> dict:
 
 
 def recorded_forest(path) -> dict:
-    with kvstore.connect(path) as conn:
-        model, _ = kvstore.load_model(conn)
+    with kv_reader.connect(path) as conn:
+        model, _ = load_model(conn)
     return {h: p for f in model.forests.values() for h, p in f.parent.items()}
 
 

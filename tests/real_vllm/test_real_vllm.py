@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz.node.kvevents import store as kvstore
+from kvviz.store import kv_reader
 from tests.real_vllm import groundtruth as gt
 from tests.real_vllm.scenario import recorded_forest
 from tests.real_vllm.server import BLOCK_SIZE, NUM_BLOCKS
@@ -115,8 +115,8 @@ def test_kvviz_attach_records_what_vllm_did(run, which):
         rows = r.node_samples()
     finally:
         r.close()
-    with kvstore.connect(path) as conn:
-        (stream,) = kvstore.streams(conn)
+    with kv_reader.connect(path) as conn:
+        (stream,) = kv_reader.streams(conn)
         replayed = conn.execute("SELECT SUM(replayed) FROM kv_batches").fetchone()[0]
     last = rows.iloc[-1]
     m = run["m_end"]  # idle: the same numbers as at the last scrapes
@@ -130,8 +130,8 @@ def test_kvviz_attach_records_what_vllm_did(run, which):
     if which == "late":
         assert replayed > 0  # everything before it joined came from the replay buffer
     if which == "gap":
-        with kvstore.connect(path) as conn:
-            gaps = kvstore.gaps(conn)
+        with kv_reader.connect(path) as conn:
+            gaps = kv_reader.gaps(conn)
         assert gaps and all(g["filled"] for g in gaps), gaps
         assert sum(g["last_seq"] - g["first_seq"] + 1 for g in gaps) == 3
     SUMMARY[f"kvviz attach ({which})"] = (

@@ -87,11 +87,10 @@ def test_node_recordings_are_the_recordings_in_node_mode(tmp_path: Path):
 
 
 def test_kv_event_recordings_are_the_ones_holding_streams(tmp_path: Path):
-    from kvviz.node.kvevents.store import KvEventWriter
 
     _recording(tmp_path / "plain.db", "sim")
     w = RunWriter(tmp_path / "events.db", {"mode": "kv-events", "lanes": []})
-    KvEventWriter(w.conn)  # creates the KV-event tables
+    w.kv_events()  # creates the KV-event tables
     w.close("finished")
     (tmp_path / "broken.db").write_bytes(b"not sqlite" * 20)
     assert d.kv_event_recordings(tmp_path) == ["events.db"]

@@ -34,7 +34,7 @@ def test_blocks_table_holds_every_kept_map_decoded(recs, tmp_path):
     assert blocks.dtypes["owner"] == np.int32 and blocks.dtypes["cached"] == np.bool_
     r = RunReader(recs["engine"])
     try:
-        ids = r._df("SELECT sample_id FROM blockmaps ORDER BY sample_id")["sample_id"].tolist()
+        ids = r.blockmap_index()["sample_id"].tolist()
         assert sorted(blocks["sample_id"].unique().tolist()) == ids
         for sid, rows in blocks.groupby("sample_id"):
             bm = r.blockmap(sid)

@@ -77,7 +77,7 @@ def test_format_example_reads_format_2_maps(recording, tmp_path) -> None:
     path = tmp_path / "old.db"
     shutil.copy(src, path)
     r = RunReader(path)
-    ids = r._df("SELECT sample_id FROM blockmaps")["sample_id"].tolist()
+    ids = r.blockmap_index()["sample_id"].tolist()
     maps = {int(i): r.blockmap(int(i)) for i in ids}
     r.close()
     with sqlite3.connect(path) as db:

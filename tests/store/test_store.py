@@ -69,7 +69,8 @@ def test_retention_keeps_the_bound(tmp_path: Path) -> None:
     record(path, steps=1200, every=2, budget=budget)
     r = RunReader(path)
     assert len(r.samples()) == 1200  # metrics always kept
-    maps = r._q("SELECT lane, idx, nbytes FROM blockmaps")
+    maps = r.blockmap_rows()[["lane", "idx", "nbytes"]].itertuples(index=False)
+    maps = [tuple(m) for m in maps]
     biggest = max(n for _, _, n in maps)
     assert sum(n for _, _, n in maps) <= budget + 2 * biggest  # + each lane's latest
     assert r.blockmap_stride > 1

@@ -35,7 +35,7 @@ def as_format_1(path: Path) -> None:
     from kvviz.store.reader import RunReader
 
     r = RunReader(path)
-    ids = [int(i) for i in r._df("SELECT sample_id FROM blockmaps")["sample_id"]]
+    ids = [int(i) for i in r.blockmap_index()["sample_id"]]
     maps = {i: r.blockmap(i) for i in ids}
     events = r.events()
     r.close()

@@ -3,7 +3,8 @@
 decode.py    payload (msgpack EventBatch, map or array form) -> normalized events
 model.py     the prefix-cache forest rebuilt per (stream, dp rank, medium, group)
 diagnose.py  plain-sentence diagnoses of one or many streams
-store.py     the kv_* tables of a recording (writer: numpy/stdlib; reader re-decodes)
+rebuild.py   a recording's batches (kvviz.store.kv_reader) decoded again into the model
+store.py     the name subscriber.py imports KvEventWriter by (kvviz.store.kv_writer)
 endpoints.py   addresses: checks, DP rank r at port + r, why one is unreachable
 subscriber.py  SUB sockets, seq tracking, gaps, replay, restarts
 publisher.py   kvviz's own vLLM/SGLang-compatible publisher (PUB + ROUTER replay)

@@ -177,7 +177,8 @@ def overlap(model: CacheModel, streams: Sequence[int]) -> list[list[float]]:
 def recent_counts(timeline: Sequence[tuple], end_s: float, window_s: float
                   ) -> tuple[int, int]:
     """(blocks stored, blocks evicted) over all streams in the seconds (end_s - window_s,
-    end_s]; `timeline`: (stream, whole second, stored, removed) rows (store.timeline)."""
+    end_s]; `timeline`: (stream, whole second, stored, removed) rows
+    (kvviz.store.kv_reader.timeline)."""
     rows = [r for r in timeline if end_s - window_s <= r[1] + 1 <= end_s + 1]
     return sum(int(r[2] or 0) for r in rows), sum(int(r[3] or 0) for r in rows)
 

@@ -26,11 +26,8 @@ ENCODING = {"vllm": "map", "sglang": "array"}  # how kvviz.node.kvevents.decode 
 def cached_prefix_keys(alloc) -> dict[Key, Key | None]:
     """The prefix blocks a paged allocator holds as cached content (live or free), each with
     the key of the block before it in its prompt (None for a prompt's first block)."""
-    pool = getattr(alloc, "_pool", None)
-    if pool is None:
-        return {}
-    parents = getattr(pool, "parent_of", {})
-    return {k: parents.get(k) for k in getattr(pool, "_block_of", ())}
+    pool = getattr(alloc, "block_pool", None)
+    return {} if pool is None else pool.cached_keys()
 
 
 def block_hash(parent: int | None, key: Key) -> int:
@@ -70,7 +67,7 @@ class LanePublisher:
     def follow(self, alloc, ts: float | None = None) -> int:
         """Publish what `alloc`'s prefix cache did since the last call (its whole cache on the
         first call, or when the lane's pool was replaced); returns the events sent."""
-        pool = alloc._pool
+        pool = alloc.block_pool
         if pool is self.pool:
             return self._publish(self._events(pool.drain_log()), ts)
         head = [cleared(self.pub.fmt)] if self.known else []
@@ -160,7 +157,7 @@ def attach(collector, endpoint: str | None, replay: str | None = None, fmt: str 
 
 
 def cached_prefix_keys_supported(alloc) -> bool:
-    return bool(getattr(alloc, "prefix_caching", False)) and hasattr(alloc, "_pool")
+    return bool(getattr(alloc, "prefix_caching", False)) and hasattr(alloc, "block_pool")
 
 
 def _hook(pubs: list[LanePublisher], collector) -> Callable:

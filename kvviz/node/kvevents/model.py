@@ -206,7 +206,7 @@ class CacheModel:
         self.forests: dict[ForestKey, Forest] = {}
         self.timeline: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
         self.t_first: float | None = None
-        self._last_seq: dict[int, int] = {}  # used by store.load_model
+        self._last_seq: dict[int, int] = {}  # per stream: the last seq noted
         self.n_cached = 0  # cached blocks in all forests
         self.over_cap = 0  # stored blocks not applied: past MAX_CACHED_BLOCKS / MAX_FORESTS
 
@@ -254,6 +254,16 @@ class CacheModel:
                             ev.medium is None or k.medium == ev.medium):
                         self.n_cached -= len(f.parent)
                         f.clear()
+
+    def note_seq(self, stream: int, seq: int) -> bool:
+        """Note the sequence number of the stream's next batch; True (and restart()) when it
+        does not follow the last one noted: its publisher restarted."""
+        last = self._last_seq.get(stream)
+        self._last_seq[stream] = seq
+        if last is not None and seq <= last:
+            self.restart(stream)
+            return True
+        return False
 
     def restart(self, stream: int) -> None:
         """The stream's publisher restarted: its caches are empty (not a cleared event)."""

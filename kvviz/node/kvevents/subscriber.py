@@ -41,8 +41,8 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     endpoint_for_rank,
 )
 from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.store import KvEventWriter
 from kvviz.node.kvevents.stream import Stream, problem, summary
+from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
