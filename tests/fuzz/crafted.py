@@ -142,14 +142,15 @@ def _all_specs(layout: dict, key: str, value) -> None:
 BOMBED_ROWS = 4  # rows a blob case rewrites: enough to be found, a few MB on disk
 
 
-def set_blobs(table: str, cols: tuple[str, ...], blob: bytes):
-    """`blob` in `cols` of the table's first BOMBED_ROWS rows (every row would make a
+def set_blobs(table: str, cols: tuple[str, ...], blob: bytes, rows: int | None = BOMBED_ROWS):
+    """`blob` in `cols` of the table's first `rows` rows (None: every row, which makes a
     recording of thousands of maps GBs on disk per case)."""
+    where = "" if rows is None else (f" WHERE rowid IN (SELECT rowid FROM {table} ORDER BY "
+                                     f"rowid LIMIT {int(rows)})")
+
     def go(conn: sqlite3.Connection) -> None:
         for col in cols:
-            conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid IN "
-                         f"(SELECT rowid FROM {table} ORDER BY rowid LIMIT {BOMBED_ROWS})",
-                         (blob,))
+            conn.execute(f"UPDATE {table} SET {col} = ?{where}", (blob,))
     return go
 
 

@@ -28,8 +28,8 @@ def engine(tmp_path_factory) -> Path:
 
 
 def bombed(src: Path, dst: Path, table: str, cols: tuple[str, ...]) -> Path:
-    """A copy of src whose `cols` of `table` each hold four 1 GiB bombs back to back."""
-    return crafted.edit(src, dst, crafted.set_blobs(table, cols, crafted.bomb(1) * 4))
+    """A copy of src whose `cols` of `table` hold four 1 GiB bombs back to back, every row."""
+    return crafted.edit(src, dst, crafted.set_blobs(table, cols, crafted.bomb(1) * 4, None))
 
 
 @pytest.mark.parametrize("table, cols", [("blockmaps", ("lengths",)),
