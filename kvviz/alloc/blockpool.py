@@ -112,6 +112,16 @@ class BlockPool:
         self._stack[self._nfree : self._nfree + blocks.size] = blocks[::-1]
         self._nfree += int(blocks.size)
 
+    def plain_list(self) -> list[int]:
+        """The plain free blocks (never cached), the next taken last: a stack to replay
+        takes (pop) and frees (append, in the order `put` would push them) on."""
+        return self._stack[:self._nfree].tolist()
+
+    def set_plain(self, blocks: list[int]) -> None:
+        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
+        self._stack[:len(blocks)] = blocks
+        self._nfree = len(blocks)
+
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
         copies = self._block_of.get(key)

@@ -35,12 +35,18 @@ class PagedSpace:
         blocks beyond the hits, plus the hits it takes out of the free queue."""
         need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
         free = self.alloc.free_blocks
-        keep = 0 if empty else self.watermark_blocks
         bs = self.bs
-        if need + keep <= free:
+        if self.fits(need, free, empty):
             return Admission(True, None, need * bs, free * bs, free * bs)
         reason = Reason.CAPACITY if need > free else Reason.POLICY
         return Admission(False, reason, need * bs, free * bs, free * bs)
+
+    def fits(self, need, free, empty):
+        """The admission's memory test (need and free in blocks, elementwise for arrays):
+        the blocks plus vLLM's watermark, waived while nothing runs."""
+        if isinstance(empty, bool):
+            return need + (0 if empty else self.watermark_blocks) <= free
+        return need + np.where(empty, 0, self.watermark_blocks) <= free
 
     def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
         self.alloc.grow_to(r, tokens, hits)

@@ -221,6 +221,21 @@ class Scheduler:
             return r, None  # rejected next step: an event
         return r, self._answer(r, budget)[0]
 
+    def decodes_fit(self, running: np.ndarray) -> np.ndarray:
+        """Whether schedule() gives every one of `running` decoding requests its token
+        (the budget pays running requests first, in order)."""
+        return running <= self.cfg.max_batched_tokens
+
+    def admitted_whole(self, running: np.ndarray, slot: np.ndarray, ahead: np.ndarray,
+                       prompt: np.ndarray) -> np.ndarray:
+        """`_answer`'s limits in closed form, for kvviz/engine/window.py: with `running`
+        decoding requests, `slot` requests admitted before it in the step and `ahead` prompt
+        tokens taken by them, a new request (never too big, no prefix hits) is admitted with
+        its whole prompt (True), or it gets a chunk or waits (False: a limit binds). Memory
+        is the space's half (`PagedSpace.fits`, or its own check for a contiguous lane)."""
+        left = self.cfg.max_batched_tokens - running - ahead
+        return (prompt <= left) & (running + slot < self.cfg.max_num_seqs)
+
     def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
         """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
         adm = self.space.check(r, total, hits, not self.running)

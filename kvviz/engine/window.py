@@ -1,0 +1,326 @@
+"""Windows: many engine steps at once, admissions and finishes included, where no limit binds.
+
+While nobody waits and every running request decodes, the rule (kvviz/engine/scheduler.py)
+decides each next step the same way as long as no limit binds: each arrival is admitted in
+the step it arrives with its whole prompt (the prefill completes and samples the first
+token), every running request decodes one token, and a request finishes (and frees its
+blocks) in the update that samples its output length, its last token without a slot. So the
+steps, the events and the shares of such a window follow from the requests alone: a window
+takes up to ARRIVALS arrivals, works out that timeline in vectorised form, asks the rule
+where a limit would first bind, and applies everything before that step at once.
+
+How the window stays equal to the rule: the limits are the rule's own, asked in closed form
+(`Scheduler.decodes_fit`: the budget pays every decode; `Scheduler.admitted_whole`: budget
+and max_num_seqs at each admission, after `_answer`; too-big requests are rejected, an
+event, so a window ends before one), and memory is the space's own test: `PagedSpace.fits`
+at every admission (blocks + watermark) and a free block at every decode that opens one,
+over the free count the window's takes and frees leave in execution order; a contiguous
+lane asks its space's `check` and `admit` in that order, on the real placement. The block
+ids come from replaying the takes and frees in vLLM's order on the free queue
+(`PagedAllocator.replay_window`). tests/engine/test_span_equivalence.py compares every
+result with stepping (advance="step").
+
+Not windowed (they step, or take quiet spans): prefix-caching lanes (a hit depends on the
+cache at each admission), lanes where someone waits, real-mode lanes, sampled runs.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvviz.engine.events import KIND_CODE, EventColumns
+from kvviz.engine.shares import add_repeated
+
+if TYPE_CHECKING:
+    from kvviz.engine.lane import Lane
+
+ARRIVALS = 256  # arrivals one window plans over
+MIN_WINDOW = 2  # shorter windows: a plain step costs less
+
+
+def block_sums(x: np.ndarray, b: int) -> tuple[int, int]:
+    """Over y = 1..x, summed over the elements of x (>= 0): (sum of ceil(y / b), and sum of
+    (-y) mod b, the unwritten slots of the last block)."""
+    q, r = np.divmod(x, b)
+    sq, sr, qq, rq, rr = int(q.sum()), int(r.sum()), int(q @ q), int(r @ q), int(r @ r)
+    return (b * (qq + sq) // 2 + rq + sr,
+            sq * (b * (b - 1) // 2) + b * sr - (rr + sr) // 2)
+
+
+def arrival_steps(t: np.ndarray, after: int, step_ms: float) -> np.ndarray | None:
+    """Per arrival time (sorted), the first step > after whose clock (the step loop's own
+    arithmetic, step * step_ms / 1000) reaches it; None when the clock is too coarse."""
+    x = t * 1000.0 / step_ms
+    if x.size and not x[-1] < 2.0 ** 52:
+        return None
+    s = np.maximum(np.ceil(x).astype(np.int64) - 1, after + 1)
+    for _ in range(8):
+        low = s * step_ms / 1000.0 < t
+        if not low.any():
+            break
+        s += low
+    else:
+        return None
+    for _ in range(8):
+        high = (s - 1 > after) & ((s - 1) * step_ms / 1000.0 >= t)
+        if not high.any():
+            return s
+        s -= high
+    return None
+
+
+def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
+    """Apply the window that starts after the lane's last step; returns its steps (0: none,
+    step on)."""
+    sched, w = lane.sched, lane.w
+    if sched.caching or sched.waiting_count:
+        return 0
+    S = lane.step_no
+    ids = sched.running_ids()
+    n0 = int(ids.size)
+    c = sched.computed[ids]
+    if n0 and (sched.num_tokens[ids] - c != 1).any():
+        return 0
+    lo, total = sched.arrived, arrival_s.size
+    hi = min(lo + ARRIVALS, total)
+    steps = arrival_steps(arrival_s[lo:min(hi + 1, total)], S, step_ms)
+    if steps is None or (not n0 and hi == lo):
+        return 0
+    end = (1 << 62) if stop is None else stop
+    if hi < total:
+        end = min(end, int(steps[-1]) - 1)
+        steps = steps[:hi - lo]
+    y = np.arange(lo, hi, dtype=np.int64)
+    p = w.prompt[y].astype(np.int64)
+    fin = np.concatenate([S + w.output[ids] - sched.generated[ids], steps + w.output[y] - 1])
+    if hi == total:
+        end = min(end, int(fin.max()))
+    done = np.sort(fin)
+
+    def running(s: np.ndarray) -> np.ndarray:  # running when step s schedules
+        return n0 + np.searchsorted(steps, s, "left") - np.searchsorted(done, s, "left")
+
+    first = np.searchsorted(steps, steps, "left")
+    slot = np.arange(y.size) - first
+    cp = np.cumsum(p) - p
+    run_y = running(steps)
+    ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~lane.too_big[y]
+    if not ok.all():
+        end = min(end, int(steps[np.argmin(ok)]) - 1)
+    at = np.concatenate([[S + 1], steps + 1])
+    fit = sched.decodes_fit(running(at))
+    if not fit.all():
+        end = min(end, int(at[np.argmin(fit)]) - 1)
+    if end - S < MIN_WINDOW:
+        return 0
+    plan = _Plan(lane, ids, c, y, p, steps, fin, run_y + slot == 0)
+    end = plan.memory(end) if not lane.alloc.contiguous else plan.place(end)
+    if end <= S:
+        return 0
+    plan.commit(end, step_ms)
+    return end - S
+
+
+class _Plan:
+    """One window's requests: the running ones (X), then the arrivals (Y), in the rule's
+    running order."""
+
+    def __init__(self, lane: Lane, ids, c, y, p, steps, fin, empty) -> None:
+        self.lane, self.y, self.p, self.steps, self.empty = lane, y, p, steps, empty
+        self.n0, self.S = int(ids.size), lane.step_no
+        self.jid = np.concatenate([ids, y])
+        self.fin = fin
+        self.base = np.concatenate([np.full(ids.size, self.S, np.int64), steps])
+        self.l0 = np.concatenate([c, p])  # tokens computed after step `base`
+        self.kv = lane.kv_final[self.jid]
+        self.free_after: list[int] = []  # free tokens after each admission
+        self.efi: list[tuple[int, float]] = []  # (step, efi from it on), contiguous lanes
+        self.efi0 = _efi(lane.alloc) if lane.alloc.contiguous else 0.0
+        if lane.alloc.contiguous:  # reserved slots per request, read before the replay
+            self.held = np.concatenate([lane.alloc.seq_allocated_tokens(ids), lane.alloc.footprints(
+                np.maximum(p, lane.reserve[y]))]).astype(np.int64)
+
+    def memory(self, end: int) -> int:
+        """A paged lane: the last step <= end before which the free blocks serve every take
+        and admission; replays the takes and frees up to it."""
+        a, S, n0 = self.lane.alloc, self.S, self.n0
+        bs = a.block_size
+        ny = int(np.searchsorted(self.steps, end, "right"))
+        J = n0 + ny
+        l0, kv, base, fin = self.l0[:J], self.kv[:J], self.base[:J], self.fin[:J]
+        q0, q1 = -(-l0 // bs), (kv - 1) // bs  # decodes that open a block: L % bs == 0
+        cnt = np.maximum(0, q1 - q0 + 1)
+        who = np.repeat(np.arange(J), cnt)
+        k = np.arange(who.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        tstep = base[who] + (q0[who] + k) * bs - l0[who] + 1
+        keep = tstep <= end
+        who, tstep = who[keep], tstep[keep]
+        fj = np.flatnonzero(fin <= end)
+        anb = -(-self.p[:ny] // bs)
+        fnb = -(-kv[fj] // bs)
+        step = np.concatenate([tstep, self.steps[:ny], fin[fj]])
+        phase = np.repeat(np.arange(3), [who.size, ny, fj.size])
+        j = np.concatenate([who, np.arange(n0, J), fj])
+        nb = np.concatenate([np.ones(who.size, np.int64), anb, fnb])
+        order = np.lexsort((j, phase, step))
+        step, phase, j, nb = step[order], phase[order], j[order], nb[order]
+        d = np.where(phase == 2, nb, -nb)
+        before = a.free_blocks + np.cumsum(d) - d
+        ok = np.ones(step.size, np.bool_)
+        take, adm = phase == 0, phase == 1
+        ok[take] = before[take] >= 1
+        ok[adm] = self.lane.sched.space.fits(nb[adm], before[adm], self.empty[:ny])
+        if not ok.all():
+            end = int(step[np.argmin(ok)]) - 1
+            if end - S < MIN_WINDOW:
+                return S
+            cut = int(np.searchsorted(step, end, "right"))
+            step, phase, j, nb = step[:cut], phase[:cut], j[:cut], nb[:cut]
+        live = self._live(end)
+        self.free_after = [f * bs for f in a.replay_window(
+            phase, self.jid[j], nb, self.jid[live], self._len(end)[live])]
+        return end
+
+    def place(self, end: int) -> int:
+        """A contiguous lane: admissions and releases in execution order on the real
+        placement, the space's check before each admission; stops before the first step
+        whose admission is refused (undoing that step's earlier admissions)."""
+        lane, S, n0 = self.lane, self.S, self.n0
+        a, space = lane.alloc, lane.sched.space
+        ny = int(np.searchsorted(self.steps, end, "right"))
+        fj = np.flatnonzero(self.fin[:n0 + ny] <= end)
+        step = np.concatenate([self.steps[:ny], self.fin[fj]])
+        phase = np.repeat(np.arange(2), [ny, fj.size])
+        j = np.concatenate([np.arange(n0, n0 + ny), fj])
+        order = np.lexsort((j, phase, step))
+        jid, l0, kv = self.jid.tolist(), self.l0.tolist(), self.kv.tolist()
+        efi = self.efi
+        cur, this = -1, []
+        for s, ph, jj in zip(step[order].tolist(), phase[order].tolist(), j[order].tolist()):
+            if s != cur:
+                if cur >= 0:
+                    efi.append((cur, _efi(a)))
+                cur, this = s, []
+            r = jid[jj]
+            if ph == 0:
+                if not space.check(r, l0[jj], [], bool(self.empty[jj - n0])).ok:
+                    for q in reversed(this):
+                        space.free(q)
+                    del self.free_after[len(self.free_after) - len(this):]
+                    end, cur = s - 1, -1
+                    break
+                space.admit(r, l0[jj], [], l0[jj])
+                this.append(r)
+                self.free_after.append(a.usage().free_tokens)
+            else:
+                if kv[jj] > l0[jj]:
+                    a.grow_each(np.asarray([r]), np.asarray([kv[jj] - l0[jj]]))
+                space.free(r)
+        if cur >= 0:
+            efi.append((cur, _efi(a)))
+        if end > S:
+            live = self._live(end)
+            a.grow_each(self.jid[live], (self._len(end) - self.l0)[live])
+        return end
+
+    def _live(self, end: int) -> np.ndarray:
+        """Per request of the plan: admitted by `end` and running after it."""
+        return (self.fin > end) & (self.base <= end)
+
+    def _len(self, end: int) -> np.ndarray:
+        """Tokens computed after step `end` (the finished: all but the last)."""
+        return self.kv - np.maximum(0, self.fin - end)
+
+    def commit(self, end: int, step_ms: float) -> None:
+        """The scheduler's state, the lane's counters, events and shares after step end."""
+        lane, n0 = self.lane, self.n0
+        sched, w = lane.sched, lane.w
+        ny = int(np.searchsorted(self.steps, end, "right"))
+        J = n0 + ny
+        jid, fin, kv = self.jid[:J], self.fin[:J], self.kv[:J]
+        out = w.output[jid]
+        gen0 = sched.generated[jid]
+        left = np.maximum(0, fin - end)
+        comp = kv - left
+        sched.computed[jid] = comp
+        sched.num_tokens[jid] = comp + 1
+        sched.generated[jid] = out - left
+        lane.tokens_generated += int((out - left - gen0).sum())
+        live = left > 0
+        sched._ids = jid[live]
+        sched.running = sched._ids.tolist()
+        sched.arrived = sched.next_new = int(self.y[0]) + ny if ny else sched.arrived
+        fj = np.flatnonzero(~live)
+        lane.done += int(fj.size)
+        if ny:
+            lane._last_fail = None
+        self._events(ny, fj, step_ms)
+        self._shares(end, J, live)
+        lane.step_no = end
+        lane.time_s = end * step_ms / 1000.0
+
+    def _events(self, ny: int, fj: np.ndarray, step_ms: float) -> None:
+        lane = self.lane
+        step = np.concatenate([self.steps[:ny], self.fin[fj]])
+        if not step.size:
+            return
+        k = ny + fj.size
+        order = np.lexsort((np.concatenate([np.arange(ny), fj]),
+                            np.repeat([0, 1], [ny, fj.size]), step))
+        zero = np.zeros(k, np.int64)
+        cols = {
+            "time_s": step[order] * step_ms / 1000.0, "step": step[order],
+            "lane": np.full(k, lane._code, np.int8),
+            "kind": np.repeat(np.array([KIND_CODE["admitted"], KIND_CODE["finished"]],
+                                       np.int8), [ny, fj.size])[order],
+            "seq_id": np.concatenate([self.y[:ny], self.jid[fj]])[order],
+            "reason": np.zeros(k, np.int8),
+            "need_tokens": np.concatenate([self.p[:ny], zero[:fj.size]])[order],
+            "free_tokens": np.concatenate([np.asarray(self.free_after, np.int64),
+                                           zero[:fj.size]])[order],
+            "largest_hole_tokens": zero, "count": np.ones(k, np.int64)}
+        lane.events.extend(EventColumns(cols, lane.events.lanes))
+
+    def _shares(self, end: int, J: int, live: np.ndarray) -> None:
+        """Every step's Shares.add in closed form: each request's lengths over the steps it
+        runs after are a run of consecutive integers."""
+        lane, S, n0 = self.lane, self.S, self.n0
+        a = lane.alloc
+        bs = a.block_size
+        base, l0, kv = self.base[:J], self.l0[:J], self.kv[:J]
+        first = base + (np.arange(J) < n0)
+        cnt = np.maximum(0, np.minimum(self.fin[:J] - 1, end) - first + 1)
+        lf = l0 + (first - base)
+        ll = lf + cnt - 1
+        used = int(((lf + ll) * cnt).sum()) // 2
+        h1, t1 = block_sums(ll, bs)
+        h0, t0 = block_sums(lf - 1, bs)
+        if a.contiguous:
+            held = self.held[:J]
+            allocated = int(held @ cnt)
+            internal = int(np.maximum(0, held - kv) @ cnt)
+        else:
+            allocated = bs * (h1 - h0)
+            last = -(-kv // bs)
+            inside = np.maximum(0, ll - np.maximum(lf, (last - 1) * bs + 1) + 1)
+            internal = int((last * bs - kv) @ inside)
+        W = end - S
+        acc = lane.shares.every
+        acc["steps"] += W
+        for key, v in (("used", used), ("reserved", allocated - used - internal),
+                       ("internal", internal), ("free", W * lane.capacity - allocated),
+                       ("tail", t1 - t0)):
+            acc[key] += v
+        if a.contiguous:  # efi is constant between steps that place or free
+            val, prev = self.efi0, S
+            for s, v in self.efi:
+                acc["efi"] = add_repeated(acc["efi"], val, s - 1 - prev)
+                prev, val = s - 1, v
+            acc["efi"] = add_repeated(acc["efi"], val, end - prev)
+
+
+def _efi(a) -> float:
+    """The external fragmentation index as Lane._fill reads it."""
+    free = a.usage().free_tokens
+    return 1.0 - a.check(1).largest_hole_tokens / free if free > 0 else 0.0
