@@ -86,6 +86,15 @@ class PagedSpace:
                 self._cache(r, n)
         return k
 
+    def may_hit(self, r: np.ndarray) -> np.ndarray:
+        """Per new request: whether its first block's key could be cached (its prompt's
+        chain covers the block; else the key names the request's own tokens)."""
+        k = self.keys
+        if k is None:
+            return np.zeros(r.size, np.bool_)
+        cover = np.minimum((k.ptr[r + 1] - k.ptr[r]) * k.block, k.prompt[r])
+        return (cover >= self.bs) & (k.prompt[r] > self.bs)
+
     def answer_floor(self, r: int, num_tokens: int) -> int:
         """The fewest free blocks that keep the answer to waiting request r (not live, no
         hits: a lane without prefix caching) as it is now: its need if it fits now."""

@@ -32,6 +32,8 @@ import numpy as np
 from kvviz.engine.events import KIND_CODE, EventColumns
 from kvviz.engine.shares import add_repeated
 
+EMPTY = np.zeros(0, np.int64)
+
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
 
@@ -70,11 +72,23 @@ def arrival_steps(t: np.ndarray, after: int, step_ms: float) -> np.ndarray | Non
     return None
 
 
+def _every(lo: np.ndarray, hi: np.ndarray, bs: int, at: np.ndarray, end: int):
+    """Per request i, the multiples L of bs in [lo_i, hi_i] with at_i + L <= end:
+    (request, at_i + L, L), by request then L."""
+    q0, q1 = -(-lo // bs), hi // bs
+    cnt = np.maximum(0, q1 - q0 + 1)
+    who = np.repeat(np.arange(lo.size), cnt)
+    L = (q0[who] + np.arange(who.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)) * bs
+    step = at[who] + L
+    keep = step <= end
+    return who[keep], step[keep], L[keep]
+
+
 def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
     """Apply the window that starts after the lane's last step; returns its steps (0: none,
     step on)."""
-    sched, w = lane.sched, lane.w
-    if sched.caching or sched.waiting_count:
+    sched, w, a = lane.sched, lane.w, lane.alloc
+    if sched.waiting_count or not (a.contiguous or a.replayable):
         return 0
     S = lane.step_no
     ids = sched.running_ids()
@@ -106,6 +120,8 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     cp = np.cumsum(p) - p
     run_y = running(steps)
     ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~lane.too_big[y]
+    if sched.caching:  # an arrival whose first block may be cached: the step looks it up
+        ok &= ~sched.space.may_hit(y)
     if not ok.all():
         end = min(end, int(steps[np.argmin(ok)]) - 1)
     at = np.concatenate([[S + 1], steps + 1])
@@ -135,6 +151,7 @@ class _Plan:
         self.l0 = np.concatenate([c, p])  # tokens computed after step `base`
         self.kv = lane.kv_final[self.jid]
         self.free_after: list[int] = []  # free tokens after each admission
+        self.evicted = EMPTY  # per evicted block, the step that evicted it
         self.efi: list[tuple[int, float]] = []  # (step, efi from it on), contiguous lanes
         self.efi0 = _efi(lane.alloc) if lane.alloc.contiguous else 0.0
         if lane.alloc.contiguous:  # reserved slots per request, read before the replay
@@ -143,44 +160,54 @@ class _Plan:
 
     def memory(self, end: int) -> int:
         """A paged lane: the last step <= end before which the free blocks serve every take
-        and admission; replays the takes and frees up to it."""
-        a, S, n0 = self.lane.alloc, self.S, self.n0
+        and admission; replays the takes, fills and frees up to it."""
+        lane, S, n0 = self.lane, self.S, self.n0
+        a, space = lane.alloc, lane.sched.space
         bs = a.block_size
         ny = int(np.searchsorted(self.steps, end, "right"))
         J = n0 + ny
         l0, kv, base, fin = self.l0[:J], self.kv[:J], self.base[:J], self.fin[:J]
-        q0, q1 = -(-l0 // bs), (kv - 1) // bs  # decodes that open a block: L % bs == 0
-        cnt = np.maximum(0, q1 - q0 + 1)
-        who = np.repeat(np.arange(J), cnt)
-        k = np.arange(who.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        tstep = base[who] + (q0[who] + k) * bs - l0[who] + 1
-        keep = tstep <= end
-        who, tstep = who[keep], tstep[keep]
+        # decodes write tokens l0+1 .. kv; the one writing token L+1 runs at base + L+1 - l0
+        who, tstep, idx = _every(l0, kv - 1, bs, base - l0 + 1, end)  # L % bs == 0: a take
+        parts = [(tstep, who, np.ones(who.size, np.int64))]
+        if space.keys is not None:  # L+1 % bs == 0: a block filled, its key cached
+            fw, fstep, fidx = _every(l0 + 1, kv, bs, base - l0, end)
+            parts.append((fstep, fw, fidx // bs - 1))
+        else:
+            parts.append((EMPTY, EMPTY, EMPTY))
         fj = np.flatnonzero(fin <= end)
-        anb = -(-self.p[:ny] // bs)
-        fnb = -(-kv[fj] // bs)
-        step = np.concatenate([tstep, self.steps[:ny], fin[fj]])
-        phase = np.repeat(np.arange(3), [who.size, ny, fj.size])
-        j = np.concatenate([who, np.arange(n0, J), fj])
-        nb = np.concatenate([np.ones(who.size, np.int64), anb, fnb])
+        parts += [(self.steps[:ny], np.arange(n0, J), self.p[:ny]), (fin[fj], fj, kv[fj])]
+        step = np.concatenate([x[0] for x in parts])
+        phase = np.repeat(np.arange(4), [x[0].size for x in parts])
+        j = np.concatenate([x[1] for x in parts])
+        arg = np.concatenate([x[2] for x in parts])
         order = np.lexsort((j, phase, step))
-        step, phase, j, nb = step[order], phase[order], j[order], nb[order]
-        d = np.where(phase == 2, nb, -nb)
+        step, phase, j, arg = step[order], phase[order], j[order], arg[order]
+        nb = np.where(phase == 0, 1, np.where(phase == 1, 0, -(-arg // bs)))
+        d = np.where(phase == 3, nb, -nb)
         before = a.free_blocks + np.cumsum(d) - d
         ok = np.ones(step.size, np.bool_)
-        take, adm = phase == 0, phase == 1
+        take, adm = phase == 0, phase == 2
         ok[take] = before[take] >= 1
-        ok[adm] = self.lane.sched.space.fits(nb[adm], before[adm], self.empty[:ny])
+        ok[adm] = space.fits(nb[adm], before[adm], self.empty[:ny])
         if not ok.all():
             end = int(step[np.argmin(ok)]) - 1
             if end - S < MIN_WINDOW:
                 return S
             cut = int(np.searchsorted(step, end, "right"))
-            step, phase, j, nb = step[:cut], phase[:cut], j[:cut], nb[:cut]
+            step, phase, j, arg = step[:cut], phase[:cut], j[:cut], arg[:cut]
         live = self._live(end)
-        self.free_after = [f * bs for f in a.replay_window(
-            phase, self.jid[j], nb, self.jid[live], self._len(end)[live])]
+        after, evicted = a.replay_window(
+            phase, self.jid[j], arg, self.jid[live], self._len(end)[live],
+            None if space.keys is None else self._keys)
+        self.free_after = [f * bs for f in after]
+        self.evicted = step[np.asarray(evicted, np.int64)]
         return end
+
+    def _keys(self, r: int) -> list:
+        """The keys of every block request r fills in its life."""
+        lane = self.lane
+        return lane.sched.space.keys.keys(r, int(lane.kv_final[r]) // lane.alloc.block_size)
 
     def place(self, end: int) -> int:
         """A contiguous lane: admissions and releases in execution order on the real
@@ -255,31 +282,43 @@ class _Plan:
         lane.done += int(fj.size)
         if ny:
             lane._last_fail = None
+        if sched.caching:  # vLLM's prefix-cache queries: every admission's known tokens
+            sched.query_tokens += int(self.p[:ny].sum())
+            for r in self.jid[fj].tolist():
+                sched.space.done(r)
         self._events(ny, fj, step_ms)
         self._shares(end, J, live)
         lane.step_no = end
         lane.time_s = end * step_ms / 1000.0
 
     def _events(self, ny: int, fj: np.ndarray, step_ms: float) -> None:
+        """admitted, finished, evicted (one event per step, its count), in Lane.step's
+        order."""
         lane = self.lane
-        step = np.concatenate([self.steps[:ny], self.fin[fj]])
+        ev_step, count = np.unique(self.evicted, return_counts=True)
+        lane._evictions_seen += int(self.evicted.size)
+        ne, nf = ev_step.size, fj.size
+        step = np.concatenate([self.steps[:ny], self.fin[fj], ev_step])
         if not step.size:
             return
-        k = ny + fj.size
-        order = np.lexsort((np.concatenate([np.arange(ny), fj]),
-                            np.repeat([0, 1], [ny, fj.size]), step))
+        k = step.size
+        order = np.lexsort((np.concatenate([np.arange(ny), fj, np.zeros(ne, np.int64)]),
+                            np.repeat([0, 1, 2], [ny, nf, ne]), step))
         zero = np.zeros(k, np.int64)
+        kinds = np.array([KIND_CODE[x] for x in ("admitted", "finished", "evicted")], np.int8)
+
+        def col(*xs) -> np.ndarray:
+            return np.concatenate([np.asarray(x, np.int64) for x in xs])[order]
+
         cols = {
             "time_s": step[order] * step_ms / 1000.0, "step": step[order],
             "lane": np.full(k, lane._code, np.int8),
-            "kind": np.repeat(np.array([KIND_CODE["admitted"], KIND_CODE["finished"]],
-                                       np.int8), [ny, fj.size])[order],
-            "seq_id": np.concatenate([self.y[:ny], self.jid[fj]])[order],
+            "kind": np.repeat(kinds, [ny, nf, ne])[order],
+            "seq_id": col(self.y[:ny], self.jid[fj], np.full(ne, -1)),
             "reason": np.zeros(k, np.int8),
-            "need_tokens": np.concatenate([self.p[:ny], zero[:fj.size]])[order],
-            "free_tokens": np.concatenate([np.asarray(self.free_after, np.int64),
-                                           zero[:fj.size]])[order],
-            "largest_hole_tokens": zero, "count": np.ones(k, np.int64)}
+            "need_tokens": col(self.p[:ny], zero[:nf + ne]),
+            "free_tokens": col(self.free_after, zero[:nf + ne]),
+            "largest_hole_tokens": zero, "count": col(np.ones(ny + nf), count)}
         lane.events.extend(EventColumns(cols, lane.events.lanes))
 
     def _shares(self, end: int, J: int, live: np.ndarray) -> None:
