@@ -1,6 +1,7 @@
-"""Quiet spans (kvviz/engine/span.py, advance="jump") give exactly stepping's results:
-summaries (but wall time), events in the same order with the same steps, and block maps at
-every sampled step."""
+"""Quiet spans and windows (kvviz/engine/span.py, window.py; advance="jump") give exactly
+stepping's results: summaries (but wall time), events in the same order with the same steps,
+and at every sampled step the block maps (block ids, owners, fills, contiguous placement),
+the free queue and prefix cache in their order, and the running order."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,6 +35,17 @@ def _maps_equal(a, b) -> bool:
     return True
 
 
+def _pool_state(lane) -> tuple | None:
+    """A paged lane's free queue and prefix cache, in their order: plain free blocks, the
+    LRU, every key's blocks (first cached first), parents, evictions, the keys' log."""
+    pool = getattr(lane.alloc, "_pool", None)
+    if pool is None:
+        return None
+    return (pool.plain_list(), list(pool._lru), dict(pool._key_of),
+            [(k, list(v)) for k, v in pool._block_of.items()], dict(pool.parent_of),
+            pool.evictions, pool.content.tolist(), pool.cached.tolist())
+
+
 def _summaries(sim: Simulation) -> list[dict]:
     out = sim.summaries()
     for s in out:
@@ -55,6 +67,8 @@ def assert_same(w: Workload, lanes: list[str], cache: CacheConfig, engine: Engin
         for a, b in zip(step.lanes, jump.lanes):
             assert a.step_no == b.step_no
             assert _maps_equal(a.snapshot(), b.snapshot()), (s, a.name)
+            assert _pool_state(a) == _pool_state(b), (s, a.name)
+            assert a.sched.running == b.sched.running, (s, a.name)
     assert _summaries(jump) == _summaries(step)
     assert jump.events.events == step.events.events
     return jump
