@@ -157,6 +157,19 @@ class Scheduler:
         return Plan(a_ids, a_starts, a_counts, admitted, hits, free, preempted, rejected,
                     refused, pressure)
 
+    def admissions(self, budget: int) -> Plan:
+        """schedule()'s admissions alone, for a step whose running requests all decode within
+        the budget (`budget`: what they leave) and preempt nobody: kvviz/engine/queue.py
+        calls it only at the steps where the answer may change."""
+        ids: list[int] = []
+        counts: list[int] = []
+        admitted, hits, free, rejected = [], [], [], []
+        refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
+        pressure = refused is not None and refused[1].reason is not Reason.POLICY
+        return Plan(np.asarray(ids, np.int64), np.asarray(hits, np.int64),
+                    np.asarray(counts, np.int64), admitted, hits, free, [], rejected, refused,
+                    pressure)
+
     def _preempt(self, r: int) -> None:
         self.space.free(r)
         self.computed[r] = 0

@@ -25,6 +25,7 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.engine.events import MAX_STEP, EventLog
+from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
 from kvviz.engine.window import block_sums, window
 from kvviz.errors import KvvizError
@@ -157,8 +158,10 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
         lane.step(now)
         if not jumps or lane.finished:
             continue
-        if window(lane, arrival_s, step_ms, stop):
-            while not lane.finished and window(lane, arrival_s, step_ms, stop):
+        if window(lane, arrival_s, step_ms, stop) or queue_window(lane, arrival_s, step_ms,
+                                                                   stop):
+            while not lane.finished and (window(lane, arrival_s, step_ms, stop)
+                                         or queue_window(lane, arrival_s, step_ms, stop)):
                 pass
             continue
         pressure = _span_pressure(lane)

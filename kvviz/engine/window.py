@@ -153,7 +153,7 @@ class _Plan:
         self.free_after: list[int] = []  # free tokens after each admission
         self.evicted = EMPTY  # per evicted block, the step that evicted it
         self.efi: list[tuple[int, float]] = []  # (step, efi from it on), contiguous lanes
-        self.efi0 = _efi(lane.alloc) if lane.alloc.contiguous else 0.0
+        self.efi0 = efi_of(lane.alloc) if lane.alloc.contiguous else 0.0
         if lane.alloc.contiguous:  # reserved slots per request, read before the replay
             self.held = np.concatenate([lane.alloc.seq_allocated_tokens(ids), lane.alloc.footprints(
                 np.maximum(p, lane.reserve[y]))]).astype(np.int64)
@@ -227,7 +227,7 @@ class _Plan:
         for s, ph, jj in zip(step[order].tolist(), phase[order].tolist(), j[order].tolist()):
             if s != cur:
                 if cur >= 0:
-                    efi.append((cur, _efi(a)))
+                    efi.append((cur, efi_of(a)))
                 cur, this = s, []
             r = jid[jj]
             if ph == 0:
@@ -245,7 +245,7 @@ class _Plan:
                     a.grow_each(np.asarray([r]), np.asarray([kv[jj] - l0[jj]]))
                 space.free(r)
         if cur >= 0:
-            efi.append((cur, _efi(a)))
+            efi.append((cur, efi_of(a)))
         if end > S:
             live = self._live(end)
             a.grow_each(self.jid[live], (self._len(end) - self.l0)[live])
@@ -359,7 +359,7 @@ class _Plan:
             acc["efi"] = add_repeated(acc["efi"], val, end - prev)
 
 
-def _efi(a) -> float:
+def efi_of(a) -> float:
     """The external fragmentation index as Lane._fill reads it."""
     free = a.usage().free_tokens
     return 1.0 - a.check(1).largest_hole_tokens / free if free > 0 else 0.0
