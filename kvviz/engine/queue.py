@@ -9,8 +9,9 @@ alone; an arrival matters only when nobody waits. `queue_window` asks the rule a
 steps only (`Scheduler.admissions`: the scheduler's own `_admit`, on the real placement),
 logs with Lane's own `log_schedule` / `log_finished`, frees each finished request in its
 step's update, and adds the steps in between (each a decode of every running request) with
-their shares in closed form. A prompt admitted in chunks ends the window (it no longer
-decodes). Checked against stepping by tests/engine/test_span_equivalence.py.
+their shares in closed form. A prompt admitted in chunks ends the window (it does not
+decode), and so does a request whose life outgrows its reservation (its range must grow).
+Checked against stepping by tests/engine/test_span_equivalence.py.
 """
 from __future__ import annotations
 
@@ -38,15 +39,17 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
     if ids.size > lane.cfg.max_batched_tokens or (
             sched.num_tokens[ids] - sched.computed[ids] != 1).any():
         return 0
+    held = a.seq_allocated_tokens(ids)
+    if (held < lane.kv_final[ids]).any():  # a range that grows past its reservation
+        return 0
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
     out, kvf, space = w.output, lane.kv_final, sched.space
     # per request: base step, tokens computed after it, sampled after it, sampled before
     # the window, finish step, reserved slots, slots the allocator holds as written
     rows: dict[int, list[int]] = {}
-    held = a.seq_allocated_tokens(ids).tolist()
     for r, c, g, h in zip(ids.tolist(), sched.computed[ids].tolist(),
-                          sched.generated[ids].tolist(), held):
+                          sched.generated[ids].tolist(), held.tolist()):
         rows[r] = [S, c, g, g, S + int(out[r]) - g, h, c]
     heap = [x[4] for x in rows.values()]
     heapify(heap)
@@ -74,13 +77,13 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
                             int(np.searchsorted(arrival_s, lane.time_s, side="right")))
         plan = sched.admissions(budget_all - len(sched.running))
         lane.log_schedule(plan)
-        chunked = False
+        last = False  # this step ends the window
         for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
             whole = h + n == int(sched.num_tokens[r])
             f = s + int(out[r]) - 1 if whole else NEVER
-            chunked |= not whole
-            rows[r] = [s, h + n, int(whole), 0, f, int(a.seq_allocated_tokens(
-                np.asarray([r]))[0]), h + n]
+            size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
+            last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
+            rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
             heappush(heap, f)
         fins = []
         if heap and heap[0] == s:
@@ -100,7 +103,7 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         segs.append((s, plan.pressure, efi_of(a)))
         changed = bool(plan.admitted or plan.rejected or fins) or (
             plan.refused is None and sched.waiting_count > 0)
-        if chunked:
+        if last:
             break
     end = s
     if end == S:

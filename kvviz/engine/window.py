@@ -122,6 +122,10 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~lane.too_big[y]
     if sched.caching:  # an arrival whose first block may be cached: the step looks it up
         ok &= ~sched.space.may_hit(y)
+    if a.contiguous:  # a range that must grow past its reservation may move or preempt
+        if (a.seq_allocated_tokens(ids) < lane.kv_final[ids]).any():
+            return 0
+        ok &= a.footprints(np.maximum(p, lane.reserve[y])) >= lane.kv_final[y]
     if not ok.all():
         end = min(end, int(steps[np.argmin(ok)]) - 1)
     at = np.concatenate([[S + 1], steps + 1])

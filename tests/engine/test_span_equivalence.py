@@ -251,3 +251,39 @@ def test_prefix_caching_windows_cache_and_evict_as_stepping():
                            [40, 400])
         evicted.append(any(e.kind == "evicted" for e in jump.events.events))
     assert evicted[0] and evicted[2]
+
+
+def test_queue_windows_give_the_step_engines_results():
+    """Contiguous lanes while requests wait (kvviz/engine/queue.py): the head refused for
+    memory, for max_num_seqs, for the budget; a prompt admitted in chunks; a request too big
+    for the cache rejected; arrivals into an empty queue."""
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=120, rate=20.0, seed=4,
+                                max_seq_len=512))
+    big = _trace([0.0, 0.0, 0.01, 0.2, 0.2, 0.3, 0.5, 3.0], [300, 20, 600, 100, 90, 650, 5, 7],
+                 [200, 30, 10, 40, 60, 100, 3, 2])  # 600: past max_seq_len; 650 + 100: too big
+    lanes = ["contiguous:first-fit:max", "contiguous:best-fit:exact", "contiguous:buddy:pow2"]
+    for seqs, budget in ((256, 8192), (3, 8192), (256, 64)):
+        engine = EngineConfig(max_num_seqs=seqs, max_batched_tokens=budget, max_seq_len=512)
+        assert_same(w, lanes, CacheConfig(capacity_tokens=4096), engine, [25, 300])
+        jump = assert_same(big, lanes, CacheConfig(capacity_tokens=700), engine, [4, 90])
+        assert all(x.rejected >= 1 for x in jump.lanes)
+
+
+def test_queue_windows_skip_the_steps_between(monkeypatch):
+    """Not an equivalence check: a contiguous lane whose head waits for memory nearly every
+    step is asked at few steps (Lane.step runs for few of them)."""
+    from kvviz.engine.lane import Lane
+    calls = {"n": 0}
+    real = Lane.step
+
+    def counted(self, t):
+        calls["n"] += 1
+        real(self, t)
+
+    monkeypatch.setattr(Lane, "step", counted)
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=300, rate=5.0, seed=2))
+    sim = Simulation(w, [LaneSpec.parse("contiguous:first-fit:max")],
+                     CacheConfig(capacity_tokens=65536))
+    sim.run()
+    assert sim.lanes[0].summary()["pressure_steps"] > sim.step_no / 2
+    assert calls["n"] < 20
