@@ -36,7 +36,7 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
     if not a.contiguous or a.block_size != 1 or not sched.waiting_count or sched.front:
         return 0
     ids = sched.running_ids()
-    if ids.size > lane.cfg.max_batched_tokens or (
+    if not sched.decodes_fit(ids.size) or (
             sched.num_tokens[ids] - sched.computed[ids] != 1).any():
         return 0
     held = a.seq_allocated_tokens(ids)
@@ -44,18 +44,18 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         return 0
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
-    out, kvf, space = w.output, lane.kv_final, sched.space
+    kvf, space = lane.kv_final, sched.space
     # per request: base step, tokens computed after it, sampled after it, sampled before
     # the window, finish step, reserved slots, slots the allocator holds as written
     rows: dict[int, list[int]] = {}
-    for r, c, g, h in zip(ids.tolist(), sched.computed[ids].tolist(),
-                          sched.generated[ids].tolist(), held.tolist()):
-        rows[r] = [S, c, g, g, S + int(out[r]) - g, h, c]
+    for r, c, g, h, f in zip(ids.tolist(), sched.computed[ids].tolist(),
+                             sched.generated[ids].tolist(), held.tolist(),
+                             sched.finish_steps(S, ids, True).tolist()):
+        rows[r] = [S, c, g, g, f, h, c]
     heap = [x[4] for x in rows.values()]
     heapify(heap)
     segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
-    s, changed, total = S, True, len(w)
-    budget_all = lane.cfg.max_batched_tokens
+    s, changed, total, efi = S, True, len(w), None
     while lane.done + lane.rejected < total:
         if changed:
             nxt = s + 1
@@ -75,12 +75,12 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         lane.step_no, lane.time_s = s, s * step_ms / 1000.0
         sched.arrived = max(sched.arrived,
                             int(np.searchsorted(arrival_s, lane.time_s, side="right")))
-        plan = sched.admissions(budget_all - len(sched.running))
+        plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
         lane.log_schedule(plan)
         last = False  # this step ends the window
         for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
             whole = h + n == int(sched.num_tokens[r])
-            f = s + int(out[r]) - 1 if whole else NEVER
+            f = int(sched.finish_steps(s, r, False)) if whole else NEVER
             size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
             last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
             rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
@@ -100,7 +100,9 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
             sched.running = [r for r in sched.running if rows[r][4] != s]
             sched._ids = None
             lane.log_finished(np.asarray(fins, np.int64))
-        segs.append((s, plan.pressure, efi_of(a)))
+        if plan.admitted or fins or efi is None:  # efi changes only where ranges do
+            efi = efi_of(a)
+        segs.append((s, plan.pressure, efi))
         changed = bool(plan.admitted or plan.rejected or fins) or (
             plan.refused is None and sched.waiting_count > 0)
         if last:

@@ -226,7 +226,7 @@ class Scheduler:
         running request decoding): how the next step answers the head of the queue, by the
         state alone. (head, its refusal), (head, None) when it would be admitted, or None
         when the next step does not ask (nobody waits, or the decodes use the budget)."""
-        budget = self.cfg.max_batched_tokens - len(self.running)
+        budget = self.budget_after_decodes(len(self.running))
         if not self.waiting_count or budget <= 0:
             return None
         r = self.head()
@@ -238,6 +238,21 @@ class Scheduler:
         """Whether schedule() gives every one of `running` decoding requests its token
         (the budget pays running requests first, in order)."""
         return running <= self.cfg.max_batched_tokens
+
+    def budget_after_decodes(self, running: int) -> int:
+        """What schedule() leaves for admissions after `running` decodes (<= 0: none)."""
+        return self.cfg.max_batched_tokens - running
+
+    def finish_steps(self, at, requests: np.ndarray, decoding: bool) -> np.ndarray:
+        """update()'s finishes in closed form, for kvviz/engine/window.py and queue.py: the
+        step at which each of `requests` samples its last token if it computes at every step
+        after step `at` (an array or a step), one token each. decoding: they decode from
+        step at + 1 with `generated` tokens sampled so far; else their prefill completes at
+        step `at` (that step samples their first token)."""
+        out = self._output[requests]
+        if decoding:
+            return at + out - self.generated[requests]
+        return at + out - 1
 
     def admitted_whole(self, running: np.ndarray, slot: np.ndarray, ahead: np.ndarray,
                        prompt: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
         steps = steps[:hi - lo]
     y = np.arange(lo, hi, dtype=np.int64)
     p = w.prompt[y].astype(np.int64)
-    fin = np.concatenate([S + w.output[ids] - sched.generated[ids], steps + w.output[y] - 1])
+    fin = np.concatenate([sched.finish_steps(S, ids, True), sched.finish_steps(steps, y, False)])
     if hi == total:
         end = min(end, int(fin.max()))
     done = np.sort(fin)
