@@ -4,13 +4,18 @@ A running request of a contiguous lane writes inside its reservation, so its mem
 only when a request is admitted or finishes, and nobody is ever preempted. While every
 running request decodes, a step therefore decides exactly what the step before it decided
 (no admission; the head refused for the same reason, so no new event) unless the step
-before admitted, rejected or finished a request, or left the head waiting for the budget
-alone; an arrival matters only when nobody waits. `queue_window` asks the rule at those
-steps only (`Scheduler.admissions`: the scheduler's own `_admit`, on the real placement),
-logs with Lane's own `log_schedule` / `log_finished`, frees each finished request in its
-step's update, and adds the steps in between (each a decode of every running request) with
-their shares in closed form. A prompt admitted in chunks ends the window (it does not
-decode), and so does a request whose life outgrows its reservation (its range must grow).
+before rejected or finished a request, admitted one without then refusing the head for
+memory, or left the head waiting for the budget alone; an arrival matters only when nobody
+waits. (A step that admitted and then refused the head for memory decides the next step's
+answer too: the next step sees the same free ranges and running count, and a budget no
+smaller, since the prompts it admitted become single decodes; `_answer` checks memory on
+the whole sequence, so the budget cannot turn that refusal into an admission.)
+`queue_window` asks the rule at those steps only (`Scheduler.admissions`: the scheduler's
+own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`,
+frees each finished request in its step's update, and adds the steps in between (each a
+decode of every running request) with their shares in closed form. A prompt admitted in
+chunks ends the window (it does not decode), and so does a request whose life outgrows its
+reservation (its range must grow).
 Checked against stepping by tests/engine/test_span_equivalence.py.
 """
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvviz.alloc.base import Reason
 from kvviz.engine.shares import add_repeated
 from kvviz.engine.window import arrival_steps, efi_of
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 
 LIMIT = 1 << 20  # steps per window (bounds its per-step share arrays)
 NEVER = 1 << 62
+POLICY = Reason.POLICY
 
 
 def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
@@ -103,7 +110,9 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         if plan.admitted or fins or efi is None:  # efi changes only where ranges do
             efi = efi_of(a)
         segs.append((s, plan.pressure, efi))
-        changed = bool(plan.admitted or plan.rejected or fins) or (
+        held_for_memory = plan.refused is not None and plan.refused[1].reason is not POLICY
+        changed = bool(plan.rejected or fins) or (
+            bool(plan.admitted) and not held_for_memory) or (
             plan.refused is None and sched.waiting_count > 0)
         if last:
             break

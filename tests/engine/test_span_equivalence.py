@@ -269,6 +269,20 @@ def test_queue_windows_give_the_step_engines_results():
         assert all(x.rejected >= 1 for x in jump.lanes)
 
 
+def test_queue_windows_ask_again_where_the_budget_grows():
+    """Chunked prefill off: a step's admissions leave the budget short of the head's prompt
+    (POLICY); the next step's budget pays only their decodes, so it admits more. A queue
+    window must ask there, and need not after the head was refused for memory."""
+    n = 24
+    w = _trace([0.0] * n, [400] * n, [50] * n)
+    lanes = ["contiguous:first-fit:max", "contiguous:buddy:exact"]
+    for cap in (65536, 4000):
+        engine = EngineConfig(max_num_seqs=256, max_batched_tokens=2048, max_seq_len=512,
+                              enable_chunked_prefill=False)
+        jump = assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, [40])
+        assert all(x.done == n for x in jump.lanes)
+
+
 def test_queue_windows_skip_the_steps_between(monkeypatch):
     """Not an equivalence check: a contiguous lane whose head waits for memory nearly every
     step is asked at few steps (Lane.step runs for few of them)."""
