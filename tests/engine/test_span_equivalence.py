@@ -164,8 +164,8 @@ def test_a_step_that_did_not_ask_the_head_starts_no_span():
     assert jump.lanes[0].step_no == 87
 
 
-def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
-    """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
+def _count_lane_steps(monkeypatch) -> dict:
+    """Count Lane.step calls from now on (the dict's "n")."""
     from kvviz.engine.lane import Lane
     calls = {"n": 0}
     real = Lane.step
@@ -175,6 +175,12 @@ def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
         real(self, t)
 
     monkeypatch.setattr(Lane, "step", counted)
+    return calls
+
+
+def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
+    """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
+    calls = _count_lane_steps(monkeypatch)
     w = generate(WorkloadConfig("uniform", num_requests=4, rate=math.inf))
     sim = Simulation(w, [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=65536))
     sim.run(max_steps=10**9)
@@ -220,15 +226,7 @@ def test_windows_end_where_memory_binds():
 def test_windows_apply_events_at_once(monkeypatch):
     """Not an equivalence check: on a stream nobody waits on, admissions and finishes are
     taken inside windows (Lane.step runs for few of the steps)."""
-    from kvviz.engine.lane import Lane
-    calls = {"n": 0}
-    real = Lane.step
-
-    def counted(self, t):
-        calls["n"] += 1
-        real(self, t)
-
-    monkeypatch.setattr(Lane, "step", counted)
+    calls = _count_lane_steps(monkeypatch)
     w = generate(WorkloadConfig("sharegpt-like", num_requests=400, rate=5.0, seed=2))
     sim = Simulation(w, [LaneSpec.parse("paged:16"), LaneSpec.parse("contiguous:buddy:pow2")],
                      CacheConfig(capacity_tokens=65536))
@@ -286,15 +284,7 @@ def test_queue_windows_ask_again_where_the_budget_grows():
 def test_queue_windows_skip_the_steps_between(monkeypatch):
     """Not an equivalence check: a contiguous lane whose head waits for memory nearly every
     step is asked at few steps (Lane.step runs for few of them)."""
-    from kvviz.engine.lane import Lane
-    calls = {"n": 0}
-    real = Lane.step
-
-    def counted(self, t):
-        calls["n"] += 1
-        real(self, t)
-
-    monkeypatch.setattr(Lane, "step", counted)
+    calls = _count_lane_steps(monkeypatch)
     w = generate(WorkloadConfig("sharegpt-like", num_requests=300, rate=5.0, seed=2))
     sim = Simulation(w, [LaneSpec.parse("contiguous:first-fit:max")],
                      CacheConfig(capacity_tokens=65536))
