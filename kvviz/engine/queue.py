@@ -59,7 +59,7 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
                              sched.generated[ids].tolist(), held.tolist(),
                              sched.finish_steps(S, ids, True).tolist()):
         rows[r] = [S, c, g, g, f, h, c]
-    heap = [x[4] for x in rows.values()]
+    heap = [(x[4], r) for r, x in rows.items()]  # (finish step, request)
     heapify(heap)
     segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
     s, changed, total, efi = S, True, len(w), None
@@ -67,7 +67,7 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         if changed:
             nxt = s + 1
         else:
-            nxt = heap[0] if heap else NEVER
+            nxt = heap[0][0] if heap else NEVER
             if not sched.waiting_count and sched.arrived < arrival_s.size:
                 t = arrival_steps(arrival_s[sched.arrived:sched.arrived + 1], s, step_ms)
                 if t is None:
@@ -91,12 +91,12 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
             size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
             last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
             rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
-            heappush(heap, f)
+            heappush(heap, (f, r))
         fins = []
-        if heap and heap[0] == s:
-            while heap and heap[0] == s:
-                heappop(heap)
-            fins = [r for r in sched.running if rows[r][4] == s]
+        while heap and heap[0][0] == s:
+            fins.append(heappop(heap)[1])
+        if len(fins) > 1:  # update() finishes them in running order
+            fins.sort(key=sched.running.index)
         if fins:
             for r in fins:
                 x = rows[r]
@@ -104,7 +104,8 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
                     a.grow_each(np.asarray([r]), np.asarray([kvf[r] - x[6]]))
                 space.free(r)
                 space.done(r)
-            sched.running = [r for r in sched.running if rows[r][4] != s]
+            for r in fins:
+                sched.running.remove(r)
             sched._ids = None
             lane.log_finished(np.asarray(fins, np.int64))
         if plan.admitted or fins or efi is None:  # efi changes only where ranges do
