@@ -20,8 +20,10 @@ ids come from replaying the takes and frees in vLLM's order on the free queue
 (`PagedAllocator.replay_window`). tests/engine/test_span_equivalence.py compares every
 result with stepping (advance="step").
 
-Not windowed (they step, or take quiet spans): prefix-caching lanes (a hit depends on the
-cache at each admission), lanes where someone waits, real-mode lanes, sampled runs.
+Not windowed here (they step, or take quiet spans): lanes where someone waits (contiguous
+ones take queue windows, kvviz/engine/queue.py), real-mode lanes. In a prefix-caching lane a
+window ends before an arrival whose first block may be cached (`PagedSpace.may_hit`): its
+hit depends on the cache at that step; every block filled inside is cached in its step.
 """
 from __future__ import annotations
 
