@@ -121,7 +121,7 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     slot = np.arange(y.size) - first
     cp = np.cumsum(p) - p
     run_y = running(steps)
-    ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~lane.too_big[y]
+    ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~sched.too_big[y]
     if sched.caching:  # an arrival whose first block may be cached: the step looks it up
         ok &= ~sched.space.may_hit(y)
     if a.contiguous:  # a range that must grow past its reservation may move or preempt
