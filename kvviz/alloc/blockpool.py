@@ -116,6 +116,40 @@ class BlockPool:
         self._stack[self._nfree : self._nfree + blocks.size] = blocks[::-1]
         self._nfree += int(blocks.size)
 
+    def plain_list(self) -> list[int]:
+        """The plain free blocks (never cached), the next taken last: a stack to replay
+        takes (pop) and frees (append, in the order `put` would push them) on."""
+        return self._stack[:self._nfree].tolist()
+
+    def set_plain(self, blocks: list[int]) -> None:
+        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
+        self._stack[:len(blocks)] = blocks
+        self._nfree = len(blocks)
+
+    def replay_take(self, stack: list[int]) -> tuple[int, bool]:
+        """`take(1)` on a `plain_list` stack: (the block, whether a cached one was evicted)."""
+        if stack:
+            return stack.pop(), False
+        b = self._lru.popitem(last=False)[0]
+        self._forget(b)
+        self.cached[b] = False
+        self.content[b] = 0
+        self.evictions += 1
+        return b, True
+
+    def replay_put(self, stack: list[int], blocks: list[int], fills: list[int]) -> None:
+        """`put` on a `plain_list` stack (blocks in eviction order, their fill levels)."""
+        key_of, plain = self._key_of, []
+        for b, f in zip(blocks, fills):
+            if b in key_of:
+                self._lru[b] = None
+                self.cached[b] = True
+                self.content[b] = f
+            else:
+                plain.append(b)
+        plain.reverse()
+        stack.extend(plain)
+
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
         copies = self._block_of.get(key)

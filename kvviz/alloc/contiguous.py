@@ -167,6 +167,16 @@ class ContiguousAllocator(Allocator):
         self._len[rows] += steps
         self._used += int(rows.size) * steps
 
+    def grow_each(self, seq_ids: np.ndarray, tokens: np.ndarray) -> None:
+        """Each sequence writes its own number of tokens, inside its reservation (no range
+        moves; raises ValueError, changing nothing, if one would not fit)."""
+        rows = self._rows.rows(np.asarray(seq_ids, np.int64))
+        end = self._len[rows] + tokens
+        if (end > self._size[rows] * self.block_size).any():
+            raise ValueError("grow_each: a sequence would grow past its reservation")
+        self._len[rows] = end
+        self._used += int(np.sum(tokens))
+
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
         start, size = int(self._start[row]), int(self._size[row])

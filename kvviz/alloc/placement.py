@@ -41,8 +41,7 @@ class HoleList:
 
     def _take(self, i: int, n: int) -> None:
         if self.sizes[i] == n:
-            self.starts = np.delete(self.starts, i)
-            self.sizes = np.delete(self.sizes, i)
+            self.starts, self.sizes = _cut(self.starts, i), _cut(self.sizes, i)
         else:
             self.starts[i] += n
             self.sizes[i] -= n
@@ -54,16 +53,15 @@ class HoleList:
         merge_next = j < self.starts.size and start + n == self.starts[j]
         if merge_prev and merge_next:
             self.sizes[j - 1] += n + self.sizes[j]
-            self.starts = np.delete(self.starts, j)
-            self.sizes = np.delete(self.sizes, j)
+            self.starts, self.sizes = _cut(self.starts, j), _cut(self.sizes, j)
         elif merge_prev:
             self.sizes[j - 1] += n
         elif merge_next:
             self.starts[j] = start
             self.sizes[j] += n
         else:
-            self.starts = np.insert(self.starts, j, start)
-            self.sizes = np.insert(self.sizes, j, n)
+            self.starts = np.concatenate((self.starts[:j], [start], self.starts[j:]))
+            self.sizes = np.concatenate((self.sizes[:j], [n], self.sizes[j:]))
         self.free_cells += n
 
     def grow(self, start: int, size: int, extra: int) -> bool:
@@ -74,6 +72,11 @@ class HoleList:
             self._take(j, extra)
             return True
         return False
+
+
+def _cut(a: np.ndarray, i: int) -> np.ndarray:
+    """a without element i (np.delete's result, without its generic overhead)."""
+    return np.concatenate((a[:i], a[i + 1:]))
 
 
 class Buddy:

@@ -35,12 +35,18 @@ class PagedSpace:
         blocks beyond the hits, plus the hits it takes out of the free queue."""
         need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
         free = self.alloc.free_blocks
-        keep = 0 if empty else self.watermark_blocks
         bs = self.bs
-        if need + keep <= free:
+        if self.fits(need, free, empty):
             return Admission(True, None, need * bs, free * bs, free * bs)
         reason = Reason.CAPACITY if need > free else Reason.POLICY
         return Admission(False, reason, need * bs, free * bs, free * bs)
+
+    def fits(self, need, free, empty):
+        """The admission's memory test (need and free in blocks, elementwise for arrays):
+        the blocks plus vLLM's watermark, waived while nothing runs."""
+        if isinstance(empty, bool):
+            return need + (0 if empty else self.watermark_blocks) <= free
+        return need + np.where(empty, 0, self.watermark_blocks) <= free
 
     def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
         self.alloc.grow_to(r, tokens, hits)
@@ -79,6 +85,15 @@ class PagedSpace:
             for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
                 self._cache(r, n)
         return k
+
+    def may_hit(self, r: np.ndarray) -> np.ndarray:
+        """Per new request: whether its first block's key could be cached (its prompt's
+        chain covers the block; else the key names the request's own tokens)."""
+        k = self.keys
+        if k is None:
+            return np.zeros(r.size, np.bool_)
+        cover = np.minimum((k.ptr[r + 1] - k.ptr[r]) * k.block, k.prompt[r])
+        return (cover >= self.bs) & (k.prompt[r] > self.bs)
 
     def answer_floor(self, r: int, num_tokens: int) -> int:
         """The fewest free blocks that keep the answer to waiting request r (not live, no

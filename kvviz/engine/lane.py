@@ -150,7 +150,17 @@ class Lane:
         self.step_no += 1
         self.time_s = time_s
         plan = self.last_plan = self.sched.schedule()
-        code, ev = self._code, self.events
+        self.log_schedule(plan)
+        if self.kv is not None and plan.ids.size:
+            self._execute(plan)
+        fin = self.sched.update(plan)
+        self.tokens_generated += self.sched.last_sampled
+        self.log_finished(fin)
+        self.account()
+
+    def log_schedule(self, plan) -> None:
+        """The events of what schedule() decided at this step (self.step_no, self.time_s)."""
+        code, ev, time_s = self._code, self.events, self.time_s
         if plan.preempted:
             ev.add_many(time_s, self.step_no, code, KIND_CODE["preempted"],
                         np.asarray(plan.preempted, np.int64))
@@ -166,14 +176,13 @@ class Lane:
         if plan.refused is not None:
             self._fail(*plan.refused)
         self._memory_pressure = plan.pressure
-        if self.kv is not None and plan.ids.size:
-            self._execute(plan)
-        fin = self.sched.update(plan)
-        self.tokens_generated += self.sched.last_sampled
+
+    def log_finished(self, fin: np.ndarray) -> None:
+        """Requests that finished in this step's update."""
         if fin.size:
-            ev.add_many(time_s, self.step_no, code, KIND_CODE["finished"], fin)
+            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["finished"],
+                                 fin)
             self.done += int(fin.size)
-        self.account()
 
     def _execute(self, plan) -> None:
         """Real mode: prefill chunks write their tokens; decodes write one and attend."""

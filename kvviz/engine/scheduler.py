@@ -157,6 +157,19 @@ class Scheduler:
         return Plan(a_ids, a_starts, a_counts, admitted, hits, free, preempted, rejected,
                     refused, pressure)
 
+    def admissions(self, budget: int) -> Plan:
+        """schedule()'s admissions alone, for a step whose running requests all decode within
+        the budget (`budget`: what they leave) and preempt nobody: kvviz/engine/queue.py
+        calls it only at the steps where the answer may change."""
+        ids: list[int] = []
+        counts: list[int] = []
+        admitted, hits, free, rejected = [], [], [], []
+        refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
+        pressure = refused is not None and refused[1].reason is not Reason.POLICY
+        return Plan(np.asarray(ids, np.int64), np.asarray(hits, np.int64),
+                    np.asarray(counts, np.int64), admitted, hits, free, [], rejected, refused,
+                    pressure)
+
     def _preempt(self, r: int) -> None:
         self.space.free(r)
         self.computed[r] = 0
@@ -213,13 +226,43 @@ class Scheduler:
         running request decoding): how the next step answers the head of the queue, by the
         state alone. (head, its refusal), (head, None) when it would be admitted, or None
         when the next step does not ask (nobody waits, or the decodes use the budget)."""
-        budget = self.cfg.max_batched_tokens - len(self.running)
+        budget = self.budget_after_decodes(len(self.running))
         if not self.waiting_count or budget <= 0:
             return None
         r = self.head()
         if self.too_big[r]:
             return r, None  # rejected next step: an event
         return r, self._answer(r, budget)[0]
+
+    def decodes_fit(self, running: np.ndarray) -> np.ndarray:
+        """Whether schedule() gives every one of `running` decoding requests its token
+        (the budget pays running requests first, in order)."""
+        return running <= self.cfg.max_batched_tokens
+
+    def budget_after_decodes(self, running: int) -> int:
+        """What schedule() leaves for admissions after `running` decodes (<= 0: none)."""
+        return self.cfg.max_batched_tokens - running
+
+    def finish_steps(self, at, requests: np.ndarray, decoding: bool) -> np.ndarray:
+        """update()'s finishes in closed form, for kvviz/engine/window.py and queue.py: the
+        step at which each of `requests` samples its last token if it computes at every step
+        after step `at` (an array or a step), one token each. decoding: they decode from
+        step at + 1 with `generated` tokens sampled so far; else their prefill completes at
+        step `at` (that step samples their first token)."""
+        out = self._output[requests]
+        if decoding:
+            return at + out - self.generated[requests]
+        return at + out - 1
+
+    def admitted_whole(self, running: np.ndarray, slot: np.ndarray, ahead: np.ndarray,
+                       prompt: np.ndarray) -> np.ndarray:
+        """`_answer`'s limits in closed form, for kvviz/engine/window.py: with `running`
+        decoding requests, `slot` requests admitted before it in the step and `ahead` prompt
+        tokens taken by them, a new request (never too big, no prefix hits) is admitted with
+        its whole prompt (True), or it gets a chunk or waits (False: a limit binds). Memory
+        is the space's half (`PagedSpace.fits`, or its own check for a contiguous lane)."""
+        left = self.cfg.max_batched_tokens - running - ahead
+        return (prompt <= left) & (running + slot < self.cfg.max_num_seqs)
 
     def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
         """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""

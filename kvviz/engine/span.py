@@ -25,7 +25,9 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.engine.events import MAX_STEP, EventLog
+from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
+from kvviz.engine.window import block_sums, window
 from kvviz.errors import KvvizError
 
 if TYPE_CHECKING:
@@ -33,15 +35,6 @@ if TYPE_CHECKING:
     from kvviz.engine.simulation import Simulation
 
 MIN_SPAN = 3  # shorter spans: plain steps cost less than a jump
-
-
-def _block_sums(x: np.ndarray, b: int) -> tuple[int, int]:
-    """Over y = 1..x, summed over the elements of x: (sum of ceil(y / b), and sum of
-    (-y) mod b, the unwritten slots of the last block)."""
-    q, r = np.divmod(x, b)
-    sq, sr, qq, rq, rr = int(q.sum()), int(r.sum()), int(q @ q), int(r @ q), int(r @ r)
-    return (b * (qq + sq) // 2 + rq + sr,
-            sq * (b * (b - 1) // 2) + b * sr - (rr + sr) // 2)
 
 
 def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
@@ -54,8 +47,8 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
     lens = sched.computed[ids]
     total = lane.kv_final[ids]
     used = m * u.used_tokens + n * m * (m + 1) // 2
-    held_end, tail_end = _block_sums(lens + m, bs)
-    held_start, tail_start = _block_sums(lens, bs)
+    held_end, tail_end = block_sums(lens + m, bs)
+    held_start, tail_start = block_sums(lens, bs)
     if a.contiguous:
         allocated = m * u.allocated_tokens
         internal = m * int(np.maximum(0, a.seq_allocated_tokens(ids) - total).sum())
@@ -164,6 +157,12 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
         lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
         lane.step(now)
         if not jumps or lane.finished:
+            continue
+        if window(lane, arrival_s, step_ms, stop) or queue_window(lane, arrival_s, step_ms,
+                                                                   stop):
+            while not lane.finished and (window(lane, arrival_s, step_ms, stop)
+                                         or queue_window(lane, arrival_s, step_ms, stop)):
+                pass
             continue
         pressure = _span_pressure(lane)
         if pressure is None:

@@ -1,6 +1,7 @@
-"""Quiet spans (kvviz/engine/span.py, advance="jump") give exactly stepping's results:
-summaries (but wall time), events in the same order with the same steps, and block maps at
-every sampled step."""
+"""Quiet spans and windows (kvviz/engine/span.py, window.py; advance="jump") give exactly
+stepping's results: summaries (but wall time), events in the same order with the same steps,
+and at every sampled step the block maps (block ids, owners, fills, contiguous placement),
+the free queue and prefix cache in their order, and the running order."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,6 +35,17 @@ def _maps_equal(a, b) -> bool:
     return True
 
 
+def _pool_state(lane) -> tuple | None:
+    """A paged lane's free queue and prefix cache, in their order: plain free blocks, the
+    LRU, every key's blocks (first cached first), parents, evictions, the keys' log."""
+    pool = getattr(lane.alloc, "_pool", None)
+    if pool is None:
+        return None
+    return (pool.plain_list(), list(pool._lru), dict(pool._key_of),
+            [(k, list(v)) for k, v in pool._block_of.items()], dict(pool.parent_of),
+            pool.evictions, pool.content.tolist(), pool.cached.tolist())
+
+
 def _summaries(sim: Simulation) -> list[dict]:
     out = sim.summaries()
     for s in out:
@@ -55,6 +67,8 @@ def assert_same(w: Workload, lanes: list[str], cache: CacheConfig, engine: Engin
         for a, b in zip(step.lanes, jump.lanes):
             assert a.step_no == b.step_no
             assert _maps_equal(a.snapshot(), b.snapshot()), (s, a.name)
+            assert _pool_state(a) == _pool_state(b), (s, a.name)
+            assert a.sched.running == b.sched.running, (s, a.name)
     assert _summaries(jump) == _summaries(step)
     assert jump.events.events == step.events.events
     return jump
@@ -150,8 +164,8 @@ def test_a_step_that_did_not_ask_the_head_starts_no_span():
     assert jump.lanes[0].step_no == 87
 
 
-def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
-    """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
+def _count_lane_steps(monkeypatch) -> dict:
+    """Count Lane.step calls from now on (the dict's "n")."""
     from kvviz.engine.lane import Lane
     calls = {"n": 0}
     real = Lane.step
@@ -161,7 +175,119 @@ def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
         real(self, t)
 
     monkeypatch.setattr(Lane, "step", counted)
+    return calls
+
+
+def test_quiet_spans_take_fewer_steps_through_lane_step(monkeypatch):
+    """Not an equivalence check: the jumping mode does skip work (a quiet lane jumps)."""
+    calls = _count_lane_steps(monkeypatch)
     w = generate(WorkloadConfig("uniform", num_requests=4, rate=math.inf))
     sim = Simulation(w, [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=65536))
     sim.run(max_steps=10**9)
     assert calls["n"] < sim.step_no / 4
+
+
+def _trace(arrival, prompt, output) -> Workload:
+    n = len(arrival)
+    return Workload(np.asarray(arrival, np.float64), np.asarray(prompt, np.int64),
+                    np.asarray(output, np.int64), np.full(n, -1, np.int64))
+
+
+def test_windows_end_where_the_budget_or_the_batch_limit_binds():
+    """Arrivals whose prompts need exactly the budget the decodes leave, one token more,
+    one less; and the max_num_seqs-th request. A window (kvviz/engine/window.py) must take
+    the whole prompt only where the rule does, and end before a chunk or a wait."""
+    w = _trace([0.0, 0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.9, 1.1],
+               [5, 6, 98, 97, 99, 40, 30, 20, 10], [60, 70, 2, 3, 1, 9, 8, 7, 6])
+    lanes = ["paged:16", "paged:1", "contiguous:first-fit:exact", "contiguous:buddy:pow2"]
+    for chunked in (True, False):
+        for seqs in (3, 4, 256):
+            engine = EngineConfig(max_num_seqs=seqs, max_batched_tokens=100,
+                                  enable_chunked_prefill=chunked, max_seq_len=100)
+            assert_same(w, lanes, CacheConfig(capacity_tokens=4096), engine, [7, 30])
+    few = _trace([0.0] * 4 + [0.02, 0.3], [1, 2, 1, 1, 2, 1], [30, 40, 50, 60, 20, 9])
+    for budget in (3, 4, 5):  # tiny budgets: arrivals wait for tokens, prompts go in chunks
+        assert_same(few, lanes, CacheConfig(capacity_tokens=4096),
+                    EngineConfig(max_batched_tokens=budget, max_seq_len=100), [2, 9])
+
+
+def test_windows_end_where_memory_binds():
+    """Admissions that fit the free blocks exactly, with and without the watermark; decodes
+    that open the last free block; a contiguous range refused for its placement."""
+    w = _trace(np.arange(12) * 0.05, [31, 33, 16, 17, 64, 15, 40, 8, 9, 50, 3, 70],
+               [40, 20, 33, 17, 5, 60, 9, 30, 12, 7, 25, 4])
+    for cap in (96, 128, 160, 256):
+        for wm in (0.0, 0.1):
+            assert_same(w, ["paged:16", "paged:8", "contiguous:first-fit:exact",
+                            "contiguous:best-fit:pow2", "contiguous:buddy:exact"],
+                        CacheConfig(capacity_tokens=cap), EngineConfig(watermark=wm), [3, 11])
+
+
+def test_windows_apply_events_at_once(monkeypatch):
+    """Not an equivalence check: on a stream nobody waits on, admissions and finishes are
+    taken inside windows (Lane.step runs for few of the steps)."""
+    calls = _count_lane_steps(monkeypatch)
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=400, rate=5.0, seed=2))
+    sim = Simulation(w, [LaneSpec.parse("paged:16"), LaneSpec.parse("contiguous:buddy:pow2")],
+                     CacheConfig(capacity_tokens=65536))
+    sim.run()
+    finished = [e for e in sim.events.events if e.kind == "finished"]
+    assert len(finished) == 800
+    assert calls["n"] < 40
+
+
+def test_prefix_caching_windows_cache_and_evict_as_stepping():
+    """Prefix-caching lanes in windows: every block filled is cached under its key, freed
+    blocks join the LRU, takes evict it (evicted events per step); arrivals that may hit a
+    shared prefix end the window (the step looks the cache up)."""
+    evicted = []
+    for share, cap in ((0.0, 8192), (0.0, 65536), (0.6, 4096), (0.6, 16384)):
+        w = generate(WorkloadConfig("sharegpt-like", num_requests=150, rate=8.0, seed=5,
+                                    prefix_share=share, max_seq_len=1024))
+        jump = assert_same(w, ["paged:16:prefix", "paged:1:prefix", "paged:64:prefix"],
+                           CacheConfig(capacity_tokens=cap), EngineConfig(max_seq_len=1024),
+                           [40, 400])
+        evicted.append(any(e.kind == "evicted" for e in jump.events.events))
+    assert evicted[0] and evicted[2]
+
+
+def test_queue_windows_give_the_step_engines_results():
+    """Contiguous lanes while requests wait (kvviz/engine/queue.py): the head refused for
+    memory, for max_num_seqs, for the budget; a prompt admitted in chunks; a request too big
+    for the cache rejected; arrivals into an empty queue."""
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=120, rate=20.0, seed=4,
+                                max_seq_len=512))
+    big = _trace([0.0, 0.0, 0.01, 0.2, 0.2, 0.3, 0.5, 3.0], [300, 20, 600, 100, 90, 650, 5, 7],
+                 [200, 30, 10, 40, 60, 100, 3, 2])  # 600: past max_seq_len; 650 + 100: too big
+    lanes = ["contiguous:first-fit:max", "contiguous:best-fit:exact", "contiguous:buddy:pow2"]
+    for seqs, budget in ((256, 8192), (3, 8192), (256, 64)):
+        engine = EngineConfig(max_num_seqs=seqs, max_batched_tokens=budget, max_seq_len=512)
+        assert_same(w, lanes, CacheConfig(capacity_tokens=4096), engine, [25, 300])
+        jump = assert_same(big, lanes, CacheConfig(capacity_tokens=700), engine, [4, 90])
+        assert all(x.rejected >= 1 for x in jump.lanes)
+
+
+def test_queue_windows_ask_again_where_the_budget_grows():
+    """Chunked prefill off: a step's admissions leave the budget short of the head's prompt
+    (POLICY); the next step's budget pays only their decodes, so it admits more. A queue
+    window must ask there, and need not after the head was refused for memory."""
+    n = 24
+    w = _trace([0.0] * n, [400] * n, [50] * n)
+    lanes = ["contiguous:first-fit:max", "contiguous:buddy:exact"]
+    for cap in (65536, 4000):
+        engine = EngineConfig(max_num_seqs=256, max_batched_tokens=2048, max_seq_len=512,
+                              enable_chunked_prefill=False)
+        jump = assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, [40])
+        assert all(x.done == n for x in jump.lanes)
+
+
+def test_queue_windows_skip_the_steps_between(monkeypatch):
+    """Not an equivalence check: a contiguous lane whose head waits for memory nearly every
+    step is asked at few steps (Lane.step runs for few of them)."""
+    calls = _count_lane_steps(monkeypatch)
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=300, rate=5.0, seed=2))
+    sim = Simulation(w, [LaneSpec.parse("contiguous:first-fit:max")],
+                     CacheConfig(capacity_tokens=65536))
+    sim.run()
+    assert sim.lanes[0].summary()["pressure_steps"] > sim.step_no / 2
+    assert calls["n"] < 20

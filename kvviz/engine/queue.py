@@ -1,0 +1,185 @@
+"""Queue windows: a contiguous lane's steps while requests wait, asked only where it matters.
+
+A running request of a contiguous lane writes inside its reservation, so its memory changes
+only when a request is admitted or finishes, and nobody is ever preempted. While every
+running request decodes, a step therefore decides exactly what the step before it decided
+(no admission; the head refused for the same reason, so no new event) unless the step
+before rejected or finished a request, admitted one without then refusing the head for
+memory, or left the head waiting for the budget alone; an arrival matters only when nobody
+waits. (A step that admitted and then refused the head for memory decides the next step's
+answer too: the next step sees the same free ranges and running count, and a budget no
+smaller, since the prompts it admitted become single decodes; `_answer` checks memory on
+the whole sequence, so the budget cannot turn that refusal into an admission.)
+`queue_window` asks the rule at those steps only (`Scheduler.admissions`: the scheduler's
+own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`,
+frees each finished request in its step's update, and adds the steps in between (each a
+decode of every running request) with their shares in closed form. A prompt admitted in
+chunks ends the window (it does not decode), and so does a request whose life outgrows its
+reservation (its range must grow).
+Checked against stepping by tests/engine/test_span_equivalence.py.
+"""
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvviz.alloc.base import Reason
+from kvviz.engine.shares import add_repeated
+from kvviz.engine.window import arrival_steps, efi_of
+
+if TYPE_CHECKING:
+    from kvviz.engine.lane import Lane
+
+LIMIT = 1 << 20  # steps per window (bounds its per-step share arrays)
+NEVER = 1 << 62
+POLICY = Reason.POLICY
+
+
+def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
+    """Apply the queue window that starts after the lane's last step; returns its steps."""
+    sched, a, w = lane.sched, lane.alloc, lane.w
+    if not a.contiguous or a.block_size != 1 or not sched.waiting_count or sched.front:
+        return 0
+    ids = sched.running_ids()
+    if not sched.decodes_fit(ids.size) or (
+            sched.num_tokens[ids] - sched.computed[ids] != 1).any():
+        return 0
+    held = a.seq_allocated_tokens(ids)
+    if (held < lane.kv_final[ids]).any():  # a range that grows past its reservation
+        return 0
+    S = lane.step_no
+    end = S + LIMIT if stop is None else min(stop, S + LIMIT)
+    kvf, space = lane.kv_final, sched.space
+    # per request: base step, tokens computed after it, sampled after it, sampled before
+    # the window, finish step, reserved slots, slots the allocator holds as written
+    rows: dict[int, list[int]] = {}
+    for r, c, g, h, f in zip(ids.tolist(), sched.computed[ids].tolist(),
+                             sched.generated[ids].tolist(), held.tolist(),
+                             sched.finish_steps(S, ids, True).tolist()):
+        rows[r] = [S, c, g, g, f, h, c]
+    heap = [(x[4], r) for r, x in rows.items()]  # (finish step, request)
+    heapify(heap)
+    segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
+    s, changed, total, efi = S, True, len(w), None
+    while lane.done + lane.rejected < total:
+        if changed:
+            nxt = s + 1
+        else:
+            nxt = heap[0][0] if heap else NEVER
+            if not sched.waiting_count and sched.arrived < arrival_s.size:
+                t = arrival_steps(arrival_s[sched.arrived:sched.arrived + 1], s, step_ms)
+                if t is None:
+                    break
+                nxt = min(nxt, int(t[0]))
+            if nxt == NEVER:
+                break
+        if nxt > end:
+            s = end
+            break
+        s = nxt
+        lane.step_no, lane.time_s = s, s * step_ms / 1000.0
+        sched.arrived = max(sched.arrived,
+                            int(np.searchsorted(arrival_s, lane.time_s, side="right")))
+        plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
+        lane.log_schedule(plan)
+        last = False  # this step ends the window
+        for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
+            whole = h + n == int(sched.num_tokens[r])
+            f = int(sched.finish_steps(s, r, False)) if whole else NEVER
+            size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
+            last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
+            rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
+            heappush(heap, (f, r))
+        fins = []
+        while heap and heap[0][0] == s:
+            fins.append(heappop(heap)[1])
+        if len(fins) > 1:  # update() finishes them in running order
+            fins.sort(key=sched.running.index)
+        if fins:
+            for r in fins:
+                x = rows[r]
+                if kvf[r] > x[6]:
+                    a.grow_each(np.asarray([r]), np.asarray([kvf[r] - x[6]]))
+                space.free(r)
+                space.done(r)
+            for r in fins:
+                sched.running.remove(r)
+            sched._ids = None
+            lane.log_finished(np.asarray(fins, np.int64))
+        if plan.admitted or fins or efi is None:  # efi changes only where ranges do
+            efi = efi_of(a)
+        segs.append((s, plan.pressure, efi))
+        held_for_memory = plan.refused is not None and plan.refused[1].reason is not POLICY
+        changed = bool(plan.rejected or fins) or (
+            bool(plan.admitted) and not held_for_memory) or (
+            plan.refused is None and sched.waiting_count > 0)
+        if last:
+            break
+    end = s
+    if end == S:
+        return 0
+    _commit(lane, rows, segs, end, step_ms, arrival_s)
+    return end - S
+
+
+def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
+            arrival_s: np.ndarray) -> None:
+    """The touched requests' state and the lane's shares after step `end`."""
+    sched, a = lane.sched, lane.alloc
+    S = segs[0][0] - 1
+    W = end - S
+    r = np.fromiter(rows, np.int64, len(rows))
+    base, l0, g0, gs, fin, held, alen = (np.asarray(c, np.int64).reshape(-1) for c in
+                                         zip(*rows.values()))
+    kv = lane.kv_final[r]
+    live = fin > end
+    dec = live & (fin < (1 << 62))
+    comp = np.where(live, l0 + (end - base), kv)
+    comp[live & ~dec] = l0[live & ~dec]
+    gen = np.where(live, g0 + np.where(dec, end - base, 0), lane.w.output[r])
+    sched.computed[r] = comp
+    sched.num_tokens[r[dec | ~live]] = comp[dec | ~live] + 1
+    sched.generated[r] = gen
+    lane.tokens_generated += int((gen - gs).sum())
+    if dec.any():
+        a.grow_each(r[dec], (comp - alen)[dec])
+    sched.arrived = max(sched.arrived, int(np.searchsorted(
+        arrival_s, end * step_ms / 1000.0, side="right")))
+    lane.step_no, lane.time_s = end, end * step_ms / 1000.0
+    lane._memory_pressure = False
+    # per step t = 1..W: live requests after step S + t (lengths l0 + step - base)
+    first = np.where(base == S, S + 1, base) - S
+    last = np.minimum(fin - 1, end) - S
+    keep = last >= first
+    first, last = first[keep], last[keep]
+
+    def per_step(v: np.ndarray) -> np.ndarray:
+        d = np.zeros(W + 2, np.int64)
+        np.add.at(d, first, v[keep])
+        np.add.at(d, last + 1, -v[keep])
+        return np.cumsum(d)[1:W + 1]
+
+    t = np.arange(1, W + 1, dtype=np.int64)
+    used = per_step(l0 - base + S) + t * per_step(np.ones(r.size, np.int64))
+    alloc = per_step(held)
+    internal = per_step(np.maximum(0, held - kv))
+    vals = {"used": used, "reserved": alloc - used - internal, "internal": internal,
+            "free": lane.capacity - alloc}
+    at = np.asarray([x[0] for x in segs] + [end + 1], np.int64) - S - 1
+    press = np.zeros(W, np.bool_)
+    for (_, p, _), lo, hi in zip(segs, at[:-1], at[1:]):
+        press[lo:hi] = p
+    sh = lane.shares
+    for acc, mask in ((sh.every, None), (sh.pressure, press)):
+        n = W if mask is None else int(mask.sum())
+        if not n:
+            continue
+        acc["steps"] += n
+        for k, v in vals.items():
+            acc[k] += int(v.sum() if mask is None else v[mask].sum())
+    for (_, p, e), lo, hi in zip(segs, at[:-1], at[1:]):
+        sh.every["efi"] = add_repeated(sh.every["efi"], e, int(hi - lo))
+        if p:
+            sh.pressure["efi"] = add_repeated(sh.pressure["efi"], e, int(hi - lo))
