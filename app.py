@@ -8,9 +8,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from kvviz import glossary
 from kvviz.node.trust import dashboard_host_ok
 from kvviz.node.trust import plain_markdown as md
+from kvviz.viz import glossary
 from pages.frame import mark_framed
 
 HERE = Path(__file__).parent

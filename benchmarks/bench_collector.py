@@ -60,9 +60,9 @@ from pathlib import Path
 import harness
 
 from collectors.launch import build
-from collectors.sampler import MODES, SampleWriter, StoreSpec
-from kvviz.cli import build_parser
-from kvviz.collector_flags import settings_of
+from collectors.writer_client import MODES, SampleWriter, StoreSpec
+from kvviz.commands.cli import build_parser
+from kvviz.settings.flags import settings_of
 
 
 def one(blocks: int, steps: int, hz: float, tmp: Path, seqs: int,
@@ -261,7 +261,7 @@ def snapshot(a: argparse.Namespace, tmp: Path) -> None:
 
 
 def owner_ids(a: argparse.Namespace, tmp: Path) -> None:
-    from collectors.store_process import write_batch
+    from collectors.writer_process import write_batch
     from kvviz.store.mapcodec import encode
     from kvviz.store.writer import RunWriter
 

@@ -34,7 +34,7 @@ import numpy as np
 import psutil
 import pyarrow as pa
 
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE, BlockMap
 
 sys.path.insert(0, str(harness.ROOT / "tests" / "e2e"))  # appserver: how the tests start it
 

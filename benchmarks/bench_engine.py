@@ -39,10 +39,10 @@ from pathlib import Path
 import harness
 import numpy as np
 
-from kvviz.advisor import sweep_labels
-from kvviz.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import LENGTH_PRESETS, CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
-from kvviz.workload import Workload, generate
+from kvviz.runs.advisor import sweep_labels
 
 CAPACITY = 1_000_000
 NO_CAP = 1_000_000

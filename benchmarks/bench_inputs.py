@@ -161,7 +161,7 @@ def pickles(a, tmp: Path) -> None:
     from torchsnap import bombs
     from torchsnap.snaps import make_snapshot
 
-    from kvviz.sandbox import run_limited_outcome
+    from kvviz.core.sandbox import run_limited_outcome
     from kvviz.torchsnap.safe_pickle import DEFAULT_MAX_BYTES
     from kvviz.torchsnap.sandboxed import parse_file_plain, parse_limits
 

@@ -34,12 +34,12 @@ import harness
 import numpy as np
 
 from kvviz.alloc import PagedAllocator
-from kvviz.blockmap import BlockMap, empty_blockmap
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.blockmap import BlockMap, empty_blockmap
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
 from kvviz.store.mapcodec import encode
 from kvviz.store.writer import RunWriter
-from kvviz.workload import generate
 
 
 def engine_map(blocks: int) -> BlockMap:
@@ -122,7 +122,7 @@ WINDOW_S = 300.0  # older copies end before the last five minutes: those stay th
 
 
 def build_small(path: Path, seconds: float) -> Path:
-    from kvviz.cli import main
+    from kvviz.commands.cli import main
 
     rc = main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "200", "--hz", "20",
                "--duration", str(seconds), "--rate", "20", "--loop", "--out", str(path),

@@ -1,12 +1,12 @@
 """`python -m collectors [flags]`: the same flags and run as `kvviz collect` (collectors/launch.py);
 started by the dashboard, it also stops when the dashboard is gone or unwatched
-(kvviz/lifecycle)."""
+(kvviz/runs/lifecycle)."""
 from __future__ import annotations
 
 import sys
 
 from collectors.launch import main
-from kvviz import lifecycle
+from kvviz.runs import lifecycle
 
 if __name__ == "__main__":
     try:

@@ -2,7 +2,7 @@
 
 Arrivals follow wall time since the start (Simulation.step(time_s=...)). Every 1/hz seconds
 the engine thread copies each lane's BlockMap and counters plus the new events and hands
-them to the store's writer process (collectors/sampler.py, collectors/store_process.py).
+them to the store's writer process (collectors/writer_client.py, collectors/writer_process.py).
 With `loop`, an exhausted workload restarts as a fresh seeded stream; sequence ids then
 continue where the previous stream ended (offset by its size) so ids stay unique within a run,
 and each lane's `step` continues from the previous stream's last step (monotonic in a run).
@@ -20,18 +20,18 @@ import numpy as np
 
 from collectors import torch_memory
 from collectors.pause import Pause
-from collectors.sampler import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz import control, lifecycle
-from kvviz.blockmap import FREE, BlockMap
-from kvviz.collector_config import CollectorConfig
-from kvviz.config import CacheConfig, EngineConfig, ModelShape, WorkloadConfig
+from collectors.writer_client import Batch, Hook, LaneSample, SampleWriter, StoreSpec
+from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.core.config import CacheConfig, EngineConfig, ModelShape, WorkloadConfig
+from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
-from kvviz.engine.events import EventColumns
+from kvviz.engine.eventlog import EventColumns
 from kvviz.engine.lane import Lane
 from kvviz.engine.shares import Shares
 from kvviz.node.nvml import NvmlProbe
+from kvviz.runs import control, lifecycle
+from kvviz.settings.collector import CollectorConfig
 from kvviz.store.writer import RunWriter
-from kvviz.workload import Workload, generate
 
 COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
                 "admit_failures_policy", "tokens_generated", "prefix_query_tokens",

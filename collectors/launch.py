@@ -1,5 +1,5 @@
 """The collector's entry point: `python -m collectors [flags]` and `kvviz collect [flags]`
-both end in `run(settings)` here, with one validated kvviz.collector_config.CollectorConfig.
+both end in `run(settings)` here, with one validated kvviz.settings.collector.CollectorConfig.
 
 `build` resolves what the settings leave open (the device actually present, the model shape,
 the trace read and clipped), attaches the optional exporters and returns the EngineCollector;
@@ -16,12 +16,13 @@ from pathlib import Path
 
 from collectors.engine_collector import EngineCollector, Resolved
 from collectors.torch_memory import cuda_available
-from kvviz import collector_flags, safeio
-from kvviz.collector_config import CollectorConfig
-from kvviz.config import CacheConfig, EngineConfig, WorkloadConfig, model_for
-from kvviz.errors import KvvizError
+from kvviz.core import safeio
+from kvviz.core.config import CacheConfig, EngineConfig, WorkloadConfig, model_for
+from kvviz.core.errors import KvvizError
+from kvviz.core.workload import clip_workload
+from kvviz.settings import flags as collector_flags
+from kvviz.settings.collector import CollectorConfig
 from kvviz.traces.args import load_trace_args, resolve_max_seq_len, trace_line
-from kvviz.workload import clip_workload
 
 PROG = "kvviz collect"  # errors and --help name the command both ways of starting it read
 

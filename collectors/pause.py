@@ -1,13 +1,13 @@
-"""The demo collector's pause and single-step (the engine side of kvviz/control.py)."""
+"""The demo collector's pause and single-step (the engine side of kvviz/runs/control.py)."""
 from __future__ import annotations
 
 import time
 
-from kvviz import control
+from kvviz.runs import control
 
 
 class Pause:
-    """The collector's pause and single-step (kvviz/control.py): while paused the engine
+    """The collector's pause and single-step (kvviz/runs/control.py): while paused the engine
     clock stands at `frozen`; each Step press moves it on by one step (`dt` seconds); on
     resume `offset` (the time spent paused) is taken off the wall clock."""
 

@@ -1,6 +1,6 @@
 """Serve the collector's own metrics on /metrics for Prometheus (`kvviz collect --metrics-port`).
 
-Each sample record the sampler hands to `collector.hooks` (on the engine thread, right after
+Each sample record the writer client hands to `collector.hooks` (on the engine thread, right after
 the batch is sent) replaces the lane's latest values; a scrape reads them under a lock.
 Per lane (label `lane`):
 
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 
 # metric name -> (record key, help)
 GAUGES = {

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import streamlit as st
 
-from kvviz.config import LENGTH_PRESETS
+from kvviz.core.config import LENGTH_PRESETS
+from kvviz.core.errors import KvvizError
 from kvviz.engine.compare import CompareRequest, SyntheticWorkload, UploadedTrace
-from kvviz.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import compare as vc
 from kvviz.viz import outcome as vo

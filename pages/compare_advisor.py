@@ -1,14 +1,14 @@
 """The Compare page's block-size advisor tab: the memory side swept on the page's workload, the
-kernel side timed by `kvviz bench` (kvviz.advisor). Not a page."""
+kernel side timed by `kvviz bench` (kvviz.runs.advisor). Not a page."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import streamlit as st
 
-from kvviz import advisor
+from kvviz.core.errors import KvvizError
 from kvviz.engine.compare import CompareRequest
-from kvviz.errors import KvvizError
+from kvviz.runs import advisor
 from kvviz.viz import compare as vc
 from pages import compare_data as data
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.nvml import probe_devices
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory

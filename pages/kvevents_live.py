@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.blockmap import FREE
+from kvviz.core.blockmap import FREE
 from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.kvevents.diagnose import Gauges
 from kvviz.node.kvevents.model import CacheModel

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs

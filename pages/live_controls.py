@@ -10,12 +10,12 @@ import time
 
 import streamlit as st
 
-from kvviz.collector_config import CollectorConfig, parse_lanes
-from kvviz.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
-from kvviz.errors import KvvizError
+from kvviz.core.config import LENGTH_PRESETS, PLACEMENTS, RESERVE_POLICIES
+from kvviz.core.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.runs.status import RUNNING
+from kvviz.settings.collector import CollectorConfig, parse_lanes
 from pages import democollector, widgets
 
 STATUS_EVERY_S = 1.0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz import glossary
+from kvviz.viz import glossary, theme
 from kvviz.viz import pressure as vp
-from kvviz.viz import theme
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
 

@@ -6,7 +6,7 @@ from functools import partial
 
 import streamlit as st
 
-from kvviz.config import lane_caption
+from kvviz.core.config import lane_caption
 from kvviz.viz import blockcanvas as vc
 from pages import blockview, kvevents_live
 

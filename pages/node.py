@@ -12,10 +12,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node import list_nodes, scrape
-from kvviz.node.engines import USAGE_DEFINITION
 from kvviz.node.promtext import NodeStatus, pool_rows
+from kvviz.node.servers import USAGE_DEFINITION
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.torchsnap import loads_snapshot_sandboxed, summarize

@@ -7,7 +7,7 @@ import sqlite3
 
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.kvevents import diagnose
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs

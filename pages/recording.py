@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.config import lane_caption
+from kvviz.core.config import lane_caption
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm

@@ -10,7 +10,7 @@ import time
 
 import streamlit as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.runs.status import ERROR, NOT_STARTED, RUNNING, STOPPED, JobStatus

@@ -1,4 +1,10 @@
-"""Suite-wide hygiene."""
+"""Suite-wide hygiene.
+
+Every folder under tests/ is a package (an empty __init__.py, tests/ too), so pytest names
+each module by its path (tests.alloc.ops), puts the repository root on sys.path, and
+no test folder shadows a real package (tests/collectors is not `collectors`). A test
+imports a helper by its full name: `from tests.pages.recordings import write_recording`.
+"""
 from __future__ import annotations
 
 import sys

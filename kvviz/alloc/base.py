@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
 
 
 class Reason(str, enum.Enum):

@@ -10,7 +10,7 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.placement import Buddy, HoleList
 from kvviz.alloc.rows import RowTable, grow_to
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE, BlockMap
 
 
 class ContiguousAllocator(Allocator):

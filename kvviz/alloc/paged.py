@@ -27,7 +27,7 @@ from kvviz.alloc.paged_batch import PagedBatchVerbs
 from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE, BlockMap
 
 
 class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):

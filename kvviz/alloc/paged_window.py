@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvviz.blockmap import FREE
+from kvviz.core.blockmap import FREE
 
 TAKE, FILL, ADMIT, FREE_SEQ = 0, 1, 2, 3  # op kinds, in a step's order
 

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from kvviz import limits as at
-from kvviz import safeio
-from kvviz.errors import KvvizError
+from kvviz.core import limits as at
+from kvviz.core import safeio
+from kvviz.core.errors import KvvizError
 
 HELP = "record a vLLM/SGLang node's /metrics and its KV-event stream into one recording"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
@@ -70,10 +70,10 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz import lifecycle
     from kvviz.commands.scrape import open_store_sink
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.node.scrape import Scraper, normalize_url
+    from kvviz.runs import lifecycle
 
     url = normalize_url(args.url)
     if args.replay and len(args.replay) > 1:

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from kvviz import limits as at
+from kvviz.core import limits as at
 
 HELP = "benchmark paged vs contiguous decode attention, or real-mode decode steps"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -133,7 +133,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def _check_size(args: argparse.Namespace) -> None:
     """Refuse shapes whose K/V would not fit a machine, before torch allocates anything."""
-    from kvviz.config import model_preset
+    from kvviz.core.config import model_preset
 
     if args.bench_what == "attention":
         if args.heads % args.kv_heads:

@@ -1,6 +1,6 @@
 """`kvviz collect` (= `python -m collectors`): run the engine live and record it to a store.
 
-The flags are kvviz/collector_flags.py's and build one validated CollectorConfig; the run itself
+The flags are kvviz/settings/flags.py's and build one validated CollectorConfig; the run itself
 is the collector's entry point, collectors/launch.py's `run`, found by name at run time (ENTRY):
 collectors sits above kvviz and imports it, so kvviz never imports collectors.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from kvviz import collector_flags
+from kvviz.settings import flags as collector_flags
 
 HELP = "run the engine live (real KV tensors or sim) and record block maps, metrics, events"
 ENTRY = "collectors.launch"  # its run(CollectorConfig) -> exit code records one run

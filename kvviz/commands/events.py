@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from kvviz import limits as at
-from kvviz.errors import KvvizError
+from kvviz.core import limits as at
+from kvviz.core.errors import KvvizError
+from kvviz.core.safeio import printable
 from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB as MAX_MB
-from kvviz.safeio import printable
 
 HELP = "record the KV-cache event streams (ZeroMQ) of vLLM / SGLang / TensorRT-LLM nodes"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace, stop: list[str]) -> int:
-    from kvviz import lifecycle
     from kvviz.node.kvevents.endpoints import check_fd_limit
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+    from kvviz.runs import lifecycle
     from kvviz.store.writer import RunWriter
 
     if args.duration is not None and not args.duration > 0:
@@ -144,7 +144,7 @@ def _loop(args, sub, kv, writer, stop: list[str]) -> tuple[str, str]:
         if args.duration is not None and now - start >= args.duration:
             return "finished", "duration reached"
         if stop:
-            from kvviz import lifecycle
+            from kvviz.runs import lifecycle
 
             return "stopped", lifecycle.stop_reason() or f"stopped by {stop[-1]}"
         if not args.quiet and now - last_line >= 1.0:

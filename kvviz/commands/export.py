@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from kvviz import safeio
+from kvviz.core import safeio
 
 HELP = "export a recording's tables to Parquet or CSV"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -96,7 +96,7 @@ def _targets(out: Path, fmt: str, tables: dict, overwrite: bool) -> dict[str, Pa
 def run(args: argparse.Namespace) -> int:
     from kvviz.commands import export_blocks as blocks
     from kvviz.commands.info import DAMAGED
-    from kvviz.errors import StoreError
+    from kvviz.core.errors import StoreError
     from kvviz.store.reader import RunReader
 
     if not (args.parquet or args.csv):

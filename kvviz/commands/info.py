@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvviz import safeio
+from kvviz.core import safeio
 
 HELP = "summarize a recording: lanes, duration, samples, admission failures, status"
 # what reading a hand-edited recording can raise besides StoreError (wrong types, deep JSON)
@@ -48,7 +48,7 @@ def read_summary(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvviz.errors import StoreError
+    from kvviz.core.errors import StoreError
 
     try:
         s = read_summary(args.run)

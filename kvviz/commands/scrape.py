@@ -11,9 +11,9 @@ import urllib.parse
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from kvviz import limits as at
-from kvviz import safeio
-from kvviz.errors import KvvizError
+from kvviz.core import limits as at
+from kvviz.core import safeio
+from kvviz.core.errors import KvvizError
 
 HELP = "scrape a vLLM/SGLang node's Prometheus /metrics (KV usage, queue, preemptions)"
 
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         raise KvvizError(f"--count must be >= 1, got {args.count}")
     url = normalize_url(args.url)
-    from kvviz import lifecycle
+    from kvviz.runs import lifecycle
 
     lifecycle.watch(command="scrape")  # started by the dashboard: stop when it is gone
     ok = 0

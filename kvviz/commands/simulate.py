@@ -9,9 +9,9 @@ import argparse
 import json
 import sys
 
-from kvviz import limits as at
-from kvviz import safeio
-from kvviz.config import (
+from kvviz.core import limits as at
+from kvviz.core import safeio
+from kvviz.core.config import (
     DEFAULT_LANES,
     LENGTH_PRESETS,
     MODEL_HELP,
@@ -24,8 +24,9 @@ from kvviz.config import (
     check_lane_blocks,
     model_for,
 )
+from kvviz.core.errors import KvvizError
+from kvviz.core.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 from kvviz.engine import Simulation
-from kvviz.errors import KvvizError
 from kvviz.traces.args import (
     add_trace_arguments,
     load_trace_args,
@@ -33,7 +34,6 @@ from kvviz.traces.args import (
     trace_fields,
     trace_line,
 )
-from kvviz.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 
 HELP = ("simulate allocators on a synthetic workload or a trace (sim mode, no tensors); "
         "every lane is scheduled by vLLM 0.32's rules, contiguous lanes are kvviz's own model")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvviz import limits as at
-from kvviz import safeio
+from kvviz.core import limits as at
+from kvviz.core import safeio
 
 HELP = ("summarize a torch.cuda.memory._dump_snapshot() pickle (holes, rounding waste, "
         "fragmentation) without executing it")

@@ -1,5 +1,5 @@
 """Continuous batching over lanes. Sim mode needs numpy only; real mode plugs a KVExecutor."""
-from kvviz.engine.events import Event, EventLog
+from kvviz.engine.eventlog import Event, EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.simulation import Simulation
 

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.errors import TraceError
+from kvviz.core.workload import Workload, clip_workload, generate
 from kvviz.engine.simulation import Simulation
-from kvviz.errors import TraceError
 from kvviz.traces import TraceInfo, TraceOptions
 from kvviz.traces.options import SUFFIXES
-from kvviz.workload import Workload, clip_workload, generate
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 MAX_UPLOAD_ROWS = 1_000_000
@@ -25,7 +25,7 @@ ENGINE = EngineConfig()  # the engine every lane runs (a trace's max_seq_len rep
 
 @dataclass(frozen=True)
 class SyntheticWorkload:
-    """A seeded synthetic workload (kvviz.workload.generate); rate 0 = all at t=0."""
+    """A seeded synthetic workload (kvviz.core.workload.generate); rate 0 = all at t=0."""
     preset: str = "sharegpt-like"
     num_requests: int = 1000
     rate: float = 20.0

@@ -13,14 +13,14 @@ from typing import Protocol
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, Reason, Usage
-from kvviz.blockmap import BlockMap
-from kvviz.config import EngineConfig, LaneSpec
-from kvviz.engine.events import KIND_CODE, REASON_CODE, EventLog
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.config import EngineConfig, LaneSpec
+from kvviz.core.workload import Workload
+from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventLog
 from kvviz.engine.kvspace import ContiguousSpace, PagedSpace
 from kvviz.engine.scheduler import Scheduler
 from kvviz.engine.shares import Shares
 from kvviz.engine.tokens import BlockKeys
-from kvviz.workload import Workload
 
 
 class KVExecutor(Protocol):

@@ -32,8 +32,8 @@ from typing import NamedTuple
 import numpy as np
 
 from kvviz.alloc.base import Admission, Reason
-from kvviz.config import EngineConfig
-from kvviz.workload import Workload
+from kvviz.core.config import EngineConfig
+from kvviz.core.workload import Workload
 
 EMPTY = np.zeros(0, np.int64)
 

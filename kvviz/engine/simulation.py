@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kvviz.alloc import make_allocator
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec
-from kvviz.engine.events import MAX_STEP, EventLog
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
+from kvviz.core.errors import KvvizError
+from kvviz.core.workload import Workload
+from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.lane import KVExecutor, Lane
 from kvviz.engine.span import run_lanes
-from kvviz.errors import KvvizError
-from kvviz.workload import Workload
 
 # run()'s advance modes: "jump" runs each lane alone and applies quiet spans at once
 # (kvviz/engine/span.py), "step" steps all lanes together; the same results.

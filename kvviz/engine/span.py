@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvviz.alloc.base import Reason
-from kvviz.engine.events import MAX_STEP, EventLog
+from kvviz.core.errors import KvvizError
+from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
 from kvviz.engine.window import block_sums, window
-from kvviz.errors import KvvizError
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane

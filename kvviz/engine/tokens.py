@@ -1,6 +1,6 @@
 """Synthetic token ids of a workload and the prefix-cache key of every full block.
 
-A trace names prompt content only by hash chains (kvviz.workload.Workload.chains), never by
+A trace names prompt content only by hash chains (kvviz.core.workload.Workload.chains), never by
 token ids, so kvviz makes the ids up, the same way everywhere:
 
   position p of request r, inside its prompt's chain   -> from (chain id of p's chain block, p)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz.workload import Workload
+from kvviz.core.workload import Workload
 
 Key = tuple[int, int]
 _MUL = np.uint64(0x9E3779B97F4A7C15)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.events import KIND_CODE, EventColumns
+from kvviz.engine.eventlog import KIND_CODE, EventColumns
 from kvviz.engine.shares import add_repeated
 
 EMPTY = np.zeros(0, np.int64)

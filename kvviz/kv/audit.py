@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
 from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
 from kvviz.kv.audit_layout import AuditFailure, AuditResult, Found, check_ranges, check_tables
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE, BlockMap
 
 MAX_REPORTED = 8  # failures described per lane and sample; all are counted
 

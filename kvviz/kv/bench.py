@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from kvviz.config import model_preset
+from kvviz.core.config import model_preset
 from kvviz.kv.attention import contiguous_decode_attention, get_backend, paged_decode_attention
 from kvviz.kv.cache import TORCH_DTYPES
 

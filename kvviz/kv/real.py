@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvviz.config import ModelShape
+from kvviz.core.config import ModelShape
 from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
 from kvviz.kv.cache import ContiguousKVCache, PagedKVCache
 
@@ -69,7 +69,7 @@ class RealKV:
 
     # ---- synthetic activations -------------------------------------------------------------
     def bind_workload(self, w) -> None:
-        """Positions inside a prompt's hash chain (kvviz.workload.Workload.chains: block i's
+        """Positions inside a prompt's hash chain (kvviz.core.workload.Workload.chains: block i's
         id stands for the whole prefix up to it) are keyed by that block's id, so requests
         whose chains match write identical K/V there, as identical text would."""
         self._chains = w.chains() if w.has_chains else None

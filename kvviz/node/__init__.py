@@ -3,7 +3,6 @@ and list the nodes a Prometheus server knows. Stdlib + prometheus_client; no tor
 """
 from __future__ import annotations
 
-from kvviz.node.engines import PoolRow
 from kvviz.node.fleet import FleetError, FleetNode, list_nodes
 from kvviz.node.promtext import (
     GarbledMetricsError,
@@ -21,6 +20,7 @@ from kvviz.node.scrape import (
     scrape_once,
     with_rates,
 )
+from kvviz.node.servers import PoolRow
 from kvviz.node.trust import ScrapeAllow, ScrapeNotAllowedError
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 One instant query per metric; results are grouped by (instance, job). `up` lists every
 scrape target, so a node that is down still appears (up=False, no KV numbers). A node's KV
-usage is computed by the Node page's own code (kvviz.node.engines: vllm_pools / sglang_pools
+usage is computed by the Node page's own code (kvviz.node.servers: vllm_pools / sglang_pools
 and node_usage, capacity-weighted over pools), from the same series Prometheus scraped from
 it. `timeout_s` is a deadline for the whole listing (all queries together), and the host must
 pass KVVIZ_SCRAPE_ALLOW.
@@ -16,17 +16,17 @@ import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node import http
-from kvviz.node.engines import node_usage, sglang_pools, usage_basis, vllm_pools
 from kvviz.node.scrape import check_seconds
+from kvviz.node.servers import node_usage, sglang_pools, usage_basis, vllm_pools
 from kvviz.node.trust import ScrapeNotAllowedError
 
 DEFAULT_TIMEOUT_S = 5.0
 _MAX_BODY = 64 * 1024 * 1024
 
 # PromQL (a metric name) -> the engine it reveals. vLLM's and SGLang's are what
-# kvviz.node.engines reads for a node's pools (usage, capacity, used slots).
+# kvviz.node.servers reads for a node's pools (usage, capacity, used slots).
 FLEET_QUERIES: dict[str, str] = {
     "up": "",
     "vllm:kv_cache_usage_perc": "vllm",

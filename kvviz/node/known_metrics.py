@@ -6,7 +6,7 @@ says how the label sets of one metric become one number for the node:
   mean  - fractions (usage, hit rate), averaged; promtext weights usage by capacity when it can
   info  - value is always 1, the payload is in the labels (vLLM's cache_config_info)
 Tensor-parallel ranks share one KV cache, so of each label set only the lowest tp_rank is read;
-SGLang's attention-DP ranks (label dp_rank) each own a pool and are summed (kvviz.node.engines).
+SGLang's attention-DP ranks (label dp_rank) each own a pool and are summed (kvviz.node.servers).
 """
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
-from kvviz.errors import KvvizError
-from kvviz.node.engines import PoolRow, sglang_fields, sglang_pools, vllm_fields, vllm_pools
+from kvviz.core.errors import KvvizError
 from kvviz.node.known_metrics import Engine, engine_of_series
+from kvviz.node.servers import PoolRow, sglang_fields, sglang_pools, vllm_fields, vllm_pools
 
 Labels = dict[str, str]
 Rows = list[tuple[Labels, float]]

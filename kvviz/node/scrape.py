@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node import http
 from kvviz.node.http import is_loopback_host  # noqa: F401 (re-export)
 from kvviz.node.promtext import GarbledMetricsError, NodeSample, NodeStatus, sample_from_text

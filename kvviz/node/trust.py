@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 
 SCRAPE_ALLOW_ENV = "KVVIZ_SCRAPE_ALLOW"
 IpNet = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.store import kv_reader
 from kvviz.traces.options import SUFFIXES
 
 RUN_SUFFIX = ".db"
 LOG_SUFFIX = ".log"  # a job's output, beside its recording
-CONFIG_SUFFIX = ".config"  # a collector's settings (kvviz.collector_config), beside its recording
-VIEWER_SUFFIX = ".viewer"  # touched while a tab shows the live collector (kvviz.lifecycle)
-CONTROL_SUFFIX = ".control"  # the live collector's pause / step requests (kvviz.control)
+CONFIG_SUFFIX = ".config"  # a collector's settings (kvviz.settings.collector), beside its recording
+VIEWER_SUFFIX = ".viewer"  # touched while a tab shows the live collector (kvviz.runs.lifecycle)
+CONTROL_SUFFIX = ".control"  # the live collector's pause / step requests (kvviz.runs.control)
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 
 

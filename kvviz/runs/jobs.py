@@ -3,7 +3,7 @@ KV-event recording.
 
 Each is one LoggedProcess recording into the runs directory, shared by every browser session
 (the pages keep one per server in st.cache_resource), and stops by itself when the dashboard
-is gone (kvviz/lifecycle.py). The demo collector gets its settings as data: a validated
+is gone (kvviz/runs/lifecycle.py). The demo collector gets its settings as data: a validated
 CollectorConfig written to <recording>.config and read back by `kvviz collect --config`.
 """
 from __future__ import annotations
@@ -15,21 +15,21 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kvviz import control, lifecycle
-from kvviz.collector_config import CollectorConfig
 from kvviz.node.kvevents.endpoints import SubscriberConfig
 from kvviz.node.scrape import normalize_url
 from kvviz.node.trust import check_scrape_url
+from kvviz.runs import control, lifecycle
 from kvviz.runs.directory import CONFIG_SUFFIX, CONTROL_SUFFIX, VIEWER_SUFFIX, unique_recording
 from kvviz.runs.process import LoggedProcess
 from kvviz.runs.status import STOPPED
+from kvviz.settings.collector import CollectorConfig
 
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m kvviz` finds the package
 # The Live page's collector: `kvviz collect --loop` with the commands' defaults, a stream that
 # shows every failure class within its first minute (docs/DASHBOARD.md, "The default demo"): a
 # contiguous lane that reserves the next power of two (varied holes: FRAGMENTATION, then
 # CAPACITY), one that reserves max_seq_len (all holes alike: CAPACITY only), and paged blocks
-# of 16, at 3 arrivals/s into 16,384 slots (kvviz/limits.py's shared defaults); with a
+# of 16, at 3 arrivals/s into 16,384 slots (kvviz/core/limits.py's shared defaults); with a
 # running-batch limit of 24 (POLICY on the paged lane).
 DEMO = CollectorConfig(loop=True, max_num_seqs=24)
 
@@ -58,7 +58,7 @@ class Origin(NamedTuple):
 
 class Collector(LoggedProcess):
     """One demo collector at a time (`python -m collectors --config runs/live-<time>.config`),
-    with pause and single-step through its control file (kvviz/control.py)."""
+    with pause and single-step through its control file (kvviz/runs/control.py)."""
 
     def __init__(self, root: Path, *, module: str = "collectors", python: str = sys.executable,
                  cwd: Path | None = None) -> None:
@@ -68,7 +68,7 @@ class Collector(LoggedProcess):
         self.config: CollectorConfig | None = None
         self.autostarted = False
         self.viewer: Path | None = None  # touched while a tab shows the live collector
-        self.control_path: Path | None = None  # Pause / Step (kvviz/control.py)
+        self.control_path: Path | None = None  # Pause / Step (kvviz/runs/control.py)
         self.origin: Origin | None = None
         self._touched = 0.0
 
@@ -77,7 +77,7 @@ class Collector(LoggedProcess):
         """Stop any running collector, start a new one writing runs/live-<time>.db.
 
         The child stops by itself when this process is gone or when no viewer has touched
-        its viewer file (touch_viewer) for $KVVIZ_IDLE_STOP_S (kvviz/lifecycle.py)."""
+        its viewer file (touch_viewer) for $KVVIZ_IDLE_STOP_S (kvviz/runs/lifecycle.py)."""
         with self._lock:
             out = unique_recording(self.root, "live")
             run = run_config(config, out)

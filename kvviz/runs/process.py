@@ -2,7 +2,7 @@
 
 One child at a time per LoggedProcess, thread-safe (a job is shared by every browser
 session), stopped at interpreter exit. No streamlit. Every child gets KVVIZ_PARENT_PID (this
-process) so that it stops itself when this process is killed (kvviz/lifecycle.py).
+process) so that it stops itself when this process is killed (kvviz/runs/lifecycle.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 import weakref
 from pathlib import Path
 
-from kvviz import lifecycle
+from kvviz.runs import lifecycle
 from kvviz.runs.directory import LOG_SUFFIX
 from kvviz.runs.status import NEVER, JobStatus, state_of
 

@@ -3,7 +3,7 @@
     schema.py      every table and its columns, file checks, SQL helpers
     arraycodec.py  integer arrays <-> zlib streams (narrowing, byte shuffle, nibbles)
     mapcodec.py    BlockMap <-> stored blobs (runs over all planes, or one stream per plane)
-    events.py      events: rare kinds as rows, the per-request bulk as compressed columns
+    eventcodec.py  events: rare kinds as rows, the per-request bulk as compressed columns
     writer.py      RunWriter (numpy and the standard library only: the writer process)
     reader.py      RunReader (pandas DataFrames, BlockMaps), also while the writer runs
     kv_writer.py   the kv_* tables (KV-event streams as received): KvEventWriter

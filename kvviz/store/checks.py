@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from kvviz.errors import StoreError
+from kvviz.core.errors import StoreError
 from kvviz.store.schema import STATUSES
 
 MAX_META_DEPTH = 64  # kvviz writes 3 levels; a deeper run header is hand-made

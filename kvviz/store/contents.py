@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvviz.errors import StoreError
+from kvviz.core.errors import StoreError
 
 Query = Callable[[str, tuple], list[tuple]]
 

@@ -1,4 +1,4 @@
-"""Events of a recording as one DataFrame in engine order (the reader's side of events.py)."""
+"""Events of a recording as one DataFrame in engine order (the reader's side of eventcodec.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from kvviz.store import schema as codec
-from kvviz.store.events import CHUNK_KINDS, decode_chunk
+from kvviz.store.eventcodec import CHUNK_KINDS, decode_chunk
 from kvviz.store.schema import EVENT_COLS as ROW_COLS  # `events` columns after event_id
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvviz.blockmap import BlockMap
-from kvviz.errors import StoreError
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.errors import StoreError
 from kvviz.store import checks as check
 from kvviz.store import mapcodec
 from kvviz.store.schema import BLOB_COLS, MAP_COLS, MAX_BLOCKS

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
 from kvviz.store import arraycodec as ac
 
 ENCODING = "rle-zlib-2"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvviz.blockmap import BlockMap
-from kvviz.errors import StoreError
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.errors import StoreError
 from kvviz.store import checks as check
 from kvviz.store import event_frames, map_reader, schema, summary
 from kvviz.store.contents import kv_events

@@ -2,7 +2,7 @@
 
 Every table is declared here: run, samples, blockmaps, events, device_memory (SCHEMA),
 node_samples (NODE_SCHEMA), kv_streams / kv_batches / kv_gaps (KV_SCHEMA); event_chunks and
-block_tables beside their codecs (events.py, writer.py). Block map encodings live in
+block_tables beside their codecs (eventcodec.py, writer.py). Block map encodings live in
 mapcodec.py. Standard library and numpy only.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 
 from kvviz import FORMAT_VERSION
-from kvviz.errors import StoreError
-from kvviz.metrics import Metrics
+from kvviz.core.errors import StoreError
+from kvviz.core.metrics import Metrics
 from kvviz.store.mapcodec import FINALS, PLANES
 
 APP_ID = 0x6B76767A  # "kvvz" in PRAGMA application_id: tells our files from other SQLite files

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from kvviz.errors import StoreError
+from kvviz.core.errors import StoreError
 from kvviz.store import checks as check
-from kvviz.store import events as store_events
+from kvviz.store import eventcodec as store_events
 from kvviz.store.schema import COUNTERS
 
 Query = Callable[[str, tuple], list[tuple]]

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from kvviz import FORMAT_VERSION, __version__
-from kvviz.blockmap import BlockMap
-from kvviz.engine.events import EventColumns
-from kvviz.errors import StoreError
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.errors import StoreError
+from kvviz.engine.eventlog import EventColumns
 from kvviz.store import arraycodec as ac
-from kvviz.store import events as store_events
+from kvviz.store import eventcodec as store_events
 from kvviz.store import mapcodec
 from kvviz.store.kv_writer import KvEventWriter, add_own_batches
 from kvviz.store.schema import APP_ID, BLOB_COLS, MAP_COLS, NODE_SCHEMA, SCHEMA, STATUSES
@@ -205,7 +205,7 @@ class RunWriter:
         return int(self.conn.execute("SELECT COUNT(*) FROM blockmaps").fetchone()[0])
 
     def add_events(self, events: EventColumns | Iterable) -> None:
-        """kvviz.engine.events.EventColumns, or Event-like objects (attributes as its fields);
+        """kvviz.engine.eventlog.EventColumns, or Event-like objects (attributes as its fields);
         admitted / finished go to event_chunks, the other kinds to events (store_events)."""
         if not isinstance(events, EventColumns):
             events = EventColumns.from_events(events)

@@ -19,11 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from kvviz.alloc import Admission, ContiguousAllocator, PagedAllocator
-from kvviz.config import WorkloadConfig
-from kvviz.metrics import tail_waste_tokens
+from kvviz.core.config import WorkloadConfig
+from kvviz.core.metrics import tail_waste_tokens
+from kvviz.core.workload import generate
 from kvviz.story import course
 from kvviz.story.record import Step
-from kvviz.workload import generate
 
 SLOTS = 32
 PAGE = 4  # block size of the paged half of the story

@@ -11,11 +11,11 @@ import numpy as np
 
 from kvviz.alloc import Admission, PagedAllocator, Reason
 from kvviz.alloc.base import PrefixKey
-from kvviz.blockmap import BlockMap
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
+from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
 from kvviz.story.record import Step
-from kvviz.workload import Workload
 
 PAGE, SLOTS = 4, 32
 PREFIX = 8  # tokens of the shared system prompt (two blocks of 4)

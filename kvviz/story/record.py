@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvviz.alloc import Admission
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
 
 
 class Step(NamedTuple):

@@ -1,7 +1,7 @@
 """What reading a snapshot can refuse, each shown as a message (CLI exit 2, st.error)."""
 from __future__ import annotations
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 
 
 class UnsafePickleError(KvvizError):

@@ -1,4 +1,4 @@
-"""Snapshot parsing in a limited child process (kvviz.sandbox): what the CLI and pages call.
+"""Snapshot parsing in a limited child process (kvviz.core.sandbox): what the CLI and pages call.
 
 safe_loads already refuses globals, deep nesting and hashing bombs; the child is the second
 wall: whatever a file does to the parser (an unforeseen C recursion, a hash flood, memory
@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from kvviz.sandbox import SandboxError, run_limited
+from kvviz.core.sandbox import SandboxError, run_limited
 from kvviz.torchsnap.errors import SnapshotFormatError
 from kvviz.torchsnap.safe_pickle import (
     DEFAULT_MAX_BYTES,

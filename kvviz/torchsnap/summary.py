@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from kvviz.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE, BlockMap
 from kvviz.torchsnap.safe_pickle import (
     ALLOCATED,
     INACTIVE,
@@ -189,7 +189,7 @@ def snapshot_cells(snap: Snapshot, cell_bytes: int | None = None, *,
 
 def segment_blockmap(seg: SnapSegment, cell_bytes: int = MIN_BLOCK, *,
                      label: str = "") -> BlockMap:
-    """One segment as a BlockMap (slot = byte, block = cell), so kvviz.metrics applies.
+    """One segment as a BlockMap (slot = byte, block = cell), so kvviz.core.metrics applies.
 
     owner is the block's ordinal in the segment (FREE for holes); allocated - filled is the
     rounding waste. Exact at the default 512 B cells, where no cell straddles two blocks.

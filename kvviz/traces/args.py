@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvviz.core.workload import Workload
 from kvviz.traces import FORMATS, TraceInfo, TraceOptions, read_trace
 from kvviz.traces.overview import prefix_reuse_share
-from kvviz.workload import Workload
 
 DEFAULT_MAX_SEQ_LEN = 2048  # synthetic workloads; a trace defaults to its longest request
 

@@ -6,7 +6,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces.options import MAX_LINE_BYTES
 
 CHUNK_BYTES = 1 << 22

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces.chunks import split_first_line
 from kvviz.traces.rows import Checks, Rows, Sink
 

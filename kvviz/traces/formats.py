@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces.csvfmt import CsvSpec, header_fields
 from kvviz.traces.jsonl import JsonSpec
 

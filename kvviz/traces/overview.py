@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvviz.core.workload import Workload
 from kvviz.traces.options import TraceInfo
-from kvviz.workload import Workload
 
 
 def prefix_reuse_share(w: Workload) -> float:

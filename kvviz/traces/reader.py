@@ -9,14 +9,14 @@ from typing import BinaryIO
 
 import numpy as np
 
-from kvviz import safeio
-from kvviz.errors import TraceError
+from kvviz.core import safeio
+from kvviz.core.errors import TraceError
+from kvviz.core.workload import Workload, clip_workload
 from kvviz.traces.chunks import Progress, split_first_line, text_chunks
 from kvviz.traces.csvfmt import CsvReader, CsvSpec
 from kvviz.traces.formats import SPECS, detect
 from kvviz.traces.options import TraceInfo, TraceOptions
 from kvviz.traces.rows import Sink
-from kvviz.workload import Workload, clip_workload
 
 
 def read_trace(path: str | Path, opts: TraceOptions | None = None, *, prefix_tokens: int = 256,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces.options import MAX_ROWS, MAX_TOKENS, TraceOptions
 
 SKIP_HINT = " (--skip-bad-rows skips and counts such rows)"

@@ -1,15 +1,15 @@
-"""Uploaded traces parsed in a resource-limited child (kvviz/sandbox.py): a trace built to
+"""Uploaded traces parsed in a resource-limited child (kvviz/core/sandbox.py): a trace built to
 exhaust memory or time costs the child, never the dashboard. The child returns plain data
 (numpy arrays and numbers, no pickle); the parent rebuilds the Workload and TraceInfo."""
 from __future__ import annotations
 
 import dataclasses
 
-from kvviz.errors import TraceError
-from kvviz.sandbox import SandboxError, run_limited
+from kvviz.core.errors import TraceError
+from kvviz.core.sandbox import SandboxError, run_limited
+from kvviz.core.workload import Workload
 from kvviz.traces import read_trace_bytes
 from kvviz.traces.options import TraceInfo, TraceOptions
-from kvviz.workload import Workload
 
 MEM_MB = 1536  # a 50 MB upload of 1M rows needs a few hundred MB of numpy columns
 WALL_S = 60.0

@@ -1,6 +1,6 @@
 """Per-map checks: plane invariants and every stored metric recomputed (docs/FORMAT.md).
 
-Written from the documented definitions, not from kvviz.metrics.
+Written from the documented definitions, not from kvviz.core.metrics.
 """
 from __future__ import annotations
 

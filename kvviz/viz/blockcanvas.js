@@ -24,7 +24,7 @@ const M = { l: 86, r: 14, t: 6, b: 44 }; // plot margins, px
 const FONT = '12px "Source Sans", sans-serif';
 const INK = "#808495";
 const MAX_PLOT_H = 470;
-const OWNED = new Set([2, 3, 4, 5]); // used, tail, slack, shared (kvviz/cellstate.py codes)
+const OWNED = new Set([2, 3, 4, 5]); // used, tail, slack, shared (kvviz/viz/cellstate.py codes)
 const SHADE = 0.8; // the darker shade of every other sequence in a contiguous map
 
 function rgb(hex) {

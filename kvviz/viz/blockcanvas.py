@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvviz import cellstate
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
+from kvviz.viz import cellstate, theme
 from kvviz.viz import heatmap as vh
-from kvviz.viz import theme
 
 _HERE = Path(__file__).resolve().parent
 JS = (_HERE / "blockcanvas.js").read_text(encoding="utf-8")

@@ -14,12 +14,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz import cellstate
-from kvviz.advisor import Advice, KernelPoint, MemoryPoint
-from kvviz.config import PLACEMENTS, RESERVE_POLICIES
+from kvviz.core.config import PLACEMENTS, RESERVE_POLICIES
 from kvviz.engine.compare import Upload
+from kvviz.runs.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.traces.overview import overview
-from kvviz.viz import theme
+from kvviz.viz import cellstate, theme
 
 PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)"),

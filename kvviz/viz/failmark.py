@@ -13,8 +13,8 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
-from kvviz.blockmap import BlockMap
-from kvviz.metrics import hole_sizes, hole_starts
+from kvviz.core.blockmap import BlockMap
+from kvviz.core.metrics import hole_sizes, hole_starts
 from kvviz.viz.heatmap import DEFAULT_MAX_CELLS, blockmap_cells
 
 HOLE_COLOUR = "#d4a017"  # FRAGMENTATION's colour (theme.FAILURE_COLOURS)

@@ -12,9 +12,8 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
-from kvviz import cellstate
-from kvviz.blockmap import BlockMap
-from kvviz.viz import theme
+from kvviz.core.blockmap import BlockMap
+from kvviz.viz import cellstate, theme
 
 DEFAULT_MAX_CELLS = 16_384  # 128 x 128: still readable in half a browser window
 MAX_COLS = 128

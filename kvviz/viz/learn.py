@@ -13,11 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz import cellstate
-from kvviz.blockmap import FREE, BlockMap
-from kvviz.metrics import hole_sizes, hole_starts
+from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.core.metrics import hole_sizes, hole_starts
 from kvviz.story import TradeoffPoint
-from kvviz.viz import theme
+from kvviz.viz import cellstate, theme
 
 LINE_Y = 0.0  # the slots row spans y in [-0.5, 0.5]
 LABEL_Y = 0.85  # owner letters, above the row
@@ -30,7 +29,7 @@ STATE_WORDS = {cellstate.FREE: "free", cellstate.CACHED: "cached (free, prefix k
 
 
 def slot_codes(bm: BlockMap, owners: Sequence[int]) -> np.ndarray:
-    """int8 [capacity_tokens]: each slot's state (kvviz.cellstate codes, Live's colours).
+    """int8 [capacity_tokens]: each slot's state (kvviz.viz.cellstate codes, Live's colours).
     Owned slots: written -> USED (SHARED when the block has several holders); unwritten ->
     RESERVED in a contiguous range or a paged block nothing is written in yet, TAIL in a
     paged block partly written. Free slots: CACHED when the block keeps prefix content,

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.node.engines import USAGE_DEFINITION
+from kvviz.node.servers import USAGE_DEFINITION
 from kvviz.viz import theme
 from kvviz.viz.timeseries import Headline
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from html import escape
 from typing import NamedTuple
 
-from kvviz import cellstate
+from kvviz.viz import cellstate
 
 
 def text(value: object) -> str:
@@ -22,7 +22,7 @@ class StateStyle(NamedTuple):
     meaning: str  # one line a newcomer understands
 
 
-# Labels and meanings use kvviz.glossary's names (one vocabulary on every page).
+# Labels and meanings use kvviz.viz.glossary's names (one vocabulary on every page).
 STATES: tuple[StateStyle, ...] = (
     StateStyle(cellstate.FREE, "free", "#e6e6e6", "Free",
                "no sequence holds it; adjacent free blocks form a hole"),
@@ -67,7 +67,7 @@ STATE_COLOURS: tuple[str, ...] = tuple(s.colour for s in STATES) + (PAD_COLOUR,)
 STATE_LABELS: tuple[str, ...] = tuple(s.label for s in STATES) + ("past the end",)
 
 FAILURE_COLOURS = {"CAPACITY": "#c0392b", "FRAGMENTATION": "#d4a017", "POLICY": "#7f8c8d"}
-FAILURE_MEANING = {  # short forms of kvviz.glossary's definitions
+FAILURE_MEANING = {  # short forms of kvviz.viz.glossary's definitions
     "CAPACITY": "fewer free slots in total than the rounded need: a true out-of-memory",
     "FRAGMENTATION": "enough free slots in total, but no placement (no hole large enough)",
     "POLICY": "a placement existed, the scheduler refused (watermark, batch limit)",

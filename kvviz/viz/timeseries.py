@@ -10,8 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvviz.glossary import define
 from kvviz.viz import theme
+from kvviz.viz.glossary import define
 
 FAILURE_CLASSES = ("CAPACITY", "FRAGMENTATION", "POLICY")
 FAILURE_COLUMNS = {c: f"admit_failures_{c.lower()}" for c in FAILURE_CLASSES}

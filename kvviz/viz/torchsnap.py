@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from kvviz import cellstate
 from kvviz.torchsnap import Snapshot, SnapshotCells, SnapshotSummary, snapshot_cells
 from kvviz.torchsnap.summary import CELL_ACTIVE, CELL_HOLE, CELL_UNMAPPED, CELL_WASTE
-from kvviz.viz import theme
+from kvviz.viz import cellstate, theme
 from kvviz.viz.timeseries import Headline
 
 MIN_CELL = 512

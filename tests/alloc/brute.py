@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, Reason
-from kvviz.blockmap import FREE
+from kvviz.core.blockmap import FREE
 
 
 def _regions(cells: int) -> list[tuple[int, int]]:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz import metrics
 from kvviz.alloc import ContiguousAllocator, PagedAllocator
 from kvviz.alloc.base import Allocator
 from kvviz.alloc.placement import Buddy
-from kvviz.blockmap import FREE
+from kvviz.core import metrics
+from kvviz.core.blockmap import FREE
 
 
 def state(alloc: Allocator) -> tuple:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz import metrics
 from kvviz.alloc import ContiguousAllocator, PagedAllocator, Reason
+from kvviz.core import metrics
 
 
 def story(alloc) -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz import metrics
 from kvviz.alloc import PagedAllocator, Reason
+from kvviz.core import metrics
 
 
 def forked(n: int = 6, reserve: int | None = None, blocks: int = 8) -> PagedAllocator:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz import metrics
 from kvviz.alloc import PagedAllocator, Reason
+from kvviz.core import metrics
 
 
 def test_a_block_is_added_only_when_the_last_one_is_full():

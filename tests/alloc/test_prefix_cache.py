@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz import metrics
 from kvviz.alloc import PagedAllocator, PrefixKey, Reason
+from kvviz.core import metrics
 
 P = PrefixKey(0, 8)  # two full blocks of 4
 

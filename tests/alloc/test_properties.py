@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kvviz import metrics
 from kvviz.alloc import ContiguousAllocator, PagedAllocator
 from kvviz.alloc.base import Admission
+from kvviz.core import metrics
 from tests.alloc import invariants as inv
 from tests.alloc.ops import CONFIGS, OPS, Config, Runner
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main
-from kvviz.errors import StoreError
+from kvviz.commands.cli import main
+from kvviz.core.errors import StoreError
 from kvviz.store.reader import RunReader
 
 ROOT = Path(__file__).resolve().parents[2]

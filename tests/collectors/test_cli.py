@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from kvviz.store.reader import RunReader
-
-from .conftest import FAST_SIM, collect
+from tests.collectors.conftest import FAST_SIM, collect
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +117,8 @@ def test_bad_trace_exits_2(tmp_path: Path, capsys) -> None:
 
 def test_trace_replay_and_hooks(tmp_path: Path) -> None:
     from collectors import launch
-    from kvviz.cli import build_parser
-    from kvviz.collector_flags import settings_of
+    from kvviz.commands.cli import build_parser
+    from kvviz.settings.flags import settings_of
 
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,20,8\n")

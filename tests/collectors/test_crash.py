@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 from kvviz.store.reader import RunReader
-
-from .conftest import FAST_SIM, spawn, wait_for_samples
+from tests.collectors.conftest import FAST_SIM, spawn, wait_for_samples
 
 BUSY = [*FAST_SIM, "--rate", "inf", "--requests", "100000", "--capacity-tokens", "65536"]
 

@@ -8,8 +8,7 @@ import pytest
 
 from kvviz.node.nvml import NvmlProbe
 from kvviz.store.reader import RunReader
-
-from .conftest import collect
+from tests.collectors.conftest import collect
 
 
 def _nvml_present() -> bool:

@@ -1,5 +1,5 @@
 """`python -m collectors` and `kvviz collect` are one command: the same flags, the same error
-line, the same run; the collector's entry never goes back through kvviz/cli.py."""
+line, the same run; the collector's entry never goes back through kvviz/commands/cli.py."""
 from __future__ import annotations
 
 import os
@@ -11,8 +11,7 @@ import pytest
 
 from collectors import launch
 from kvviz.store.reader import RunReader
-
-from .conftest import FAST_SIM, ROOT, collect
+from tests.collectors.conftest import FAST_SIM, ROOT, collect
 
 
 def _module(*argv: str, code: str = "") -> subprocess.CompletedProcess:
@@ -35,7 +34,8 @@ def test_a_bad_flag_is_the_same_one_line_both_ways(argv, capsys) -> None:
 def test_launch_main_records_a_run_and_never_imports_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "r.db"
     code = ("import sys; from collectors.launch import main; rc = main(sys.argv[1:]); "
-            "assert 'kvviz.cli' not in sys.modules and 'kvviz.commands' not in sys.modules, "
+            "assert 'kvviz.commands.cli' not in sys.modules "
+            "and 'kvviz.commands' not in sys.modules, "
             "sorted(m for m in sys.modules if m.startswith('kvviz.c')); sys.exit(rc)")
     p = _module(*FAST_SIM, "--duration", "0.5", "--lane", "paged:8", "--out", str(out),
                 code=code)
@@ -44,7 +44,7 @@ def test_launch_main_records_a_run_and_never_imports_the_cli(tmp_path: Path) -> 
 
 
 def test_the_settings_reach_the_collector_unchanged(tmp_path: Path) -> None:
-    from kvviz.collector_config import CollectorConfig, parse_lanes
+    from kvviz.settings.collector import CollectorConfig, parse_lanes
 
     settings = CollectorConfig(mode="sim", lanes=parse_lanes(["paged:8:prefix"]),
                                prefix_sharing=0.5, duration=3.0, out=str(tmp_path / "s.db"))

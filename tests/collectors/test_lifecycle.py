@@ -14,11 +14,10 @@ import pytest
 
 from kvviz.runs import jobs, process
 from kvviz.store.reader import RunReader
+from tests.collectors.conftest import ROOT, spawn, wait_for_samples
 from tests.procs import alive, run_status, wait_until
 
-from .conftest import ROOT, spawn, wait_for_samples
-
-IDLE_ENV = "KVVIZ_IDLE_STOP_S"  # kvviz/lifecycle.py (tests/collectors shadows the name)
+IDLE_ENV = "KVVIZ_IDLE_STOP_S"  # kvviz/runs/lifecycle.py (tests/collectors shadows the name)
 SIM = jobs.demo_config(mode="sim", hz=10.0, rate=50.0)
 DASHBOARD = """
 import sys, time

@@ -1,4 +1,4 @@
-"""Pause and single-step of the dashboard's collector (kvviz/control.py), with real processes:
+"""Pause and single-step of the dashboard's collector (kvviz/runs/control.py), with real processes:
 paused, its engine clock stands still (no new time, no new steps) while it still writes; each
 Step runs exactly one engine step of one step's time; Resume goes on from there."""
 from __future__ import annotations
@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvviz import control
-from kvviz.runs import jobs, process
+from kvviz.runs import control, jobs, process
 from kvviz.store.reader import RunReader
-
-from .conftest import ROOT
+from tests.collectors.conftest import ROOT
 
 SIM = jobs.demo_config(mode="sim", hz=10.0)  # 20 engine steps per second, 50 ms each
 

@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from collectors import store_process
+from collectors import writer_process
 from collectors.launch import build
-from collectors.sampler import Batch, SampleWriter, StoreSpec
-from kvviz.cli import build_parser
-from kvviz.collector_flags import settings_of
-from kvviz.errors import StoreError
+from collectors.writer_client import Batch, SampleWriter, StoreSpec
+from kvviz.commands.cli import build_parser
+from kvviz.core.errors import StoreError
+from kvviz.settings.flags import settings_of
 from kvviz.store.reader import RunReader
-
-from .conftest import FAST_SIM, ROOT
+from tests.collectors.conftest import FAST_SIM, ROOT
 
 
 def collector(out: Path):
@@ -136,7 +135,7 @@ def test_the_writer_process_and_sender_thread_yield_to_the_engine(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KVVIZ_WRITER_NICE", raising=False)
     base = _nice(0)
-    want = min(19, base + store_process.WRITER_NICE)
+    want = min(19, base + writer_process.WRITER_NICE)
     sink = SampleWriter(StoreSpec(tmp_path / "n.db", {"lanes": []}))
     try:
         assert _nice(sink._proc.pid) == want  # set before the child reported ready
@@ -152,9 +151,9 @@ def test_the_writer_process_and_sender_thread_yield_to_the_engine(
 
 def test_writer_nice_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVVIZ_WRITER_NICE", "0")
-    assert store_process.writer_nice() == 0
+    assert writer_process.writer_nice() == 0
     monkeypatch.setenv("KVVIZ_WRITER_NICE", "40")
-    assert store_process.writer_nice() == 19  # clamped to the nice range
+    assert writer_process.writer_nice() == 19  # clamped to the nice range
     monkeypatch.setenv("KVVIZ_WRITER_NICE", "low")
     with pytest.raises(ValueError, match="KVVIZ_WRITER_NICE: expected an integer"):
         SampleWriter(StoreSpec(tmp_path / "bad.db", {"lanes": []}))
@@ -164,7 +163,7 @@ def test_writer_nice_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 CRASH = """
 import os, signal, sys
 from pathlib import Path
-from collectors.sampler import SampleWriter, StoreSpec
+from collectors.writer_client import SampleWriter, StoreSpec
 from tests.collectors.test_sampler import batches, collector
 out = Path(sys.argv[1])
 col = collector(out)

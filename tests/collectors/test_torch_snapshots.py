@@ -7,8 +7,7 @@ import pytest
 
 from collectors.torch_snapshots import TorchSnapshots, snapshot_path
 from kvviz.store.reader import RunReader
-
-from .conftest import FAST_SIM, collect
+from tests.collectors.conftest import FAST_SIM, collect
 
 
 def test_cpu_run_says_unavailable_once_and_records(tmp_path: Path, capsys) -> None:
@@ -29,13 +28,10 @@ def test_snapshot_names_and_bad_interval(tmp_path: Path) -> None:
 
 def test_cuda_path_with_torch_stubbed(tmp_path: Path, monkeypatch) -> None:
     """No GPU here: torch's CUDA calls are stubbed to check timing, naming and read-back."""
-    import sys
 
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from torchsnap.snaps import make_snapshot
-
     from kvviz.torchsnap import load_snapshot
+    from tests.torchsnap.snaps import make_snapshot
 
     calls = []
     monkeypatch.setattr("collectors.torch_memory.cuda_available", lambda: True)

@@ -1,4 +1,4 @@
-"""The engine -> writer-process wire (collectors/store_process.py): framing over a real pipe."""
+"""The engine -> writer-process wire (collectors/writer_process.py): framing over a real pipe."""
 from __future__ import annotations
 
 import multiprocessing
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from collectors import store_process as sp
+from collectors import writer_process as sp
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "writev"), reason="POSIX vectored pipe I/O")
 
@@ -20,7 +20,7 @@ def pipe():
 
 
 def send_in_thread(w, msgs) -> threading.Thread:
-    """Send from another thread, as the sampler does: a message larger than the pipe's
+    """Send from another thread, as the writer client does: a message larger than the pipe's
     buffer blocks the writer until the reader drains it."""
     def run():
         for m in msgs:

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from kvviz.alloc import ContiguousAllocator, PagedAllocator, make_allocator
-from kvviz.config import (
+from kvviz.core.config import (
     CacheConfig,
     EngineConfig,
     LaneSpec,

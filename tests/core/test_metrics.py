@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kvviz import metrics
-from kvviz.blockmap import BlockMap, empty_blockmap
+from kvviz.core import metrics
+from kvviz.core.blockmap import BlockMap, empty_blockmap
 
 F = -1
 

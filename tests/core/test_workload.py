@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.config import LENGTH_PRESETS, WorkloadConfig
-from kvviz.workload import clip_lengths, generate
+from kvviz.core.config import LENGTH_PRESETS, WorkloadConfig
+from kvviz.core.workload import clip_lengths, generate
 
 
 def same(a, b) -> bool:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve, settle
+
+from tests.e2e.appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.xdist_group("app"),  # one worker each (-n 2 --dist loadgroup)
@@ -38,7 +39,7 @@ PAGES = {"live": "", "compare": "compare", "learn": "learn", "replay": "replay",
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> Iterator[str]:
-    from recordings import write_recording
+    from tests.pages.recordings import write_recording
 
     runs = tmp_path_factory.mktemp("runs")
     write_recording(runs / "demo-recording.db", steps=900, every=15, capacity=8192)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, launch, serve
+
+from tests.e2e.appserver import CHROMIUM, launch, serve
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),

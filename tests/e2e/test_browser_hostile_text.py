@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import http.server
 import shutil
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, free_port, launch, serve, settle
+
+from tests.e2e.appserver import CHROMIUM, free_port, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -32,13 +32,10 @@ class Trap(http.server.BaseHTTPRequestHandler):
 
 
 def test_names_from_recordings_are_text_in_the_browser(tmp_path):
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "tests" / "pages"))
-    from hostile_text import lane_name, rename_endpoints, rename_lane
-    from recordings import write_recording
-
     from tests.kvevents.conftest import free_base_port
     from tests.kvevents.recordings import write_kv_recording
+    from tests.pages.hostile_text import lane_name, rename_endpoints, rename_lane
+    from tests.pages.recordings import write_recording
 
     port = free_port()
     trap = http.server.HTTPServer(("127.0.0.1", port), Trap)

@@ -3,11 +3,11 @@ box."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve, settle
+
+from tests.e2e.appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -19,7 +19,6 @@ ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
 def test_kv_events_tab_draws_the_forest(tmp_path):
-    sys.path.insert(0, str(ROOT))
     from tests.kvevents.conftest import free_base_port
     from tests.kvevents.recordings import write_kv_recording
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from appserver import CHROMIUM, ROOT, launch, serve, settle
+
+from tests.e2e.appserver import CHROMIUM, ROOT, launch, serve, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.xdist_group("live"),  # one worker each (-n 2 --dist loadgroup)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.config import CacheConfig, LaneSpec
+from kvviz.core.config import CacheConfig, LaneSpec
+from kvviz.core.errors import TraceError
 from kvviz.engine import Simulation
 from kvviz.engine import compare as cmp
-from kvviz.errors import TraceError
 
 LANES = ("contiguous:first-fit:max", "paged:16")
 SMALL = cmp.SyntheticWorkload("sharegpt-like", num_requests=60, rate=30.0, seed=4)

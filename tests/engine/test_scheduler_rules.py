@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from kvviz.alloc import make_allocator
-from kvviz.config import EngineConfig, LaneSpec
-from kvviz.engine.events import EventLog
+from kvviz.core.config import EngineConfig, LaneSpec
+from kvviz.core.workload import Workload
+from kvviz.engine.eventlog import EventLog
 from kvviz.engine.lane import Lane
-from kvviz.workload import Workload
 
 
 def lane(prompt, output, *, arrive=None, blocks=64, bs=16, prefix=False, **eng) -> Lane:

@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
-from kvviz.workload import Workload, generate
 
 CONTIGUOUS = [f"contiguous:{p}:{r}" for p in ("first-fit", "best-fit", "buddy")
               for r in ("max", "pow2", "exact")]

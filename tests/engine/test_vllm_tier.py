@@ -137,8 +137,8 @@ def test_any_stream_matches_vllm(vllm, stream):
 @pytest.mark.parametrize("prefix", [False, True])
 def test_many_requests_under_heavy_preemption(vllm, prefix):
     """150 sharegpt-like requests at once into 48 blocks, many preemptions and resumes."""
-    from kvviz.config import WorkloadConfig
-    from kvviz.workload import generate
+    from kvviz.core.config import WorkloadConfig
+    from kvviz.core.workload import generate
 
     w = generate(WorkloadConfig("alpaca-like", num_requests=150, seed=7, max_seq_len=400,
                                 prefix_share=0.5 if prefix else 0.0, prefix_tokens=32))

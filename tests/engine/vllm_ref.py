@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from kvviz.alloc import make_allocator
-from kvviz.config import EngineConfig, LaneSpec
-from kvviz.engine.events import EventLog
+from kvviz.core.config import EngineConfig, LaneSpec
+from kvviz.core.workload import Workload
+from kvviz.engine.eventlog import EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.tokens import token_ids
-from kvviz.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,9 +1,9 @@
 """Helpers for the CLI fuzz tests: run `kvviz` in-process, hostile files, fakes for slow parts.
 
-`run_cli(argv)` calls kvviz.cli.main with stdout/stderr captured and a SIGALRM deadline, and
-returns (exit code, stdout, stderr, traceback text or ""). The fakes replace only the parts
-that would run for a long time or reach the network (the simulation loop, the collector loop,
-benchmarks, HTTP); every flag, path and file check runs for real.
+`run_cli(argv)` calls kvviz.commands.cli.main with stdout/stderr captured and a SIGALRM
+deadline, and returns (exit code, stdout, stderr, traceback text or ""). The fakes replace only
+the parts that would run for a long time or reach the network (the simulation loop, the
+collector loop, benchmarks, HTTP); every flag, path and file check runs for real.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _alarm(_signum, _frame):
 
 
 def run_cli(argv: list[str]) -> Result:
-    from kvviz.cli import main
+    from kvviz.commands.cli import main
 
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
@@ -92,11 +92,11 @@ TRACE_OK = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,8\n"
 
 def make_recording(path: Path, status_message: str = "") -> Path:
     """A small finished sim recording (both default lanes, a few samples)."""
-    from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+    from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+    from kvviz.core.metrics import compute
+    from kvviz.core.workload import generate
     from kvviz.engine import Simulation
-    from kvviz.metrics import compute
     from kvviz.store.writer import RunWriter
-    from kvviz.workload import generate
 
     lanes = [LaneSpec.parse(s) for s in ("contiguous:first-fit:max", "paged:16")]
     sim = Simulation(generate(WorkloadConfig(num_requests=20, rate=50.0, seed=1)), lanes,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main as cli
+from kvviz.commands.cli import main as cli
 from tests.fuzz import crafted
 
 FILE_READ_CAP = 48 << 20  # bytes read from files, while the crafted file holds ~230 MB of blobs

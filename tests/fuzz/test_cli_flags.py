@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz import limits as at
-from kvviz.cli import main
+from kvviz.commands.cli import main
+from kvviz.core import limits as at
 
 
 def _one_error(capsys, argv: list[str]) -> str:

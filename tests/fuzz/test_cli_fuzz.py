@@ -2,7 +2,7 @@
 
 Property (docs/RELIABILITY.md, "CLI fuzzing"): exit 0, or exit 2 with exactly one stderr line
 `kvviz CMD: error: ...`; never a traceback, a hang (each call has a SIGALRM deadline) or a
-signal. In-process through kvviz.cli.main for speed (the slow loops are faked: see
+signal. In-process through kvviz.commands.cli.main for speed (the slow loops are faked: see
 hostile.py), plus a few real subprocesses. KVVIZ_FUZZ_EXAMPLES scales the runs;
 KVVIZ_FUZZ_REPORT=FILE writes the number of cases tried per command.
 """
@@ -15,11 +15,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import hostile
 import pytest
-from hostile import NUMBERS, WORDS, check_property, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.fuzz import hostile
+from tests.fuzz.hostile import NUMBERS, WORDS, check_property, run_cli
 
 EXAMPLES = int(os.environ.get("KVVIZ_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
@@ -51,7 +52,7 @@ def sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def _parser(cmd: str, sub: str | None = None):
-    from kvviz.cli import build_parser
+    from kvviz.commands.cli import build_parser
 
     top = build_parser(cmd)
     p = top._subparsers._group_actions[0].choices[cmd]

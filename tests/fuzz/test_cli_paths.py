@@ -9,9 +9,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile import TRACE_OK, check_property, make_recording, private_device, run_cli
 
-from kvviz import safeio
+from kvviz.core import safeio
+from tests.fuzz.hostile import TRACE_OK, check_property, make_recording, private_device, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -239,7 +239,7 @@ def test_error_quoting_a_file_name_is_escaped(tmp_path: Path) -> None:
 
 def test_info_counts_the_node_samples_of_a_scrape_recording(tmp_path: Path,
                                                             monkeypatch) -> None:
-    from hostile import install_fakes
+    from tests.fuzz.hostile import install_fakes
 
     install_fakes(monkeypatch)  # a scrape of the vLLM fixture, no network
     out = tmp_path / "node.db"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import sys
 import zlib
 from pathlib import Path
 
@@ -15,13 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pages"))
-
-from pagehelpers import shown  # noqa: E402
-from recordings import write_recording  # noqa: E402
-
-from kvviz.errors import StoreError  # noqa: E402
-from kvviz.store.reader import RunReader  # noqa: E402
+from kvviz.core.errors import StoreError
+from kvviz.store.reader import RunReader
+from tests.pages.pagehelpers import shown
+from tests.pages.recordings import write_recording
 
 DEEP = "[" * 100_000 + "]" * 100_000
 # The hand edits of issue 13 and their kin: one SQL script each.

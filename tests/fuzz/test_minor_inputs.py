@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kvviz.collector_config import CollectorConfig
+from kvviz.settings.collector import CollectorConfig
 from tests.fuzz.hostile import check_property, run_cli
 
 
@@ -42,7 +42,7 @@ def test_a_flag_number_past_the_float_range_is_refused(tmp_path, text):
 
 
 def test_rate_inf_is_accepted_as_infinity():
-    from kvviz import limits as at
+    from kvviz.core import limits as at
 
     assert at.RATE("inf") == float("inf") and at.RATE("+Infinity") == float("inf")
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvviz.cli import main as cli
+from kvviz.commands.cli import main as cli
 from kvviz.verify import Report, Unreadable, verify
 from kvviz.verify.__main__ import main as verify_main
 from tests.fuzz import crafted

@@ -25,7 +25,7 @@ COVER = [
     ("kvviz/node/kvevents/", "events"), ("kvviz/commands/events.py", "events"),
     ("kvviz/node/nvml.py", "collector"), ("kvviz/node/", "node"), ("collectors/", "collector"),
     ("kvviz/runs/", "collector"),
-    ("kvviz/collector_config.py", "collector"), ("kvviz/collector_flags.py", "collector"),
+    ("kvviz/settings/collector.py", "collector"), ("kvviz/settings/flags.py", "collector"),
     ("kvviz/store", "collector"),
     ("kvviz/commands/", "collector"), ("kvviz/reference/", "reference"), ("kvviz/", ""),
 ]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import COMMANDS, build_parser
-from kvviz.collector_config import DEFAULTS
-from kvviz.collector_flags import settings_of
+from kvviz.commands.cli import COMMANDS, build_parser
 from kvviz.commands.simulate import lanes_from_args
-from kvviz.config import DEFAULT_LANES
+from kvviz.core.config import DEFAULT_LANES
+from kvviz.settings.collector import DEFAULTS
+from kvviz.settings.flags import settings_of
 
 TEXT_TYPES = (None, str, Path)  # a flag's text kept as it is (a path, a name)
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kvref import assert_close, contiguous_case, paged_case, reference
 
 from kvviz.kv import contiguous_decode_attention, paged_decode_attention
 from kvviz.kv.attention_torch import BACKEND
+from tests.kv.kvref import assert_close, contiguous_case, paged_case, reference
 
 RAGGED = [1, 17, 130, 5, 64, 16]  # a single token, partial and exactly full last blocks
 

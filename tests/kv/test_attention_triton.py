@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from triton_cases import CASES, CUDA_CASES, run
+
+from tests.kv.triton_cases import CASES, CUDA_CASES, run
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from kvviz.blockmap import FREE
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_preset
+from kvviz.core.blockmap import FREE
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_preset
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
 from kvviz.kv.attention import paged_decode_attention
 from kvviz.kv.audit import Auditor
 from kvviz.kv.real import RealKV
-from kvviz.workload import generate
 
 MODEL = model_preset("tiny-cpu")
 LANES = ("contiguous:first-fit:max", "contiguous:best-fit:exact", "contiguous:buddy:pow2",

@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 
 from collectors.launch import build
-from collectors.sampler import SampleWriter
-from kvviz.cli import build_parser, main
-from kvviz.collector_flags import settings_of
-from kvviz.config import model_preset
+from collectors.writer_client import SampleWriter
+from kvviz.commands.cli import build_parser, main
+from kvviz.core.config import model_preset
+from kvviz.settings.flags import settings_of
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 

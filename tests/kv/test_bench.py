@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.kv.bench import AttentionBench, bench_attention, bench_real, sweep_block_sizes
 
 TINY = {"batch": 3, "context": 40, "heads": 4, "kv_heads": 2, "head_dim": 16, "repeats": 2,
@@ -62,7 +62,7 @@ def test_cli_without_what_is_one_error_line(capsys):
 
 def test_bench_command_module_does_not_import_torch():
     root = Path(__file__).parents[2]
-    code = ("import sys; import kvviz.commands.bench, kvviz.cli; "
+    code = ("import sys; import kvviz.commands.bench, kvviz.commands.cli; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvviz.config import ModelShape, model_preset
+from kvviz.core.config import ModelShape, model_preset
 from kvviz.kv.cache import ContiguousKVCache, PagedKVCache
 
 MODEL = ModelShape("t", num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, dtype="float32")

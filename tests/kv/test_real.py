@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fakes import FakeContiguous, FakePaged
-from kvref import assert_close, reference
 
-from kvviz.config import ModelShape
+from kvviz.core.config import ModelShape
 from kvviz.kv.real import RealKV
+from tests.kv.fakes import FakeContiguous, FakePaged
+from tests.kv.kvref import assert_close, reference
 
 MODEL = ModelShape("t", num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, dtype="float32")
 LENS = [5, 17, 33]

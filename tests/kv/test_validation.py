@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from kvref import contiguous_case, paged_case
 
 from kvviz.kv import contiguous_decode_attention, paged_decode_attention
 from kvviz.kv.attention_torch import BACKEND
+from tests.kv.kvref import contiguous_case, paged_case
 
 
 def _paged():

@@ -13,7 +13,8 @@ import time
 import traceback
 
 import torch
-from kvref import assert_close, contiguous_case, paged_case
+
+from tests.kv.kvref import assert_close, contiguous_case, paged_case
 
 RAGGED = [1, 17, 40, 5, 33]
 

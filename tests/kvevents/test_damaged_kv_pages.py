@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "pages"))
-from apptest_fixtures import use_collector  # noqa: E402
-from pagehelpers import no_exception, page  # noqa: E402
-
-from kvviz.cli import main  # noqa: E402
+from kvviz.commands.cli import main  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_kv_recording  # noqa: E402
+from tests.pages.apptest_fixtures import use_collector  # noqa: E402
+from tests.pages.pagehelpers import no_exception, page  # noqa: E402
 
 COLUMNS = {"kv_streams": ("stream_id", "endpoint", "dp_rank", "encoding", "summary_json"),
            "kv_batches": ("stream_id", "seq", "t", "status", "n_stored", "payload"),

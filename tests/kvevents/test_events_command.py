@@ -10,7 +10,7 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.node.kvevents.rebuild import load_model
 from kvviz.store import kv_reader
 from tests.kvevents.conftest import free_base_port

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.node.kvevents.decode import decode
 from kvviz.node.kvevents.model import rebuild
 from kvviz.node.kvevents.rebuild import load_model

@@ -2,24 +2,20 @@
 events side by side."""
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pages"))
-from pagehelpers import no_exception, page, rerun_until  # noqa: E402
-
-from kvviz.runs import process  # noqa: E402
-from kvviz.store import kv_reader  # noqa: E402
-from tests.kvevents.conftest import free_base_port  # noqa: E402
-from tests.kvevents.recordings import write_attach_recording  # noqa: E402
-from tests.kvevents.schema_pub import SchemaPublisher, payload  # noqa: E402
-from tests.kvevents.schema_pub import store as stored  # noqa: E402
-from tests.node.fakes import FakeNode  # noqa: E402
+from kvviz.runs import process
+from kvviz.store import kv_reader
+from tests.kvevents.conftest import free_base_port
+from tests.kvevents.recordings import write_attach_recording
+from tests.kvevents.schema_pub import SchemaPublisher, payload
+from tests.kvevents.schema_pub import store as stored
+from tests.node.fakes import FakeNode
+from tests.pages.pagehelpers import no_exception, page, rerun_until
 
 PAGE = "pages/node.py"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from collectors import launch
-from kvviz import collector_flags
 from kvviz.node.kvevents.rebuild import load_model
+from kvviz.settings import flags
 from kvviz.store import kv_reader
 from kvviz.store.reader import RunReader
 from tests.kvevents.conftest import free_base_port
@@ -14,14 +14,14 @@ from tests.kvevents.conftest import free_base_port
 
 def _collector(tmp_path, *extra: str):
     p = argparse.ArgumentParser()
-    collector_flags.add_arguments(p)
+    flags.add_arguments(p)
     port = free_base_port(2)
     args = p.parse_args(["--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
                          "--lane", "paged:16:prefix", "--lane", "paged:16", "--prefix-sharing",
                          "0.8", "--rate", "200", "--duration", "1.5", "--out",
                          str(tmp_path / "c.db"), "--kv-events", f"tcp://127.0.0.1:{port}",
                          *extra])
-    return launch.build(collector_flags.settings_of(args))
+    return launch.build(flags.settings_of(args))
 
 
 def test_the_run_holds_every_published_batch_and_the_same_cache(tmp_path):
@@ -49,12 +49,12 @@ def test_the_run_holds_every_published_batch_and_the_same_cache(tmp_path):
 
 def test_record_alone_opens_no_socket_and_records_the_same_way(tmp_path):
     p = argparse.ArgumentParser()
-    collector_flags.add_arguments(p)
+    flags.add_arguments(p)
     args = p.parse_args(["--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
                          "--lane", "paged:16:prefix", "--prefix-sharing", "0.8", "--rate", "200",
                          "--duration", "1", "--out", str(tmp_path / "c.db"),
                          "--kv-events-record"])
-    col = launch.build(collector_flags.settings_of(args))
+    col = launch.build(flags.settings_of(args))
     col.run()
     (lp,) = col.kv_publishers
     assert not hasattr(lp.pub, "ctx")  # nothing bound, nothing sent
@@ -66,7 +66,7 @@ def test_record_alone_opens_no_socket_and_records_the_same_way(tmp_path):
 
 
 def test_record_without_a_prefix_lane_is_one_error(tmp_path, capsys):
-    from kvviz.cli import main
+    from kvviz.commands.cli import main
 
     assert main(["collect", "--mode", "sim", "--lane", "paged:16", "--kv-events-record",
                  "--duration", "1", "--out", str(tmp_path / "c.db")]) == 2

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import streamlit as st
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "pages"))
-from pagehelpers import figures, no_exception, page  # noqa: E402
-
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
+from tests.pages.pagehelpers import figures, no_exception, page  # noqa: E402
 
 PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
@@ -92,9 +89,8 @@ def test_recording_started_from_the_page_shows_the_stream(kv_runs):
     import threading
     import time
 
-    from pagehelpers import rerun_until
-
     from tests.kvevents.schema_pub import SchemaPublisher, payload, store
+    from tests.pages.pagehelpers import rerun_until
 
     port = free_base_port(1)
     pub = SchemaPublisher(f"tcp://127.0.0.1:{port}")

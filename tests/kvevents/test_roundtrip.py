@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
 from kvviz.node.kvevents.engine_source import LanePublisher, cached_prefix_keys
 from kvviz.node.kvevents.publisher import Publisher
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
-from kvviz.workload import generate
 from tests.kvevents.conftest import drain, free_base_port, wait_connected
 
 

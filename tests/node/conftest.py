@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from .fakes import FakeNode
+from tests.node.fakes import FakeNode
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.node.kvevents.rebuild import load_model
 from kvviz.store import kv_reader
 from kvviz.store.reader import RunReader

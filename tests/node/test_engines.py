@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.node.engines import INT64_MAX, as_int
 from kvviz.node.known_metrics import KNOWN_METRICS
 from kvviz.node.promtext import GarbledMetricsError, NodeSample, pool_rows, sample_from_text
-
-from .fakes import FIXTURES, SGLANG_TEXT, VLLM_TEXT
+from kvviz.node.servers import INT64_MAX, as_int
+from tests.node.fakes import FIXTURES, SGLANG_TEXT, VLLM_TEXT
 
 DP_TEXT = (FIXTURES / "sglang_dp_attention_metrics.txt").read_text()
 V0_TEXT = (FIXTURES / "vllm_v0_metrics.txt").read_text()

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from kvviz.node.fleet import FleetError, list_nodes, query
 from kvviz.node.promtext import NodeStatus
 from kvviz.node.scrape import Scraper, scrape_once
-
-from .hostile import BEHAVIOURS, HostileServer
+from tests.node.hostile import BEHAVIOURS, HostileServer
 
 TIMEOUT_S = 0.5
 CAP = 1 << 20

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.prometheus import attach
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.fleet import list_nodes
 
 PROMETHEUS = "/usr/bin/prometheus"

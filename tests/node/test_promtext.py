@@ -13,8 +13,7 @@ from kvviz.node.promtext import (
     sample_from_text,
     series_key,
 )
-
-from .fakes import SGLANG_TEXT, VLLM_TEXT
+from tests.node.fakes import SGLANG_TEXT, VLLM_TEXT
 
 
 def parse(text: str) -> NodeSample:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.node.promtext import NodeSample, NodeStatus
 from kvviz.node.scrape import (
     JsonlSink,
@@ -16,8 +16,7 @@ from kvviz.node.scrape import (
     scrape_once,
     with_rates,
 )
-
-from . import fakes
+from tests.node import fakes
 
 
 @pytest.mark.parametrize("given, expected", [

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.node.scrape import read_jsonl
 
 

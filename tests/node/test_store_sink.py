@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.store.reader import RunReader
 from kvviz.store.schema import NODE_COLS
 from kvviz.store.writer import RunWriter

@@ -152,7 +152,7 @@ def test_plain_markdown_of_an_image_link():
 @example("gpu7:x", "gpu7")
 @example("a b:80", "")
 def test_any_typed_url_and_allow_list_give_a_url_or_one_clear_error(url, allow):
-    from kvviz.errors import KvvizError
+    from kvviz.core.errors import KvvizError
     from kvviz.node.scrape import normalize_url
     from kvviz.node.trust import check_scrape_url
 

@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).parent))  # recordings, pagehelpers
-
-from apptest_fixtures import FakeUploads, use_collector  # noqa: E402
-from recordings import write_recording  # noqa: E402
-
-from kvviz.runs import process  # noqa: E402
+from kvviz.runs import process
+from tests.pages.apptest_fixtures import FakeUploads, use_collector
+from tests.pages.recordings import write_recording
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 Run as the dashboard runs a collector: `python -m tests.pages.fake_collector --config
 runs/x.config`; the config is read and validated by the collector's own code
-(kvviz.collector_config). Its lanes, workload, mode and output are used; the pacing is the
+(kvviz.settings.collector). Its lanes, workload, mode and output are used; the pacing is the
 fake's own (fast enough for tests).
 """
 from __future__ import annotations
@@ -13,14 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from recordings import make_sim, meta_for, sample  # noqa: E402
-
-from collectors.pause import Pause  # noqa: E402
-from kvviz import control, lifecycle  # noqa: E402
-from kvviz.collector_config import CollectorConfig  # noqa: E402
-from kvviz.store.writer import RunWriter  # noqa: E402
+from collectors.pause import Pause
+from kvviz.runs import control, lifecycle
+from kvviz.settings.collector import CollectorConfig
+from kvviz.store.writer import RunWriter
+from tests.pages.recordings import make_sim, meta_for, sample
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     cursor, t0, last = 0, time.monotonic(), -1.0
     pause = Pause(control.Watcher.from_env(), 1.0 / a.steps_per_s)
     while not stop["flag"]:
-        if pause.active(t0, True):  # paused (kvviz/control.py): as the real collector
+        if pause.active(t0, True):  # paused (kvviz/runs/control.py): as the real collector
             if pause.step_due():
                 sim.step(pause.frozen)
                 sample(w, sim, pause.frozen, prev, 1.0 / a.steps_per_s)

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from apptest_fixtures import framed
 from streamlit.testing.v1 import AppTest
+
+from tests.pages.apptest_fixtures import framed
 
 TIMEOUT = 60
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from apptest_fixtures import FakeUploads, framed
 from streamlit.testing.v1 import AppTest
 
-from kvviz import advisor
+from kvviz.runs import advisor
+from tests.pages.apptest_fixtures import FakeUploads, framed
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "compare.py")
 

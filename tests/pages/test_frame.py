@@ -3,11 +3,11 @@ framed by app.py hands over to app.py, and app.py sends the session on to the pa
 The browser side (a direct link on a fresh server) is tests/e2e/test_browser_frame.py."""
 from __future__ import annotations
 
-from apptest_fixtures import framed
-from pagehelpers import ROOT, TIMEOUT, no_exception
 from streamlit.testing.v1 import AppTest
 
 from pages.frame import FRAMED_KEY, WANTED_KEY
+from tests.pages.apptest_fixtures import framed
+from tests.pages.pagehelpers import ROOT, TIMEOUT, no_exception
 
 
 def test_a_page_not_framed_by_app_py_hands_over_before_drawing_anything():

@@ -4,13 +4,10 @@ st.error with the reason, never a traceback."""
 from __future__ import annotations
 
 import pickle
-import sys
 from pathlib import Path
 
-from pagehelpers import figures, no_exception, page, shown
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "torchsnap"))
-from snaps import dumps, make_snapshot  # noqa: E402
+from tests.pages.pagehelpers import figures, no_exception, page, shown
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 
 def test_no_snapshots_says_how_to_take_them(runs: Path):

@@ -7,19 +7,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 
 import pytest
-from hostile_text import endpoint, lane_name, rename_endpoints, rename_lane
-from pagehelpers import ROOT, figures, no_exception, page
 
 from kvviz.node.trust import plain_markdown
-
-sys.path.insert(0, str(ROOT / "tests"))
-from kvevents.hostile_recordings import HOSTILE, _record  # noqa: E402
-from kvevents.recordings import write_kv_recording  # noqa: E402
-from kvevents.schema_pub import payload, store  # noqa: E402
-from torchsnap.snaps import dumps, make_snapshot  # noqa: E402
+from tests.kvevents.hostile_recordings import HOSTILE, _record
+from tests.kvevents.recordings import write_kv_recording
+from tests.kvevents.schema_pub import payload, store
+from tests.pages.hostile_text import endpoint, lane_name, rename_endpoints, rename_lane
+from tests.pages.pagehelpers import figures, no_exception, page
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 
 def unescaped(at) -> list[str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from apptest_fixtures import framed
 from streamlit.testing.v1 import AppTest
 
 from kvviz import story
+from tests.pages.apptest_fixtures import framed
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "learn.py")
 N = len(story.build_story())

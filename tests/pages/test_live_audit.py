@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from pagehelpers import no_exception, page
+from tests.pages.pagehelpers import no_exception, page
 
 
 def test_live_shows_no_audit_banner_for_a_clean_recording(runs):

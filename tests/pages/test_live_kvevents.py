@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pagehelpers import canvases, no_exception, page
-
-from kvviz.cli import main
-from kvviz.collector_config import parse_lanes
+from kvviz.commands.cli import main
 from kvviz.runs import jobs
+from kvviz.settings.collector import parse_lanes
+from tests.pages.pagehelpers import canvases, no_exception, page
 
 LANES = ["--lane", "paged:16:prefix", "--lane", "paged:16"]
 

@@ -2,10 +2,9 @@
 memory-pressure steps, with the number of pressure steps (from the recording's counters)."""
 from __future__ import annotations
 
-from pagehelpers import no_exception, page
-
 from kvviz.runs import directory
 from kvviz.viz import pressure as vp
+from tests.pages.pagehelpers import no_exception, page
 
 
 def test_live_shows_both_averages_of_the_window_under_each_shares_chart(runs):

@@ -6,15 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from pagehelpers import canvases, no_exception, page, rerun_until
-from recordings import make_sim, meta_for, sample
 
-from kvviz import cellstate as cs
-from kvviz import control
-from kvviz.collector_config import parse_lanes
-from kvviz.runs import jobs
+from kvviz.runs import control, jobs
+from kvviz.settings.collector import parse_lanes
 from kvviz.store.writer import RunWriter
+from kvviz.viz import cellstate as cs
 from pages import democollector, live_controls
+from tests.pages.pagehelpers import canvases, no_exception, page, rerun_until
+from tests.pages.recordings import make_sim, meta_for, sample
 
 WAITING = "Waiting for the collector's first sample"
 

@@ -8,21 +8,18 @@ import os
 import pickle
 import re
 import socket
-import sys
 import threading
 import urllib.parse
 from pathlib import Path
 
 import pytest
-from pagehelpers import ROOT, decode, figures, heatmaps, no_exception, page, rerun_until
 
 from kvviz.runs import directory, process
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
-
-sys.path.insert(0, str(ROOT / "tests"))
-from node.fakes import FakeNode  # noqa: E402
-from torchsnap.snaps import dumps, make_snapshot  # noqa: E402
+from tests.node.fakes import FakeNode
+from tests.pages.pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 PAGE = "pages/node.py"
 SNAP = "torch.cuda.memory._snapshot()"  # the snapshot uploader's label

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
-from kvviz import cellstate as cs
 from kvviz.runs import directory, jobs
+from kvviz.viz import cellstate as cs
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 from kvviz.viz import vegalite as vl
 from pages import blockview, democollector, runpicker
+from tests.pages.pagehelpers import canvases, figures, no_exception, page, rerun_until, vega_charts
 
 
 def test_app_opens_on_live_and_starts_the_collector(runs):

@@ -10,10 +10,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from apptest_fixtures import use_collector
-from pagehelpers import no_exception, page, rerun_until, shown
 
 from pages import democollector
+from tests.pages.apptest_fixtures import use_collector
+from tests.pages.pagehelpers import no_exception, page, rerun_until, shown
 
 RUN_PAGES = ("pages/live.py", "pages/replay.py", "pages/gpu.py")
 

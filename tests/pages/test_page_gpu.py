@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pagehelpers import figures, no_exception, page
-
 from kvviz.store.writer import RunWriter
+from tests.pages.pagehelpers import figures, no_exception, page
 
 
 def test_unavailable_nvml_is_explained(runs):

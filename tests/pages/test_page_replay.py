@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
-from pagehelpers import decode, heatmaps, no_exception, page
-from recordings import write_recording
 
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 from pages import blockview
+from tests.pages.pagehelpers import decode, heatmaps, no_exception, page
+from tests.pages.recordings import write_recording
 
 
 def maps_at(runs, t: float):

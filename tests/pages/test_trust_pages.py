@@ -3,19 +3,16 @@ KVVIZ_SCRAPE_ALLOW on the Node and Fleet tabs, and remote text shown as plain te
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from pagehelpers import ROOT, no_exception, page
 from streamlit.runtime.context import ContextProxy
 
 from kvviz.node.promtext import sample_from_text
 from kvviz.runs import directory, process
 from kvviz.store.writer import RunWriter
-
-sys.path.insert(0, str(ROOT / "tests"))
-from node.fakes import FIXTURES  # noqa: E402
+from tests.node.fakes import FIXTURES
+from tests.pages.pagehelpers import no_exception, page
 
 NODE = "pages/node.py"
 PIXEL = "![p](http://attacker.example/pixel) [link](http://attacker.example/) <img src=x>"

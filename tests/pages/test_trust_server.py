@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from pagehelpers import ROOT
+
+from tests.pages.pagehelpers import ROOT
 
 FORGED = "rebind.attacker.example"
 

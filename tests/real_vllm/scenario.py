@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.rebuild import load_model
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig

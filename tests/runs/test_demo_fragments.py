@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from collectors.launch import build
-from kvviz.engine.events import KIND_CODE, REASON_CODE
+from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
 from kvviz.runs import jobs
 
 MINUTE_S = 60.0

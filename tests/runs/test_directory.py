@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.runs import directory as d
 from kvviz.store.writer import RunWriter
 from tests.traces import samples as S

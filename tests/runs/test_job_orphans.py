@@ -1,5 +1,5 @@
 """Every dashboard job watches its parent: SIGKILL the dashboard and the job stops itself,
-closing its recording as stopped (kvviz/lifecycle.py; the collector's case is in
+closing its recording as stopped (kvviz/runs/lifecycle.py; the collector's case is in
 tests/collectors/test_lifecycle.py)."""
 from __future__ import annotations
 

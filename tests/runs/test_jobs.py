@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.collector_config import CollectorConfig, parse_lanes
 from kvviz.runs import directory, jobs, process
 from kvviz.runs.status import ERROR, NOT_STARTED, RUNNING, STOPPED, STOPPED_UNEXPECTEDLY
+from kvviz.settings.collector import CollectorConfig, parse_lanes
 
 FAKE = "tests.pages.fake_collector"
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.metrics import compute
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
-from kvviz.metrics import compute
 from kvviz.store.writer import RunWriter
-from kvviz.workload import generate
 
 LANES = ("contiguous:first-fit:max", "paged:16")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.blockmap import BlockMap, empty_blockmap
+from kvviz.core.blockmap import BlockMap, empty_blockmap
 from kvviz.store.mapcodec import DENSE_RUNS, PLANES, decode, encode
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 
 
 def test_info_text_and_json(recording, capsys) -> None:

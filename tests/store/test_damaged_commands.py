@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.store.writer import RunWriter
 
 DAMAGE = {  # issue 13's hand edits: (SQL, words the error names)

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.store.reader import RunReader
 from kvviz.verify.__main__ import main as verify_main
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fuzz import crafted  # noqa: E402
+from tests.fuzz import crafted
 
 
 @pytest.fixture(scope="module")

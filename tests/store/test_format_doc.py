@@ -34,11 +34,11 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
     """The example's rle-zlib-2 "planes" branch, on a pool where every block is a run and
     owners are in random order (large arrays: one zlib stream per byte plane, some stored,
     the owners' high bytes nibble-packed)."""
-    from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+    from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+    from kvviz.core.metrics import compute
+    from kvviz.core.workload import generate
     from kvviz.engine import Simulation
-    from kvviz.metrics import compute
     from kvviz.store.writer import RunWriter
-    from kvviz.workload import generate
     from tests.store.test_codec import lockstep
 
     sim = Simulation(generate(WorkloadConfig(num_requests=50, rate=50.0, seed=3)),
@@ -47,7 +47,7 @@ def test_format_example_reads_per_plane_maps(tmp_path) -> None:
         sim.step()
     import numpy as np
 
-    from kvviz.blockmap import BlockMap
+    from kvviz.core.blockmap import BlockMap
     ls = lockstep(1 << 18, 4096)
     perm = np.random.default_rng(0).permutation(1 << 18)
     bm = BlockMap(ls.owner[perm], ls.filled[perm], ls.allocated, ls.refcount, ls.cached, 16, 2,

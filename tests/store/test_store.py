@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvviz.errors import StoreError
-from kvviz.metrics import compute
+from kvviz.core.errors import StoreError
+from kvviz.core.metrics import compute
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
-
-from .conftest import record
+from tests.store.conftest import record
 
 
 def test_stored_metrics_equal_metrics_of_stored_blockmap(recording) -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvviz.engine.events import Event, EventColumns
-from kvviz.errors import StoreError
-from kvviz.store.events import CHUNK_COLS, decode_chunk
+from kvviz.core.errors import StoreError
+from kvviz.engine.eventlog import Event, EventColumns
+from kvviz.store.eventcodec import CHUNK_COLS, decode_chunk
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 

@@ -11,9 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from kvviz.runs import process
 from tests.pages.apptest_fixtures import FakeUploads, framed
-
-from . import bombs
-from .snaps import dumps, make_snapshot
+from tests.torchsnap import bombs
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAP = "torch.cuda.memory._snapshot()"  # the snapshot uploader's label

@@ -7,9 +7,8 @@ import pickle
 
 import pytest
 
-from kvviz.cli import main
-
-from .snaps import dumps, make_snapshot
+from kvviz.commands.cli import main
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 
 @pytest.fixture()

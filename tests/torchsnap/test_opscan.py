@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.torchsnap import PickleLimitError, safe_loads
 from kvviz.torchsnap.opscan import MAX_DEPTH, scan_pickle
-
-from . import bombs
-from .snaps import dumps, make_snapshot
+from tests.torchsnap import bombs
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 FAST = {k: v for k, v in bombs.BOMBS.items() if k not in bombs.SLOW}
 

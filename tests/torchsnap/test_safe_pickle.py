@@ -16,8 +16,7 @@ from kvviz.torchsnap.safe_pickle import (
     loads_snapshot,
     safe_loads,
 )
-
-from .snaps import dumps, make_snapshot
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 
 class Payload:

@@ -9,13 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.cli import main
-from kvviz.sandbox import SandboxError
+from kvviz.commands.cli import main
+from kvviz.core.sandbox import SandboxError
 from kvviz.torchsnap import load_snapshot, loads_snapshot, loads_snapshot_sandboxed
 from kvviz.torchsnap import sandboxed as sb
-
-from . import bombs
-from .snaps import dumps, make_snapshot
+from tests.torchsnap import bombs
+from tests.torchsnap.snaps import dumps, make_snapshot
 
 
 def test_the_child_gives_the_same_records_as_parsing_in_process(tmp_path):

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kvviz.torchsnap.safe_pickle import SnapshotFormatError, loads_snapshot, parse_snapshot
-
-from .snaps import BASE0, BASE1, MiB, dumps, make_snapshot
+from tests.torchsnap.snaps import BASE0, BASE1, MiB, dumps, make_snapshot
 
 
 def test_segments_sorted_by_address_with_offsets():

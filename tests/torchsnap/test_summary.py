@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.blockmap import FREE
+from kvviz.core.blockmap import FREE
 from kvviz.torchsnap.safe_pickle import parse_snapshot
 from kvviz.torchsnap.summary import (
     CELL_ACTIVE,
@@ -14,8 +14,7 @@ from kvviz.torchsnap.summary import (
     snapshot_cells,
     summarize,
 )
-
-from .snaps import MiB, make_snapshot
+from tests.torchsnap.snaps import MiB, make_snapshot
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from kvviz.commands.simulate import format_table
 from tests.traces import samples as S
 
@@ -88,9 +88,9 @@ def test_collect_reads_a_public_trace_with_the_same_flags(tmp_path, azure):
     # a child process: under pytest, `collectors` would resolve to tests/collectors
     code = (
         "import json, sys\n"
-        "from kvviz.cli import build_parser\n"
+        "from kvviz.commands.cli import build_parser\n"
         "from collectors.launch import build\n"
-        "from kvviz.collector_flags import settings_of\n"
+        "from kvviz.settings.flags import settings_of\n"
         "col = build(settings_of(build_parser('collect').parse_args(sys.argv[1:])))\n"
         "w = col.sim.workload\n"
         "print(json.dumps([len(w), w.clipped, col.resolved.engine.max_seq_len]))\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvviz.cli import main
+from kvviz.commands.cli import main
 from tests.traces import samples as S
 
 FILES = [S.azure(S.AZURE_ROWS, bom=True, crlf=True),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces import TraceOptions, read_trace, read_trace_bytes
 from tests.traces import samples as S
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
+from kvviz.core.workload import Workload
 from kvviz.traces import TraceOptions, read_trace_bytes
-from kvviz.workload import Workload
 
 # per format: header (CSV) or None (JSONL), three good rows, and the columns a number goes in
 CSV = {
@@ -130,7 +130,7 @@ def test_the_edges_of_the_nanosecond_clock_still_read(stamp):
 
 
 def test_collect_trace_with_a_400_digit_timestamp_skips_it_or_exits_2(tmp_path, capsys):
-    from kvviz.cli import main
+    from kvviz.commands.cli import main
 
     trace = tmp_path / "t.jsonl"
     trace.write_bytes(_trace("kvviz-jsonl", "arrival_s", "9" * 400))

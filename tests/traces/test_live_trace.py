@@ -2,8 +2,8 @@
 checks: tests/runs/test_directory.py)."""
 from __future__ import annotations
 
-from kvviz.collector_config import CollectorConfig
 from kvviz.runs import directory, jobs
+from kvviz.settings.collector import CollectorConfig
 from tests.traces import samples as S
 
 

@@ -6,10 +6,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, model_preset
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, model_preset
+from kvviz.core.workload import dump_trace
 from kvviz.engine import Simulation
 from kvviz.traces import read_trace_bytes
-from kvviz.workload import dump_trace
 
 
 @st.composite

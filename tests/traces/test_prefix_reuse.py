@@ -6,7 +6,7 @@ import pytest
 
 from kvviz.alloc import ContiguousAllocator, PagedAllocator
 from kvviz.alloc.prefix import PrefixChain
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, model_preset
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, model_preset
 from kvviz.engine import Simulation
 from kvviz.traces import read_trace_bytes
 from tests.traces import samples as S
@@ -78,8 +78,8 @@ def test_hash_chains_change_nothing_with_prefix_caching_off():
 
 
 def test_prefix_sharing_workload_is_system_prompts_and_conversations():
-    from kvviz.config import WorkloadConfig
-    from kvviz.workload import CHAIN_BLOCK, generate
+    from kvviz.core.config import WorkloadConfig
+    from kvviz.core.workload import CHAIN_BLOCK, generate
 
     w = generate(WorkloadConfig(num_requests=400, prefix_share=1.0, prefix_tokens=64, seed=2,
                                 max_seq_len=100_000))
@@ -103,7 +103,7 @@ def test_prefix_sharing_workload_is_system_prompts_and_conversations():
 def test_a_batch_emptied_by_preemption_resumes_instead_of_stalling():
     # found by the content property: shared blocks free less than preemption counts on, so a
     # step can preempt every running sequence; the next step must readmit them
-    from kvviz.workload import Workload
+    from kvviz.core.workload import Workload
 
     rows = [(0.0, 13, 20, [0, 1]), (0.108, 28, 36, [0, 1, 2, 3]), (0.216, 26, 22, [4, 5, 6, 7]),
             (0.259, 8, 30, [8]), (0.34, 37, 34, [0, 1, 9, 10, 11]), (0.51, 30, 20, [0, 1, 2, 3]),

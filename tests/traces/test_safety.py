@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.errors import TraceError
+from kvviz.core.errors import TraceError
 from kvviz.traces import chunks, read_trace, read_trace_bytes
 from kvviz.traces.options import MAX_LINE_BYTES
 from tests.traces import samples as S

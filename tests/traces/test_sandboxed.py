@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.errors import KvvizError
+from kvviz.core.errors import KvvizError
 from kvviz.traces import read_trace_bytes
 from kvviz.traces.options import TraceOptions
 from kvviz.traces.sandboxed import parse_upload_sandboxed

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.blockmap import FREE, BlockMap
-from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
-from kvviz.workload import generate
 
 
 @pytest.fixture(scope="session")

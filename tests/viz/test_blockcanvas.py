@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz import cellstate as cs
 from kvviz.viz import blockcanvas as vc
+from kvviz.viz import cellstate as cs
 from kvviz.viz import heatmap as vh
 from kvviz.viz import theme
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.advisor import Advice, KernelPoint, MemoryPoint
-from kvviz.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
+from kvviz.runs.advisor import Advice, KernelPoint, MemoryPoint
 from kvviz.viz import compare as vc
-from kvviz.workload import generate
 
 LANES = ("contiguous:first-fit:max", "contiguous:best-fit:pow2", "paged:16")
 STEP_MS = EngineConfig().step_ms

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz import cellstate, story
-from kvviz.blockmap import empty_blockmap
+from kvviz import story
+from kvviz.core.blockmap import empty_blockmap
+from kvviz.viz import cellstate, theme
 from kvviz.viz import learn as vl
-from kvviz.viz import theme
 
 OWNERS = sorted(story.NAMES)
 

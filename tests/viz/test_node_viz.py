@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,9 +12,7 @@ from kvviz.torchsnap import loads_snapshot, snapshot_cells, summarize
 from kvviz.torchsnap.summary import CELL_ACTIVE, CELL_HOLE, CELL_UNMAPPED, CELL_WASTE
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from torchsnap.snaps import MiB, dumps, make_snapshot  # noqa: E402
+from tests.torchsnap.snaps import MiB, dumps, make_snapshot
 
 
 def samples() -> pd.DataFrame:

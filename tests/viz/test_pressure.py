@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from collectors.launch import build
-from collectors.sampler import SampleWriter, StoreSpec
-from kvviz.cli import build_parser
-from kvviz.collector_flags import settings_of
-from kvviz.config import CacheConfig, LaneSpec, WorkloadConfig
+from collectors.writer_client import SampleWriter, StoreSpec
+from kvviz.commands.cli import build_parser
+from kvviz.core.config import CacheConfig, LaneSpec, WorkloadConfig
+from kvviz.core.workload import generate
 from kvviz.engine import Simulation
+from kvviz.settings.flags import settings_of
 from kvviz.store.reader import RunReader
 from kvviz.viz import pressure as vp
-from kvviz.workload import generate
 
 SHARES = ("used", "reserved", "internal", "free")
 

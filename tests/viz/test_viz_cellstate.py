@@ -1,11 +1,11 @@
-"""kvviz.cellstate: every block gets one state, by the documented precedence."""
+"""kvviz.viz.cellstate: every block gets one state, by the documented precedence."""
 from __future__ import annotations
 
 import numpy as np
-from vizmaps import blockmap
 
-from kvviz import cellstate as cs
-from kvviz.metrics import compute
+from kvviz.core.metrics import compute
+from kvviz.viz import cellstate as cs
+from tests.viz.vizmaps import blockmap
 
 
 def test_one_block_of_each_state():

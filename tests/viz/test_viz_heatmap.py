@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from kvviz import cellstate as cs
+from kvviz.viz import cellstate as cs
 from kvviz.viz import heatmap as vh
 
 

@@ -1,7 +1,7 @@
 """kvviz.viz.theme: one colour and one newcomer label per state."""
 from __future__ import annotations
 
-from kvviz import cellstate as cs
+from kvviz.viz import cellstate as cs
 from kvviz.viz import theme
 
 

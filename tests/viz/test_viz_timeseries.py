@@ -94,7 +94,7 @@ def test_headline_html_escapes_and_describes_each_number():
 def test_live_figures_carry_their_style_and_fixed_margins():
     """The Live and Replay pages draw these with theme=None every second or so: no template and no
     auto-margins, or plotly draws each re-mounted chart two or three times."""
-    from kvviz.blockmap import empty_blockmap
+    from kvviz.core.blockmap import empty_blockmap
     from kvviz.viz.heatmap import blockmap_figure
 
     s = samples()

@@ -1,4 +1,4 @@
-"""One vocabulary (kvviz/glossary.py): the legend, the headline numbers and the failure
+"""One vocabulary (kvviz/viz/glossary.py): the legend, the headline numbers and the failure
 classes use its names, the sidebar shows it, and the old mixed names are gone."""
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvviz import glossary
-from kvviz.viz import theme
+from kvviz.viz import glossary, theme
 from kvviz.viz import timeseries as vt
 
 ROOT = Path(__file__).resolve().parents[2]

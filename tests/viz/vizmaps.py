@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz.blockmap import BlockMap
+from kvviz.core.blockmap import BlockMap
 
 
 def blockmap(owner, filled, allocated, refcount, cached, block_size=16, contiguous=False):
