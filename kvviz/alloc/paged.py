@@ -161,6 +161,13 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._used -= int(fills.sum())
         self._pool.put(blocks, fills)
 
+    def _own(self, blocks, owners) -> None:
+        """`blocks` (an index or an array) become held, refcount 1, by `owners` (one sequence
+        id, or one per block): the one place a block is taken into a sequence's keeping."""
+        self._owner[blocks] = owners
+        self._ref[blocks] = 1
+        self._held += np.size(blocks)
+
     def _ensure_width(self, width: int) -> None:
         if width > self._table.shape[1]:
             new = max(width, 2 * self._table.shape[1])
@@ -174,9 +181,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         for b in hits:
             if self._pool.is_cached(b):
                 self._used += self._pool.reuse(b)
-                self._owner[b] = seq_id
-                self._ref[b] = 1
-                self._held += 1
+                self._own(b, seq_id)
             else:
                 self._ref[b] += 1
                 self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
@@ -234,9 +239,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._hold_hits(seq_id, hits)
         hit_arr = np.asarray(hits, np.int32)
         fresh = self._take(nblocks - len(hits))
-        self._owner[fresh] = seq_id
-        self._ref[fresh] = 1
-        self._held += int(fresh.size)
+        self._own(fresh, seq_id)
         self._attach(row, seq_id, np.concatenate([hit_arr, fresh]))
         written = len(hits) * bs
         self._len[row] = written
@@ -267,9 +270,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
             self._copy_on_write(row, seq_id, i)
         if need_blocks:
             fresh = self._take(need_blocks)
-            self._owner[fresh] = seq_id
-            self._ref[fresh] = 1
-            self._held += need_blocks
+            self._own(fresh, seq_id)
             self._attach(row, seq_id, fresh)
         self._fill(row, length, end)
         return self._answer(True, num_tokens)
@@ -279,9 +280,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         new = int(self._take(1)[0])
         fill = self._fills(int(self._len[row]), idx, 1)
         self._used += int(fill[0])  # the copy is this sequence's own from now on
-        self._owner[new] = seq_id
-        self._ref[new] = 1
-        self._held += 1
+        self._own(new, seq_id)
         self._table[row, idx] = new
         self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
 

@@ -4,8 +4,9 @@ admit_many places a whole admission wave with one block take and fancy-indexed w
 release_many returns many sequences' blocks at once; append_batch grows every running
 sequence by one token, taking a block only for those whose last block is full. Each falls
 back to the per-sequence verbs of `Allocator` when blocks are shared (prefix caching, fork):
-copy-on-write and refcounts need the careful path. A mixin over PagedAllocator's state
-(kvviz/alloc/paged.py), not usable alone.
+copy-on-write and refcounts need the careful path. These verbs are part of PagedAllocator
+(kvviz/alloc/paged.py: its state, and `_own`, the one place a block is taken into a
+sequence's keeping); they live apart only to keep each file one concern.
 """
 from __future__ import annotations
 
@@ -58,12 +59,10 @@ class PagedBatchVerbs:
         starts = cum[:k] - nb
         col = np.arange(total) - np.repeat(starts, nb)
         self._table[np.repeat(rows, nb), col] = blocks
-        self._owner[blocks] = np.repeat(ids, nb)
-        self._ref[blocks] = 1
+        self._own(blocks, np.repeat(ids, nb))
         self._len[rows] = n
         self._nb[rows] = nb
         self._used += int(n.sum())
-        self._held += total
         return k
 
     def _admit_few(self, ids: list[int], lens: list[int], nbs: list[int],
@@ -75,12 +74,10 @@ class PagedBatchVerbs:
             at += nb
             self._ensure_width(nb)
             self._table[row, :nb] = blk
-            self._owner[blk] = sid
-            self._ref[blk] = 1
+            self._own(blk, sid)
             self._len[row] = n
             self._nb[row] = nb
             self._used += n
-            self._held += nb
 
     def release_many(self, seq_ids: np.ndarray) -> None:
         if self._sharing or self._pool.keyed:  # cached blocks join the tail request by request
@@ -137,9 +134,7 @@ class PagedBatchVerbs:
                 self._ensure_width(int(nb.max()) + 1)
                 self._table[r, nb] = fresh
                 self._nb[r] = nb + 1
-                self._owner[fresh] = seq_ids[need]
-                self._ref[fresh] = 1
-                self._held += int(need.size)
+                self._own(fresh, seq_ids[need])
         if ok is not None:
             rows, lens = rows[ok], lens[ok]
         self._len[rows] = lens + 1
@@ -169,10 +164,8 @@ class PagedBatchVerbs:
             r = rows[who]
             self._ensure_width(int((nb + new).max()))
             self._table[r, nb[who] + k] = fresh
-            self._owner[fresh] = seq_ids[who]
-            self._ref[fresh] = 1
+            self._own(fresh, seq_ids[who])
             self._nb[rows] = nb + new
-            self._held += total
         self._len[rows] = lens + steps
         self._used += int(rows.size) * steps
 
@@ -217,9 +210,7 @@ class PagedBatchVerbs:
         need = -(-num_tokens // self.block_size) - int(self._nb[row])
         if need > 0:
             fresh = self._take(need)
-            self._owner[fresh] = seq_id
-            self._ref[fresh] = 1
-            self._held += need
+            self._own(fresh, seq_id)
             self._attach(row, seq_id, fresh)
         length = int(self._len[row])
         if num_tokens > length:
