@@ -236,8 +236,20 @@ def run(vllm_server, tmp_path_factory):
         _sync(s1, s2, s3, quiet_s=1.0)
 
         # 5. kvviz attach (in this process, the same code) whose stream loses three live
-        # batches on the way: the gap is filled from vLLM's replay buffer
-        load = threading.Thread(target=lambda: [ask(p) for p in prompts[8:18]])
+        # batches on the way: the gap is filled from vLLM's replay buffer. The attach runs
+        # until the load is over and the stream quiet (then this process sends itself the
+        # SIGTERM the attach stops on), not for a fixed time that a loaded machine outlasts.
+        attach_done = threading.Event()
+
+        def load_then_stop() -> None:
+            for p in prompts[8:18]:
+                ask(p)
+            _sync(s1, s2, s3, quiet_s=1.0)
+            time.sleep(2.5)  # two more scrapes at --interval 1
+            if not attach_done.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        load = threading.Thread(target=load_then_stop)
         from kvviz.commands import attach as attach_cmd  # noqa: F401 (imported before patching)
         from kvviz.node.kvevents import subscriber as submod
 
@@ -247,9 +259,10 @@ def run(vllm_server, tmp_path_factory):
             load.start()
             res["gap_attach"] = (main(["attach", srv.metrics_url, "--kv-events", srv.events,
                                        "--replay", srv.replay, "--topic", "kv-events",
-                                       "--interval", "1", "--duration", "12", "--quiet",
+                                       "--interval", "1", "--duration", "240", "--quiet",
                                        "--out", str(wd / "attach-gap.db")]), "")
         finally:
+            attach_done.set()
             submod.Subscriber = real
             load.join(120)
         _sync(s1, s2, s3, quiet_s=1.0)
