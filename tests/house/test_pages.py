@@ -62,3 +62,12 @@ def test_no_test_hooks_environment_or_private_streamlit(path: Path) -> None:
     assert "os" not in names and "environ" not in text and "getenv" not in text
     assert not re.search(r"(?i)apptest|under test|test hook|_test_", text), path.name
     assert "Simulation" not in text
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_no_sql_in_the_dashboard(path: Path) -> None:
+    """Queries live in kvviz/store (RunReader, kv_reader); a page asks them, it holds no SQL
+    (it may name sqlite3.Error, to show a damaged file's error)."""
+    text = path.read_text()
+    assert not re.search(r"sqlite3\.connect|\.execute(many)?\(|\bSELECT\b|\bINSERT\b|"
+                         r"\bUPDATE\b", text), path.name
