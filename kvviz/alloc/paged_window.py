@@ -109,8 +109,7 @@ class PagedWindowVerbs:
             self._ensure_width(len(t))
             self._table[row, :len(t)] = t
             self._nb[row] = len(t)
-            self._owner[t] = r
-            self._ref[t] = 1
+            self._own(t, r)
         if live.size:
             lr = rows.rows(live)
             self._len[lr] = live_len
