@@ -24,13 +24,14 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged_batch import PagedBatchVerbs
+from kvviz.alloc.paged_plain import PagedPlainReplay
 from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.core.blockmap import FREE, BlockMap
 
 
-class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
+class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedPlainReplay, Allocator):
     contiguous = False
 
     def __init__(

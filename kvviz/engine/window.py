@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.engine.eventlog import KIND_CODE, EventColumns
+from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventColumns
+from kvviz.engine.seats import seat_steps
 from kvviz.engine.shares import add_repeated
 
 EMPTY = np.zeros(0, np.int64)
@@ -90,26 +91,35 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     """Apply the window that starts after the lane's last step; returns its steps (0: none,
     step on)."""
     sched, w, a = lane.sched, lane.w, lane.alloc
-    if sched.waiting_count or not (a.contiguous or a.replayable):
+    if not (a.contiguous or a.replayable):
         return 0
+    waiting = sched.waiting_count > 0
+    if waiting and (a.contiguous or sched.front or sched.caching):
+        return 0
+    if waiting and not sched.space.check(sched.head(), int(sched.num_tokens[sched.head()]),
+                                         [], False).ok:
+        return 0  # the head waits for memory
     S = lane.step_no
     ids = sched.running_ids()
     n0 = int(ids.size)
     c = sched.computed[ids]
     if n0 and (sched.num_tokens[ids] - c != 1).any():
         return 0
-    lo, total = sched.arrived, arrival_s.size
+    lo, total = sched.next_new, arrival_s.size
     hi = min(lo + ARRIVALS, total)
-    steps = arrival_steps(arrival_s[lo:min(hi + 1, total)], S, step_ms)
-    if steps is None or (not n0 and hi == lo):
+    arrive = arrival_steps(arrival_s[lo:min(hi + 1, total)], S, step_ms)
+    if arrive is None or (not n0 and hi == lo):
         return 0
     end = (1 << 62) if stop is None else stop
+    ye = np.arange(lo, lo + arrive.size, dtype=np.int64)
+    fin_x = sched.finish_steps(S, ids, True)
+    lasts = sched.finish_steps(0, ye, False)
+    steps, asked = seat_steps(arrive, fin_x, lasts, sched.cfg.max_num_seqs, S)
     if hi < total:
         end = min(end, int(steps[-1]) - 1)
-        steps = steps[:hi - lo]
-    y = np.arange(lo, hi, dtype=np.int64)
+    y = ye[:hi - lo]
     p = w.prompt[y].astype(np.int64)
-    fin = np.concatenate([sched.finish_steps(S, ids, True), sched.finish_steps(steps, y, False)])
+    fin = np.concatenate([fin_x, steps[:y.size] + lasts[:y.size]])
     if hi == total:
         end = min(end, int(fin.max()))
     done = np.sort(fin)
@@ -117,11 +127,15 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     def running(s: np.ndarray) -> np.ndarray:  # running when step s schedules
         return n0 + np.searchsorted(steps, s, "left") - np.searchsorted(done, s, "left")
 
+    steps = steps[:y.size]
+    big = sched.too_big[ye]
+    if big.any():  # rejected when first asked: an event
+        end = min(end, int(asked[np.argmax(big)]) - 1)
     first = np.searchsorted(steps, steps, "left")
     slot = np.arange(y.size) - first
     cp = np.cumsum(p) - p
     run_y = running(steps)
-    ok = sched.admitted_whole(run_y, slot, cp - cp[first], p) & ~sched.too_big[y]
+    ok = sched.admitted_whole(run_y, slot, cp - cp[first], p)
     if sched.caching:  # an arrival whose first block may be cached: the step looks it up
         ok &= ~sched.space.may_hit(y)
     if a.contiguous:  # a range that must grow past its reservation may move or preempt
@@ -134,22 +148,55 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     fit = sched.decodes_fit(running(at))
     if not fit.all():
         end = min(end, int(at[np.argmin(fit)]) - 1)
+    refused = _refusals(lane, ye, arrive.size, steps, asked, running, p, end)
+    if refused is None:
+        return 0
+    end = min(end, refused[0])
+    if a.contiguous and refused[2][0].size:  # its refusals name its ranges: step them
+        end = min(end, int(refused[2][0].min()) - 1)
     if end - S < MIN_WINDOW:
         return 0
-    plan = _Plan(lane, ids, c, y, p, steps, fin, run_y + slot == 0)
+    plan = _Plan(lane, ids, c, y, p, steps, fin, run_y + slot == 0, refused[1:])
     end = plan.memory(end) if not lane.alloc.contiguous else plan.place(end)
     if end <= S:
         return 0
-    plan.commit(end, step_ms)
+    plan.commit(end, step_ms, arrival_s)
     return end - S
+
+
+def _refusals(lane: Lane, ye: np.ndarray, n: int, steps: np.ndarray, asked: np.ndarray,
+              running, p: np.ndarray, end: int):
+    """The heads that wait for a seat by step `end`: (the last step the window may take,
+    (steps, requests) of their POLICY admit_failed events, (steps, requests) of every
+    wait). Each waiting head is refused at every step until its seat, for POLICY while the
+    free blocks cover it (`_Plan.memory` checks), with an event where it is first refused
+    unless that refusal was the last one logged; an event needs budget left when the head
+    is asked (else it is not asked)."""
+    sched = lane.sched
+    k = np.flatnonzero(asked[:n] < np.concatenate([steps, [end + 1]])[:n])
+    k = k[asked[k] <= end]
+    waits = (asked[k], ye[k])
+    if k.size and lane.last_fail == (int(ye[0]), "POLICY"):
+        k = k[k > 0]  # the head at the start was refused for a seat already
+    if not k.size:
+        return end, (EMPTY, EMPTY), waits
+    t = asked[k]
+    ps = np.concatenate([[0], np.cumsum(p)])
+    left = sched.budget_after_decodes(running(t)) - (
+        ps[np.searchsorted(steps, t, "right")] - ps[np.searchsorted(steps, t, "left")])
+    if (left <= 0).any():
+        end = min(end, int(t[np.argmax(left <= 0)]) - 1)
+    return end, (t, ye[k]), waits
 
 
 class _Plan:
     """One window's requests: the running ones (X), then the arrivals (Y), in the rule's
     running order."""
 
-    def __init__(self, lane: Lane, ids, c, y, p, steps, fin, empty) -> None:
+    def __init__(self, lane: Lane, ids, c, y, p, steps, fin, empty, refused) -> None:
         self.lane, self.y, self.p, self.steps, self.empty = lane, y, p, steps, empty
+        self.fails, self.waits = refused  # (steps, requests): seat refusals, events / all
+        self.fail_free: np.ndarray = EMPTY  # free tokens at each event
         self.n0, self.S = int(ids.size), lane.step_no
         self.jid = np.concatenate([ids, y])
         self.fin = fin
@@ -196,19 +243,40 @@ class _Plan:
         take, adm = phase == 0, phase == 2
         ok[take] = before[take] >= 1
         ok[adm] = space.fits(nb[adm], before[adm], self.empty[:ny])
-        if not ok.all():
-            end = int(step[np.argmin(ok)]) - 1
+        if self.waits[0].size:  # a head waiting for a seat: POLICY while its blocks are free
+            need = -(-lane.w.prompt[self.waits[1]].astype(np.int64) // bs)
+            low = (before + d < need.max()) & (phase != 3) & (step >= self.waits[0].min())
+            at = self._free_at(self.waits[0], step, phase, d)
+            if (at < need).any():  # the free blocks when it is first refused
+                end = min(end, int(self.waits[0][np.argmax(at < need)]) - 1)
+            ok &= ~low
+        if not ok.all() or end < (int(step[-1]) if step.size else end):
+            if not ok.all():
+                end = min(end, int(step[np.argmin(ok)]) - 1)
             if end - S < MIN_WINDOW:
                 return S
             cut = int(np.searchsorted(step, end, "right"))
-            step, phase, j, arg = step[:cut], phase[:cut], j[:cut], arg[:cut]
+            step, phase, j, arg, d = step[:cut], phase[:cut], j[:cut], arg[:cut], d[:cut]
+        if self.fails[0].size:  # free blocks when each head is refused: after the
+            keep = self.fails[0] <= end  # step's takes and admissions, before its frees
+            self.fails = (self.fails[0][keep], self.fails[1][keep])
+            self.fail_free = self._free_at(self.fails[0], step, phase, d) * bs
         live = self._live(end)
-        after, evicted = a.replay_window(
-            phase, self.jid[j], arg, self.jid[live], self._len(end)[live],
-            None if space.keys is None else self._keys)
+        if space.keys is None:
+            after, evicted = a.replay_plain(phase, self.jid[j], arg, self.jid[live],
+                                            self._len(end)[live])
+        else:
+            after, evicted = a.replay_window(phase, self.jid[j], arg, self.jid[live],
+                                             self._len(end)[live], self._keys)
         self.free_after = [f * bs for f in after]
         self.evicted = step[np.asarray(evicted, np.int64)]
         return end
+
+    def _free_at(self, t: np.ndarray, step, phase, d) -> np.ndarray:
+        """The free blocks at the end of each step t's schedule (its takes and admissions
+        done, its update's releases not yet), over the ops in execution order."""
+        i = np.searchsorted(step * 4 + phase, t * 4 + 2, "right")
+        return self.lane.alloc.free_blocks + np.concatenate([[0], np.cumsum(d)])[i]
 
     def _keys(self, r: int) -> list:
         """The keys of every block request r fills in its life."""
@@ -265,7 +333,7 @@ class _Plan:
         """Tokens computed after step `end` (the finished: all but the last)."""
         return self.kv - np.maximum(0, self.fin - end)
 
-    def commit(self, end: int, step_ms: float) -> None:
+    def commit(self, end: int, step_ms: float, arrival_s: np.ndarray) -> None:
         """The scheduler's state, the lane's counters, events and shares after step end."""
         lane, n0 = self.lane, self.n0
         sched, w = lane.sched, lane.w
@@ -283,11 +351,20 @@ class _Plan:
         live = left > 0
         sched._ids = jid[live]
         sched.running = sched._ids.tolist()
-        sched.arrived = sched.next_new = int(self.y[0]) + ny if ny else sched.arrived
+        if ny:
+            sched.next_new = int(self.y[0]) + ny
+        sched.arrived = max(sched.arrived, sched.next_new, int(np.searchsorted(
+            arrival_s, end * step_ms / 1000.0, side="right")))
         fj = np.flatnonzero(~live)
         lane.done += int(fj.size)
         if ny:
             lane._last_fail = None
+        keep = self.fails[0] <= end
+        self.fails = ft, fr = self.fails[0][keep], self.fails[1][keep]
+        if ft.size:
+            lane.failures["POLICY"] += int(ft.size)
+            if not ny or ft[-1] >= self.steps[ny - 1]:  # logged after the last admission
+                lane._last_fail = (int(fr[-1]), "POLICY")
         if sched.caching:  # vLLM's prefix-cache queries: every admission's known tokens
             sched.query_tokens += int(self.p[:ny].sum())
             for r in self.jid[fj].tolist():
@@ -303,15 +380,19 @@ class _Plan:
         lane = self.lane
         ev_step, count = np.unique(self.evicted, return_counts=True)
         lane._evictions_seen += int(self.evicted.size)
-        ne, nf = ev_step.size, fj.size
-        step = np.concatenate([self.steps[:ny], self.fin[fj], ev_step])
+        ft, fr = self.fails
+        nr, ne, nf = ft.size, ev_step.size, fj.size
+        step = np.concatenate([self.steps[:ny], ft, self.fin[fj], ev_step])
         if not step.size:
             return
         k = step.size
-        order = np.lexsort((np.concatenate([np.arange(ny), fj, np.zeros(ne, np.int64)]),
-                            np.repeat([0, 1, 2], [ny, nf, ne]), step))
+        order = np.lexsort((np.concatenate([np.arange(ny), np.arange(nr), fj,
+                                            np.zeros(ne, np.int64)]),
+                            np.repeat([0, 1, 2, 3], [ny, nr, nf, ne]), step))
         zero = np.zeros(k, np.int64)
-        kinds = np.array([KIND_CODE[x] for x in ("admitted", "finished", "evicted")], np.int8)
+        kinds = np.array([KIND_CODE[x] for x in ("admitted", "admit_failed", "finished",
+                                                 "evicted")], np.int8)
+        need = -(-self.lane.w.prompt[fr].astype(np.int64) // lane.alloc.block_size)
 
         def col(*xs) -> np.ndarray:
             return np.concatenate([np.asarray(x, np.int64) for x in xs])[order]
@@ -319,12 +400,14 @@ class _Plan:
         cols = {
             "time_s": step[order] * step_ms / 1000.0, "step": step[order],
             "lane": np.full(k, lane._code, np.int8),
-            "kind": np.repeat(kinds, [ny, nf, ne])[order],
-            "seq_id": col(self.y[:ny], self.jid[fj], np.full(ne, -1)),
-            "reason": np.zeros(k, np.int8),
-            "need_tokens": col(self.p[:ny], zero[:nf + ne]),
-            "free_tokens": col(self.free_after, zero[:nf + ne]),
-            "largest_hole_tokens": zero, "count": col(np.ones(ny + nf), count)}
+            "kind": np.repeat(kinds, [ny, nr, nf, ne])[order],
+            "seq_id": col(self.y[:ny], fr, self.jid[fj], np.full(ne, -1)),
+            "reason": np.repeat(np.array([0, REASON_CODE["POLICY"], 0, 0], np.int8),
+                                [ny, nr, nf, ne])[order],
+            "need_tokens": col(self.p[:ny], need * lane.alloc.block_size, zero[:nf + ne]),
+            "free_tokens": col(self.free_after, self.fail_free, zero[:nf + ne]),
+            "largest_hole_tokens": col(zero[:ny], self.fail_free, zero[:nf + ne]),
+            "count": col(np.ones(ny + nr + nf), count)}
         lane.events.extend(EventColumns(cols, lane.events.lanes))
 
     def _shares(self, end: int, J: int, live: np.ndarray) -> None:
