@@ -121,6 +121,10 @@ class BlockPool:
         takes (pop) and frees (append, in the order `put` would push them) on."""
         return self._stack[:self._nfree].tolist()
 
+    def plain_array(self) -> np.ndarray:
+        """`plain_list` as an int64 array (a copy)."""
+        return self._stack[:self._nfree].astype(np.int64)
+
     def set_plain(self, blocks: list[int]) -> None:
         """Replace the plain free blocks by a stack from `plain_list` after a replay."""
         self._stack[:len(blocks)] = blocks
