@@ -67,8 +67,7 @@ class PagedPlainReplay:
         req_start = np.concatenate([[0], np.cumsum(popped_by)])[:-1]
         fe = np.flatnonzero(push)
         f_req = inv[ev_op[fe]]
-        j = fe - np.repeat(np.flatnonzero(is_free) * 0 + (np.cumsum(n_ev) - n_ev)[is_free],
-                           pushes[is_free])  # index within the request's table
+        j = fe - np.repeat((np.cumsum(n_ev) - n_ev)[is_free], pushes[is_free])  # in its table
         o = old_nb[f_req]
         is_old = j < o
         rr = np.zeros(ids.size, np.int64)

@@ -1,29 +1,37 @@
 """Windows: many engine steps at once, admissions and finishes included, where no limit binds.
 
-While nobody waits and every running request decodes, the rule (kvviz/engine/scheduler.py)
-decides each next step the same way as long as no limit binds: each arrival is admitted in
-the step it arrives with its whole prompt (the prefill completes and samples the first
-token), every running request decodes one token, and a request finishes (and frees its
-blocks) in the update that samples its output length, its last token without a slot. So the
-steps, the events and the shares of such a window follow from the requests alone: a window
-takes up to ARRIVALS arrivals, works out that timeline in vectorised form, asks the rule
-where a limit would first bind, and applies everything before that step at once.
+While every running request decodes, the rule (kvviz/engine/scheduler.py) decides each
+next step the same way as long as no limit binds but max_num_seqs: each waiting request is
+admitted with its whole prompt (the prefill completes and samples the first token) in the
+first step that sees it with a seat free (kvviz/engine/seats.py: after its arrival, after
+the request before it, after a finish), every running request decodes one token, and a
+request finishes (and frees its blocks) in the update that samples its output length, its
+last token without a slot. So the steps, the events and the shares of such a window follow
+from the requests alone: a window takes up to ARRIVALS waiting or arriving requests, works
+out that timeline in vectorised form, asks the rule where a limit would first bind, and
+applies everything before that step at once. A head waiting for a seat is refused for
+POLICY at each step until its seat, one admit_failed event where it is first refused.
 
 How the window stays equal to the rule: the limits are the rule's own, asked in closed form
 (`Scheduler.decodes_fit`: the budget pays every decode; `Scheduler.admitted_whole`: budget
-and max_num_seqs at each admission, after `_answer`; too-big requests are rejected, an
-event, so a window ends before one), and memory is the space's own test: `PagedSpace.fits`
-at every admission (blocks + watermark) and a free block at every decode that opens one,
-over the free count the window's takes and frees leave in execution order; a contiguous
-lane asks its space's `check` and `admit` in that order, on the real placement. The block
-ids come from replaying the takes and frees in vLLM's order on the free queue
-(`PagedAllocator.replay_window`). tests/engine/test_span_equivalence.py compares every
-result with stepping (advance="step").
+and max_num_seqs at each admission, after `_answer`; `budget_after_decodes`: a refusal needs
+budget left to be asked; too-big requests are rejected when first asked, an event, so a
+window ends before one), and memory is the space's own test: `PagedSpace.fits` at every
+admission (blocks + watermark), a free block at every decode that opens one, and a waiting
+head's blocks free wherever it is refused (else its refusal would be CAPACITY), over the
+free count the window's takes and frees leave in execution order; a contiguous lane asks its
+space's `check` and `admit` in that order, on the real placement. The block ids come from
+replaying the takes and frees in vLLM's order on the free queue
+(`PagedAllocator.replay_plain` without prefix caching, `replay_window` with it).
+tests/engine/test_span_equivalence.py and test_seat_windows.py compare every result with
+stepping (advance="step").
 
-Not windowed here (they step, or take quiet spans): lanes where someone waits (contiguous
-ones take queue windows, kvviz/engine/queue.py), real-mode lanes. In a prefix-caching lane a
-window ends before an arrival whose first block may be cached (`PagedSpace.may_hit`): its
-hit depends on the cache at that step; every block filled inside is cached in its step.
+Not windowed here (they step, or take quiet spans): a waiting head held by memory, the
+budget or a preempted request at the front; contiguous and prefix-caching lanes while
+someone waits (contiguous ones take queue windows, kvviz/engine/queue.py); real-mode lanes.
+In a prefix-caching lane a window ends before an arrival whose first block may be cached
+(`PagedSpace.may_hit`): its hit depends on the cache at that step; every block filled
+inside is cached in its step.
 """
 from __future__ import annotations
 
