@@ -3,19 +3,23 @@
 A running request of a contiguous lane writes inside its reservation, so its memory changes
 only when a request is admitted or finishes, and nobody is ever preempted. While every
 running request decodes, a step therefore decides exactly what the step before it decided
-(no admission; the head refused for the same reason, so no new event) unless the step
-before rejected or finished a request, admitted one without then refusing the head for
-memory, or left the head waiting for the budget alone; an arrival matters only when nobody
-waits. (A step that admitted and then refused the head for memory decides the next step's
-answer too: the next step sees the same free ranges and running count, and a budget no
-smaller, since the prompts it admitted become single decodes; `_answer` checks memory on
-the whole sequence, so the budget cannot turn that refusal into an admission.)
+(no admission; the head refused for the same reason, so no new event) unless someone waits
+after that step and it rejected or finished a request, admitted one and then refused the
+head for POLICY (max_num_seqs; without chunked prefill, a budget that grows as prompts
+become decodes), or left the head waiting for the budget alone; nobody waiting, a step asks
+nobody unless a request arrives. (A step that admitted and then refused the head for memory
+decides the next step's answer too: the next step sees the same free ranges and running
+count, and a budget no smaller, since the prompts it admitted become single decodes;
+`_answer` checks memory on the whole sequence, so the budget cannot turn that refusal into
+an admission.) A finish frees its range in its step's update, after that step's
+admissions: the step after it is the one asked.
 `queue_window` asks the rule at those steps only (`Scheduler.admissions`: the scheduler's
-own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`,
-frees each finished request in its step's update, and adds the steps in between (each a
-decode of every running request) with their shares in closed form. A prompt admitted in
-chunks ends the window (it does not decode), and so does a request whose life outgrows its
-reservation (its range must grow).
+own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`
+(into an EventBuffer, appended to the lane's log when the window ends), frees each finished
+request in its step's update, and adds the steps in between (each a decode of every running
+request) with their shares in closed form. A prompt admitted in chunks ends the window (it
+does not decode), and so does a request whose life outgrows its reservation (its range must
+grow).
 Checked against stepping by tests/engine/test_span_equivalence.py.
 """
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvviz.alloc.base import Reason
+from kvviz.engine.eventbuffer import EventBuffer
 from kvviz.engine.shares import add_repeated
-from kvviz.engine.window import arrival_steps, efi_of
+from kvviz.engine.window import ARRIVALS, arrival_steps, efi_of
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
@@ -39,7 +44,7 @@ POLICY = Reason.POLICY
 
 def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
     """Apply the queue window that starts after the lane's last step; returns its steps."""
-    sched, a, w = lane.sched, lane.alloc, lane.w
+    sched, a = lane.sched, lane.alloc
     if not a.contiguous or a.block_size != 1 or not sched.waiting_count or sched.front:
         return 0
     ids = sched.running_ids()
@@ -51,7 +56,6 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         return 0
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
-    kvf, space = lane.kv_final, sched.space
     # per request: base step, tokens computed after it, sampled after it, sampled before
     # the window, finish step, reserved slots, slots the allocator holds as written
     rows: dict[int, list[int]] = {}
@@ -59,69 +63,110 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
                              sched.generated[ids].tolist(), held.tolist(),
                              sched.finish_steps(S, ids, True).tolist()):
         rows[r] = [S, c, g, g, f, h, c]
+    log, lane.events = lane.events, EventBuffer(lane.events)  # the lane logs as it steps
+    try:
+        end, segs = _steps(lane, rows, end, arrival_s, step_ms)
+    finally:
+        lane.events.flush()
+        lane.events = log
+    if end == S:
+        return 0
+    _commit(lane, rows, segs, end, step_ms, arrival_s)
+    return end - S
+
+
+def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
+           step_ms: float) -> tuple[int, list]:
+    """The window's asked steps and finishes up to step `end` at most (rows: the touched
+    requests, updated); returns the window's last step and its segments."""
+    sched, a = lane.sched, lane.alloc
+    kvf, space = lane.kv_final, sched.space
     heap = [(x[4], r) for r, x in rows.items()]  # (finish step, request)
     heapify(heap)
     segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
-    s, changed, total, efi = S, True, len(w), None
+    s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
+    arrivals = _ArrivalSteps(arrival_s, step_ms)
+    n_arr = arrival_s.size
     while lane.done + lane.rejected < total:
+        waited = sched.waiting_count > 0  # before this step's arrivals
         if changed:
             nxt = s + 1
         else:
             nxt = heap[0][0] if heap else NEVER
-            if not sched.waiting_count and sched.arrived < arrival_s.size:
-                t = arrival_steps(arrival_s[sched.arrived:sched.arrived + 1], s, step_ms)
+            if not waited and sched.arrived < n_arr:
+                t = arrivals.first_after(sched.arrived, s)
                 if t is None:
                     break
-                nxt = min(nxt, int(t[0]))
+                nxt = min(nxt, t)
             if nxt == NEVER:
                 break
         if nxt > end:
             s = end
             break
         s = nxt
-        lane.step_no, lane.time_s = s, s * step_ms / 1000.0
-        sched.arrived = max(sched.arrived,
-                            int(np.searchsorted(arrival_s, lane.time_s, side="right")))
-        plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
-        lane.log_schedule(plan)
+        time_s = lane.time_s = s * step_ms / 1000.0
+        lane.step_no = s
+        if sched.arrived < n_arr and arrival_s[sched.arrived] <= time_s:
+            sched.arrived = int(np.searchsorted(arrival_s, time_s, side="right"))
+        # a step that is not asked decides what the step before decided (no event)
+        ask = changed or (not waited and sched.waiting_count > 0)
         last = False  # this step ends the window
-        for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
-            whole = h + n == int(sched.num_tokens[r])
-            f = int(sched.finish_steps(s, r, False)) if whole else NEVER
-            size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
-            last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
-            rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
-            heappush(heap, (f, r))
+        if ask:
+            plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
+            lane.log_schedule(plan)
+            pressure = plan.pressure
+            for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
+                whole = h + n == int(sched.num_tokens[r])
+                f = int(sched.finish_steps(s, r, False)) if whole else NEVER
+                size = a.seq_held_tokens(r)
+                last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
+                rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
+                heappush(heap, (f, r))
         fins = []
         while heap and heap[0][0] == s:
             fins.append(heappop(heap)[1])
         if len(fins) > 1:  # update() finishes them in running order
             fins.sort(key=sched.running.index)
         if fins:
-            for r in fins:
-                x = rows[r]
-                if kvf[r] > x[6]:
-                    a.grow_each(np.asarray([r]), np.asarray([kvf[r] - x[6]]))
-                space.free(r)
+            for r in fins:  # (its last decodes, never written to the allocator, are
+                space.free(r)  # released with it)
                 space.done(r)
             for r in fins:
                 sched.running.remove(r)
             sched._ids = None
             lane.log_finished(np.asarray(fins, np.int64))
-        if plan.admitted or fins or efi is None:  # efi changes only where ranges do
+        if (ask and plan.admitted) or fins or efi is None:  # efi changes where ranges do
             efi = efi_of(a)
-        segs.append((s, plan.pressure, efi))
-        held_for_memory = plan.refused is not None and plan.refused[1].reason is not POLICY
-        changed = bool(plan.rejected or fins) or (
-            bool(plan.admitted) and not held_for_memory) or (
-            plan.refused is None and sched.waiting_count > 0)
+        segs.append((s, pressure, efi))
+        # the next step may decide otherwise (see the module's docstring); nobody waiting,
+        # it asks nobody unless a request arrives
+        changed = sched.waiting_count > 0 and (bool(fins) or ask and (
+            bool(plan.rejected) or plan.refused is None or (
+                bool(plan.admitted) and plan.refused[1].reason is POLICY)))
         if last:
             break
-    end = s
-    if end == S:
-        return 0
-    _commit(lane, rows, segs, end, step_ms, arrival_s)
-    return end - S
+    return s, segs
+
+
+class _ArrivalSteps:
+    """`arrival_steps` for one request at a time, computed for ARRIVALS requests at once:
+    the first step after `after` whose clock reaches request i's arrival is the larger of
+    after + 1 and the one a chunk computed after an earlier step (the clock is monotone)."""
+
+    def __init__(self, arrival_s: np.ndarray, step_ms: float) -> None:
+        self.t, self.step_ms = arrival_s, step_ms
+        self.lo, self.steps = 0, []
+
+    def first_after(self, i: int, after: int) -> int | None:
+        k = i - self.lo
+        if not 0 <= k < len(self.steps):
+            got = arrival_steps(self.t[i:i + ARRIVALS], after, self.step_ms)
+            if got is None:  # a chunk too coarse somewhere: this request alone
+                got = arrival_steps(self.t[i:i + 1], after, self.step_ms)
+                if got is None:
+                    return None
+            self.lo, self.steps, k = i, got.tolist(), 0
+        return max(self.steps[k], after + 1)
 
 
 def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
