@@ -31,7 +31,6 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.engine.eventbuffer import EventBuffer
-from kvviz.engine.shares import add_repeated
 from kvviz.engine.window import ARRIVALS, arrival_steps, efi_of
 
 if TYPE_CHECKING:
@@ -194,37 +193,34 @@ def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
         arrival_s, end * step_ms / 1000.0, side="right")))
     lane.step_no, lane.time_s = end, end * step_ms / 1000.0
     lane._memory_pressure = False
-    # per step t = 1..W: live requests after step S + t (lengths l0 + step - base)
+    # request i counts at the window's steps t = first_i..last_i (step S + t), with lengths
+    # c_i + t there; a step's pressure is its segment's
     first = np.where(base == S, S + 1, base) - S
     last = np.minimum(fin - 1, end) - S
     keep = last >= first
     first, last = first[keep], last[keep]
-
-    def per_step(v: np.ndarray) -> np.ndarray:
-        d = np.zeros(W + 2, np.int64)
-        np.add.at(d, first, v[keep])
-        np.add.at(d, last + 1, -v[keep])
-        return np.cumsum(d)[1:W + 1]
-
-    t = np.arange(1, W + 1, dtype=np.int64)
-    used = per_step(l0 - base + S) + t * per_step(np.ones(r.size, np.int64))
-    alloc = per_step(held)
-    internal = per_step(np.maximum(0, held - kv))
-    vals = {"used": used, "reserved": alloc - used - internal, "internal": internal,
-            "free": lane.capacity - alloc}
+    c = (l0 - base + S)[keep]
+    held, internal = held[keep], np.maximum(0, held - kv)[keep]
     at = np.asarray([x[0] for x in segs] + [end + 1], np.int64) - S - 1
-    press = np.zeros(W, np.bool_)
-    for (_, p, _), lo, hi in zip(segs, at[:-1], at[1:]):
-        press[lo:hi] = p
-    sh = lane.shares
-    for acc, mask in ((sh.every, None), (sh.pressure, press)):
-        n = W if mask is None else int(mask.sum())
-        if not n:
+    span = np.diff(at)
+    press = np.repeat(np.fromiter((x[1] for x in segs), np.bool_, len(segs)), span)
+    t = np.arange(W + 1, dtype=np.int64)
+    for acc, on in ((lane.shares.every, None), (lane.shares.pressure, press)):
+        if on is None:  # P(t): counted steps up to t; Q(t): their sum
+            P, Q = t, t * (t + 1) // 2
+        else:
+            P = np.concatenate([[0], np.cumsum(on)])
+            Q = np.concatenate([[0], np.cumsum(np.where(on, t[1:], 0))])
+        if not P[W]:
             continue
-        acc["steps"] += n
-        for k, v in vals.items():
-            acc[k] += int(v.sum() if mask is None else v[mask].sum())
-    for (_, p, e), lo, hi in zip(segs, at[:-1], at[1:]):
-        sh.every["efi"] = add_repeated(sh.every["efi"], e, int(hi - lo))
-        if p:
-            sh.pressure["efi"] = add_repeated(sh.pressure["efi"], e, int(hi - lo))
+        n = P[last] - P[first - 1]
+        used = int(c @ n) + int((Q[last] - Q[first - 1]).sum())
+        alloc, inside = int(held @ n), int(internal @ n)
+        acc["steps"] += int(P[W])
+        for k, v in (("used", used), ("reserved", alloc - used - inside),
+                     ("internal", inside), ("free", int(P[W]) * lane.capacity - alloc)):
+            acc[k] += v
+        # efi: its steps' values added one by one (cumsum adds in order, as stepping does)
+        efi = np.repeat(np.fromiter((x[2] for x in segs), np.float64, len(segs)), span)
+        acc["efi"] = float(np.cumsum(np.concatenate([[acc["efi"]], efi if on is None
+                                                     else efi[on]]))[-1])
