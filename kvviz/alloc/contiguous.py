@@ -34,6 +34,7 @@ class ContiguousAllocator(Allocator):
         else:
             raise ValueError(f"placement: unknown {placement!r}; use first-fit, best-fit, buddy")
         self.placement = placement
+        self._exact = placement != "buddy"  # a range takes exactly the cells it needs
         self.block_size = cell_tokens
         self.cells = cells
         self.bytes_per_token = bytes_per_token
@@ -83,14 +84,14 @@ class ContiguousAllocator(Allocator):
                         axis=1)
 
     def _cells_for(self, num_tokens: int, reserve_tokens: int | None) -> tuple[int, int]:
-        if num_tokens < 1:
-            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-        if reserve_tokens is not None and reserve_tokens < num_tokens:
+        need = num_tokens if reserve_tokens is None else reserve_tokens
+        if num_tokens < 1 or need < num_tokens:
+            if num_tokens < 1:
+                raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
             raise ValueError(
                 f"reserve_tokens {reserve_tokens} is smaller than num_tokens {num_tokens}")
-        need = num_tokens if reserve_tokens is None else reserve_tokens
-        cells = self._place.rounded(-(-need // self.block_size))
-        return need, cells
+        cells = -(-need // self.block_size)
+        return need, cells if self._exact else self._place.rounded(cells)
 
     def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
         return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size
@@ -110,7 +111,12 @@ class ContiguousAllocator(Allocator):
 
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
         cells = self._cells_for(num_tokens, reserve_tokens)[1]
-        return self._answer(self._place.largest() >= cells, cells)
+        place, g = self._place, self.block_size
+        largest, free = place.largest(), place.free_cells
+        if largest >= cells:
+            return Admission(True, None, cells * g, free * g, largest * g)
+        reason = Reason.CAPACITY if free < cells else Reason.FRAGMENTATION
+        return Admission(False, reason, cells * g, free * g, largest * g)
 
     # ---- verbs -----------------------------------------------------------------------------
     def admit(

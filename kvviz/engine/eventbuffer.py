@@ -28,14 +28,19 @@ class EventBuffer:
 
     def add_many(self, time_s: float, step: int, lane: int, kind: int, seq_ids: np.ndarray,
                  need_tokens: np.ndarray | int = 0, free_tokens: np.ndarray | int = 0) -> None:
-        k = len(seq_ids)
+        ids = seq_ids.tolist() if isinstance(seq_ids, np.ndarray) else list(seq_ids)
+        k = len(ids)
         if not k:
             return
-        ids, need, free = _column(seq_ids, k), _column(need_tokens, k), _column(free_tokens, k)
-        if len(ids) != k or len(need) != k or len(free) != k:
+        if isinstance(need_tokens, int) and isinstance(free_tokens, int):  # one for all
+            self._rows.extend([(time_s, step, lane, kind, r, 0, need_tokens, free_tokens, 0, 1)
+                               for r in ids])
+            return
+        need, free = _column(need_tokens, k), _column(free_tokens, k)
+        if len(need) != k or len(free) != k:
             raise ValueError(f"add_many: {k} sequences, {len(need)} needs, {len(free)} frees")
-        self._rows.extend((time_s, step, lane, kind, r, 0, n, f, 0, 1)
-                          for r, n, f in zip(ids, need, free))
+        self._rows.extend([(time_s, step, lane, kind, r, 0, n, f, 0, 1)
+                           for r, n, f in zip(ids, need, free)])
 
     def flush(self) -> None:
         """Append what was logged to the log (one slice per field) and forget it."""

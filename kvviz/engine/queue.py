@@ -86,8 +86,9 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
     s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
     arrivals = _ArrivalSteps(arrival_s, step_ms)
     n_arr = arrival_s.size
+    waiting = sched.waiting_count
     while lane.done + lane.rejected < total:
-        waited = sched.waiting_count > 0  # before this step's arrivals
+        waited = waiting > 0  # before this step's arrivals
         if changed:
             nxt = s + 1
         else:
@@ -114,32 +115,38 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
             plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
             lane.log_schedule(plan)
             pressure = plan.pressure
-            for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
-                whole = h + n == int(sched.num_tokens[r])
-                f = int(sched.finish_steps(s, r, False)) if whole else NEVER
-                size = a.seq_held_tokens(r)
-                last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
-                rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
-                heappush(heap, (f, r))
-        fins = []
-        while heap and heap[0][0] == s:
-            fins.append(heappop(heap)[1])
-        if len(fins) > 1:  # update() finishes them in running order
-            fins.sort(key=sched.running.index)
-        if fins:
+            if plan.admitted:
+                known = sched.num_tokens[plan.admitted].tolist()
+                for r, n, h, k in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens,
+                                      known):
+                    whole = h + n == k
+                    f = int(sched.finish_steps(s, r, False)) if whole else NEVER
+                    size = a.seq_held_tokens(r)
+                    last |= not whole or size < kvf[r]  # chunks, or growth past the range
+                    rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
+                    heappush(heap, (f, r))
+        if heap and heap[0][0] == s:
+            fins = [heappop(heap)[1]]
+            while heap and heap[0][0] == s:
+                fins.append(heappop(heap)[1])
+            if len(fins) > 1:  # update() finishes them in running order
+                fins.sort(key=sched.running.index)
             for r in fins:  # (its last decodes, never written to the allocator, are
                 space.free(r)  # released with it)
                 space.done(r)
-            for r in fins:
                 sched.running.remove(r)
             sched._ids = None
             lane.log_finished(np.asarray(fins, np.int64))
+        else:
+            fins = None
         if (ask and plan.admitted) or fins or efi is None:  # efi changes where ranges do
             efi = efi_of(a)
-        segs.append((s, pressure, efi))
+        if not segs or segs[-1][1] != pressure or segs[-1][2] != efi:
+            segs.append((s, pressure, efi))
         # the next step may decide otherwise (see the module's docstring); nobody waiting,
         # it asks nobody unless a request arrives
-        changed = sched.waiting_count > 0 and (bool(fins) or ask and (
+        waiting = sched.waiting_count
+        changed = waiting > 0 and (bool(fins) or ask and (
             bool(plan.rejected) or plan.refused is None or (
                 bool(plan.admitted) and plan.refused[1].reason is POLICY)))
         if last:
