@@ -13,6 +13,8 @@ import numpy as np
 
 from kvviz.engine.eventlog import DTYPES, EventColumns, EventLog
 
+_ROW = np.dtype(list(DTYPES.items()))  # one event, its fields in the log's dtypes
+
 
 class EventBuffer:
     def __init__(self, log: EventLog) -> None:
@@ -46,8 +48,9 @@ class EventBuffer:
         """Append what was logged to the log (one slice per field) and forget it."""
         if not self._rows:
             return
-        cols = {f: np.asarray(c, d) for (f, d), c in zip(DTYPES.items(), zip(*self._rows))}
+        table = np.array(self._rows, _ROW)  # rows to columns in one conversion
         self._rows = []
+        cols = {f: table[f] for f in DTYPES}
         self.log.extend(EventColumns(cols, self.log.lanes))
 
 

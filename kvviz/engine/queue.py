@@ -2,24 +2,25 @@
 
 A running request of a contiguous lane writes inside its reservation, so its memory changes
 only when a request is admitted or finishes, and nobody is ever preempted. While every
-running request decodes, a step therefore decides exactly what the step before it decided
-(no admission; the head refused for the same reason, so no new event) unless someone waits
-after that step and it rejected or finished a request, admitted one and then refused the
-head for POLICY (max_num_seqs; without chunked prefill, a budget that grows as prompts
-become decodes), or left the head waiting for the budget alone; nobody waiting, a step asks
-nobody unless a request arrives. (A step that admitted and then refused the head for memory
-decides the next step's answer too: the next step sees the same free ranges and running
-count, and a budget no smaller, since the prompts it admitted become single decodes;
-`_answer` checks memory on the whole sequence, so the budget cannot turn that refusal into
-an admission.) A finish frees its range in its step's update, after that step's
-admissions: the step after it is the one asked.
+running request decodes and someone waits, a step therefore decides exactly what the step
+before it decided (no admission; the head refused for the same reason, so no new event)
+unless that step rejected or finished a request, admitted one and then refused the head for
+POLICY (max_num_seqs; without chunked prefill, a budget that grows as prompts become
+decodes), or left the head waiting for the budget alone. (A step that admitted and then
+refused the head for memory decides the next step's answer too: the next step sees the same
+free ranges and running count, and a budget no smaller, since the prompts it admitted
+become single decodes; `_answer` checks memory on the whole sequence, so the budget cannot
+turn that refusal into an admission.) Arrivals only join the queue. A finish frees its
+range in its step's update, after that step's admissions: the step after it is the one
+asked.
 `queue_window` asks the rule at those steps only (`Scheduler.admissions`: the scheduler's
 own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`
 (into an EventBuffer, appended to the lane's log when the window ends), frees each finished
 request in its step's update, and adds the steps in between (each a decode of every running
 request) with their shares in closed form. A prompt admitted in chunks ends the window (it
 does not decode), and so does a request whose life outgrows its reservation (its range must
-grow).
+grow), and so does a step after which nobody waits (windows, kvviz/engine/window.py, take
+the arrivals from there, many at once).
 Checked against stepping by tests/engine/test_span_equivalence.py.
 """
 from __future__ import annotations
@@ -31,7 +32,6 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.engine.eventbuffer import EventBuffer
-from kvviz.engine.window import ARRIVALS, arrival_steps, efi_of
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
@@ -84,42 +84,35 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
     heapify(heap)
     segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
     s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
-    arrivals = _ArrivalSteps(arrival_s, step_ms)
     n_arr = arrival_s.size
-    waiting = sched.waiting_count
-    while lane.done + lane.rejected < total:
-        waited = waiting > 0  # before this step's arrivals
+    efi_now = a.efi  # window.efi_of(a), as Lane._fill reads it
+    # the next arrival's time (inf: none left), read again only when requests arrive
+    t_next = float(arrival_s[sched.arrived]) if sched.arrived < n_arr else np.inf
+    while lane.done + lane.rejected < total:  # someone waits
         if changed:
             nxt = s + 1
+        elif heap:
+            nxt = heap[0][0]
         else:
-            nxt = heap[0][0] if heap else NEVER
-            if not waited and sched.arrived < n_arr:
-                t = arrivals.first_after(sched.arrived, s)
-                if t is None:
-                    break
-                nxt = min(nxt, t)
-            if nxt == NEVER:
-                break
+            break
         if nxt > end:
             s = end
             break
         s = nxt
         time_s = lane.time_s = s * step_ms / 1000.0
         lane.step_no = s
-        if sched.arrived < n_arr and arrival_s[sched.arrived] <= time_s:
+        if t_next <= time_s:
             sched.arrived = int(np.searchsorted(arrival_s, time_s, side="right"))
+            t_next = float(arrival_s[sched.arrived]) if sched.arrived < n_arr else np.inf
         # a step that is not asked decides what the step before decided (no event)
-        ask = changed or (not waited and sched.waiting_count > 0)
-        last = False  # this step ends the window
+        ask, last = changed, False  # last: this step ends the window
         if ask:
             plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
             lane.log_schedule(plan)
             pressure = plan.pressure
             if plan.admitted:
-                known = sched.num_tokens[plan.admitted].tolist()
-                for r, n, h, k in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens,
-                                      known):
-                    whole = h + n == k
+                for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
+                    whole = h + n == int(sched.num_tokens[r])
                     f = int(sched.finish_steps(s, r, False)) if whole else NEVER
                     size = a.seq_held_tokens(r)
                     last |= not whole or size < kvf[r]  # chunks, or growth past the range
@@ -140,39 +133,15 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
         else:
             fins = None
         if (ask and plan.admitted) or fins or efi is None:  # efi changes where ranges do
-            efi = efi_of(a)
+            efi = efi_now()
         if not segs or segs[-1][1] != pressure or segs[-1][2] != efi:
             segs.append((s, pressure, efi))
-        # the next step may decide otherwise (see the module's docstring); nobody waiting,
-        # it asks nobody unless a request arrives
-        waiting = sched.waiting_count
-        changed = waiting > 0 and (bool(fins) or ask and (
-            bool(plan.rejected) or plan.refused is None or (
-                bool(plan.admitted) and plan.refused[1].reason is POLICY)))
-        if last:
+        if last or not sched.waiting_count:  # nobody waits: windows take arrivals in bulk
             break
+        # whether the next step may decide otherwise (see the module's docstring)
+        changed = bool(fins) or ask and (bool(plan.rejected) or plan.refused is None or (
+            bool(plan.admitted) and plan.refused[1].reason is POLICY))
     return s, segs
-
-
-class _ArrivalSteps:
-    """`arrival_steps` for one request at a time, computed for ARRIVALS requests at once:
-    the first step after `after` whose clock reaches request i's arrival is the larger of
-    after + 1 and the one a chunk computed after an earlier step (the clock is monotone)."""
-
-    def __init__(self, arrival_s: np.ndarray, step_ms: float) -> None:
-        self.t, self.step_ms = arrival_s, step_ms
-        self.lo, self.steps = 0, []
-
-    def first_after(self, i: int, after: int) -> int | None:
-        k = i - self.lo
-        if not 0 <= k < len(self.steps):
-            got = arrival_steps(self.t[i:i + ARRIVALS], after, self.step_ms)
-            if got is None:  # a chunk too coarse somewhere: this request alone
-                got = arrival_steps(self.t[i:i + 1], after, self.step_ms)
-                if got is None:
-                    return None
-            self.lo, self.steps, k = i, got.tolist(), 0
-        return max(self.steps[k], after + 1)
 
 
 def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
