@@ -91,7 +91,7 @@ class ContiguousAllocator(Allocator):
             raise ValueError(
                 f"reserve_tokens {reserve_tokens} is smaller than num_tokens {num_tokens}")
         cells = -(-need // self.block_size)
-        return need, cells if self._exact else self._place.rounded(cells)
+        return need, cells if self._exact else 1 << (cells - 1).bit_length()  # buddy's
 
     def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
         return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size

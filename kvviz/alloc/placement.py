@@ -116,7 +116,7 @@ class Buddy:
 
     @staticmethod
     def order_of(n: int) -> int:
-        return max(0, (n - 1).bit_length())
+        return (n - 1).bit_length() if n > 0 else 1
 
     def rounded(self, n: int) -> int:
         return 1 << self.order_of(n)
@@ -128,35 +128,42 @@ class Buddy:
         return self._largest
 
     def place(self, n: int) -> int | None:
-        k = self.order_of(n)
-        j = next((o for o in range(k, len(self.lists)) if self.lists[o]), None)
-        if j is None:
+        k = (n - 1).bit_length() if n > 0 else 1
+        lists = self.lists
+        for j in range(k, len(lists)):
+            if lists[j]:
+                break
+        else:
             return None
-        start = self.lists[j].pop(0)
-        if not self.lists[j] and 1 << j == self._largest:
+        start = lists[j].pop(0)
+        if not lists[j] and 1 << j == self._largest:
             self._largest = None
         while j > k:  # split, keeping the lower half, freeing the upper
             j -= 1
-            bisect.insort(self.lists[j], start + (1 << j))
+            bisect.insort(lists[j], start + (1 << j))
         self.free_cells -= 1 << k
         return start
 
     def free(self, start: int, n: int) -> None:
-        k = self.order_of(n)
+        k = (n - 1).bit_length() if n > 0 else 1
         self.free_cells += 1 << k
-        base, top = self.regions[bisect.bisect_right(self._bases, start) - 1]
+        regions = self.regions
+        base, top = regions[0] if len(regions) == 1 else regions[
+            bisect.bisect_right(self._bases, start) - 1]
+        lists = self.lists
         while k < top:
             buddy = base + ((start - base) ^ (1 << k))
-            lst = self.lists[k]
+            lst = lists[k]
             i = bisect.bisect_left(lst, buddy)
             if i == len(lst) or lst[i] != buddy:
                 break
-            lst.pop(i)
-            start = min(start, buddy)
+            del lst[i]
+            if buddy < start:
+                start = buddy
             k += 1
-        bisect.insort(self.lists[k], start)
-        if self._largest is not None:
-            self._largest = max(self._largest, 1 << k)
+        bisect.insort(lists[k], start)
+        if self._largest is not None and 1 << k > self._largest:
+            self._largest = 1 << k
 
     def grow(self, start: int, size: int, extra: int) -> bool:
         return False  # a buddy block has a fixed size: growth means moving, which we refuse
