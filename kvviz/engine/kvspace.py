@@ -156,16 +156,15 @@ class PagedSpace:
 class ContiguousSpace:
     def __init__(self, alloc: Allocator, reserve: np.ndarray) -> None:
         self.alloc, self.reserve, self.bs = alloc, reserve, alloc.block_size
-        self._reserve = reserve.tolist()  # read per admission: ints, not numpy scalars
 
     def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
         return [], 0
 
     def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
-        return self.alloc.check(num_tokens, max(num_tokens, self._reserve[r]))
+        return self.alloc.check(num_tokens, max(num_tokens, int(self.reserve[r])))
 
     def admit(self, r: int, tokens: int, hits: list[int], num_tokens: int) -> None:
-        self.alloc.admit(r, tokens, max(num_tokens, self._reserve[r]))
+        self.alloc.admit(r, tokens, max(num_tokens, int(self.reserve[r])))
 
     def grow(self, r: int, tokens: int) -> bool:
         extra = tokens - self.alloc.seq_len(r)
