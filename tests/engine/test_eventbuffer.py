@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.engine.eventbuffer import EventBuffer
+from kvviz.engine.eventbuffer import ROWS, EventBuffer
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventLog
 
 
@@ -45,3 +45,18 @@ def test_add_many_refuses_columns_of_other_lengths():
     buf = EventBuffer(EventLog())
     with pytest.raises(ValueError, match="2 sequences, 1 needs"):
         buf.add_many(0.0, 1, 0, KIND_CODE["admitted"], np.array([1, 2]), np.array([5]))
+
+
+def test_a_long_run_reaches_the_log_in_order_in_bounded_batches():
+    direct, buffered = EventLog(), EventLog()
+    for x in (direct, buffered):
+        x.lane_code("lane")
+    buf = EventBuffer(buffered)
+    for i in range(3 * ROWS + 5):
+        for x in (direct, buf):
+            x.add_many(i * 0.02, i, 0, KIND_CODE["finished"], np.array([i], np.int64))
+            x.add_one(i * 0.02, i, 0, KIND_CODE["admit_failed"], i + 1, REASON_CODE["POLICY"])
+        assert len(buffered) + len(buf._rows) == len(direct)
+        assert len(buf._rows) < ROWS
+    buf.flush()
+    assert buffered.events == direct.events
