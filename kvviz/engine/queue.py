@@ -86,6 +86,8 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
     s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
     n_arr = arrival_s.size
     efi_now = a.efi  # window.efi_of(a), as Lane._fill reads it
+    known, finish_at, held_of = sched.num_tokens, sched.finish_steps, a.seq_held_tokens
+    admissions, budget_after = sched.admissions, sched.budget_after_decodes
     # the next arrival's time (inf: none left), read again only when requests arrive
     t_next = float(arrival_s[sched.arrived]) if sched.arrived < n_arr else np.inf
     while lane.done + lane.rejected < total:  # someone waits
@@ -107,14 +109,14 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
         # a step that is not asked decides what the step before decided (no event)
         ask, last = changed, False  # last: this step ends the window
         if ask:
-            plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
+            plan = admissions(budget_after(len(sched.running)))
             lane.log_schedule(plan)
             pressure = plan.pressure
             if plan.admitted:
                 for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
-                    whole = h + n == int(sched.num_tokens[r])
-                    f = int(sched.finish_steps(s, r, False)) if whole else NEVER
-                    size = a.seq_held_tokens(r)
+                    whole = h + n == int(known[r])
+                    f = int(finish_at(s, r, False)) if whole else NEVER
+                    size = held_of(r)
                     last |= not whole or size < kvf[r]  # chunks, or growth past the range
                     rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
                     heappush(heap, (f, r))
