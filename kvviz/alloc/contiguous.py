@@ -34,11 +34,11 @@ class ContiguousAllocator(Allocator):
         else:
             raise ValueError(f"placement: unknown {placement!r}; use first-fit, best-fit, buddy")
         self.placement = placement
+        self._exact = placement != "buddy"  # a range takes exactly the cells it needs
         self.block_size = cell_tokens
         self.cells = cells
         self.bytes_per_token = bytes_per_token
         self.label = label or f"contiguous:{placement}"
-        self._owner = np.full(cells, FREE, np.int32)
         self._rows = RowTable()
         self._start = np.zeros(self._rows.capacity, np.int64)  # cells
         self._size = np.zeros(self._rows.capacity, np.int64)  # cells
@@ -64,6 +64,16 @@ class ContiguousAllocator(Allocator):
     def seq_allocated_tokens(self, seq_ids: np.ndarray) -> np.ndarray:
         return self._size[self._rows.rows(seq_ids)] * self.block_size
 
+    def seq_held_tokens(self, seq_id: int) -> int:
+        """seq_allocated_tokens for one live sequence, as an int."""
+        return int(self._size[self._rows.row(seq_id)]) * self.block_size
+
+    def efi(self) -> float:
+        """The external fragmentation index: 1 - largest hole / free slots (0.0 when full)."""
+        g = self.block_size
+        free = (self.cells - self._held_cells) * g
+        return 1.0 - self._place.largest() * g / free if free > 0 else 0.0
+
     def seq_len(self, seq_id: int) -> int:
         return int(self._len[self._rows.row(seq_id)])
 
@@ -74,14 +84,14 @@ class ContiguousAllocator(Allocator):
                         axis=1)
 
     def _cells_for(self, num_tokens: int, reserve_tokens: int | None) -> tuple[int, int]:
-        if num_tokens < 1:
-            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-        if reserve_tokens is not None and reserve_tokens < num_tokens:
+        need = num_tokens if reserve_tokens is None else reserve_tokens
+        if num_tokens < 1 or need < num_tokens:
+            if num_tokens < 1:
+                raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
             raise ValueError(
                 f"reserve_tokens {reserve_tokens} is smaller than num_tokens {num_tokens}")
-        need = num_tokens if reserve_tokens is None else reserve_tokens
-        cells = self._place.rounded(-(-need // self.block_size))
-        return need, cells
+        cells = -(-need // self.block_size)
+        return need, cells if self._exact else 1 << (cells - 1).bit_length()  # buddy's
 
     def footprint_tokens(self, num_tokens: int, reserve_tokens: int | None = None) -> int:
         return self._cells_for(num_tokens, reserve_tokens)[1] * self.block_size
@@ -101,7 +111,12 @@ class ContiguousAllocator(Allocator):
 
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
         cells = self._cells_for(num_tokens, reserve_tokens)[1]
-        return self._answer(self._place.largest() >= cells, cells)
+        place, g = self._place, self.block_size
+        largest, free = place.largest(), place.free_cells
+        if largest >= cells:
+            return Admission(True, None, cells * g, free * g, largest * g)
+        reason = Reason.CAPACITY if free < cells else Reason.FRAGMENTATION
+        return Admission(False, reason, cells * g, free * g, largest * g)
 
     # ---- verbs -----------------------------------------------------------------------------
     def admit(
@@ -122,7 +137,6 @@ class ContiguousAllocator(Allocator):
             self._start, self._size, self._len = (
                 grow_to(a, n) for a in (self._start, self._size, self._len))
         self._start[row], self._size[row], self._len[row] = start, cells, num_tokens
-        self._owner[start : start + cells] = seq_id
         self._used += num_tokens
         self._held_cells += cells
         return self._answer(True, cells)
@@ -138,7 +152,6 @@ class ContiguousAllocator(Allocator):
             start = int(self._start[row])
             if not self._place.grow(start, size, extra):
                 return self._answer(False, extra)
-            self._owner[start + size : start + size + extra] = seq_id
             self._size[row] = size + extra
             self._held_cells += extra
         self._len[row] = end
@@ -178,10 +191,8 @@ class ContiguousAllocator(Allocator):
         self._used += int(np.sum(tokens))
 
     def release(self, seq_id: int) -> None:
-        row = self._rows.row(seq_id)
+        row = self._rows.remove(seq_id)
         start, size = int(self._start[row]), int(self._size[row])
-        self._rows.remove(seq_id)
-        self._owner[start : start + size] = FREE
         self._place.free(start, size)
         self._used -= int(self._len[row])
         self._held_cells -= size
@@ -190,10 +201,13 @@ class ContiguousAllocator(Allocator):
 
     def snapshot(self) -> BlockMap:
         g = self.block_size
-        owner = self._owner.copy()
-        owned = np.flatnonzero(owner != FREE)
-        rows = self._rows.row_of_seq[owner[owned]]
-        rel = owned - self._start[rows]
+        live = np.flatnonzero(self._rows.seq_of_row >= 0)  # every live range, cell by cell
+        size = self._size[live]
+        rows = np.repeat(live, size)
+        rel = np.arange(rows.size) - np.repeat(np.cumsum(size) - size, size)
+        owned = self._start[rows] + rel
+        owner = np.full(self.cells, FREE, np.int32)
+        owner[owned] = self._rows.seq_of_row[rows]
         filled = np.zeros(self.cells, np.int32)
         filled[owned] = np.clip(self._len[rows] - rel * g, 0, g)
         allocated = np.zeros(self.cells, np.int32)

@@ -14,69 +14,88 @@ import numpy as np
 
 
 class HoleList:
+    """Free holes as two address-sorted Python lists (starts, sizes): a few hundred holes at
+    most (one per live range, plus one), where list scans beat numpy calls."""
+
     def __init__(self, cells: int, best_fit: bool = False) -> None:
         self.best_fit = best_fit
-        self.starts = np.array([0], np.int64)
-        self.sizes = np.array([cells], np.int64)
+        self._starts: list[int] = [0]
+        self._sizes: list[int] = [cells]
         self.free_cells = cells
+        self._largest: int | None = cells  # the largest hole (None: recount it)
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.asarray(self._starts, np.int64)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.asarray(self._sizes, np.int64)
 
     def rounded(self, n: int) -> int:
         return n
 
     def largest(self) -> int:
-        return int(self.sizes.max()) if self.sizes.size else 0
+        if self._largest is None:
+            self._largest = max(self._sizes, default=0)
+        return self._largest
 
     def place(self, n: int) -> int | None:
-        fits = self.sizes >= n
-        if not fits.any():
+        if n > self.largest():
             return None
-        if self.best_fit:
-            cand = np.flatnonzero(fits)
-            i = int(cand[np.argmin(self.sizes[cand])])
+        sizes = self._sizes
+        if self.best_fit:  # the smallest hole that fits, the first of equals
+            i, best = -1, 0
+            for k, x in enumerate(sizes):
+                if x >= n and (i < 0 or x < best):
+                    i, best = k, x
+                    if x == n:
+                        break
         else:
-            i = int(np.argmax(fits))
-        start = int(self.starts[i])
+            i = next(k for k, x in enumerate(sizes) if x >= n)
+        start = self._starts[i]
         self._take(i, n)
         return start
 
     def _take(self, i: int, n: int) -> None:
-        if self.sizes[i] == n:
-            self.starts, self.sizes = _cut(self.starts, i), _cut(self.sizes, i)
+        size = self._sizes[i]
+        if size == self._largest:  # the largest hole shrinks: recount on demand
+            self._largest = None
+        if size == n:
+            del self._starts[i], self._sizes[i]
         else:
-            self.starts[i] += n
-            self.sizes[i] -= n
+            self._starts[i] += n
+            self._sizes[i] = size - n
         self.free_cells -= n
 
     def free(self, start: int, n: int) -> None:
-        j = int(np.searchsorted(self.starts, start))
-        merge_prev = j > 0 and self.starts[j - 1] + self.sizes[j - 1] == start
-        merge_next = j < self.starts.size and start + n == self.starts[j]
+        starts, sizes = self._starts, self._sizes
+        j = bisect.bisect_left(starts, start)
+        merge_prev = j > 0 and starts[j - 1] + sizes[j - 1] == start
+        merge_next = j < len(starts) and start + n == starts[j]
         if merge_prev and merge_next:
-            self.sizes[j - 1] += n + self.sizes[j]
-            self.starts, self.sizes = _cut(self.starts, j), _cut(self.sizes, j)
+            sizes[j - 1] += n + sizes[j]
+            del starts[j], sizes[j]
         elif merge_prev:
-            self.sizes[j - 1] += n
+            sizes[j - 1] += n
         elif merge_next:
-            self.starts[j] = start
-            self.sizes[j] += n
+            starts[j] = start
+            sizes[j] += n
         else:
-            self.starts = np.concatenate((self.starts[:j], [start], self.starts[j:]))
-            self.sizes = np.concatenate((self.sizes[:j], [n], self.sizes[j:]))
+            starts.insert(j, start)
+            sizes.insert(j, n)
         self.free_cells += n
+        if self._largest is not None:  # the hole that took the freed cells
+            self._largest = max(self._largest, sizes[j - 1 if merge_prev else j])
 
     def grow(self, start: int, size: int, extra: int) -> bool:
         """Extend [start, start+size) in place by `extra` cells if the next hole allows."""
         end = start + size
-        j = int(np.searchsorted(self.starts, end))
-        if j < self.starts.size and self.starts[j] == end and self.sizes[j] >= extra:
+        j = bisect.bisect_left(self._starts, end)
+        if j < len(self._starts) and self._starts[j] == end and self._sizes[j] >= extra:
             self._take(j, extra)
             return True
         return False
-
-
-def _cut(a: np.ndarray, i: int) -> np.ndarray:
-    """a without element i (np.delete's result, without its generic overhead)."""
-    return np.concatenate((a[:i], a[i + 1:]))
 
 
 class Buddy:
@@ -93,46 +112,58 @@ class Buddy:
         for b, order in self.regions:
             bisect.insort(self.lists[order], b)
         self.free_cells = cells
+        self._largest: int | None = None  # the largest free block (None: recount it)
 
     @staticmethod
     def order_of(n: int) -> int:
-        return max(0, (n - 1).bit_length())
+        return (n - 1).bit_length() if n > 0 else 1
 
     def rounded(self, n: int) -> int:
         return 1 << self.order_of(n)
 
     def largest(self) -> int:
-        for order in range(len(self.lists) - 1, -1, -1):
-            if self.lists[order]:
-                return 1 << order
-        return 0
+        if self._largest is None:
+            self._largest = next((1 << o for o in range(len(self.lists) - 1, -1, -1)
+                                  if self.lists[o]), 0)
+        return self._largest
 
     def place(self, n: int) -> int | None:
-        k = self.order_of(n)
-        j = next((o for o in range(k, len(self.lists)) if self.lists[o]), None)
-        if j is None:
+        k = (n - 1).bit_length() if n > 0 else 1
+        lists = self.lists
+        for j in range(k, len(lists)):
+            if lists[j]:
+                break
+        else:
             return None
-        start = self.lists[j].pop(0)
+        start = lists[j].pop(0)
+        if not lists[j] and 1 << j == self._largest:
+            self._largest = None
         while j > k:  # split, keeping the lower half, freeing the upper
             j -= 1
-            bisect.insort(self.lists[j], start + (1 << j))
+            bisect.insort(lists[j], start + (1 << j))
         self.free_cells -= 1 << k
         return start
 
     def free(self, start: int, n: int) -> None:
-        k = self.order_of(n)
+        k = (n - 1).bit_length() if n > 0 else 1
         self.free_cells += 1 << k
-        base, top = self.regions[bisect.bisect_right(self._bases, start) - 1]
+        regions = self.regions
+        base, top = regions[0] if len(regions) == 1 else regions[
+            bisect.bisect_right(self._bases, start) - 1]
+        lists = self.lists
         while k < top:
             buddy = base + ((start - base) ^ (1 << k))
-            lst = self.lists[k]
+            lst = lists[k]
             i = bisect.bisect_left(lst, buddy)
             if i == len(lst) or lst[i] != buddy:
                 break
-            lst.pop(i)
-            start = min(start, buddy)
+            del lst[i]
+            if buddy < start:
+                start = buddy
             k += 1
-        bisect.insort(self.lists[k], start)
+        bisect.insort(lists[k], start)
+        if self._largest is not None and 1 << k > self._largest:
+            self._largest = 1 << k
 
     def grow(self, start: int, size: int, extra: int) -> bool:
         return False  # a buddy block has a fixed size: growth means moving, which we refuse

@@ -2,20 +2,25 @@
 
 A running request of a contiguous lane writes inside its reservation, so its memory changes
 only when a request is admitted or finishes, and nobody is ever preempted. While every
-running request decodes, a step therefore decides exactly what the step before it decided
-(no admission; the head refused for the same reason, so no new event) unless the step
-before rejected or finished a request, admitted one without then refusing the head for
-memory, or left the head waiting for the budget alone; an arrival matters only when nobody
-waits. (A step that admitted and then refused the head for memory decides the next step's
-answer too: the next step sees the same free ranges and running count, and a budget no
-smaller, since the prompts it admitted become single decodes; `_answer` checks memory on
-the whole sequence, so the budget cannot turn that refusal into an admission.)
+running request decodes and someone waits, a step therefore decides exactly what the step
+before it decided (no admission; the head refused for the same reason, so no new event)
+unless that step rejected or finished a request, admitted one and then refused the head for
+POLICY (max_num_seqs; without chunked prefill, a budget that grows as prompts become
+decodes), or left the head waiting for the budget alone. (A step that admitted and then
+refused the head for memory decides the next step's answer too: the next step sees the same
+free ranges and running count, and a budget no smaller, since the prompts it admitted
+become single decodes; `_answer` checks memory on the whole sequence, so the budget cannot
+turn that refusal into an admission.) Arrivals only join the queue. A finish frees its
+range in its step's update, after that step's admissions: the step after it is the one
+asked.
 `queue_window` asks the rule at those steps only (`Scheduler.admissions`: the scheduler's
-own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`,
-frees each finished request in its step's update, and adds the steps in between (each a
-decode of every running request) with their shares in closed form. A prompt admitted in
-chunks ends the window (it does not decode), and so does a request whose life outgrows its
-reservation (its range must grow).
+own `_admit`, on the real placement), logs with Lane's own `log_schedule` / `log_finished`
+(into an EventBuffer, appended to the lane's log when the window ends), frees each finished
+request in its step's update, and adds the steps in between (each a decode of every running
+request) with their shares in closed form. A prompt admitted in chunks ends the window (it
+does not decode), and so does a request whose life outgrows its reservation (its range must
+grow), and so does a step after which nobody waits (windows, kvviz/engine/window.py, take
+the arrivals from there, many at once).
 Checked against stepping by tests/engine/test_span_equivalence.py.
 """
 from __future__ import annotations
@@ -26,8 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvviz.alloc.base import Reason
-from kvviz.engine.shares import add_repeated
-from kvviz.engine.window import arrival_steps, efi_of
+from kvviz.engine.eventbuffer import EventBuffer
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
@@ -39,7 +43,7 @@ POLICY = Reason.POLICY
 
 def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
     """Apply the queue window that starts after the lane's last step; returns its steps."""
-    sched, a, w = lane.sched, lane.alloc, lane.w
+    sched, a = lane.sched, lane.alloc
     if not a.contiguous or a.block_size != 1 or not sched.waiting_count or sched.front:
         return 0
     ids = sched.running_ids()
@@ -51,7 +55,6 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
         return 0
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
-    kvf, space = lane.kv_final, sched.space
     # per request: base step, tokens computed after it, sampled after it, sampled before
     # the window, finish step, reserved slots, slots the allocator holds as written
     rows: dict[int, list[int]] = {}
@@ -59,69 +62,88 @@ def queue_window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | 
                              sched.generated[ids].tolist(), held.tolist(),
                              sched.finish_steps(S, ids, True).tolist()):
         rows[r] = [S, c, g, g, f, h, c]
-    heap = [(x[4], r) for r, x in rows.items()]  # (finish step, request)
-    heapify(heap)
-    segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
-    s, changed, total, efi = S, True, len(w), None
-    while lane.done + lane.rejected < total:
-        if changed:
-            nxt = s + 1
-        else:
-            nxt = heap[0][0] if heap else NEVER
-            if not sched.waiting_count and sched.arrived < arrival_s.size:
-                t = arrival_steps(arrival_s[sched.arrived:sched.arrived + 1], s, step_ms)
-                if t is None:
-                    break
-                nxt = min(nxt, int(t[0]))
-            if nxt == NEVER:
-                break
-        if nxt > end:
-            s = end
-            break
-        s = nxt
-        lane.step_no, lane.time_s = s, s * step_ms / 1000.0
-        sched.arrived = max(sched.arrived,
-                            int(np.searchsorted(arrival_s, lane.time_s, side="right")))
-        plan = sched.admissions(sched.budget_after_decodes(len(sched.running)))
-        lane.log_schedule(plan)
-        last = False  # this step ends the window
-        for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
-            whole = h + n == int(sched.num_tokens[r])
-            f = int(sched.finish_steps(s, r, False)) if whole else NEVER
-            size = int(a.seq_allocated_tokens(np.asarray([r]))[0])
-            last |= not whole or size < kvf[r]  # chunks, or growth past the reservation
-            rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
-            heappush(heap, (f, r))
-        fins = []
-        while heap and heap[0][0] == s:
-            fins.append(heappop(heap)[1])
-        if len(fins) > 1:  # update() finishes them in running order
-            fins.sort(key=sched.running.index)
-        if fins:
-            for r in fins:
-                x = rows[r]
-                if kvf[r] > x[6]:
-                    a.grow_each(np.asarray([r]), np.asarray([kvf[r] - x[6]]))
-                space.free(r)
-                space.done(r)
-            for r in fins:
-                sched.running.remove(r)
-            sched._ids = None
-            lane.log_finished(np.asarray(fins, np.int64))
-        if plan.admitted or fins or efi is None:  # efi changes only where ranges do
-            efi = efi_of(a)
-        segs.append((s, plan.pressure, efi))
-        held_for_memory = plan.refused is not None and plan.refused[1].reason is not POLICY
-        changed = bool(plan.rejected or fins) or (
-            bool(plan.admitted) and not held_for_memory) or (
-            plan.refused is None and sched.waiting_count > 0)
-        if last:
-            break
-    end = s
+    log, lane.events = lane.events, EventBuffer(lane.events)  # the lane logs as it steps
+    try:
+        end, segs = _steps(lane, rows, end, arrival_s, step_ms)
+    finally:
+        lane.events.flush()
+        lane.events = log
     if end == S:
         return 0
     _commit(lane, rows, segs, end, step_ms, arrival_s)
     return end - S
+
+
+def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
+           step_ms: float) -> tuple[int, list]:
+    """The window's asked steps and finishes up to step `end` at most (rows: the touched
+    requests, updated); returns the window's last step and its segments."""
+    sched, a = lane.sched, lane.alloc
+    kvf, space = lane.kv_final, sched.space
+    heap = [(x[4], r) for r, x in rows.items()]  # (finish step, request)
+    heapify(heap)
+    segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
+    s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
+    n_arr = arrival_s.size
+    efi_now = a.efi  # window.efi_of(a), as Lane._fill reads it
+    known, finish_at, held_of = sched.num_tokens, sched.finish_steps, a.seq_held_tokens
+    admissions, budget_after = sched.admissions, sched.budget_after_decodes
+    # the next arrival's time (inf: none left), read again only when requests arrive
+    t_next = float(arrival_s[sched.arrived]) if sched.arrived < n_arr else np.inf
+    while lane.done + lane.rejected < total:  # someone waits
+        if changed:
+            nxt = s + 1
+        elif heap:
+            nxt = heap[0][0]
+        else:
+            break
+        if nxt > end:
+            s = end
+            break
+        s = nxt
+        time_s = lane.time_s = s * step_ms / 1000.0
+        lane.step_no = s
+        if t_next <= time_s:
+            sched.arrived = int(np.searchsorted(arrival_s, time_s, side="right"))
+            t_next = float(arrival_s[sched.arrived]) if sched.arrived < n_arr else np.inf
+        # a step that is not asked decides what the step before decided (no event)
+        ask, last = changed, False  # last: this step ends the window
+        if ask:
+            plan = admissions(budget_after(len(sched.running)))
+            lane.log_schedule(plan)
+            pressure = plan.pressure
+            if plan.admitted:
+                for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):
+                    whole = h + n == int(known[r])
+                    f = int(finish_at(s, r, False)) if whole else NEVER
+                    size = held_of(r)
+                    last |= not whole or size < kvf[r]  # chunks, or growth past the range
+                    rows[r] = [s, h + n, int(whole), 0, f, size, h + n]
+                    heappush(heap, (f, r))
+        if heap and heap[0][0] == s:
+            fins = [heappop(heap)[1]]
+            while heap and heap[0][0] == s:
+                fins.append(heappop(heap)[1])
+            if len(fins) > 1:  # update() finishes them in running order
+                fins.sort(key=sched.running.index)
+            for r in fins:  # (its last decodes, never written to the allocator, are
+                space.free(r)  # released with it)
+                space.done(r)
+                sched.running.remove(r)
+            sched._ids = None
+            lane.log_finished(np.asarray(fins, np.int64))
+        else:
+            fins = None
+        if (ask and plan.admitted) or fins or efi is None:  # efi changes where ranges do
+            efi = efi_now()
+        if not segs or segs[-1][1] != pressure or segs[-1][2] != efi:
+            segs.append((s, pressure, efi))
+        if last or not sched.waiting_count:  # nobody waits: windows take arrivals in bulk
+            break
+        # whether the next step may decide otherwise (see the module's docstring)
+        changed = bool(fins) or ask and (bool(plan.rejected) or plan.refused is None or (
+            bool(plan.admitted) and plan.refused[1].reason is POLICY))
+    return s, segs
 
 
 def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
@@ -149,37 +171,34 @@ def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
         arrival_s, end * step_ms / 1000.0, side="right")))
     lane.step_no, lane.time_s = end, end * step_ms / 1000.0
     lane._memory_pressure = False
-    # per step t = 1..W: live requests after step S + t (lengths l0 + step - base)
+    # request i counts at the window's steps t = first_i..last_i (step S + t), with lengths
+    # c_i + t there; a step's pressure is its segment's
     first = np.where(base == S, S + 1, base) - S
     last = np.minimum(fin - 1, end) - S
     keep = last >= first
     first, last = first[keep], last[keep]
-
-    def per_step(v: np.ndarray) -> np.ndarray:
-        d = np.zeros(W + 2, np.int64)
-        np.add.at(d, first, v[keep])
-        np.add.at(d, last + 1, -v[keep])
-        return np.cumsum(d)[1:W + 1]
-
-    t = np.arange(1, W + 1, dtype=np.int64)
-    used = per_step(l0 - base + S) + t * per_step(np.ones(r.size, np.int64))
-    alloc = per_step(held)
-    internal = per_step(np.maximum(0, held - kv))
-    vals = {"used": used, "reserved": alloc - used - internal, "internal": internal,
-            "free": lane.capacity - alloc}
+    c = (l0 - base + S)[keep]
+    held, internal = held[keep], np.maximum(0, held - kv)[keep]
     at = np.asarray([x[0] for x in segs] + [end + 1], np.int64) - S - 1
-    press = np.zeros(W, np.bool_)
-    for (_, p, _), lo, hi in zip(segs, at[:-1], at[1:]):
-        press[lo:hi] = p
-    sh = lane.shares
-    for acc, mask in ((sh.every, None), (sh.pressure, press)):
-        n = W if mask is None else int(mask.sum())
-        if not n:
+    span = np.diff(at)
+    press = np.repeat(np.fromiter((x[1] for x in segs), np.bool_, len(segs)), span)
+    t = np.arange(W + 1, dtype=np.int64)
+    for acc, on in ((lane.shares.every, None), (lane.shares.pressure, press)):
+        if on is None:  # P(t): counted steps up to t; Q(t): their sum
+            P, Q = t, t * (t + 1) // 2
+        else:
+            P = np.concatenate([[0], np.cumsum(on)])
+            Q = np.concatenate([[0], np.cumsum(np.where(on, t[1:], 0))])
+        if not P[W]:
             continue
-        acc["steps"] += n
-        for k, v in vals.items():
-            acc[k] += int(v.sum() if mask is None else v[mask].sum())
-    for (_, p, e), lo, hi in zip(segs, at[:-1], at[1:]):
-        sh.every["efi"] = add_repeated(sh.every["efi"], e, int(hi - lo))
-        if p:
-            sh.pressure["efi"] = add_repeated(sh.pressure["efi"], e, int(hi - lo))
+        n = P[last] - P[first - 1]
+        used = int(c @ n) + int((Q[last] - Q[first - 1]).sum())
+        alloc, inside = int(held @ n), int(internal @ n)
+        acc["steps"] += int(P[W])
+        for k, v in (("used", used), ("reserved", alloc - used - inside),
+                     ("internal", inside), ("free", int(P[W]) * lane.capacity - alloc)):
+            acc[k] += v
+        # efi: its steps' values added one by one (cumsum adds in order, as stepping does)
+        efi = np.repeat(np.fromiter((x[2] for x in segs), np.float64, len(segs)), span)
+        acc["efi"] = float(np.cumsum(np.concatenate([[acc["efi"]], efi if on is None
+                                                     else efi[on]]))[-1])

@@ -303,7 +303,7 @@ class _Plan:
         phase = np.repeat(np.arange(2), [ny, fj.size])
         j = np.concatenate([np.arange(n0, n0 + ny), fj])
         order = np.lexsort((j, phase, step))
-        jid, l0, kv = self.jid.tolist(), self.l0.tolist(), self.kv.tolist()
+        jid, l0 = self.jid.tolist(), self.l0.tolist()
         efi = self.efi
         cur, this = -1, []
         for s, ph, jj in zip(step[order].tolist(), phase[order].tolist(), j[order].tolist()):
@@ -322,9 +322,7 @@ class _Plan:
                 space.admit(r, l0[jj], [], l0[jj])
                 this.append(r)
                 self.free_after.append(a.usage().free_tokens)
-            else:
-                if kv[jj] > l0[jj]:
-                    a.grow_each(np.asarray([r]), np.asarray([kv[jj] - l0[jj]]))
+            else:  # its decodes since l0 were never written: released with it
                 space.free(r)
         if cur >= 0:
             efi.append((cur, efi_of(a)))
@@ -457,6 +455,5 @@ class _Plan:
 
 
 def efi_of(a) -> float:
-    """The external fragmentation index as Lane._fill reads it."""
-    free = a.usage().free_tokens
-    return 1.0 - a.check(1).largest_hole_tokens / free if free > 0 else 0.0
+    """The external fragmentation index as Lane._fill reads it (a contiguous allocator)."""
+    return a.efi()
