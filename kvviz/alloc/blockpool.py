@@ -38,6 +38,7 @@ class BlockPool:
         self._nfree = num_blocks
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
         self._key_of: dict[int, Key] = {}
+        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: in _key_of
         self._block_of: dict[Key, int] = {}
         self.parent_of: dict[Key, Key | None] = {}  # cached key -> the key before it
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
@@ -91,6 +92,7 @@ class BlockPool:
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
         gone = self._key_of.pop(b)
+        self.has_key[b] = False
         copies = self._block_of[gone]
         del copies[b]
         if not copies:
@@ -117,38 +119,48 @@ class BlockPool:
         self._nfree += int(blocks.size)
 
     def plain_list(self) -> list[int]:
-        """The plain free blocks (never cached), the next taken last: a stack to replay
-        takes (pop) and frees (append, in the order `put` would push them) on."""
+        """The plain free blocks (never cached), the next taken last."""
         return self._stack[:self._nfree].tolist()
 
-    def set_plain(self, blocks: list[int]) -> None:
-        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
-        self._stack[:len(blocks)] = blocks
-        self._nfree = len(blocks)
+    def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
+        """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
+        taken last) and the cached free blocks, least recently freed first."""
+        return (self._stack[:self._nfree].astype(np.int64),
+                np.fromiter(self._lru, np.int64, len(self._lru)))
 
-    def replay_take(self, stack: list[int]) -> tuple[int, bool]:
-        """`take(1)` on a `plain_list` stack: (the block, whether a cached one was evicted)."""
-        if stack:
-            return stack.pop(), False
-        b = self._lru.popitem(last=False)[0]
-        self._forget(b)
-        self.cached[b] = False
-        self.content[b] = 0
-        self.evictions += 1
-        return b, True
+    def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
+                   fills: np.ndarray) -> None:
+        """After a replay: the plain free blocks are `stack`; the FIFO's first
+        evicted.size blocks were evicted (block ids in order; their keys the caller's, see
+        `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
+        self._stack[:stack.size] = stack
+        self._nfree = int(stack.size)
+        lru = self._lru
+        for _ in range(min(evicted.size, len(lru))):
+            lru.popitem(last=False)
+        self.cached[evicted] = False
+        self.content[evicted] = 0
+        self.evictions += int(evicted.size)
+        lru.update(dict.fromkeys(cached.tolist()))
+        self.cached[cached] = True
+        self.content[cached] = fills
 
-    def replay_put(self, stack: list[int], blocks: list[int], fills: list[int]) -> None:
-        """`put` on a `plain_list` stack (blocks in eviction order, their fill levels)."""
-        key_of, plain = self._key_of, []
-        for b, f in zip(blocks, fills):
-            if b in key_of:
-                self._lru[b] = None
-                self.cached[b] = True
-                self.content[b] = f
-            else:
-                plain.append(b)
-        plain.reverse()
-        stack.extend(plain)
+    def forget_many(self, blocks: list[int]) -> None:
+        """Evicted blocks lose their keys, in order (as `take` would forget them)."""
+        for b in blocks:
+            self._forget(b)
+
+    def all_new(self, keys: list[Key]) -> bool:
+        """Whether no block holds any of `keys` and none repeats."""
+        return len(set(keys)) == len(keys) and not any(map(self._block_of.__contains__, keys))
+
+    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list) -> None:
+        """Blocks (without a key) now hold keys `all_new` said are new: what `register`
+        for each, in order, leaves, at dict speed."""
+        self._key_of.update(zip(blocks.tolist(), keys))
+        self.has_key[blocks] = True
+        self._block_of.update(zip(keys, ({b: None} for b in blocks.tolist())))
+        self.parent_of.update(zip(keys, parents))
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
@@ -181,4 +193,5 @@ class BlockPool:
         if self.log is not None:
             self.log.append((STORED, key, parent))
         self._key_of[b] = key
+        self.has_key[b] = True
         self._block_of.setdefault(key, {})[b] = None
