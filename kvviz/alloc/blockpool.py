@@ -24,6 +24,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from kvviz.alloc.lazykeys import LazyKeys
+
 Key = tuple[int, int]
 STORED, REMOVED = "stored", "removed"
 LogEntry = tuple[str, Key, "Key | None"]  # (STORED | REMOVED, key, parent key of a store)
@@ -37,21 +39,60 @@ class BlockPool:
         self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [:nfree] are free
         self._nfree = num_blocks
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
-        self._key_of: dict[int, Key] = {}
-        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: in _key_of
-        self._block_of: dict[Key, int] = {}
-        self.parent_of: dict[Key, Key | None] = {}  # cached key -> the key before it
+        self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
+        self._bof: dict[Key, dict[int, None]] = {}  # key -> its blocks, first cached first
+        self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
+        self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
+        self._clock = 0  # stamps: one per key stored, in order
+        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: holds a key
+        self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
+
+    @property
+    def _key_of(self) -> dict[int, Key]:
+        self.materialize()
+        return self._kof
+
+    @property
+    def _block_of(self) -> dict[Key, dict[int, None]]:
+        self.materialize()
+        return self._bof
+
+    @property
+    def parent_of(self) -> dict[Key, Key | None]:
+        self.materialize()
+        return self._par
+
+    def materialize(self) -> None:
+        """Compute the lazy keys and enter them in the dicts where storing them one by one
+        would have: each key's entry in stamp order."""
+        if not self.lazy.count:
+            return
+        blocks, keys, parents, stamps = self.lazy.drain()
+        kof, bof, par, born = self._kof, self._bof, self._par, self._born
+        for b, k, p, t in zip(blocks, keys, parents, stamps):
+            kof[b] = k
+            par.setdefault(k, p)
+            born.setdefault(k, t)
+            bof.setdefault(k, {})[b] = None
+        self._bof = dict(sorted(bof.items(), key=lambda kv: born[kv[0]]))
+
+    def stamps(self, n: int) -> int:
+        """Reserve n stamps (for keys stored in that order); returns the first."""
+        self._clock += n
+        return self._clock - n
 
     def start_log(self) -> dict[Key, Key | None]:
         """Log from now on; returns the keys cached now (key -> parent key), the state the
         log's entries apply to."""
+        self.materialize()
         self.log = []
         return self.cached_keys()
 
     def cached_keys(self) -> dict[Key, Key | None]:
         """The keys cached now (live or free), each with its parent key. O(cached blocks)."""
-        return {k: self.parent_of.get(k) for k in self._block_of}
+        par = self.parent_of
+        return {k: par.get(k) for k in self._bof}
 
     def drain_log(self) -> list[LogEntry]:
         """The entries since the last drain, oldest first (empty when not logging)."""
@@ -67,7 +108,7 @@ class BlockPool:
     @property
     def keyed(self) -> bool:
         """Whether any block (held or free) holds a key."""
-        return bool(self._key_of)
+        return bool(self._kof) or self.lazy.count > 0
 
     @property
     def cached_count(self) -> int:
@@ -91,13 +132,17 @@ class BlockPool:
 
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
-        gone = self._key_of.pop(b)
         self.has_key[b] = False
-        copies = self._block_of[gone]
+        gone = self._kof.pop(b, None)
+        if gone is None:  # a lazy key: nothing else holds it
+            self.lazy.drop(np.asarray([b]))
+            return
+        copies = self._bof[gone]
         del copies[b]
         if not copies:
-            del self._block_of[gone]
-            self.parent_of.pop(gone, None)
+            del self._bof[gone]
+            del self._born[gone]
+            self._par.pop(gone, None)
         if self.log is not None:
             self.log.append((REMOVED, gone, None))
 
@@ -105,8 +150,8 @@ class BlockPool:
         """Blocks nobody references any more, in eviction order (the first is evicted
         first): cached ones (with a key) join the tail in that order, the rest the front."""
         plain = blocks
-        if self._key_of:
-            keep = np.fromiter((int(b) in self._key_of for b in blocks), bool, blocks.size)
+        if self.keyed:
+            keep = self.has_key[blocks]
             for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
                 self._lru[b] = None
                 self.cached[b] = True
@@ -145,22 +190,42 @@ class BlockPool:
         self.cached[cached] = True
         self.content[cached] = fills
 
-    def forget_many(self, blocks: list[int]) -> None:
+    def forget_many(self, blocks: np.ndarray) -> None:
         """Evicted blocks lose their keys, in order (as `take` would forget them)."""
-        for b in blocks:
+        if not blocks.size:
+            return
+        lazy = self.lazy.stamp[blocks] >= 0 if self.lazy.count else np.zeros(blocks.size, bool)
+        if lazy.any():
+            self.lazy.drop(blocks[lazy])
+            self.has_key[blocks[lazy]] = False
+        for b in blocks[~lazy].tolist():
             self._forget(b)
 
     def all_new(self, keys: list[Key]) -> bool:
-        """Whether no block holds any of `keys` and none repeats."""
-        return len(set(keys)) == len(keys) and not any(map(self._block_of.__contains__, keys))
+        """Whether no block holds any of `keys` (lazy keys aside: see lazykeys.py) and none
+        repeats."""
+        return len(set(keys)) == len(keys) and not any(map(self._bof.__contains__, keys))
 
-    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list) -> None:
+    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list,
+                  stamps: list[int]) -> None:
         """Blocks (without a key) now hold keys `all_new` said are new: what `register`
         for each, in order, leaves, at dict speed."""
-        self._key_of.update(zip(blocks.tolist(), keys))
+        self._kof.update(zip(blocks.tolist(), keys))
         self.has_key[blocks] = True
-        self._block_of.update(zip(keys, ({b: None} for b in blocks.tolist())))
-        self.parent_of.update(zip(keys, parents))
+        self._bof.update(zip(keys, ({b: None} for b in blocks.tolist())))
+        self._par.update(zip(keys, parents))
+        self._born.update(zip(keys, stamps))
+
+    def cached_run(self, keys: list[Key]) -> list[int]:
+        """Blocks of the longest leading run of `keys` cached now (the first block cached
+        under each), without computing lazy keys: the caller materialized its request's."""
+        bof, out = self._bof, []
+        for key in keys:
+            copies = bof.get(key)
+            if copies is None:
+                break
+            out.append(next(iter(copies)))
+        return out
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
@@ -185,13 +250,21 @@ class BlockPool:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
         before it (None for a request's first block). Another block may hold the same key:
         both stay cached (vLLM's duplicates)."""
-        if self._key_of.get(b) == key:
+        if self.lazy.holds(b):
+            self.materialize()
+        kof = self._kof
+        if kof.get(b) == key:
             return
-        if b in self._key_of:
+        if b in kof:
             self._forget(b)
-        self.parent_of.setdefault(key, parent)
+        self._par.setdefault(key, parent)
         if self.log is not None:
             self.log.append((STORED, key, parent))
-        self._key_of[b] = key
+        kof[b] = key
         self.has_key[b] = True
-        self._block_of.setdefault(key, {})[b] = None
+        copies = self._bof.get(key)
+        if copies is None:
+            copies = self._bof[key] = {}
+            self._born[key] = self._clock
+            self._clock += 1
+        copies[b] = None

@@ -113,8 +113,8 @@ class PagedWindowVerbs:
         evicted_ids = blocks_of(fifo[:used], got)
         tail = ki[max(0, used - q0):]
         if keys is not None:
-            self._replay_keys(keys, useq, reg_u, reg_pos, reg_op, reg_ref, got, fifo[:used],
-                              take_op, rp.fifo_take)
+            self._replay_keys(keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
+                              fifo[:used], take_op, rp.fifo_take)
         pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
                         blocks_of(e_ref[tail], got), e_fill[tail])
         # rows in op order (admissions claim rows, frees give them back)
@@ -157,28 +157,46 @@ class PagedWindowVerbs:
         after = (pool.free_count - int(delta.sum()) + np.cumsum(delta))[kind == ADMIT]
         return after.tolist(), take_op[rp.fifo_take].tolist()
 
-    def _replay_keys(self, keys, useq, reg_u, reg_pos, reg_op, reg_ref, got, evicted_refs,
-                     take_op, fifo_take) -> None:
+    def _replay_keys(self, keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
+                     evicted_refs, take_op, fifo_take) -> None:
         """The keys' side of a replay: as `register` at each fill and `take`'s evictions one
         by one would leave the dicts. When every key stored is new (no block holds it, none
         repeats), a key stored and evicted inside the window leaves no trace: the evicted
-        blocks that held keys from before forget them, the others are stored at once."""
+        blocks that held keys from before forget them, the others are stored at once; those
+        naming their request's own tokens in its first life lazily (kvviz/alloc/lazykeys.py)."""
         pool = self._pool
-        cache: dict[int, list] = {}
-        ks = [cache[r] if r in cache else cache.setdefault(r, keys(r))
-              for r in useq[reg_u].tolist()]
-        pos = reg_pos.tolist()
-        key = [k[p] for k, p in zip(ks, pos)]
-        parent = [k[p - 1] if p else None for k, p in zip(ks, pos)]
+        chains = [keys(r) for r in useq.tolist()]
+        src = getattr(chains[0], "source", None) if chains else None
+        lazy_u = np.zeros(useq.size, np.bool_)
+        if src is not None:  # first lives: new here and never seen, or stored lazily before
+            seen = pool.lazy.requests
+            before = np.fromiter((r in seen for r in useq.tolist()), bool, useq.size)
+            known = np.fromiter(map(src.known, useq.tolist()), bool, useq.size)
+            lazy_u = np.where(new, ~before & ~known, before)
+            if (new & before).any():  # a request stored lazily comes back: read them all
+                pool.materialize()
+                lazy_u[:] = False
+        lazy = lazy_u[reg_u] & (reg_pos >= (src.own_from(useq)[reg_u] if src else 0))
+        gone = np.isin(reg_ref, evicted_refs)  # stored, then evicted inside the window
+        eager = np.flatnonzero(~lazy)
+        key = [chains[u][p] for u, p in zip(reg_u[eager].tolist(), reg_pos[eager].tolist())]
+        stamp0 = pool.stamps(reg_ref.size)
         blocks = blocks_of(reg_ref, got)
-        keep = np.flatnonzero(~np.isin(reg_ref, evicted_refs)).tolist()
         if pool.all_new(key):
             ev_base = evicted_refs[evicted_refs < 0]
-            pool.forget_many((~ev_base[~np.isin(ev_base, reg_ref)]).tolist())
-            pool.store_new([key[i] for i in keep], blocks[keep],
-                           [parent[i] for i in keep])
+            pool.forget_many(~ev_base[~np.isin(ev_base, reg_ref)])
+            keep = np.flatnonzero(~gone[eager]).tolist()
+            pool.store_new([key[i] for i in keep], blocks[eager[keep]], [
+                chains[u][p - 1] if p else None
+                for u, p in zip(reg_u[eager[keep]].tolist(), reg_pos[eager[keep]].tolist())],
+                (stamp0 + eager[keep]).tolist())
+            lz = np.flatnonzero(lazy & ~gone)
+            pool.lazy.store(blocks[lz], useq[reg_u[lz]], reg_pos[lz], stamp0 + lz, src)
+            pool.has_key[blocks[lz]] = True
             return
         # some key repeats or is held already: every store and eviction, in order
+        pool.materialize()
+        key = [chains[u][p] for u, p in zip(reg_u.tolist(), reg_pos.tolist())]
         ev = np.flatnonzero(fifo_take)
         op = np.concatenate([take_op[ev], reg_op])
         phase = np.repeat([0, 1], [ev.size, reg_op.size])  # an admission evicts, then stores
@@ -186,7 +204,8 @@ class PagedWindowVerbs:
         blk = np.concatenate([got[ev], blocks]).tolist()
         for i in np.lexsort((sub, phase, op)).tolist():
             if i < ev.size:
-                pool.forget_many([blk[i]])
+                pool.forget_many(np.asarray([blk[i]]))
             else:
                 j = i - ev.size
-                pool.register(key[j], blk[i], parent[j])
+                p = int(reg_pos[j])
+                pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
