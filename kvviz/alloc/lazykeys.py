@@ -26,6 +26,8 @@ class LazyKeys:
 
     def store(self, blocks: np.ndarray, req: np.ndarray, index: np.ndarray,
               stamps: np.ndarray, source) -> None:
+        if not blocks.size:
+            return
         self.stamp[blocks] = stamps
         self.req[blocks] = req
         self.index[blocks] = index
