@@ -21,7 +21,8 @@ class LazyKeys:
         self.req = np.zeros(num_blocks, np.int64)
         self.index = np.zeros(num_blocks, np.int64)
         self.count = 0
-        self.requests: set[int] = set()  # requests that stored some (a superset)
+        self.requests: set[int] = set()  # requests holding some now (a superset)
+        self.ever: set[int] = set()  # requests that ever stored some (never cleared)
         self.source = None  # the BlockKeys that computes them (kvviz/engine/tokens.py)
 
     def store(self, blocks: np.ndarray, req: np.ndarray, index: np.ndarray,
@@ -32,7 +33,9 @@ class LazyKeys:
         self.req[blocks] = req
         self.index[blocks] = index
         self.count += int(blocks.size)
-        self.requests.update(np.unique(req).tolist())
+        who = np.unique(req).tolist()
+        self.requests.update(who)
+        self.ever.update(who)
         self.source = source
 
     def holds(self, b: int) -> bool:

@@ -117,12 +117,7 @@ class PagedWindowVerbs:
                               fifo[:used], take_op, rp.fifo_take)
         pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
                         blocks_of(e_ref[tail], got), e_fill[tail])
-        # rows in op order (admissions claim rows, frees give them back)
-        for k, r in zip(kind.tolist(), seq.tolist()):
-            if k == ADMIT:
-                self._new_row(r)
-            elif k == FREE_SEQ:
-                rows.remove(r)
+        self._replay_rows(kind, seq, new[inv], row0[inv])
         freed = blocks_of(e_ref, got)
         if freed.size:
             self._owner[freed] = FREE
@@ -157,6 +152,53 @@ class PagedWindowVerbs:
         after = (pool.free_count - int(delta.sum()) + np.cumsum(delta))[kind == ADMIT]
         return after.tolist(), take_op[rp.fifo_take].tolist()
 
+    def _replay_rows(self, kind: np.ndarray, seq: np.ndarray, new: np.ndarray,
+                     row0: np.ndarray) -> None:
+        """Admissions claim rows and frees give them back, as `_new_row` and
+        `RowTable.remove` in op order would: the free rows are a stack (the next claimed on
+        top), replayed in closed form unless they run out on the way (then they grow: one
+        by one). new/row0: per op, whether its sequence is new here, else its row."""
+        rows = self._rows
+        sel = np.flatnonzero((kind == ADMIT) | (kind == FREE_SEQ))
+        claim = kind[sel] == ADMIT
+        d = np.where(claim, -1, 1)
+        free0 = rows._free_rows
+        if sel.size and len(free0) + int(np.cumsum(d).min()) < 0:
+            for k, r in zip(kind[sel].tolist(), seq[sel].tolist()):
+                if k == ADMIT:
+                    self._new_row(r)
+                else:
+                    rows.remove(r)
+            return
+        ids = seq[sel]
+        size = rows.row_of_seq.shape[0]
+        for sid in ids[claim].tolist():  # RowTable.add's growth, id by id
+            if sid >= size:
+                size = max(sid + 1, 2 * size)
+        if size > rows.row_of_seq.shape[0]:
+            rows.row_of_seq = np.concatenate(
+                [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
+        # a freed sequence's row: from before the window, or the claim that gave it one
+        first_claim = {sid: j for j, sid in enumerate(ids[claim].tolist())}
+        fr = ~claim
+        ref = np.zeros(sel.size, np.int64)
+        fnew = new[sel][fr]
+        ref[fr] = np.where(fnew, [first_claim.get(x, 0) for x in ids[fr].tolist()],
+                           ~row0[sel][fr])
+        rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
+        got = resolve(rp.src)  # per claim, its row
+        rows._free_rows = blocks_of(rp.stack, got).tolist()
+        freed_rows = blocks_of(ref[fr], got)
+        rows.seq_of_row[freed_rows] = -1
+        rows.row_of_seq[ids[fr]] = -1
+        stay = ~np.isin(ids[claim], ids[fr])
+        rows.seq_of_row[got[stay]] = ids[claim][stay]
+        rows.row_of_seq[ids[claim][stay]] = got[stay]
+        rows.live += int(stay.sum()) - int((~fnew).sum())
+        self._len[got] = 0
+        self._nb[got] = 0
+        self._ncached[got] = 0
+
     def _replay_keys(self, keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
                      evicted_refs, take_op, fifo_take) -> None:
         """The keys' side of a replay: as `register` at each fill and `take`'s evictions one
@@ -168,12 +210,12 @@ class PagedWindowVerbs:
         chains = [keys(r) for r in useq.tolist()]
         src = getattr(chains[0], "source", None) if chains else None
         lazy_u = np.zeros(useq.size, np.bool_)
-        if src is not None:  # first lives: new here and never seen, or stored lazily before
-            seen = pool.lazy.requests
-            before = np.fromiter((r in seen for r in useq.tolist()), bool, useq.size)
-            known = np.fromiter(map(src.known, useq.tolist()), bool, useq.size)
-            lazy_u = np.where(new, ~before & ~known, before)
-            if (new & before).any():  # a request stored lazily comes back: read them all
+        if src is not None:  # first lives: new here and never seen, or storing lazily now
+            lz, ids = pool.lazy, useq.tolist()
+            now = np.fromiter((r in lz.requests for r in ids), bool, useq.size)
+            seen = np.fromiter((r in lz.ever or src.known(r) for r in ids), bool, useq.size)
+            lazy_u = np.where(new, ~seen, now)
+            if (new & now).any():  # a request storing lazily comes back: read them all
                 pool.materialize()
                 lazy_u[:] = False
         lazy = lazy_u[reg_u] & (reg_pos >= (src.own_from(useq)[reg_u] if src else 0))
