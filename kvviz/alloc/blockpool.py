@@ -24,6 +24,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from kvviz.alloc.lazykeys import LazyKeys
+
 Key = tuple[int, int]
 STORED, REMOVED = "stored", "removed"
 LogEntry = tuple[str, Key, "Key | None"]  # (STORED | REMOVED, key, parent key of a store)
@@ -37,20 +39,60 @@ class BlockPool:
         self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [:nfree] are free
         self._nfree = num_blocks
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
-        self._key_of: dict[int, Key] = {}
-        self._block_of: dict[Key, int] = {}
-        self.parent_of: dict[Key, Key | None] = {}  # cached key -> the key before it
+        self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
+        self._bof: dict[Key, dict[int, None]] = {}  # key -> its blocks, first cached first
+        self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
+        self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
+        self._clock = 0  # stamps: one per key stored, in order
+        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: holds a key
+        self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
+
+    @property
+    def _key_of(self) -> dict[int, Key]:
+        self.materialize()
+        return self._kof
+
+    @property
+    def _block_of(self) -> dict[Key, dict[int, None]]:
+        self.materialize()
+        return self._bof
+
+    @property
+    def parent_of(self) -> dict[Key, Key | None]:
+        self.materialize()
+        return self._par
+
+    def materialize(self) -> None:
+        """Compute the lazy keys and enter them in the dicts where storing them one by one
+        would have: each key's entry in stamp order."""
+        if not self.lazy.count:
+            return
+        blocks, keys, parents, stamps = self.lazy.drain()
+        kof, bof, par, born = self._kof, self._bof, self._par, self._born
+        for b, k, p, t in zip(blocks, keys, parents, stamps):
+            kof[b] = k
+            par.setdefault(k, p)
+            born.setdefault(k, t)
+            bof.setdefault(k, {})[b] = None
+        self._bof = dict(sorted(bof.items(), key=lambda kv: born[kv[0]]))
+
+    def stamps(self, n: int) -> int:
+        """Reserve n stamps (for keys stored in that order); returns the first."""
+        self._clock += n
+        return self._clock - n
 
     def start_log(self) -> dict[Key, Key | None]:
         """Log from now on; returns the keys cached now (key -> parent key), the state the
         log's entries apply to."""
+        self.materialize()
         self.log = []
         return self.cached_keys()
 
     def cached_keys(self) -> dict[Key, Key | None]:
         """The keys cached now (live or free), each with its parent key. O(cached blocks)."""
-        return {k: self.parent_of.get(k) for k in self._block_of}
+        par = self.parent_of
+        return {k: par.get(k) for k in self._bof}
 
     def drain_log(self) -> list[LogEntry]:
         """The entries since the last drain, oldest first (empty when not logging)."""
@@ -66,7 +108,7 @@ class BlockPool:
     @property
     def keyed(self) -> bool:
         """Whether any block (held or free) holds a key."""
-        return bool(self._key_of)
+        return bool(self._kof) or self.lazy.count > 0
 
     @property
     def cached_count(self) -> int:
@@ -90,12 +132,17 @@ class BlockPool:
 
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
-        gone = self._key_of.pop(b)
-        copies = self._block_of[gone]
+        self.has_key[b] = False
+        gone = self._kof.pop(b, None)
+        if gone is None:  # a lazy key: nothing else holds it
+            self.lazy.drop(np.asarray([b]))
+            return
+        copies = self._bof[gone]
         del copies[b]
         if not copies:
-            del self._block_of[gone]
-            self.parent_of.pop(gone, None)
+            del self._bof[gone]
+            del self._born[gone]
+            self._par.pop(gone, None)
         if self.log is not None:
             self.log.append((REMOVED, gone, None))
 
@@ -103,8 +150,8 @@ class BlockPool:
         """Blocks nobody references any more, in eviction order (the first is evicted
         first): cached ones (with a key) join the tail in that order, the rest the front."""
         plain = blocks
-        if self._key_of:
-            keep = np.fromiter((int(b) in self._key_of for b in blocks), bool, blocks.size)
+        if self.keyed:
+            keep = self.has_key[blocks]
             for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
                 self._lru[b] = None
                 self.cached[b] = True
@@ -117,42 +164,68 @@ class BlockPool:
         self._nfree += int(blocks.size)
 
     def plain_list(self) -> list[int]:
-        """The plain free blocks (never cached), the next taken last: a stack to replay
-        takes (pop) and frees (append, in the order `put` would push them) on."""
+        """The plain free blocks (never cached), the next taken last."""
         return self._stack[:self._nfree].tolist()
 
-    def plain_array(self) -> np.ndarray:
-        """`plain_list` as an int64 array (a copy)."""
-        return self._stack[:self._nfree].astype(np.int64)
+    def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
+        """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
+        taken last) and the cached free blocks, least recently freed first."""
+        return (self._stack[:self._nfree].astype(np.int64),
+                np.fromiter(self._lru, np.int64, len(self._lru)))
 
-    def set_plain(self, blocks: list[int]) -> None:
-        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
-        self._stack[:len(blocks)] = blocks
-        self._nfree = len(blocks)
+    def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
+                   fills: np.ndarray) -> None:
+        """After a replay: the plain free blocks are `stack`; the FIFO's first
+        evicted.size blocks were evicted (block ids in order; their keys the caller's, see
+        `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
+        self._stack[:stack.size] = stack
+        self._nfree = int(stack.size)
+        lru = self._lru
+        for _ in range(min(evicted.size, len(lru))):
+            lru.popitem(last=False)
+        self.cached[evicted] = False
+        self.content[evicted] = 0
+        self.evictions += int(evicted.size)
+        lru.update(dict.fromkeys(cached.tolist()))
+        self.cached[cached] = True
+        self.content[cached] = fills
 
-    def replay_take(self, stack: list[int]) -> tuple[int, bool]:
-        """`take(1)` on a `plain_list` stack: (the block, whether a cached one was evicted)."""
-        if stack:
-            return stack.pop(), False
-        b = self._lru.popitem(last=False)[0]
-        self._forget(b)
-        self.cached[b] = False
-        self.content[b] = 0
-        self.evictions += 1
-        return b, True
+    def forget_many(self, blocks: np.ndarray) -> None:
+        """Evicted blocks lose their keys, in order (as `take` would forget them)."""
+        if not blocks.size:
+            return
+        lazy = self.lazy.stamp[blocks] >= 0 if self.lazy.count else np.zeros(blocks.size, bool)
+        if lazy.any():
+            self.lazy.drop(blocks[lazy])
+            self.has_key[blocks[lazy]] = False
+        for b in blocks[~lazy].tolist():
+            self._forget(b)
 
-    def replay_put(self, stack: list[int], blocks: list[int], fills: list[int]) -> None:
-        """`put` on a `plain_list` stack (blocks in eviction order, their fill levels)."""
-        key_of, plain = self._key_of, []
-        for b, f in zip(blocks, fills):
-            if b in key_of:
-                self._lru[b] = None
-                self.cached[b] = True
-                self.content[b] = f
-            else:
-                plain.append(b)
-        plain.reverse()
-        stack.extend(plain)
+    def all_new(self, keys: list[Key]) -> bool:
+        """Whether no block holds any of `keys` (lazy keys aside: see lazykeys.py) and none
+        repeats."""
+        return len(set(keys)) == len(keys) and not any(map(self._bof.__contains__, keys))
+
+    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list,
+                  stamps: list[int]) -> None:
+        """Blocks (without a key) now hold keys `all_new` said are new: what `register`
+        for each, in order, leaves, at dict speed."""
+        self._kof.update(zip(blocks.tolist(), keys))
+        self.has_key[blocks] = True
+        self._bof.update(zip(keys, ({b: None} for b in blocks.tolist())))
+        self._par.update(zip(keys, parents))
+        self._born.update(zip(keys, stamps))
+
+    def cached_run(self, keys: list[Key]) -> list[int]:
+        """Blocks of the longest leading run of `keys` cached now (the first block cached
+        under each), without computing lazy keys: the caller materialized its request's."""
+        bof, out = self._bof, []
+        for key in keys:
+            copies = bof.get(key)
+            if copies is None:
+                break
+            out.append(next(iter(copies)))
+        return out
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
@@ -177,12 +250,21 @@ class BlockPool:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
         before it (None for a request's first block). Another block may hold the same key:
         both stay cached (vLLM's duplicates)."""
-        if self._key_of.get(b) == key:
+        if self.lazy.holds(b):
+            self.materialize()
+        kof = self._kof
+        if kof.get(b) == key:
             return
-        if b in self._key_of:
+        if b in kof:
             self._forget(b)
-        self.parent_of.setdefault(key, parent)
+        self._par.setdefault(key, parent)
         if self.log is not None:
             self.log.append((STORED, key, parent))
-        self._key_of[b] = key
-        self._block_of.setdefault(key, {})[b] = None
+        kof[b] = key
+        self.has_key[b] = True
+        copies = self._bof.get(key)
+        if copies is None:
+            copies = self._bof[key] = {}
+            self._born[key] = self._clock
+            self._clock += 1
+        copies[b] = None

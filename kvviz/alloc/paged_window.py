@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvviz.alloc.freequeue import blocks_of, replay, resolve
 from kvviz.core.blockmap import FREE
 
 TAKE, FILL, ADMIT, FREE_SEQ = 0, 1, 2, 3  # op kinds, in a step's order
+EMPTY = np.zeros(0, np.int64)
 
 
 class PagedWindowVerbs:
@@ -40,76 +42,103 @@ class PagedWindowVerbs:
         blocks suffice and that no admission hits the cache."""
         if not self.replayable:
             raise ValueError("replay_window: blocks are shared or the cache log is on")
-        pool, bs = self._pool, self.block_size
-        stack = pool.plain_list()
-        take, register, rows = pool.replay_take, pool.register, self._rows
-        tables: dict[int, list[int]] = {}
-        freed: list[int] = []
-        after: list[int] = []
-        evicted: list[int] = []
-        kc: dict[int, list] = {}  # keys per sequence
+        pool, bs, rows = self._pool, self.block_size, self._rows
+        kind, seq, arg = (np.asarray(x, np.int64) for x in (kind, seq, arg))
+        n_ops = kind.size
+        # the takes, in order: one per TAKE, an admission's blocks in a row
+        ntake = np.where(kind == TAKE, 1, np.where(kind == ADMIT, -(-arg // bs), 0))
+        take_op = np.repeat(np.arange(n_ops), ntake)
+        T = int(take_op.size)
+        useq, inv = np.unique(seq, return_inverse=True)  # sequences, numbered 0..U-1
+        U = int(useq.size)
+        new = np.zeros(U, np.bool_)
+        new[inv[kind == ADMIT]] = True
+        row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
+        pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
+        u_take = inv[take_op]
+        by_seq = np.argsort(u_take, kind="stable")  # takes grouped by sequence, in order
+        ntk = np.bincount(u_take, minlength=U)
+        first = np.cumsum(ntk) - ntk
 
-        def table(r: int) -> list[int]:
-            t = tables.get(r)
-            if t is None:
-                row = rows.row_of_seq[r]
-                t = tables[r] = self._table[row, :self._nb[row]].tolist()
-            return t
+        def table_refs(u: np.ndarray, pos: np.ndarray) -> np.ndarray:
+            """References (kvviz/alloc/freequeue.py) of sequence u's block at pos."""
+            old = pos < pre[u]
+            out = np.empty(u.size, np.int64)
+            out[old] = ~self._table[row0[u[old]], pos[old]].astype(np.int64)
+            out[~old] = by_seq[first[u[~old]] + pos[~old] - pre[u[~old]]]
+            return out
 
-        for i, (k, r, n) in enumerate(zip(kind.tolist(), seq.tolist(), arg.tolist())):
-            if k == TAKE:
-                b, ev = take(stack)
-                table(r).append(b)
-                if ev:
-                    evicted.append(i)
-            elif k == FILL:
-                ks = kc.get(r)
-                if ks is None:
-                    ks = kc[r] = keys(r)
-                register(ks[n], table(r)[n], ks[n - 1] if n else None)
-            elif k == ADMIT:
-                self._new_row(r)
-                nb = -(-n // bs)
-                if len(stack) >= nb:
-                    t = stack[len(stack) - nb:]
-                    del stack[len(stack) - nb:]
-                    t.reverse()
-                else:
-                    t = []
-                    for _ in range(nb):
-                        b, ev = take(stack)
-                        t.append(b)
-                        if ev:
-                            evicted.append(i)
-                tables[r] = t
-                after.append(len(stack) + pool.cached_count)
-                if keys is not None and n >= bs:
-                    ks = kc[r] = keys(r)
-                    for j in range(n // bs):
-                        register(ks[j], t[j], ks[j - 1] if j else None)
-            else:
-                t = table(r)
-                del tables[r]
-                row = rows.remove(r)
-                self._nb[row] = 0
-                self._len[row] = 0
-                if keys is None:
-                    stack.extend(t)  # tail first to the front: the head ends on top
-                else:
-                    fills = [min(bs, max(0, n - j * bs)) for j in range(len(t) - 1, -1, -1)]
-                    pool.replay_put(stack, t[::-1], fills)
-                freed.extend(t)
-        pool.set_plain(stack)
-        if freed:
-            f = np.asarray(freed, np.int64)
-            self._owner[f] = FREE
-            self._ref[f] = 0
-        for r, t in tables.items():
-            row = int(rows.row_of_seq[r])
-            self._ensure_width(len(t))
-            self._table[row, :len(t)] = t
-            self._nb[row] = len(t)
-            self._own(t, r)
+        # registrations (prefix caching): FILL ops and admissions' full blocks, in order
+        reg_u = reg_pos = reg_ref = reg_op = EMPTY
+        if keys is not None:
+            fill = np.flatnonzero(kind == FILL)
+            adm = np.flatnonzero((kind == ADMIT) & (arg >= bs))
+            na = arg[adm] // bs
+            r_op = np.concatenate([fill, np.repeat(adm, na)])
+            r_pos = np.concatenate([arg[fill], np.arange(int(na.sum())) - np.repeat(
+                np.cumsum(na) - na, na)])
+            o = np.lexsort((r_pos, r_op))
+            reg_op, reg_pos = r_op[o], r_pos[o]
+            reg_u = inv[reg_op]
+            reg_ref = table_refs(reg_u, reg_pos)
+        # frees: every block of the sequence; cached ones to the FIFO (its tail first),
+        # plain ones pushed in table order
+        fop = np.flatnonzero(kind == FREE_SEQ)
+        fu = inv[fop]
+        flen = pre[fu] + ntk[fu]
+        e_f = np.repeat(np.arange(fop.size), flen)
+        e_pos = np.arange(e_f.size) - np.repeat(np.cumsum(flen) - flen, flen)
+        e_ref = table_refs(fu[e_f], e_pos)
+        e_fill = np.clip(arg[fop][e_f] - e_pos * bs, 0, bs)
+        keyed = np.zeros(e_ref.size, np.bool_)
+        if keys is not None:
+            base = e_ref < 0
+            keyed[base] = pool.has_key[~e_ref[base]]
+            done = np.zeros(T, np.bool_)
+            done[reg_ref[reg_ref >= 0]] = True
+            keyed[~base] = done[e_ref[~base]]
+            keyed[base] |= np.isin(e_ref[base], reg_ref[reg_ref < 0])
+        ki = np.flatnonzero(keyed)
+        ki = ki[np.lexsort((-e_pos[ki], e_f[ki]))]
+        pi = np.flatnonzero(~keyed)
+        stack0, fifo0 = pool.replay_start()
+        ev_op = np.concatenate([take_op, fop[e_f[pi]]])
+        ev = np.argsort(ev_op, kind="stable")
+        d = np.concatenate([np.full(T, -1, np.int64), np.ones(pi.size, np.int64)])[ev]
+        ev_ref = np.concatenate([np.zeros(T, np.int64), e_ref[pi]])[ev]
+        fifo = np.concatenate([~fifo0, e_ref[ki]])
+        rp = replay(~stack0, fifo, d, ev_ref)
+        got = resolve(rp.src)  # block id of every take
+        q0, used = fifo0.size, rp.fifo_used
+        evicted_ids = blocks_of(fifo[:used], got)
+        tail = ki[max(0, used - q0):]
+        if keys is not None:
+            self._replay_keys(keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
+                              fifo[:used], take_op, rp.fifo_take)
+        pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
+                        blocks_of(e_ref[tail], got), e_fill[tail])
+        self._replay_rows(kind, seq, new[inv], row0[inv])
+        freed = blocks_of(e_ref, got)
+        if freed.size:
+            self._owner[freed] = FREE
+            self._ref[freed] = 0
+        gone = np.zeros(U, np.bool_)
+        gone[fu] = True
+        if fop.size:
+            r = row0[fu][~new[fu]]
+            self._nb[r] = 0
+            self._len[r] = 0
+        stay = np.flatnonzero(~gone[u_take[by_seq]])  # takes of sequences live at the end
+        if stay.size:
+            tk = by_seq[stay]
+            u = u_take[tk]
+            row = rows.row_of_seq[useq[u]]
+            pos = pre[u] + np.arange(T)[stay] - first[u]
+            self._ensure_width(int(pos.max()) + 1)
+            self._table[row, pos] = got[tk]
+            lu = np.unique(u)
+            self._nb[rows.row_of_seq[useq[lu]]] = pre[lu] + ntk[lu]
+            self._own(got[tk], useq[u])
         if live.size:
             lr = rows.rows(live)
             self._len[lr] = live_len
@@ -118,4 +147,107 @@ class PagedWindowVerbs:
         held = rows.seq_of_row >= 0
         self._used = int(self._len[: held.size][held].sum())
         self._held = self.num_blocks - pool.free_count
-        return after, evicted
+        delta = np.where(kind == TAKE, -1, np.where(kind == ADMIT, -ntake, 0))
+        delta[fop] = flen
+        after = (pool.free_count - int(delta.sum()) + np.cumsum(delta))[kind == ADMIT]
+        return after.tolist(), take_op[rp.fifo_take].tolist()
+
+    def _replay_rows(self, kind: np.ndarray, seq: np.ndarray, new: np.ndarray,
+                     row0: np.ndarray) -> None:
+        """Admissions claim rows and frees give them back, as `_new_row` and
+        `RowTable.remove` in op order would: the free rows are a stack (the next claimed on
+        top), replayed in closed form unless they run out on the way (then they grow: one
+        by one). new/row0: per op, whether its sequence is new here, else its row."""
+        rows = self._rows
+        sel = np.flatnonzero((kind == ADMIT) | (kind == FREE_SEQ))
+        claim = kind[sel] == ADMIT
+        d = np.where(claim, -1, 1)
+        free0 = rows._free_rows
+        if sel.size and len(free0) + int(np.cumsum(d).min()) < 0:
+            for k, r in zip(kind[sel].tolist(), seq[sel].tolist()):
+                if k == ADMIT:
+                    self._new_row(r)
+                else:
+                    rows.remove(r)
+            return
+        ids = seq[sel]
+        size = rows.row_of_seq.shape[0]
+        for sid in ids[claim].tolist():  # RowTable.add's growth, id by id
+            if sid >= size:
+                size = max(sid + 1, 2 * size)
+        if size > rows.row_of_seq.shape[0]:
+            rows.row_of_seq = np.concatenate(
+                [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
+        # a freed sequence's row: from before the window, or the claim that gave it one
+        first_claim = {sid: j for j, sid in enumerate(ids[claim].tolist())}
+        fr = ~claim
+        ref = np.zeros(sel.size, np.int64)
+        fnew = new[sel][fr]
+        ref[fr] = np.where(fnew, [first_claim.get(x, 0) for x in ids[fr].tolist()],
+                           ~row0[sel][fr])
+        rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
+        got = resolve(rp.src)  # per claim, its row
+        rows._free_rows = blocks_of(rp.stack, got).tolist()
+        freed_rows = blocks_of(ref[fr], got)
+        rows.seq_of_row[freed_rows] = -1
+        rows.row_of_seq[ids[fr]] = -1
+        stay = ~np.isin(ids[claim], ids[fr])
+        rows.seq_of_row[got[stay]] = ids[claim][stay]
+        rows.row_of_seq[ids[claim][stay]] = got[stay]
+        rows.live += int(stay.sum()) - int((~fnew).sum())
+        self._len[got] = 0
+        self._nb[got] = 0
+        self._ncached[got] = 0
+
+    def _replay_keys(self, keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
+                     evicted_refs, take_op, fifo_take) -> None:
+        """The keys' side of a replay: as `register` at each fill and `take`'s evictions one
+        by one would leave the dicts. When every key stored is new (no block holds it, none
+        repeats), a key stored and evicted inside the window leaves no trace: the evicted
+        blocks that held keys from before forget them, the others are stored at once; those
+        naming their request's own tokens in its first life lazily (kvviz/alloc/lazykeys.py)."""
+        pool = self._pool
+        chains = [keys(r) for r in useq.tolist()]
+        src = getattr(chains[0], "source", None) if chains else None
+        lazy_u = np.zeros(useq.size, np.bool_)
+        if src is not None:  # first lives: new here and never seen, or storing lazily now
+            lz, ids = pool.lazy, useq.tolist()
+            now = np.fromiter((r in lz.requests for r in ids), bool, useq.size)
+            seen = np.fromiter((r in lz.ever or src.known(r) for r in ids), bool, useq.size)
+            lazy_u = np.where(new, ~seen, now)
+            if (new & now).any():  # a request storing lazily comes back: read them all
+                pool.materialize()
+                lazy_u[:] = False
+        lazy = lazy_u[reg_u] & (reg_pos >= (src.own_from(useq)[reg_u] if src else 0))
+        gone = np.isin(reg_ref, evicted_refs)  # stored, then evicted inside the window
+        eager = np.flatnonzero(~lazy)
+        key = [chains[u][p] for u, p in zip(reg_u[eager].tolist(), reg_pos[eager].tolist())]
+        stamp0 = pool.stamps(reg_ref.size)
+        blocks = blocks_of(reg_ref, got)
+        if pool.all_new(key):
+            ev_base = evicted_refs[evicted_refs < 0]
+            pool.forget_many(~ev_base[~np.isin(ev_base, reg_ref)])
+            keep = np.flatnonzero(~gone[eager]).tolist()
+            pool.store_new([key[i] for i in keep], blocks[eager[keep]], [
+                chains[u][p - 1] if p else None
+                for u, p in zip(reg_u[eager[keep]].tolist(), reg_pos[eager[keep]].tolist())],
+                (stamp0 + eager[keep]).tolist())
+            lz = np.flatnonzero(lazy & ~gone)
+            pool.lazy.store(blocks[lz], useq[reg_u[lz]], reg_pos[lz], stamp0 + lz, src)
+            pool.has_key[blocks[lz]] = True
+            return
+        # some key repeats or is held already: every store and eviction, in order
+        pool.materialize()
+        key = [chains[u][p] for u, p in zip(reg_u.tolist(), reg_pos.tolist())]
+        ev = np.flatnonzero(fifo_take)
+        op = np.concatenate([take_op[ev], reg_op])
+        phase = np.repeat([0, 1], [ev.size, reg_op.size])  # an admission evicts, then stores
+        sub = np.concatenate([ev, np.arange(reg_op.size)])
+        blk = np.concatenate([got[ev], blocks]).tolist()
+        for i in np.lexsort((sub, phase, op)).tolist():
+            if i < ev.size:
+                pool.forget_many(np.asarray([blk[i]]))
+            else:
+                j = i - ev.size
+                p = int(reg_pos[j])
+                pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)

@@ -23,10 +23,15 @@ class PagedSpace:
     def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
         """The cached blocks request r starts from and the tokens they hold: whole blocks
         before its last known token (vLLM recomputes that one to sample)."""
-        n = (num_tokens - 1) // self.bs
-        if self.keys is None or n <= 0:
+        if self.keys is None:
             return [], 0
-        hits = self.alloc.cached_prefix(self.keys.keys(r, n)[:n])
+        pool = self.alloc.block_pool
+        if r in pool.lazy.requests:  # r resumes: its keys a window stored are looked up
+            pool.materialize()
+        n = (num_tokens - 1) // self.bs
+        if n <= 0:
+            return [], 0
+        hits = pool.cached_run(self.keys.upto(r, n)[:n])
         return hits, len(hits) * self.bs
 
     def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
@@ -142,7 +147,7 @@ class PagedSpace:
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
             n = tokens // self.bs
-            self.alloc.cache_blocks(r, self.keys.keys(r, n), n)
+            self.alloc.cache_blocks(r, self.keys.upto(r, n), n)
 
     def free(self, r: int) -> None:
         self.alloc.release(r)

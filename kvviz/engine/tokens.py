@@ -53,13 +53,37 @@ class BlockKeys:
         self.ptr, self.ids, self.block = w.chains()
         self._keys: dict[int, list[Key]] = {}
 
-    def keys(self, r: int, nfull: int) -> list[Key]:
+    def keys(self, r: int, nfull: int) -> KeyChain:
+        """Keys of blocks 0..nfull-1 of request r, computed when first read."""
+        return KeyChain(self, r, nfull)
+
+    def upto(self, r: int, nfull: int) -> list[Key]:
         """Keys of blocks 0..nfull-1 of request r (the list may be longer; read [:nfull])."""
         have = self._keys.get(r)
         if have is None:
             have = self._keys[r] = []
-        if len(have) >= nfull:
+        if len(have) < nfull:
+            self._extend(have, r, nfull)
+        return have
+
+    def chain(self, r: int, nfull: int) -> list[Key]:
+        """`upto` without keeping the keys (for a request that may have finished)."""
+        have = self._keys.get(r)
+        if have is not None and len(have) >= nfull:
             return have
+        return self._extend(list(have or ()), r, nfull)
+
+    def known(self, r: int) -> bool:
+        """Whether r's keys were computed and kept (it was admitted before, or asked)."""
+        return r in self._keys
+
+    def own_from(self, r: np.ndarray) -> np.ndarray:
+        """Per request, its first block whose key names its own tokens (the request id is
+        hashed in: past its prompt's shared chain), so no other request's key equals it."""
+        cover = np.minimum((self.ptr[r + 1] - self.ptr[r]) * self.block, self.prompt[r])
+        return cover // self.bs
+
+    def _extend(self, have: list[Key], r: int, nfull: int) -> list[Key]:
         bs, cb = self.bs, self.block
         a, b = int(self.ptr[r]), int(self.ptr[r + 1])
         cover = min((b - a) * cb, int(self.prompt[r]))
@@ -74,3 +98,20 @@ class BlockKeys:
 
     def forget(self, r: int) -> None:
         self._keys.pop(r, None)
+
+
+class KeyChain:
+    """Request r's keys for blocks 0..n-1 as a sequence: computed (and kept, `upto`) when
+    first read, so a window that stores them lazily (kvviz/alloc/lazykeys.py) never does."""
+
+    __slots__ = ("source", "r", "n")
+
+    def __init__(self, source: BlockKeys, r: int, n: int) -> None:
+        self.source, self.r, self.n = source, r, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return self.source.upto(self.r, self.n)[:self.n][i] if isinstance(i, slice) else \
+            self.source.upto(self.r, self.n)[i]

@@ -1,0 +1,76 @@
+"""The free queue's takes and frees over many steps, in closed form (numpy, no loop per block).
+
+kvviz/alloc/blockpool.py keeps vLLM's free queue as a stack (plain free blocks, the next taken
+on top) and a FIFO (cached blocks, least recently freed first). A take pops the stack, or, when
+the stack is empty, evicts the FIFO's head; a free pushes plain blocks on the stack and appends
+cached ones to the FIFO. Given those events in order, which block each take gets follows
+without walking them one by one:
+
+  stack depth   s_i = max(0, s_(i-1) + d_i)  (d = +1 push, -1 take): a running minimum of the
+                cumulative sum, so a take pops the stack iff the depth before it is > 0;
+  stack pops    the events at one depth level, in time order, alternate push, pop, push...:
+                sorted by (level, time), each pop gets the entry just before it;
+  FIFO takes    the k-th take that finds the stack empty gets the FIFO's k-th entry (its
+                blocks at the start, then those appended, in order).
+
+Blocks are named by reference: ~b for block b held before the replay (stack, FIFO, tables),
+j >= 0 for "the block take j got". `resolve` turns references into block ids by pointer
+jumping (each take's reference points at an earlier take or a known block).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Replay(NamedTuple):
+    src: np.ndarray  # per take: the reference it got
+    fifo_take: np.ndarray  # per take: whether it evicted the FIFO's head
+    stack: np.ndarray  # references left on the stack, bottom first
+    fifo_used: int  # FIFO entries taken (from its start)
+
+
+def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray) -> Replay:
+    """stack0: references on the stack at the start (bottom first); fifo: every reference the
+    FIFO holds or is appended, in FIFO order; d: per event in time order, -1 a take or +1 a
+    push of ref[i]. The caller checked that no take finds both empty."""
+    s0 = int(stack0.size)
+    c = s0 + np.cumsum(d)
+    s = c - np.minimum(np.minimum.accumulate(c), 0) if c.size else c
+    prev = np.concatenate([[s0], s[:-1]]).astype(np.int64)
+    take = d < 0
+    pop = take & (prev > 0)
+    ev = np.flatnonzero(~take | pop)
+    pushed = ~take[ev]
+    level = np.concatenate([np.arange(1, s0 + 1), np.where(pushed, s[ev], prev[ev])])
+    time = np.concatenate([np.full(s0, -1), ev])
+    refs = np.concatenate([stack0, np.where(pushed, ref[ev], 0)]).astype(np.int64)
+    order = np.lexsort((time, level))
+    level, time, refs = level[order], time[order], refs[order]
+    is_pop = np.concatenate([np.zeros(s0, np.bool_), ~pushed])[order]
+    got = np.zeros(d.size, np.int64)
+    p = np.flatnonzero(is_pop)
+    got[time[p]] = refs[p - 1]  # each pop takes the push just before it at its level
+    fifo_ev = np.flatnonzero(take & (prev == 0))
+    got[fifo_ev] = fifo[:fifo_ev.size]
+    end = int(s[-1]) if s.size else s0
+    last = np.flatnonzero(np.concatenate([level[1:] != level[:-1], [level.size > 0]]))
+    last = last[level[last] <= end]
+    return Replay(got[take], (prev == 0)[take], refs[last], int(fifo_ev.size))
+
+
+def resolve(src: np.ndarray) -> np.ndarray:
+    """Block ids of takes whose references are `src` (each ~b or an earlier take)."""
+    f = np.asarray(src, np.int64).copy()
+    while True:
+        up = f >= 0
+        if not up.any():
+            return ~f
+        f[up] = f[f[up]]
+
+
+def blocks_of(refs: np.ndarray, takes: np.ndarray) -> np.ndarray:
+    """Block ids of references, given the block ids of the takes."""
+    refs = np.asarray(refs, np.int64)
+    return np.where(refs >= 0, takes[np.maximum(refs, 0)] if takes.size else 0, ~refs)

@@ -1,0 +1,153 @@
+"""A window's replay (PagedAllocator.replay_window, kvviz/alloc/freequeue.py, lazykeys.py)
+leaves exactly what the verbs one by one leave: block tables, owners, the free queue in its
+order, the prefix cache's dicts in their order (keys stored lazily computed when read), and
+the rows; with repeated keys (the dicts' order needs every store in turn) and with a
+request stored lazily that comes back."""
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvviz.alloc import PagedAllocator
+from kvviz.alloc.freequeue import blocks_of, replay, resolve
+from kvviz.alloc.paged_window import ADMIT, FILL, FREE_SEQ, TAKE
+from kvviz.alloc.rows import RowTable
+from kvviz.core.workload import Workload
+from kvviz.engine.tokens import BlockKeys
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**6))
+def test_the_closed_form_free_queue_is_a_deque(seed):
+    rnd = random.Random(seed)
+    ids = list(range(rnd.randint(1, 12)))
+    rnd.shuffle(ids)
+    k = rnd.randint(0, len(ids))
+    stack, fifo = ids[:k], deque(ids[k:])
+    d, ref, fifo_refs = [], [], [~b for b in fifo]
+    taken, held = [], []  # (reference, block) of blocks taken and not freed
+    for _ in range(rnd.randint(0, 40)):
+        if (stack or fifo) and (not held or rnd.random() < 0.5):
+            b = stack.pop() if stack else fifo.popleft()
+            held.append((len(taken), b))
+            taken.append(b)
+            d.append(-1)
+            ref.append(0)
+        elif held:
+            r, b = held.pop(rnd.randrange(len(held)))
+            if rnd.random() < 0.5:
+                stack.append(b)
+                d.append(1)
+                ref.append(r)
+            else:
+                fifo.append(b)
+                fifo_refs.append(r)
+    a = np.asarray
+    rp = replay(a([~b for b in ids[:k]], np.int64), a(fifo_refs, np.int64), a(d, np.int64),
+                a(ref, np.int64))
+    got = resolve(rp.src)
+    assert got.tolist() == taken
+    assert blocks_of(rp.stack, got).tolist() == stack
+    assert blocks_of(a(fifo_refs[rp.fifo_used:], np.int64), got).tolist() == list(fifo)
+
+
+def _ops(rnd: random.Random, seqs: list[int], prompt: dict, final: dict, bs: int) -> list:
+    """A window's ops for sequences admitted with their prompt, decoding to `final` slots
+    and freed, interleaved at random (each sequence's own ops in order)."""
+    own = {}
+    for r in seqs:
+        x = [(ADMIT, r, prompt[r])]
+        for n in range(prompt[r], final[r]):  # the decode writing slot n
+            if n % bs == 0:
+                x.append((TAKE, r, 1))
+            if (n + 1) % bs == 0:
+                x.append((FILL, r, (n + 1) // bs - 1))
+        x.append((FREE_SEQ, r, final[r]))
+        own[r] = deque(x)
+    out = []
+    while own:
+        r = rnd.choice(sorted(own))
+        out.append(own[r].popleft())
+        if not own[r]:
+            del own[r]
+    return out
+
+
+def _one_by_one(a: PagedAllocator, ops: list, keys) -> None:
+    """The verbs: grow_to to the slot each op implies, cache_blocks for the keys, release."""
+    bs = a.block_size
+    for k, r, n in ops:
+        if k == ADMIT:
+            a.grow_to(r, n)
+            if n >= bs:
+                a.cache_blocks(r, keys(r), n // bs)
+        elif k == TAKE:  # the decode writing the first slot of a new block
+            a.grow_to(r, a.block_table(r).size * bs + 1)
+        elif k == FILL:  # the decode writing the last slot of block n
+            a.grow_to(r, (n + 1) * bs)
+            a.cache_blocks(r, keys(r), n + 1)
+        else:
+            a.grow_to(r, n)
+            a.release(r)
+
+
+def _state(a: PagedAllocator) -> tuple:
+    pool, rows = a._pool, a._rows
+    return (pool.plain_list(), list(pool._lru), dict(pool._key_of),
+            [(k, list(v)) for k, v in pool._block_of.items()], dict(pool.parent_of),
+            pool.evictions, pool.content.tolist(), pool.cached.tolist(),
+            a._owner.tolist(), a._ref.tolist(), rows._free_rows, rows.seq_of_row.tolist(),
+            a.usage())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_a_replayed_window_leaves_what_the_verbs_leave(seed, lazy, repeat, look, few_rows):
+    rnd = random.Random(seed)
+    bs, n = rnd.choice([1, 2, 4]), 12
+    prompt = np.array([rnd.randint(1, 12) for _ in range(n)], np.int64)
+    output = np.array([rnd.randint(1, 12) for _ in range(n)], np.int64)
+    w = Workload(np.zeros(n), prompt, output, np.full(n, -1, np.int64))
+    final = {r: int(prompt[r] + output[r] - 1) for r in range(n)}
+    p = {r: int(prompt[r]) for r in range(n)}
+    bk_one, bk_win = BlockKeys(w, bs), BlockKeys(w, bs)
+
+    def plain(r: int, bk=bk_one) -> list:
+        if repeat:  # requests 2k and 2k + 1 name the same content: repeated keys
+            return [(r // 2, (j + 1) * bs) for j in range(final[r] // bs + 1)]
+        return bk.upto(r, final[r] // bs + 1)
+
+    def lazy_keys(r: int):
+        return bk_win.keys(r, final[r] // bs + 1)
+
+    need = sum(-(-final[r] // bs) for r in range(n))
+    blocks = max(4, need // rnd.choice([1, 2, 3]))  # small pools evict cached blocks
+    one, win = (PagedAllocator(blocks, bs, prefix_caching=True) for _ in range(2))
+    if few_rows:  # the free rows run out inside the window: they grow on the way
+        one._rows, win._rows = RowTable(2), RowTable(2)
+    warm = [(ADMIT, r, p[r]) for r in (0, 1)]  # live into the first window
+    _one_by_one(one, warm, plain)
+    _one_by_one(win, warm, lambda r: plain(r, bk_win))
+    ops = _ops(rnd, [2, 3, 4, 5], p, final, bs)
+    for r in (0, 1):  # they decode in the window, then go
+        for m in range(p[r], final[r]):
+            if m % bs == 0:
+                ops.append((TAKE, r, 1))
+            if (m + 1) % bs == 0:
+                ops.append((FILL, r, (m + 1) // bs - 1))
+        ops.append((FREE_SEQ, r, final[r]))
+    # the second window admits 2 and 3 again (their keys stored lazily in the first)
+    for i, window in enumerate((ops, _ops(rnd, [6, 7, 8, 2, 3], p, final, bs))):
+        try:
+            _one_by_one(one, window, plain)
+        except (ValueError, IndexError, KeyError):
+            return  # the pool is too small for this order: no window would replay it
+        kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*window))
+        keys = lazy_keys if lazy and not repeat else (lambda r: plain(r, bk_win))
+        win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), keys)
+        if look or i:  # reading the dicts computes the lazy keys: not always in between
+            assert _state(win) == _state(one)
