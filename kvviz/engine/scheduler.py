@@ -51,6 +51,12 @@ class Plan(NamedTuple):
     rejected: list[tuple[int, Admission]]
     refused: tuple[int, Admission] | None  # the head that had to wait, and why
     pressure: bool  # a preemption, or the head refused for memory
+    caught_up: bool = False  # every one of ids computes all its known tokens (and samples)
+
+
+def _part(ids: list[int], starts: list[int], counts: list[int]):
+    return (np.asarray(ids, np.int64), np.asarray(starts, np.int64),
+            np.asarray(counts, np.int64))
 
 
 class Scheduler:
@@ -95,37 +101,40 @@ class Scheduler:
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> Plan:
         budget = self.cfg.max_batched_tokens
-        ids: list[int] = []
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # decode runs
+        ids: list[int] = []  # requests scheduled one by one, since the last decode run
         starts: list[int] = []
         counts: list[int] = []
         preempted: list[int] = []
-        run, comp, known = self.running, self.computed, self.num_tokens
-        lead = None  # (ids, starts) of the leading decodes, kept as arrays
+        run, comp, known, space = self.running, self.computed, self.num_tokens, self.space
+        caught_up = True  # every scheduled request computes all its known tokens
+        short = False  # the last decode run stopped for memory: run[i] needs a block
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
-            if known[r] - comp[r] == 1:  # decodes in a row: grow as many as fit at once
+            if not short and known[r] - comp[r] == 1:  # decodes in a row: grow those that fit
                 seg = self.running_ids()[i:i + budget]
                 lens = comp[seg]
                 dec = known[seg] - lens == 1
                 if not dec.all():
                     m = int(np.argmin(dec))
                     seg, lens = seg[:m], lens[:m]
-                k = self.space.decode_many(seg, lens)
+                k = space.decode_many(seg, lens)
                 if k:
-                    if i == 0:
-                        lead = (seg[:k], lens[:k])
-                    else:
-                        ids.extend(seg[:k].tolist())
-                        starts.extend(lens[:k].tolist())
-                        counts.extend([1] * k)
-                    comp[seg[:k]] = lens[:k] + 1
+                    if ids:
+                        parts.append(_part(ids, starts, counts))
+                        ids, starts, counts = [], [], []
+                    if k < seg.size:
+                        seg, lens, short = seg[:k], lens[:k], True
+                    parts.append((seg, lens, None))
+                    comp[seg] = lens + 1
                     budget -= k
                     i += k
                     continue
+            short = False
             n = min(int(known[r] - comp[r]), budget)
             start = int(comp[r])
-            while not self.space.grow(r, start + n):  # preempt from the tail until r fits
+            while not space.grow(r, start + n):  # preempt from the tail until r fits
                 victim = run.pop()
                 self._ids = None
                 self._preempt(victim)
@@ -138,6 +147,7 @@ class Scheduler:
             starts.append(start)
             counts.append(n)
             comp[r] = start + n
+            caught_up = caught_up and start + n == known[r]
             budget -= n
             i += 1
         admitted, hits, free, rejected, refused = [], [], [], [], None
@@ -146,16 +156,18 @@ class Scheduler:
             starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
-        a_ids, a_starts, a_counts = (np.asarray(x, np.int64) for x in (ids, starts, counts))
-        if lead is not None:
-            ones = np.ones(lead[0].size, np.int64)
-            if ids:
-                a_ids, a_starts, a_counts = (np.concatenate(x) for x in (
-                    (lead[0], a_ids), (lead[1], a_starts), (ones, a_counts)))
-            else:
-                a_ids, a_starts, a_counts = lead[0], lead[1], ones
+        if ids or not parts:
+            parts.append(_part(ids, starts, counts))
+        if len(parts) == 1:
+            a_ids, a_starts, a_counts = parts[0]
+            if a_counts is None:
+                a_counts = np.ones(a_ids.size, np.int64)
+        else:
+            a_ids, a_starts, a_counts = (np.concatenate(x) for x in zip(*(
+                (p[0], p[1], np.ones(p[0].size, np.int64) if p[2] is None else p[2])
+                for p in parts)))
         return Plan(a_ids, a_starts, a_counts, admitted, hits, free, preempted, rejected,
-                    refused, pressure)
+                    refused, pressure, caught_up and not admitted)
 
     def admissions(self, budget: int) -> Plan:
         """schedule()'s admissions alone, for a step whose running requests all decode within
@@ -316,8 +328,11 @@ class Scheduler:
         self.last_sampled = 0
         if not ids.size:
             return EMPTY
-        done = self.computed[ids] == self.num_tokens[ids]
-        sampled = ids if done.all() else ids[done]
+        if plan.caught_up:
+            sampled = ids
+        else:
+            done = self.computed[ids] == self.num_tokens[ids]
+            sampled = ids if done.all() else ids[done]
         self.last_sampled = int(sampled.size)
         self.num_tokens[sampled] += 1
         gen = self.generated[sampled] + 1
