@@ -136,7 +136,8 @@ class Scheduler:
             start = int(comp[r])
             while not space.grow(r, start + n):  # preempt from the tail until r fits
                 victim = run.pop()
-                self._ids = None
+                if self._ids is not None:  # the tail leaves: the array's prefix stays
+                    self._ids = self._ids[:len(run)]
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim == r:
