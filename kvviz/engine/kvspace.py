@@ -46,8 +46,11 @@ class PagedSpace:
         """Whether r fits with all num_tokens known tokens: vLLM checks the whole sequence,
         not the chunk, and keeps the watermark free unless nothing runs yet. need: the
         blocks beyond the hits, plus the hits it takes out of the free queue."""
-        need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
-        free = self.alloc.free_blocks
+        return self.memory(self.alloc.blocks_to_allocate(r, num_tokens, hits),
+                           self.alloc.free_blocks, empty)
+
+    def memory(self, need: int, free: int, empty: bool) -> Admission:
+        """check's answer for `need` blocks with `free` free blocks."""
         bs = self.bs
         if self.fits(need, free, empty):
             return Admission(True, None, need * bs, free * bs, free * bs)

@@ -27,6 +27,7 @@ beforehand, so vLLM's max_model_len never binds here.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -52,6 +53,19 @@ class Plan(NamedTuple):
     refused: tuple[int, Admission] | None  # the head that had to wait, and why
     pressure: bool  # a preemption, or the head refused for memory
     caught_up: bool = False  # every one of ids computes all its known tokens (and samples)
+
+
+def make_room(run: list[int], r: int, fits: Callable[[], bool],
+              preempt: Callable[[int], None]) -> bool:
+    """The rule's preemption, for running request r that needs memory: while it does not
+    fit, the last running request leaves `run` and is preempted, until r fits (True) or
+    r itself was the one preempted (False)."""
+    while not fits():
+        victim = run.pop()
+        preempt(victim)
+        if victim == r:
+            return False
+    return True
 
 
 def _part(ids: list[int], starts: list[int], counts: list[int]):
@@ -109,6 +123,13 @@ class Scheduler:
         run, comp, known, space = self.running, self.computed, self.num_tokens, self.space
         caught_up = True  # every scheduled request computes all its known tokens
         short = False  # the last decode run stopped for memory: run[i] needs a block
+
+        def drop(victim: int) -> None:
+            if self._ids is not None:  # the tail leaves: the array's prefix stays
+                self._ids = self._ids[:len(run)]
+            self._preempt(victim)
+            preempted.append(victim)
+
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
@@ -134,15 +155,7 @@ class Scheduler:
             short = False
             n = min(int(known[r] - comp[r]), budget)
             start = int(comp[r])
-            while not space.grow(r, start + n):  # preempt from the tail until r fits
-                victim = run.pop()
-                if self._ids is not None:  # the tail leaves: the array's prefix stays
-                    self._ids = self._ids[:len(run)]
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim == r:
-                    break
-            if preempted and preempted[-1] == r:
+            if not make_room(run, r, lambda r=r, end=start + n: space.grow(r, end), drop):
                 break
             ids.append(r)
             starts.append(start)
@@ -222,17 +235,26 @@ class Scheduler:
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
         is admitted; its known tokens; its hit blocks; their tokens; the tokens it computes)."""
-        cfg = self.cfg
         total = int(self.num_tokens[r])
         hits, hit = self.space.hits(r, total)
-        if len(self.running) >= cfg.max_num_seqs:
-            return self._policy(r, total, hits), total, hits, hit, 0
+        adm, n = self.verdict(total, hit, len(self.running), budget,
+                              lambda empty: self.space.check(r, total, hits, empty))
+        return adm, total, hits, hit, n
+
+    def verdict(self, total: int, hit: int, running: int, budget: int,
+                memory: Callable[[bool], Admission]) -> tuple[Admission | None, int]:
+        """The rule's answer to a waiting request with `total` known tokens, `hit` of them
+        served by cached blocks, while `running` requests run and `budget` tokens are left:
+        (its refusal, None when it is admitted; the tokens it computes). memory(empty): the
+        space's answer for it (empty: nothing runs, vLLM waives the watermark). A limit
+        that binds while memory would serve makes the refusal POLICY."""
+        cfg = self.cfg
         n = total - hit
-        if not cfg.enable_chunked_prefill and n > budget:
-            return self._policy(r, total, hits), total, hits, hit, 0
-        n = min(n, budget)
-        adm = self.space.check(r, total, hits, not self.running)
-        return (None if adm.ok else adm), total, hits, hit, n
+        if running >= cfg.max_num_seqs or (not cfg.enable_chunked_prefill and n > budget):
+            adm = memory(running == 0)
+            return (adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)), 0
+        adm = memory(running == 0)
+        return (None if adm.ok else adm), min(n, budget)
 
     def head_refusal(self) -> tuple[int, Admission | None] | None:
         """For a span after a step that logged events (a lane without prefix caching, every
@@ -276,11 +298,6 @@ class Scheduler:
         is the space's half (`PagedSpace.fits`, or its own check for a contiguous lane)."""
         left = self.cfg.max_batched_tokens - running - ahead
         return (prompt <= left) & (running + slot < self.cfg.max_num_seqs)
-
-    def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
-        """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
-        adm = self.space.check(r, total, hits, not self.running)
-        return adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)
 
     def _whole(self, r: int) -> Admission:
         """Why r can never run: its whole life (prompt + output - 1 slots, or its

@@ -26,6 +26,7 @@ import numpy as np
 from kvviz.alloc.base import Reason
 from kvviz.core.errors import KvvizError
 from kvviz.engine.eventlog import MAX_STEP, EventLog
+from kvviz.engine.pressure import pressure_window
 from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
 from kvviz.engine.window import block_sums, window
@@ -163,6 +164,8 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
             while not lane.finished and (window(lane, arrival_s, step_ms, stop)
                                          or queue_window(lane, arrival_s, step_ms, stop)):
                 pass
+            continue
+        if pressure_window(lane, arrival_s, step_ms, stop):
             continue
         pressure = _span_pressure(lane)
         if pressure is None:
