@@ -26,9 +26,9 @@ import numpy as np
 from kvviz.alloc.base import Reason
 from kvviz.core.errors import KvvizError
 from kvviz.engine.eventlog import MAX_STEP, EventLog
-from kvviz.engine.pressure import pressure_window
 from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
+from kvviz.engine.walk import pressure_window
 from kvviz.engine.window import block_sums, window
 
 if TYPE_CHECKING:

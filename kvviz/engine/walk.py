@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 LIMIT = 1 << 16  # steps one window walks at most
 MIN_STEPS = 2  # shorter walks: a plain step costs less
-MAX_OPENS = 32  # blocks opened per step, about (running / block size), beyond which stepping's
-#                 vectorised decode beats the walk's one entry per opened block
 PREEMPTED, ADMITTED, FAILED, FINISHED = (KIND_CODE[k] for k in (
     "preempted", "admitted", "admit_failed", "finished"))
 POLICY = Reason.POLICY
@@ -54,8 +52,7 @@ def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
         return 0
     ids = sched.running_ids()
     n0 = int(ids.size)
-    bs = a.block_size
-    if n0 > cfg.max_batched_tokens or n0 > MAX_OPENS * bs:
+    if n0 > cfg.max_batched_tokens:
         return 0
     lens = sched.computed[ids]
     if n0 and (sched.num_tokens[ids] - lens != 1).any():
@@ -100,9 +97,14 @@ class _Walk:
         self.next_order = len(run)
         kvf = lane.kv_final[ids]
         last = -(-kvf // bs)
-        self.thr = dict(zip(run, ((last - 1) * bs).tolist()))
+        thr = (last - 1) * bs
+        self.thr = dict(zip(run, thr.tolist()))
         self.waste = dict(zip(run, (last * bs - kvf).tolist()))
-        self.internal = int(np.where(lens > (last - 1) * bs, last * bs - kvf, 0).sum())
+        inside = lens > thr
+        self.internal = int((last * bs - kvf)[inside].sum())
+        self.lastopen: dict[int, list[tuple[int, int]]] = {}  # step -> (request, t0)
+        for r, s in zip(ids[~inside].tolist(), (S + 1 + thr - lens)[~inside].tolist()):
+            self.lastopen.setdefault(s, []).append((r, S + 1))
         self.used = int(lens.sum())
         self.free = a.free_blocks
         self.front = deque(sched.front)
@@ -110,11 +112,14 @@ class _Walk:
         self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
         self.wait_gen: dict[int, int] = {}
         self.finished: dict[int, int] = {}  # finished in the walk: slots written
-        self.ops: list[tuple[int, int, int]] = []  # (op, request, tokens)
+        self.kinds: list[int] = []  # the allocator's ops (replay_window's), in order
+        self.seqs: list[int] = []
+        self.args: list[int] = []
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.free_after: list[int] = []
         self.every = [0] * 6  # steps, used, reserved, internal, free, tail
         self.pressure = [0] * 6
+        self.capacity_blocks = a.num_blocks
         self.last_fail = lane.last_fail
         self.failures: dict[str, int] = {}
         self.preemptions = self.sampled = 0
@@ -214,22 +219,40 @@ class _Walk:
             pressure = pressure or adm.reason is not POLICY
         self.sampled += len(run)
         self._update(t)
-        self._shares(pressure)
+        used, internal, free = self.used, self.internal, self.free * bs  # Shares.add
+        allocated = self.capacity_blocks * bs - free
+        for acc in ((self.every, self.pressure) if pressure else (self.every,)):
+            acc[0] += 1
+            acc[1] += used
+            acc[2] += allocated - used - internal
+            acc[3] += internal
+            acc[4] += free
+            acc[5] += allocated - used
         return True
 
     def _decode(self, openers: list[int], t: int) -> None:
         """Every running request decodes; each of `openers` takes a block (they fit)."""
-        ops, thr, L0, t0 = self.ops, self.thr, self.L0, self.t0
-        for r in openers:
-            ops.append((TAKE, r, 0))
-            if L0[r] + t - t0[r] == thr[r]:  # it opens its last block
-                self.internal += self.waste[r]
+        k = len(openers)
+        if k:
+            self.kinds.extend([TAKE] * k)
+            self.seqs.extend(openers)
+            self.args.extend([0] * k)
+        self._decoded(t)
+
+    def _decoded(self, t: int) -> None:
+        """After step t's decodes: the running requests that opened their last block."""
         self.used += len(self.run)
+        due = self.lastopen.pop(t, None)
+        if due:
+            order, t0 = self.order, self.t0
+            for r, s in due:
+                if r in order and t0[r] == s:  # still running since it was planned
+                    self.internal += self.waste[r]
 
     def _decode_short(self, openers: list[int], t: int, preempted: list[int]) -> None:
         """The decodes when the free blocks do not cover the openers: an opener that finds
         none makes room by the rule (`make_room`), which may preempt it too."""
-        run, ops, order = self.run, self.ops, self.order
+        run, order = self.run, self.order
         for r in list(openers):
             if r not in order:  # preempted for an opener before it: so is every later one
                 break
@@ -237,10 +260,13 @@ class _Walk:
                              lambda v: self._preempt(v, t, preempted)):
                 break
             self.free -= 1
-            ops.append((TAKE, r, 0))
-            if self.length(r, t) == self.thr[r]:
-                self.internal += self.waste[r]
-        self.used += len(run)
+            self._op(TAKE, r, 0)
+        self._decoded(t)
+
+    def _op(self, kind: int, r: int, tokens: int) -> None:
+        self.kinds.append(kind)
+        self.seqs.append(r)
+        self.args.append(tokens)
 
     def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
         """The rule preempted v (out of `run` already) before its decode in step t."""
@@ -256,7 +282,7 @@ class _Walk:
         """r (out of `run`) frees its blocks with `held` slots written; its running
         bookkeeping ends."""
         bs = self.bs
-        self.ops.append((FREE_SEQ, r, held))
+        self._op(FREE_SEQ, r, held)
         self.free += -(-held // bs)
         self.used -= held
         if held > self.thr[r]:
@@ -272,7 +298,7 @@ class _Walk:
         """r is admitted at step t with its whole `total` known tokens: it samples then and
         decodes from step t + 1."""
         bs, sched = self.bs, self.sched
-        self.ops.append((ADMIT, r, total))
+        self._op(ADMIT, r, total)
         if r in self.wait_known:
             g = self.wait_gen.pop(r) + 1
             del self.wait_known[r]
@@ -289,6 +315,8 @@ class _Walk:
         self.thr[r], self.waste[r] = (last - 1) * bs, last * bs - kvf
         if total > self.thr[r]:
             self.internal += self.waste[r]
+        else:
+            self.lastopen.setdefault(t + 1 + self.thr[r] - total, []).append((r, t + 1))
         self.used += total
 
     def _update(self, t: int) -> None:
@@ -305,31 +333,17 @@ class _Walk:
             self.finished[r] = held
             self.events.append((t, FINISHED, r, 0, 0, 0))
 
-    def _shares(self, pressure: bool) -> None:
-        """Shares.add of the step (after its update)."""
-        bs = self.bs
-        allocated = (self.lane.alloc.num_blocks - self.free) * bs
-        used, internal = self.used, self.internal
-        vals = (1, used, allocated - used - internal, internal, self.free * bs,
-                allocated - used)
-        for acc in ((self.every, self.pressure) if pressure else (self.every,)):
-            for i, v in enumerate(vals):
-                acc[i] += v
-
     def commit(self, end: int) -> None:
         """Write what the walk did up to step `end` (its last)."""
         lane, sched, a = self.lane, self.sched, self.lane.alloc
         run = self.run
         live_len = [self.L0[r] + end - self.t0[r] + 1 for r in run]
-        if self.ops:
-            kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*self.ops))
-        else:
-            kind = seq = arg = np.zeros(0, np.int64)
+        kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
         if [f * self.bs for f in after] != self.free_after:
-            raise RuntimeError("pressure window: the replay's free blocks differ from the "
-                               "walk's")
+            raise RuntimeError("pressure window (kvviz/engine/walk.py): the replay's free "
+                               "blocks differ from the walk's")
         comp, known, gen = sched.computed, sched.num_tokens, sched.generated
         out = sched.w.output
         if run:
