@@ -117,9 +117,8 @@ class _Walk:
         self.args: list[int] = []
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.free_after: list[int] = []
-        self.every = [0] * 6  # steps, used, reserved, internal, free, tail
-        self.pressure = [0] * 6
-        self.capacity_blocks = a.num_blocks
+        self.every = [0] * 4  # steps, used slots, internal slots, free blocks
+        self.pressure = [0] * 4
         self.last_fail = lane.last_fail
         self.failures: dict[str, int] = {}
         self.preemptions = self.sampled = 0
@@ -218,16 +217,19 @@ class _Walk:
                                adm.free_tokens, adm.largest_hole_tokens))
             pressure = pressure or adm.reason is not POLICY
         self.sampled += len(run)
-        self._update(t)
-        used, internal, free = self.used, self.internal, self.free * bs  # Shares.add
-        allocated = self.capacity_blocks * bs - free
-        for acc in ((self.every, self.pressure) if pressure else (self.every,)):
+        if t in self.fin:
+            self._update(t)
+        acc = self.every  # Shares.add's sums: the rest follow from these (commit)
+        acc[0] += 1
+        acc[1] += self.used
+        acc[2] += self.internal
+        acc[3] += self.free
+        if pressure:
+            acc = self.pressure
             acc[0] += 1
-            acc[1] += used
-            acc[2] += allocated - used - internal
-            acc[3] += internal
-            acc[4] += free
-            acc[5] += allocated - used
+            acc[1] += self.used
+            acc[2] += self.internal
+            acc[3] += self.free
         return True
 
     def _decode(self, openers: list[int], t: int) -> None:
@@ -372,9 +374,14 @@ class _Walk:
         lane.step_no = end
         lane.time_s = end * self.step_ms / 1000.0
         self._log()
-        sh = lane.shares
-        for src, acc in ((self.every, sh.every), (self.pressure, sh.pressure)):
-            for k, v in zip(("steps", "used", "reserved", "internal", "free", "tail"), src):
+        sh, cap = lane.shares, lane.capacity
+        for (steps, used, internal, free), acc in ((self.every, sh.every),
+                                                   (self.pressure, sh.pressure)):
+            free *= self.bs
+            allocated = steps * cap - free
+            for k, v in (("steps", steps), ("used", used), ("internal", internal),
+                         ("reserved", allocated - used - internal), ("free", free),
+                         ("tail", allocated - used)):
                 acc[k] += v
 
     def _log(self) -> None:
