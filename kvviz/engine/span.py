@@ -138,9 +138,9 @@ def _span_pressure(lane: Lane) -> bool | None:
 
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
              tick: Callable[[], None] | None = None) -> None:
-    """Drive one lane to the end (or to step `stop`): Lane.step, and `advance` over the
-    quiet spans after it. Idle time (nothing running or waiting) is skipped to the step
-    of the next arrival."""
+    """Drive one lane to the end (or to step `stop`): Lane.step, then the windows that
+    start after it (window.py, queue.py, walk.py) or `advance` over a quiet span. Idle
+    time (nothing running or waiting) is skipped to the step of the next arrival."""
     jumps = lane.kv is None
     calls = 0
     while not lane.finished and (stop is None or lane.step_no < stop):

@@ -17,7 +17,8 @@ scheduler's arrays, the lane's counters, the events and the shares are written o
 The walk stops before a step it cannot take whole: a head too big for the cache (a
 rejection), a head admitted with a chunk of its prompt (it would not decode), more running
 requests than the token budget, nothing running and nothing waiting (the idle jump's
-business). tests/engine/test_span_equivalence.py compares it with stepping.
+business). tests/engine/test_walk_equivalence.py and test_span_equivalence.py compare it
+with stepping.
 """
 from __future__ import annotations
 
@@ -343,7 +344,7 @@ class _Walk:
         kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
-        if [f * self.bs for f in after] != self.free_after:
+        if a.free_blocks != self.free or [f * self.bs for f in after] != self.free_after:
             raise RuntimeError("pressure window (kvviz/engine/walk.py): the replay's free "
                                "blocks differ from the walk's")
         comp, known, gen = sched.computed, sched.num_tokens, sched.generated
