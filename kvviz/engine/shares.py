@@ -47,6 +47,17 @@ class Shares:
             acc["tail"] += tail
             acc["efi"] = add_repeated(acc["efi"], efi, times)
 
+    def add_sums(self, pressure: bool, steps: int, used: int, reserved: int, internal: int,
+                 free: int, tail: int) -> None:
+        """`steps` steps at once, given the sums of add's fields over them (efi 0.0)."""
+        for acc in ((self.pressure, self.every) if pressure else (self.every,)):
+            acc["steps"] += steps
+            acc["used"] += used
+            acc["reserved"] += reserved
+            acc["internal"] += internal
+            acc["free"] += free
+            acc["tail"] += tail
+
     @property
     def pressure_steps(self) -> int:
         return int(self.pressure["steps"])

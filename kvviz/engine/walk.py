@@ -30,7 +30,7 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
-from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventColumns
+from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
 from kvviz.engine.scheduler import make_room
 from kvviz.engine.window import arrival_steps
 
@@ -118,7 +118,7 @@ class _Walk:
         self.args: list[int] = []
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.free_after: list[int] = []
-        self.every = [0] * 4  # steps, used slots, internal slots, free blocks
+        self.calm = [0] * 4  # per kind of step: steps, used slots, internal, free blocks
         self.pressure = [0] * 4
         self.last_fail = lane.last_fail
         self.failures: dict[str, int] = {}
@@ -220,17 +220,11 @@ class _Walk:
         self.sampled += len(run)
         if t in self.fin:
             self._update(t)
-        acc = self.every  # Shares.add's sums: the rest follow from these (commit)
+        acc = self.pressure if pressure else self.calm  # Shares.add's sums (see commit)
         acc[0] += 1
         acc[1] += self.used
         acc[2] += self.internal
         acc[3] += self.free
-        if pressure:
-            acc = self.pressure
-            acc[0] += 1
-            acc[1] += self.used
-            acc[2] += self.internal
-            acc[3] += self.free
         return True
 
     def _decode(self, openers: list[int], t: int) -> None:
@@ -374,29 +368,10 @@ class _Walk:
         lane._last_fail = self.last_fail
         lane.step_no = end
         lane.time_s = end * self.step_ms / 1000.0
-        self._log()
-        sh, cap = lane.shares, lane.capacity
-        for (steps, used, internal, free), acc in ((self.every, sh.every),
-                                                   (self.pressure, sh.pressure)):
-            free *= self.bs
-            allocated = steps * cap - free
-            for k, v in (("steps", steps), ("used", used), ("internal", internal),
-                         ("reserved", allocated - used - internal), ("free", free),
-                         ("tail", allocated - used)):
-                acc[k] += v
-
-    def _log(self) -> None:
-        ev = self.events
-        if not ev:
-            return
-        k = len(ev)
-        rows = [e if len(e) == 7 else (*e, 0) for e in ev]
-        step, kind, seq, reason, need, free, hole = (np.asarray(x) for x in zip(*rows))
-        lane = self.lane
-        cols = {"time_s": step * self.step_ms / 1000.0, "step": step.astype(np.int64),
-                "lane": np.full(k, lane._code, np.int8), "kind": kind.astype(np.int8),
-                "seq_id": seq.astype(np.int64), "reason": reason.astype(np.int8),
-                "need_tokens": need.astype(np.int64), "free_tokens": free.astype(np.int64),
-                "largest_hole_tokens": hole.astype(np.int64),
-                "count": np.ones(k, np.int64)}
-        lane.events.extend(EventColumns(cols, lane.events.lanes))
+        lane.events.add_rows(self.events, lane._code, self.step_ms)
+        cap, bs = lane.capacity, self.bs
+        for pressure, (steps, used, internal, free) in ((False, self.calm),
+                                                        (True, self.pressure)):
+            allocated = steps * cap - free * bs  # the tails are the slack: no block shared
+            lane.shares.add_sums(pressure, steps, used, allocated - used - internal, internal,
+                                 free * bs, allocated - used)
