@@ -23,6 +23,10 @@ A resumed request recomputes prompt + all generated tokens (its own cached block
 kvviz's own additions: a request whose whole life cannot fit the empty cache is rejected at
 the head of the queue (vLLM would wait for it forever); workloads are cut to max_seq_len
 beforehand, so vLLM's max_model_len never binds here.
+
+The fast paths (span.py, window.py, queue.py, walk.py) never re-decide: they ask the pieces
+schedule() itself is made of, `make_room` (who is preempted for a request short of memory)
+and `verdict` (a waiting request's answer), or the limits in closed form below.
 """
 from __future__ import annotations
 
