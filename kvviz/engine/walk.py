@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
 
 LIMIT = 1 << 16  # steps one window walks at most
+MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints)
 MIN_STEPS = 2  # shorter walks: a plain step costs less
 PREEMPTED, ADMITTED, FAILED, FINISHED = (KIND_CODE[k] for k in (
     "preempted", "admitted", "admit_failed", "finished"))
@@ -152,7 +153,8 @@ class _Walk:
                 ai += 1
             waiting = len(self.front) + lo + ai - self.next_new
             if ((not self.run and not waiting) or len(self.run) > cfg.max_batched_tokens
-                    or len(self.finished) >= to_finish or not self.step(t, waiting)):
+                    or len(self.finished) >= to_finish or len(self.kinds) > MAX_OPS
+                    or not self.step(t, waiting)):
                 return t - 1
         return t
 

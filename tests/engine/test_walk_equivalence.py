@@ -72,3 +72,14 @@ def test_walks_stop_where_a_step_cannot_be_taken_whole():
                                   enable_chunked_prefill=chunked, max_seq_len=512)
             jump = assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, [3, 9])
             assert all(x.rejected >= 1 for x in jump.lanes)
+
+
+def test_short_walks_chain_exactly(monkeypatch):
+    """Walks cut short by their step and op limits: each starts where the last ended."""
+    from kvviz.engine import walk
+    monkeypatch.setattr(walk, "LIMIT", 7)
+    monkeypatch.setattr(walk, "MAX_OPS", 40)
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=150, seed=2, max_seq_len=512))
+    jump = assert_same(w, ["paged:16", "paged:3"], CacheConfig(capacity_tokens=4096),
+                       EngineConfig(max_seq_len=512), [9, 100])
+    assert all(x.preemptions > 20 for x in jump.lanes)
