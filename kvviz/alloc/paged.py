@@ -24,14 +24,13 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged_batch import PagedBatchVerbs
-from kvviz.alloc.paged_plain import PagedPlainReplay
 from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.core.blockmap import FREE, BlockMap
 
 
-class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedPlainReplay, Allocator):
+class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
     contiguous = False
 
     def __init__(
@@ -167,7 +166,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedPlainReplay, Alloca
         id, or one per block): the one place a block is taken into a sequence's keeping."""
         self._owner[blocks] = owners
         self._ref[blocks] = 1
-        self._held += np.size(blocks)
+        self._held += blocks.size if isinstance(blocks, np.ndarray) else np.size(blocks)
 
     def _ensure_width(self, width: int) -> None:
         if width > self._table.shape[1]:
@@ -305,10 +304,18 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedPlainReplay, Alloca
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
         blocks = self._table[row, : self._nb[row]][::-1].copy()  # vLLM frees tail first
-        fills = self._fills(int(self._len[row]), 0, blocks.size)[::-1].copy()
+        length = int(self._len[row])
         self._rows.remove(seq_id)
         self._nb[row] = 0
         self._len[row] = 0
+        if not self._sharing and not self._pool.keyed:  # no content to keep: plain blocks
+            self._owner[blocks] = FREE
+            self._ref[blocks] = 0
+            self._held -= blocks.size
+            self._used -= length
+            self._pool.put(blocks, None)  # no block holds a key: no fill level is read
+            return
+        fills = self._fills(length, 0, blocks.size)[::-1].copy()
         if self._sharing:
             self._drop_ref(blocks, seq_id, fills)
         else:

@@ -141,6 +141,25 @@ class PagedBatchVerbs:
         self._used += int(rows.size)
         return np.ones(seq_ids.size, np.bool_) if ok is None else ok
 
+    def decode_step(self, seq_ids: np.ndarray, opens: np.ndarray | None) -> None:
+        """append_batch(seq_ids) when the caller knows that it succeeds for every one: the
+        positions in seq_ids whose token opens a new block (None: all of them), as many free
+        blocks as those, every sequence live. Blocks go out in that order."""
+        if self._sharing:
+            self.append_batch(seq_ids)
+            return
+        rows = self._rows.row_of_seq[seq_ids]
+        if opens is None or opens.size:
+            r = rows if opens is None else rows[opens]
+            fresh = self._take(int(r.size))
+            nb = self._nb[r]
+            self._ensure_width(int(nb.max()) + 1)
+            self._table[r, nb] = fresh
+            self._nb[r] = nb + 1
+            self._own(fresh, seq_ids if opens is None else seq_ids[opens])
+        self._len[rows] += 1
+        self._used += int(rows.size)
+
     def grow_many(self, seq_ids: np.ndarray, steps: int) -> None:
         """Blocks go out as `steps` append_batch calls would hand them: by step, then by
         position in seq_ids (one take for the whole span)."""

@@ -14,6 +14,19 @@ from kvviz.alloc.base import Admission, Allocator, Reason
 from kvviz.engine.tokens import BlockKeys
 
 
+def decode_reach(lens: np.ndarray, bs: int, budget: int) -> int:
+    """The most decode steps of one token per request (lens: slots each holds, not empty)
+    whose new blocks number <= budget. A request opens a block at the steps t >= 1 with
+    (lens + t - 1) % bs == 0: once every bs steps, first at step 1 + (-lens) % bs; so the
+    steps 1..j open (j // bs) * n blocks plus those whose first step is <= j % bs."""
+    if budget < 0:
+        return 0
+    n = int(lens.size)
+    per, left = divmod(budget, n)
+    cum = np.cumsum(np.bincount((-lens) % bs, minlength=bs))  # cum[r]: first step <= r + 1
+    return per * bs + int(np.searchsorted(cum, left, "right"))
+
+
 class PagedSpace:
     def __init__(self, alloc: Allocator, keys: BlockKeys | None, watermark: float) -> None:
         self.alloc, self.keys, self.bs = alloc, keys, alloc.block_size
@@ -38,8 +51,11 @@ class PagedSpace:
         """Whether r fits with all num_tokens known tokens: vLLM checks the whole sequence,
         not the chunk, and keeps the watermark free unless nothing runs yet. need: the
         blocks beyond the hits, plus the hits it takes out of the free queue."""
-        need = self.alloc.blocks_to_allocate(r, num_tokens, hits)
-        free = self.alloc.free_blocks
+        return self.memory(self.alloc.blocks_to_allocate(r, num_tokens, hits),
+                           self.alloc.free_blocks, empty)
+
+    def memory(self, need: int, free: int, empty: bool) -> Admission:
+        """check's answer for `need` blocks with `free` free blocks."""
         bs = self.bs
         if self.fits(need, free, empty):
             return Admission(True, None, need * bs, free * bs, free * bs)
@@ -79,12 +95,18 @@ class PagedSpace:
                     break
                 k += 1
             return k
-        opens = lens % self.bs == 0
-        k = int(np.searchsorted(np.cumsum(opens), self.alloc.free_blocks, "right"))
+        free = self.alloc.free_blocks
+        if self.bs == 1:  # every token opens a block
+            k = min(int(ids.size), free)
+            opens = None
+        else:
+            opens = np.flatnonzero(lens % self.bs == 0)
+            k = int(opens[free]) if opens.size > free else int(ids.size)
         if not k:
             return 0
         ids, lens = ids[:k], lens[:k]
-        self.alloc.append_batch(ids)
+        self.alloc.decode_step(ids, opens if opens is None or opens.size <= free
+                               else opens[:free])
         if self.keys is not None:  # requests whose new token fills a block cache it
             full = (lens + 1) % self.bs == 0
             for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
@@ -113,19 +135,7 @@ class PagedSpace:
         budget = self.alloc.free_blocks - floor
         if self.keys is not None and self.alloc.logs_cache_events:
             budget = min(budget, self.alloc.plain_free_blocks)
-        bs = self.bs
-        base = int((-(-lens // bs)).sum())
-
-        def fits(j: int) -> bool:
-            return int((-(-(lens + j) // bs)).sum()) - base <= budget
-
-        if fits(m):
-            return m
-        lo, hi = 0, m  # fits(lo), not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
+        return min(m, decode_reach(lens, self.bs, budget))
 
     def cache_span(self, ids: np.ndarray, lens: np.ndarray, m: int) -> None:
         """After m decode steps taken at once: cache the blocks they filled, in the order the

@@ -211,18 +211,24 @@ class Lane:
     def _fill(self, u: Usage) -> dict:
         """Where the capacity is in this step (Shares.add's fields)."""
         ids = self.run_ids
+        a = self.alloc
+        slack = u.allocated_tokens - u.used_tokens
         internal = 0
         tail = 0
         if ids.size:
-            held = self.alloc.seq_allocated_tokens(ids)
             lens = self.sched.computed[ids]
+            if a.contiguous:
+                held = a.seq_allocated_tokens(ids)
+                tail = int(((-lens) % a.block_size).sum())
+            else:  # ceil(lens / bs) blocks each, shared ones full: the tails are the slack
+                bs = a.block_size
+                held = -(-lens // bs) * bs
+                tail = slack
             internal = int(np.maximum(0, held - self.kv_final[ids]).sum())  # lens + rem
-            tail = int(((-lens) % self.alloc.block_size).sum())
-        slack = u.allocated_tokens - u.used_tokens
         free = u.free_tokens
         efi = 0.0
-        if self.alloc.contiguous and free > 0:
-            efi = 1.0 - self.alloc.check(1).largest_hole_tokens / free
+        if a.contiguous and free > 0:
+            efi = 1.0 - a.check(1).largest_hole_tokens / free
         return {"used": u.used_tokens, "reserved": slack - internal, "internal": internal,
                 "free": free, "tail": tail, "efi": efi}
 

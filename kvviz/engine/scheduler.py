@@ -23,10 +23,15 @@ A resumed request recomputes prompt + all generated tokens (its own cached block
 kvviz's own additions: a request whose whole life cannot fit the empty cache is rejected at
 the head of the queue (vLLM would wait for it forever); workloads are cut to max_seq_len
 beforehand, so vLLM's max_model_len never binds here.
+
+The fast paths (span.py, window.py, queue.py, walk.py) never re-decide: they ask the pieces
+schedule() itself is made of, `make_room` (who is preempted for a request short of memory)
+and `verdict` (a waiting request's answer), or the limits in closed form below.
 """
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -51,6 +56,25 @@ class Plan(NamedTuple):
     rejected: list[tuple[int, Admission]]
     refused: tuple[int, Admission] | None  # the head that had to wait, and why
     pressure: bool  # a preemption, or the head refused for memory
+    caught_up: bool = False  # every one of ids computes all its known tokens (and samples)
+
+
+def make_room(run: list[int], r: int, fits: Callable[[], bool],
+              preempt: Callable[[int], None]) -> bool:
+    """The rule's preemption, for running request r that needs memory: while it does not
+    fit, the last running request leaves `run` and is preempted, until r fits (True) or
+    r itself was the one preempted (False)."""
+    while not fits():
+        victim = run.pop()
+        preempt(victim)
+        if victim == r:
+            return False
+    return True
+
+
+def _part(ids: list[int], starts: list[int], counts: list[int]):
+    return (np.asarray(ids, np.int64), np.asarray(starts, np.int64),
+            np.asarray(counts, np.int64))
 
 
 class Scheduler:
@@ -95,49 +119,53 @@ class Scheduler:
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> Plan:
         budget = self.cfg.max_batched_tokens
-        ids: list[int] = []
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # decode runs
+        ids: list[int] = []  # requests scheduled one by one, since the last decode run
         starts: list[int] = []
         counts: list[int] = []
         preempted: list[int] = []
-        run, comp, known = self.running, self.computed, self.num_tokens
-        lead = None  # (ids, starts) of the leading decodes, kept as arrays
+        run, comp, known, space = self.running, self.computed, self.num_tokens, self.space
+        caught_up = True  # every scheduled request computes all its known tokens
+        short = False  # the last decode run stopped for memory: run[i] needs a block
+
+        def drop(victim: int) -> None:
+            if self._ids is not None:  # the tail leaves: the array's prefix stays
+                self._ids = self._ids[:len(run)]
+            self._preempt(victim)
+            preempted.append(victim)
+
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
-            if known[r] - comp[r] == 1:  # decodes in a row: grow as many as fit at once
+            if not short and known[r] - comp[r] == 1:  # decodes in a row: grow those that fit
                 seg = self.running_ids()[i:i + budget]
                 lens = comp[seg]
                 dec = known[seg] - lens == 1
                 if not dec.all():
                     m = int(np.argmin(dec))
                     seg, lens = seg[:m], lens[:m]
-                k = self.space.decode_many(seg, lens)
+                k = space.decode_many(seg, lens)
                 if k:
-                    if i == 0:
-                        lead = (seg[:k], lens[:k])
-                    else:
-                        ids.extend(seg[:k].tolist())
-                        starts.extend(lens[:k].tolist())
-                        counts.extend([1] * k)
-                    comp[seg[:k]] = lens[:k] + 1
+                    if ids:
+                        parts.append(_part(ids, starts, counts))
+                        ids, starts, counts = [], [], []
+                    if k < seg.size:
+                        seg, lens, short = seg[:k], lens[:k], True
+                    parts.append((seg, lens, None))
+                    comp[seg] = lens + 1
                     budget -= k
                     i += k
                     continue
+            short = False
             n = min(int(known[r] - comp[r]), budget)
             start = int(comp[r])
-            while not self.space.grow(r, start + n):  # preempt from the tail until r fits
-                victim = run.pop()
-                self._ids = None
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim == r:
-                    break
-            if preempted and preempted[-1] == r:
+            if not make_room(run, r, lambda r=r, end=start + n: space.grow(r, end), drop):
                 break
             ids.append(r)
             starts.append(start)
             counts.append(n)
             comp[r] = start + n
+            caught_up = caught_up and start + n == known[r]
             budget -= n
             i += 1
         admitted, hits, free, rejected, refused = [], [], [], [], None
@@ -146,16 +174,18 @@ class Scheduler:
             starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
-        a_ids, a_starts, a_counts = (np.asarray(x, np.int64) for x in (ids, starts, counts))
-        if lead is not None:
-            ones = np.ones(lead[0].size, np.int64)
-            if ids:
-                a_ids, a_starts, a_counts = (np.concatenate(x) for x in (
-                    (lead[0], a_ids), (lead[1], a_starts), (ones, a_counts)))
-            else:
-                a_ids, a_starts, a_counts = lead[0], lead[1], ones
+        if ids or not parts:
+            parts.append(_part(ids, starts, counts))
+        if len(parts) == 1:
+            a_ids, a_starts, a_counts = parts[0]
+            if a_counts is None:
+                a_counts = np.ones(a_ids.size, np.int64)
+        else:
+            a_ids, a_starts, a_counts = (np.concatenate(x) for x in zip(*(
+                (p[0], p[1], np.ones(p[0].size, np.int64) if p[2] is None else p[2])
+                for p in parts)))
         return Plan(a_ids, a_starts, a_counts, admitted, hits, free, preempted, rejected,
-                    refused, pressure)
+                    refused, pressure, caught_up and not admitted)
 
     def admissions(self, budget: int) -> Plan:
         """schedule()'s admissions alone, for a step whose running requests all decode within
@@ -209,17 +239,26 @@ class Scheduler:
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
         is admitted; its known tokens; its hit blocks; their tokens; the tokens it computes)."""
-        cfg = self.cfg
         total = int(self.num_tokens[r])
         hits, hit = self.space.hits(r, total)
-        if len(self.running) >= cfg.max_num_seqs:
-            return self._policy(r, total, hits), total, hits, hit, 0
+        adm, n = self.verdict(total, hit, len(self.running), budget,
+                              lambda empty: self.space.check(r, total, hits, empty))
+        return adm, total, hits, hit, n
+
+    def verdict(self, total: int, hit: int, running: int, budget: int,
+                memory: Callable[[bool], Admission]) -> tuple[Admission | None, int]:
+        """The rule's answer to a waiting request with `total` known tokens, `hit` of them
+        served by cached blocks, while `running` requests run and `budget` tokens are left:
+        (its refusal, None when it is admitted; the tokens it computes). memory(empty): the
+        space's answer for it (empty: nothing runs, vLLM waives the watermark). A limit
+        that binds while memory would serve makes the refusal POLICY."""
+        cfg = self.cfg
         n = total - hit
-        if not cfg.enable_chunked_prefill and n > budget:
-            return self._policy(r, total, hits), total, hits, hit, 0
-        n = min(n, budget)
-        adm = self.space.check(r, total, hits, not self.running)
-        return (None if adm.ok else adm), total, hits, hit, n
+        if running >= cfg.max_num_seqs or (not cfg.enable_chunked_prefill and n > budget):
+            adm = memory(running == 0)
+            return (adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)), 0
+        adm = memory(running == 0)
+        return (None if adm.ok else adm), min(n, budget)
 
     def head_refusal(self) -> tuple[int, Admission | None] | None:
         """For a span after a step that logged events (a lane without prefix caching, every
@@ -263,11 +302,6 @@ class Scheduler:
         is the space's half (`PagedSpace.fits`, or its own check for a contiguous lane)."""
         left = self.cfg.max_batched_tokens - running - ahead
         return (prompt <= left) & (running + slot < self.cfg.max_num_seqs)
-
-    def _policy(self, r: int, total: int, hits: list[int]) -> Admission:
-        """The head waits for a limit: POLICY if memory would serve it, else memory's reason."""
-        adm = self.space.check(r, total, hits, not self.running)
-        return adm if not adm.ok else adm._replace(ok=False, reason=Reason.POLICY)
 
     def _whole(self, r: int) -> Admission:
         """Why r can never run: its whole life (prompt + output - 1 slots, or its
@@ -316,8 +350,11 @@ class Scheduler:
         self.last_sampled = 0
         if not ids.size:
             return EMPTY
-        done = self.computed[ids] == self.num_tokens[ids]
-        sampled = ids if done.all() else ids[done]
+        if plan.caught_up:
+            sampled = ids
+        else:
+            done = self.computed[ids] == self.num_tokens[ids]
+            sampled = ids if done.all() else ids[done]
         self.last_sampled = int(sampled.size)
         self.num_tokens[sampled] += 1
         gen = self.generated[sampled] + 1

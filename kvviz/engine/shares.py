@@ -35,13 +35,28 @@ class Shares:
         """`times` equal steps at once (1: one step); `pressure`: they were memory-pressure
         steps. Integer sums exactly as `times` calls; the float efi sum too while efi is 0.0
         (always so when nothing is held) or times is small."""
-        vals = {"used": used, "reserved": reserved, "internal": internal, "free": free,
-                "tail": tail}
+        if times != 1:
+            used, reserved, internal, free, tail = (
+                v * times for v in (used, reserved, internal, free, tail))
         for acc in ((self.pressure, self.every) if pressure else (self.every,)):
             acc["steps"] += times
-            for k, v in vals.items():
-                acc[k] += v * times
+            acc["used"] += used
+            acc["reserved"] += reserved
+            acc["internal"] += internal
+            acc["free"] += free
+            acc["tail"] += tail
             acc["efi"] = add_repeated(acc["efi"], efi, times)
+
+    def add_sums(self, pressure: bool, steps: int, used: int, reserved: int, internal: int,
+                 free: int, tail: int) -> None:
+        """`steps` steps at once, given the sums of add's fields over them (efi 0.0)."""
+        for acc in ((self.pressure, self.every) if pressure else (self.every,)):
+            acc["steps"] += steps
+            acc["used"] += used
+            acc["reserved"] += reserved
+            acc["internal"] += internal
+            acc["free"] += free
+            acc["tail"] += tail
 
     @property
     def pressure_steps(self) -> int:

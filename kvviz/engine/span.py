@@ -28,6 +28,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
+from kvviz.engine.walk import pressure_window
 from kvviz.engine.window import block_sums, window
 
 if TYPE_CHECKING:
@@ -137,9 +138,9 @@ def _span_pressure(lane: Lane) -> bool | None:
 
 def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None,
              tick: Callable[[], None] | None = None) -> None:
-    """Drive one lane to the end (or to step `stop`): Lane.step, and `advance` over the
-    quiet spans after it. Idle time (nothing running or waiting) is skipped to the step
-    of the next arrival."""
+    """Drive one lane to the end (or to step `stop`): Lane.step, then the windows that
+    start after it (window.py, queue.py, walk.py) or `advance` over a quiet span. Idle
+    time (nothing running or waiting) is skipped to the step of the next arrival."""
     jumps = lane.kv is None
     calls = 0
     while not lane.finished and (stop is None or lane.step_no < stop):
@@ -163,6 +164,8 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
             while not lane.finished and (window(lane, arrival_s, step_ms, stop)
                                          or queue_window(lane, arrival_s, step_ms, stop)):
                 pass
+            continue
+        if pressure_window(lane, arrival_s, step_ms, stop):
             continue
         pressure = _span_pressure(lane)
         if pressure is None:

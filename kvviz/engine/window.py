@@ -22,7 +22,7 @@ head's blocks free wherever it is refused (else its refusal would be CAPACITY), 
 free count the window's takes and frees leave in execution order; a contiguous lane asks its
 space's `check` and `admit` in that order, on the real placement. The block ids come from
 replaying the takes and frees in vLLM's order on the free queue
-(`PagedAllocator.replay_plain` without prefix caching, `replay_window` with it).
+(`PagedAllocator.replay_window`).
 tests/engine/test_span_equivalence.py and test_seat_windows.py compare every result with
 stepping (advance="step").
 
@@ -270,12 +270,9 @@ class _Plan:
             self.fails = (self.fails[0][keep], self.fails[1][keep])
             self.fail_free = self._free_at(self.fails[0], step, phase, d) * bs
         live = self._live(end)
-        if space.keys is None:
-            after, evicted = a.replay_plain(phase, self.jid[j], arg, self.jid[live],
-                                            self._len(end)[live])
-        else:
-            after, evicted = a.replay_window(phase, self.jid[j], arg, self.jid[live],
-                                             self._len(end)[live], self._keys)
+        after, evicted = a.replay_window(phase, self.jid[j], arg, self.jid[live],
+                                         self._len(end)[live],
+                                         None if space.keys is None else self._keys)
         self.free_after = [f * bs for f in after]
         self.evicted = step[np.asarray(evicted, np.int64)]
         return end
