@@ -49,10 +49,14 @@ class PagedWindowVerbs:
         ntake = np.where(kind == TAKE, 1, np.where(kind == ADMIT, -(-arg // bs), 0))
         take_op = np.repeat(np.arange(n_ops), ntake)
         T = int(take_op.size)
-        useq, inv = np.unique(seq, return_inverse=True)  # sequences, numbered 0..U-1
+        # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
+        # here starts with its ADMIT; life 0 of a sequence held before the window has none
+        life = lives(kind, seq)
+        lkey = seq * (int(life.max()) + 1 if life.size else 1) + life
+        ukey, first_op, inv = np.unique(lkey, return_index=True, return_inverse=True)
+        useq = seq[first_op]  # each life's sequence
         U = int(useq.size)
-        new = np.zeros(U, np.bool_)
-        new[inv[kind == ADMIT]] = True
+        new = life[first_op] > 0
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
         u_take = inv[take_op]
@@ -117,7 +121,7 @@ class PagedWindowVerbs:
                               fifo[:used], take_op, rp.fifo_take)
         pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
                         blocks_of(e_ref[tail], got), e_fill[tail])
-        self._replay_rows(kind, seq, new[inv], row0[inv])
+        self._replay_rows(kind, seq, inv, new[inv], row0[inv])
         freed = blocks_of(e_ref, got)
         if freed.size:
             self._owner[freed] = FREE
@@ -152,12 +156,13 @@ class PagedWindowVerbs:
         after = (pool.free_count - int(delta.sum()) + np.cumsum(delta))[kind == ADMIT]
         return after.tolist(), take_op[rp.fifo_take].tolist()
 
-    def _replay_rows(self, kind: np.ndarray, seq: np.ndarray, new: np.ndarray,
-                     row0: np.ndarray) -> None:
+    def _replay_rows(self, kind: np.ndarray, seq: np.ndarray, life: np.ndarray,
+                     new: np.ndarray, row0: np.ndarray) -> None:
         """Admissions claim rows and frees give them back, as `_new_row` and
         `RowTable.remove` in op order would: the free rows are a stack (the next claimed on
         top), replayed in closed form unless they run out on the way (then they grow: one
-        by one). new/row0: per op, whether its sequence is new here, else its row."""
+        by one). life/new/row0: per op, its sequence's life, whether that life is new
+        here, else its row."""
         rows = self._rows
         sel = np.flatnonzero((kind == ADMIT) | (kind == FREE_SEQ))
         claim = kind[sel] == ADMIT
@@ -179,11 +184,12 @@ class PagedWindowVerbs:
             rows.row_of_seq = np.concatenate(
                 [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
         # a freed sequence's row: from before the window, or the claim that gave it one
-        first_claim = {sid: j for j, sid in enumerate(ids[claim].tolist())}
+        lv = life[sel]
+        first_claim = {x: j for j, x in enumerate(lv[claim].tolist())}
         fr = ~claim
         ref = np.zeros(sel.size, np.int64)
         fnew = new[sel][fr]
-        ref[fr] = np.where(fnew, [first_claim.get(x, 0) for x in ids[fr].tolist()],
+        ref[fr] = np.where(fnew, [first_claim.get(x, 0) for x in lv[fr].tolist()],
                            ~row0[sel][fr])
         rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
         got = resolve(rp.src)  # per claim, its row
@@ -191,7 +197,7 @@ class PagedWindowVerbs:
         freed_rows = blocks_of(ref[fr], got)
         rows.seq_of_row[freed_rows] = -1
         rows.row_of_seq[ids[fr]] = -1
-        stay = ~np.isin(ids[claim], ids[fr])
+        stay = ~np.isin(lv[claim], lv[fr])
         rows.seq_of_row[got[stay]] = ids[claim][stay]
         rows.row_of_seq[ids[claim][stay]] = got[stay]
         rows.live += int(stay.sum()) - int((~fnew).sum())
@@ -251,3 +257,16 @@ class PagedWindowVerbs:
                 j = i - ev.size
                 p = int(reg_pos[j])
                 pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
+
+
+def lives(kind: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Per op: how many ADMITs of its sequence came at or before it (0: a life held before
+    the window)."""
+    order = np.argsort(seq, kind="stable")
+    adm = (kind[order] == ADMIT).astype(np.int64)
+    cs = np.cumsum(adm)
+    s = seq[order]
+    start = np.concatenate([[True], s[1:] != s[:-1]]) if s.size else np.zeros(0, np.bool_)
+    out = np.empty(seq.size, np.int64)
+    out[order] = cs - (cs - adm)[start][np.cumsum(start) - 1]
+    return out
