@@ -151,3 +151,41 @@ def test_a_replayed_window_leaves_what_the_verbs_leave(seed, lazy, repeat, look,
         win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), keys)
         if look or i:  # reading the dicts computes the lazy keys: not always in between
             assert _state(win) == _state(one)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6), st.booleans())
+def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
+    """A pressure walk (kvviz/engine/walk.py) preempts a request and re-admits it in the same
+    window: each life has its own table and row, as the verbs one by one leave them."""
+    rnd = random.Random(seed)
+    bs, n = rnd.choice([1, 2, 4]), 6
+    prompt = {r: rnd.randint(1, 10) for r in range(n)}
+    final = {r: prompt[r] + rnd.randint(0, 10) for r in range(n)}
+    one, win = (PagedAllocator(400, bs) for _ in range(2))
+    if few_rows:
+        one._rows, win._rows = RowTable(2), RowTable(2)
+    def verbs(a: PagedAllocator, ops: list) -> None:  # no prefix caching: no keys
+        for k, r, m in ops:
+            if k == ADMIT:
+                a.grow_to(r, m)
+            elif k == TAKE:
+                a.grow_to(r, a.block_table(r).size * bs + 1)
+            else:
+                a.grow_to(r, m)
+                a.release(r)
+
+    warm = [(ADMIT, r, prompt[r]) for r in (0, 1)]
+    for a in (one, win):
+        verbs(a, warm)
+    ops = []
+    for life in range(3):  # every request lives up to three times, interleaved
+        chunk = _ops(rnd, [r for r in range(2, n) if rnd.random() < 0.8], prompt, final, bs)
+        ops += [x for x in chunk if x[0] != FILL]
+    for r in (0, 1):
+        ops.append((FREE_SEQ, r, prompt[r]))
+        ops += [x for x in _ops(rnd, [r], prompt, final, bs) if x[0] != FILL]
+    verbs(one, ops)
+    kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*ops))
+    win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), None)
+    assert _state(win) == _state(one)
