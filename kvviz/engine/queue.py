@@ -153,8 +153,7 @@ def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
     S = segs[0][0] - 1
     W = end - S
     r = np.fromiter(rows, np.int64, len(rows))
-    base, l0, g0, gs, fin, held, alen = (np.asarray(c, np.int64).reshape(-1) for c in
-                                         zip(*rows.values()))
+    base, l0, g0, gs, fin, held, alen = np.array(list(rows.values()), np.int64).reshape(-1, 7).T
     kv = lane.kv_final[r]
     live = fin > end
     dec = live & (fin < (1 << 62))
@@ -179,26 +178,40 @@ def _commit(lane: Lane, rows: dict, segs: list, end: int, step_ms: float,
     first, last = first[keep], last[keep]
     c = (l0 - base + S)[keep]
     held, internal = held[keep], np.maximum(0, held - kv)[keep]
-    at = np.asarray([x[0] for x in segs] + [end + 1], np.int64) - S - 1
-    span = np.diff(at)
-    press = np.repeat(np.fromiter((x[1] for x in segs), np.bool_, len(segs)), span)
-    t = np.arange(W + 1, dtype=np.int64)
-    for acc, on in ((lane.shares.every, None), (lane.shares.pressure, press)):
-        if on is None:  # P(t): counted steps up to t; Q(t): their sum
-            P, Q = t, t * (t + 1) // 2
-        else:
-            P = np.concatenate([[0], np.cumsum(on)])
-            Q = np.concatenate([[0], np.cumsum(np.where(on, t[1:], 0))])
-        if not P[W]:
+    # the segments tile the window's steps 1..W: lo_k..hi_k, with their pressure and efi
+    at = np.fromiter((x[0] for x in segs), np.int64, len(segs)) - S
+    lo, hi = at, np.append(at[1:] - 1, W)
+    span, tri = hi - lo + 1, (lo + hi) * (hi - lo + 1) // 2  # steps, and their sum
+    flags = np.fromiter((x[1] for x in segs), np.bool_, len(segs))
+    efis = np.fromiter((x[2] for x in segs), np.float64, len(segs))
+    for acc, on in ((lane.shares.every, np.ones(len(segs), np.bool_)),
+                    (lane.shares.pressure, flags)):
+        steps = int(span[on].sum())
+        if not steps:
             continue
-        n = P[last] - P[first - 1]
-        used = int(c @ n) + int((Q[last] - Q[first - 1]).sum())
+        below = (np.concatenate([[0], np.cumsum(np.where(on, span, 0))]),
+                 np.concatenate([[0], np.cumsum(np.where(on, tri, 0))]))
+        n1, t1 = _upto(last, lo, on, below)
+        n0, t0 = _upto(first - 1, lo, on, below)
+        n = n1 - n0
+        used = int(c @ n) + int((t1 - t0).sum())
         alloc, inside = int(held @ n), int(internal @ n)
-        acc["steps"] += int(P[W])
+        acc["steps"] += steps
         for k, v in (("used", used), ("reserved", alloc - used - inside),
-                     ("internal", inside), ("free", int(P[W]) * lane.capacity - alloc)):
+                     ("internal", inside), ("free", steps * lane.capacity - alloc)):
             acc[k] += v
-        # efi: its steps' values added one by one (cumsum adds in order, as stepping does)
-        efi = np.repeat(np.fromiter((x[2] for x in segs), np.float64, len(segs)), span)
-        acc["efi"] = float(np.cumsum(np.concatenate([[acc["efi"]], efi if on is None
-                                                     else efi[on]]))[-1])
+        # efi: its steps' values added one by one (cumsum adds in order, as stepping does;
+        # adding 0.0 changes nothing)
+        nz = on & (efis != 0.0)
+        acc["efi"] = float(np.cumsum(np.concatenate([[acc["efi"]],
+                                                     np.repeat(efis[nz], span[nz])]))[-1])
+
+
+def _upto(x: np.ndarray, lo: np.ndarray, on: np.ndarray,
+          below: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per x (0..W): how many of the counted steps 1..x there are, and their sum, given the
+    segments' first steps `lo` (tiling 1..W), which are counted (`on`), and the counts and
+    sums of the counted steps before each segment (`below`)."""
+    k = np.maximum(np.searchsorted(lo, x, "right") - 1, 0)
+    m = np.where(on[k] & (x >= lo[k]), x - lo[k] + 1, 0)
+    return below[0][k] + m, below[1][k] + (2 * lo[k] + m - 1) * m // 2
