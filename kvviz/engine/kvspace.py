@@ -15,13 +15,16 @@ from kvviz.engine.tokens import BlockKeys
 
 
 def decode_reach(lens: np.ndarray, bs: int, budget: int) -> int:
-    """The most decode steps of one token per request (lens: slots each holds, not empty)
-    whose new blocks number <= budget. A request opens a block at the steps t >= 1 with
-    (lens + t - 1) % bs == 0: once every bs steps, first at step 1 + (-lens) % bs; so the
-    steps 1..j open (j // bs) * n blocks plus those whose first step is <= j % bs."""
+    """The most decode steps of one token per request (lens: slots each holds)
+    whose new blocks number <= budget (no request: no limit). A request opens a block at
+    the steps t >= 1 with (lens + t - 1) % bs == 0: once every bs steps, first at step
+    1 + (-lens) % bs; so the steps 1..j open (j // bs) * n blocks plus those whose first
+    step is <= j % bs."""
     if budget < 0:
         return 0
     n = int(lens.size)
+    if not n:
+        return 1 << 62
     per, left = divmod(budget, n)
     cum = np.cumsum(np.bincount((-lens) % bs, minlength=bs))  # cum[r]: first step <= r + 1
     return per * bs + int(np.searchsorted(cum, left, "right"))
