@@ -43,12 +43,16 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     pop = take & (prev > 0)
     ev = np.flatnonzero(~take | pop)
     pushed = ~take[ev]
-    level = np.concatenate([np.arange(1, s0 + 1), np.where(pushed, s[ev], prev[ev])])
-    time = np.concatenate([np.full(s0, -1), ev])
-    refs = np.concatenate([stack0, np.where(pushed, ref[ev], 0)]).astype(np.int64)
-    order = np.lexsort((time, level))
+    # the stack below the lowest level popped is never touched: only the levels above it
+    # take part in the sort
+    m = min(int(prev[pop].min()), s0 + 1) if pop.any() else s0 + 1
+    k = s0 - m + 1  # initial entries at levels m..s0
+    level = np.concatenate([np.arange(m, s0 + 1), np.where(pushed, s[ev], prev[ev])])
+    time = np.concatenate([np.full(k, -1), ev])
+    refs = np.concatenate([stack0[m - 1:], np.where(pushed, ref[ev], 0)]).astype(np.int64)
+    order = np.argsort(level * (d.size + 1) + time + 1, kind="stable")
     level, time, refs = level[order], time[order], refs[order]
-    is_pop = np.concatenate([np.zeros(s0, np.bool_), ~pushed])[order]
+    is_pop = np.concatenate([np.zeros(k, np.bool_), ~pushed])[order]
     got = np.zeros(d.size, np.int64)
     p = np.flatnonzero(is_pop)
     got[time[p]] = refs[p - 1]  # each pop takes the push just before it at its level
@@ -57,7 +61,8 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     end = int(s[-1]) if s.size else s0
     last = np.flatnonzero(np.concatenate([level[1:] != level[:-1], [level.size > 0]]))
     last = last[level[last] <= end]
-    return Replay(got[take], (prev == 0)[take], refs[last], int(fifo_ev.size))
+    stack = np.concatenate([stack0[:m - 1].astype(np.int64), refs[last]])
+    return Replay(got[take], (prev == 0)[take], stack, int(fifo_ev.size))
 
 
 def resolve(src: np.ndarray) -> np.ndarray:

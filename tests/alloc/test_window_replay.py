@@ -179,7 +179,7 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
     for a in (one, win):
         verbs(a, warm)
     ops = []
-    for life in range(3):  # every request lives up to three times, interleaved
+    for _ in range(3):  # every request lives up to three times
         chunk = _ops(rnd, [r for r in range(2, n) if rnd.random() < 0.8], prompt, final, bs)
         ops += [x for x in chunk if x[0] != FILL]
     for r in (0, 1):
