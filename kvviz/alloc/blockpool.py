@@ -45,7 +45,8 @@ class BlockPool:
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
         self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
-        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: holds a key
+        self._has = bytearray(num_blocks)  # per block: holds a key (read one by one)
+        self.has_key = np.frombuffer(self._has, np.bool_)  # the same bytes, as an array
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
 
@@ -137,7 +138,7 @@ class BlockPool:
 
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
-        self.has_key[b] = False
+        self._has[b] = 0
         gone = self._kof.pop(b, None)
         if gone is None:  # a lazy key: nothing else holds it
             self.lazy.drop(np.asarray([b]))
@@ -239,7 +240,7 @@ class BlockPool:
         return self._key_of.get(b)
 
     def is_cached(self, b: int) -> bool:
-        return b in self.lru
+        return self.lru.mark[b] == 1
 
     def reuse(self, b: int) -> int:
         """Take cached block b back into use (a prefix hit); returns its content in slots."""
@@ -253,18 +254,20 @@ class BlockPool:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
         before it (None for a request's first block). Another block may hold the same key:
         both stay cached (vLLM's duplicates)."""
-        if self.lazy.holds(b):
-            self.materialize()
         kof = self._kof
-        if kof.get(b) == key:
-            return
-        if b in kof:
+        old = kof.get(b)
+        if old is not None:
+            if old == key:
+                return
             self._forget(b)
+        elif self.lazy.count and self.lazy.stamp[b] >= 0:  # b holds a lazy key: read them
+            self.materialize()
+            return self.register(key, b, parent)
         self._par.setdefault(key, parent)
         if self.log is not None:
             self.log.append((STORED, key, parent))
         kof[b] = key
-        self.has_key[b] = True
+        self._has[b] = 1
         copies = self._bof.get(key)
         if copies is None:
             copies = self._bof[key] = {}

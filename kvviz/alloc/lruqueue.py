@@ -15,6 +15,8 @@ class LruQueue:
     def __init__(self, num_blocks: int) -> None:
         self.buf = np.zeros(2 * num_blocks + 16, np.int64)
         self.pos = np.full(num_blocks, -1, np.int64)  # per block: its entry (-1: not queued)
+        self.mark = bytearray(num_blocks)  # per block: queued (fast to read one by one)
+        self._mark = np.frombuffer(self.mark, np.uint8)  # the same bytes, to write many
         self.head = self.tail = 0
         self.n = 0
 
@@ -22,7 +24,7 @@ class LruQueue:
         return self.n
 
     def __contains__(self, b: int) -> bool:
-        return self.pos[b] >= 0
+        return self.mark[b] == 1
 
     def items(self) -> np.ndarray:
         """The queued blocks, oldest first."""
@@ -37,17 +39,32 @@ class LruQueue:
             self._compact(k)
         self.buf[self.tail:self.tail + k] = blocks
         self.pos[blocks] = np.arange(self.tail, self.tail + k)
+        self._mark[blocks] = 1
         self.tail += k
         self.n += k
 
     def remove(self, b: int) -> None:
         self.pos[b] = -1
+        self.mark[b] = 0
         self.n -= 1
 
     def pop(self, k: int) -> np.ndarray:
         """Take the k oldest."""
         if k > self.n:
             raise ValueError(f"LruQueue.pop: {k} asked, {self.n} queued")
+        if k <= 4:  # a few: one by one beats a dozen numpy calls
+            buf, pos, mark, got = self.buf, self.pos, self.mark, []
+            i = self.head
+            while len(got) < k:
+                b = int(buf[i])
+                if pos[b] == i:
+                    got.append(b)
+                    pos[b] = -1
+                    mark[b] = 0
+                i += 1
+            self.head = i
+            self.n -= k
+            return np.asarray(got, np.int64)
         out = []
         while k > 0:
             m = min(self.tail - self.head, 2 * k + 64)
@@ -56,6 +73,7 @@ class LruQueue:
             got = ok[:k]
             out.append(seg[got])
             self.pos[seg[got]] = -1
+            self._mark[seg[got]] = 0
             self.head += int(got[-1]) + 1 if got.size == k else m
             self.n -= int(got.size)
             k -= int(got.size)
