@@ -8,9 +8,11 @@ and a freed cached block to the tail. So the queue is always
     front | plain freed blocks (last freed first) | never used, ascending | cached, LRU | tail
 
 kept as a stack (plain and never-used blocks: a fresh pool hands out low ids first) and an
-ordered dict (cached blocks, least recently freed first, evicted only when no plain block is
-left). A prefix block is known by its key (kvviz/engine/tokens.py); several blocks may hold the
-same key (vLLM keeps duplicates): a lookup returns the first one cached.
+array ring (cached blocks, least recently freed first, evicted only when no plain block is
+left; kvviz/alloc/lruqueue.py). The dicts below are read through properties that first compute
+the keys a window stored lazily (kvviz/alloc/lazykeys.py). A prefix block is known by its key
+(kvviz/engine/tokens.py); several blocks may hold the same key (vLLM keeps duplicates): a
+lookup returns the first one cached.
 
 The event log (off unless `start_log()` was called): every block that becomes cached is appended
 as ("stored", key, parent key) and every evicted block as ("removed", key, None), in the order
@@ -20,11 +22,10 @@ are published too. Off, it costs one test of `self.log` per register and per evi
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from kvviz.alloc.lazykeys import LazyKeys
+from kvviz.alloc.lruqueue import LruQueue
 
 Key = tuple[int, int]
 STORED, REMOVED = "stored", "removed"
@@ -38,15 +39,21 @@ class BlockPool:
         self.evictions = 0
         self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [:nfree] are free
         self._nfree = num_blocks
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
+        self.lru = LruQueue(num_blocks)  # cached blocks, oldest first (lruqueue.py)
         self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
         self._bof: dict[Key, dict[int, None]] = {}  # key -> its blocks, first cached first
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
         self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
-        self.has_key = np.zeros(num_blocks, np.bool_)  # per block: holds a key
+        self._has = bytearray(num_blocks)  # per block: holds a key (read one by one)
+        self.has_key = np.frombuffer(self._has, np.bool_)  # the same bytes, as an array
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
+
+    @property
+    def _lru(self) -> dict[int, None]:
+        """The cached free blocks, oldest first (a copy, for tests and readers)."""
+        return dict.fromkeys(self.lru.items().tolist())
 
     @property
     def _key_of(self) -> dict[int, Key]:
@@ -103,7 +110,7 @@ class BlockPool:
 
     @property
     def free_count(self) -> int:
-        return self._nfree + len(self._lru)
+        return self._nfree + self.lru.n
 
     @property
     def keyed(self) -> bool:
@@ -112,7 +119,7 @@ class BlockPool:
 
     @property
     def cached_count(self) -> int:
-        return len(self._lru)
+        return self.lru.n
 
     def take(self, n: int) -> np.ndarray:
         """Pop n free blocks (the caller checked free_count), evicting cached ones last."""
@@ -120,19 +127,18 @@ class BlockPool:
         out = self._stack[self._nfree - k : self._nfree][::-1].copy()
         self._nfree -= k
         if k < n:
-            evicted = [self._lru.popitem(last=False)[0] for _ in range(n - k)]
-            for b in evicted:
+            ev = self.lru.pop(n - k)
+            for b in ev.tolist():
                 self._forget(b)
-            ev = np.asarray(evicted, np.int32)
             self.cached[ev] = False
             self.content[ev] = 0
-            self.evictions += len(evicted)
-            out = np.concatenate([out, ev])
+            self.evictions += int(ev.size)
+            out = np.concatenate([out, ev.astype(np.int32)])
         return out
 
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
-        self.has_key[b] = False
+        self._has[b] = 0
         gone = self._kof.pop(b, None)
         if gone is None:  # a lazy key: nothing else holds it
             self.lazy.drop(np.asarray([b]))
@@ -152,10 +158,10 @@ class BlockPool:
         plain = blocks
         if self.keyed:
             keep = self.has_key[blocks]
-            for b, f in zip(blocks[keep].tolist(), fills[keep].tolist()):
-                self._lru[b] = None
-                self.cached[b] = True
-                self.content[b] = f
+            kept = blocks[keep]
+            self.lru.append(kept)
+            self.cached[kept] = True
+            self.content[kept] = fills[keep]
             plain = blocks[~keep]
         self._push(plain)
 
@@ -164,29 +170,35 @@ class BlockPool:
         self._nfree += int(blocks.size)
 
     def plain_list(self) -> list[int]:
-        """The plain free blocks (never cached), the next taken last."""
+        """The plain free blocks (never cached), the next taken last: a stack to replay
+        takes (pop) and frees (append, in the order `put` would push them) on."""
         return self._stack[:self._nfree].tolist()
+
+    def plain_array(self) -> np.ndarray:
+        """`plain_list` as an int64 array (a copy)."""
+        return self._stack[:self._nfree].astype(np.int64)
+
+    def set_plain(self, blocks: list[int]) -> None:
+        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
+        self._stack[:len(blocks)] = blocks
+        self._nfree = len(blocks)
 
     def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
         """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
         taken last) and the cached free blocks, least recently freed first."""
-        return (self._stack[:self._nfree].astype(np.int64),
-                np.fromiter(self._lru, np.int64, len(self._lru)))
+        return self.plain_array(), self.lru.items()
 
     def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
                    fills: np.ndarray) -> None:
         """After a replay: the plain free blocks are `stack`; the FIFO's first
         evicted.size blocks were evicted (block ids in order; their keys the caller's, see
         `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
-        self._stack[:stack.size] = stack
-        self._nfree = int(stack.size)
-        lru = self._lru
-        for _ in range(min(evicted.size, len(lru))):
-            lru.popitem(last=False)
+        self.set_plain(stack)
+        self.lru.pop(min(int(evicted.size), self.lru.n))
         self.cached[evicted] = False
         self.content[evicted] = 0
         self.evictions += int(evicted.size)
-        lru.update(dict.fromkeys(cached.tolist()))
+        self.lru.append(cached)
         self.cached[cached] = True
         self.content[cached] = fills
 
@@ -236,11 +248,11 @@ class BlockPool:
         return self._key_of.get(b)
 
     def is_cached(self, b: int) -> bool:
-        return b in self._lru
+        return self.lru.mark[b] == 1
 
     def reuse(self, b: int) -> int:
         """Take cached block b back into use (a prefix hit); returns its content in slots."""
-        del self._lru[b]
+        self.lru.remove(b)
         self.cached[b] = False
         fill = int(self.content[b])
         self.content[b] = 0
@@ -250,18 +262,20 @@ class BlockPool:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
         before it (None for a request's first block). Another block may hold the same key:
         both stay cached (vLLM's duplicates)."""
-        if self.lazy.holds(b):
-            self.materialize()
         kof = self._kof
-        if kof.get(b) == key:
-            return
-        if b in kof:
+        old = kof.get(b)
+        if old is not None:
+            if old == key:
+                return
             self._forget(b)
+        elif self.lazy.count and self.lazy.stamp[b] >= 0:  # b holds a lazy key: read them
+            self.materialize()
+            return self.register(key, b, parent)
         self._par.setdefault(key, parent)
         if self.log is not None:
             self.log.append((STORED, key, parent))
         kof[b] = key
-        self.has_key[b] = True
+        self._has[b] = 1
         copies = self._bof.get(key)
         if copies is None:
             copies = self._bof[key] = {}

@@ -38,9 +38,6 @@ class LazyKeys:
         self.ever.update(who)
         self.source = source
 
-    def holds(self, b: int) -> bool:
-        return self.count > 0 and self.stamp[b] >= 0
-
     def drop(self, blocks: np.ndarray) -> None:
         """Evicted blocks (each holding a lazy key) forget it."""
         self.stamp[blocks] = -1

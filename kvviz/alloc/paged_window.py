@@ -3,12 +3,15 @@
 kvviz/engine/window.py hands over, in execution order, what a window of engine steps does to
 a paged lane: one block for a decode that opens a block, a decode that fills a block (its key
 cached), an admission (its blocks, its prompt's full blocks cached), a finished sequence's
-release. `replay_window` replays them on the free queue with a Python list for the plain
-blocks (vLLM's order, kvviz/alloc/blockpool.py: takes from the front, evicting the least
-recently used cached block when no plain one is left; a release puts its blocks tail first,
-cached ones to the LRU tail, the rest to the front) and writes the final tables, owners and
-counters once: block for block what the verbs one by one would leave. A mixin over
-PagedAllocator's state (kvviz/alloc/paged.py).
+release. `replay_window` works out which block each take gets in closed form
+(kvviz/alloc/freequeue.py, vLLM's order from kvviz/alloc/blockpool.py: takes from the front,
+evicting the least recently used cached block when no plain one is left; a release puts its
+blocks tail first, cached ones to the LRU tail, the rest to the front), the rows the same way,
+and writes the final tables, owners, counters and keys once: block for block what the verbs
+one by one would leave (tests/alloc/test_window_replay.py). A key stored and evicted inside
+the window leaves no trace when every key is new; keys of a request's own tokens in its first
+life are stored lazily (kvviz/alloc/lazykeys.py). A mixin over PagedAllocator's state
+(kvviz/alloc/paged.py).
 """
 from __future__ import annotations
 
