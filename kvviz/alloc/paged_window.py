@@ -54,12 +54,18 @@ class PagedWindowVerbs:
         T = int(take_op.size)
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
-        life = lives(kind, seq)
-        lkey = seq * (int(life.max()) + 1 if life.size else 1) + life
-        ukey, first_op, inv = np.unique(lkey, return_index=True, return_inverse=True)
-        useq = seq[first_op]  # each life's sequence
+        admitted = seq[kind == ADMIT]
+        if np.unique(admitted).size < admitted.size or rows.is_live(admitted).any():
+            life = lives(kind, seq)  # someone lives twice: a life is a (sequence, count)
+            lkey = seq * (int(life.max()) + 1) + life
+            _, first_op, inv = np.unique(lkey, return_index=True, return_inverse=True)
+            useq = seq[first_op]  # each life's sequence
+            new = life[first_op] > 0
+        else:  # one life each: new here iff admitted here
+            useq, inv = np.unique(seq, return_inverse=True)
+            new = np.zeros(useq.size, np.bool_)
+            new[inv[kind == ADMIT]] = True
         U = int(useq.size)
-        new = life[first_op] > 0
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
         u_take = inv[take_op]
