@@ -85,7 +85,7 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
     segs: list[tuple[int, bool, float]] = []  # (step, pressure, efi) from that step on
     s, changed, total, efi, pressure = lane.step_no, True, len(lane.w), None, False
     n_arr = arrival_s.size
-    efi_now = a.efi  # window.efi_of(a), as Lane._fill reads it
+    efi_now = a.efi  # as Lane._fill reads it
     known, finish_at, held_of = sched.num_tokens, sched.finish_steps, a.seq_held_tokens
     admissions, budget_after = sched.admissions, sched.budget_after_decodes
     # the next arrival's time (inf: none left), read again only when requests arrive

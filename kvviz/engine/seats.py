@@ -12,8 +12,14 @@ admission comes later.
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kvviz.engine.lane import Lane
+
+EMPTY = np.zeros(0, np.int64)
 
 
 def seat_steps(arrive: np.ndarray, running_fin: np.ndarray, lasts: np.ndarray, seats: int,
@@ -39,3 +45,28 @@ def seat_steps(arrive: np.ndarray, running_fin: np.ndarray, lasts: np.ndarray, s
         admit.append(a)
         prev = a
     return np.asarray(admit, np.int64), np.asarray(asked, np.int64)
+
+
+def seat_refusals(lane: Lane, ye: np.ndarray, n: int, steps: np.ndarray,
+                  asked: np.ndarray, running, p: np.ndarray, end: int):
+    """The heads that wait for a seat by step `end`: (the last step the window may take,
+    (steps, requests) of their POLICY admit_failed events, (steps, requests) of every
+    wait). Each waiting head is refused at every step until its seat, for POLICY while the
+    free blocks cover it (windowplan.Plan.memory checks), with an event where it is first
+    refused unless that refusal was the last one logged; an event needs budget left when
+    the head is asked (else it is not asked)."""
+    sched = lane.sched
+    k = np.flatnonzero(asked[:n] < np.concatenate([steps, [end + 1]])[:n])
+    k = k[asked[k] <= end]
+    waits = (asked[k], ye[k])
+    if k.size and lane.last_fail == (int(ye[0]), "POLICY"):
+        k = k[k > 0]  # the head at the start was refused for a seat already
+    if not k.size:
+        return end, (EMPTY, EMPTY), waits
+    t = asked[k]
+    ps = np.concatenate([[0], np.cumsum(p)])
+    left = sched.budget_after_decodes(running(t)) - (
+        ps[np.searchsorted(steps, t, "right")] - ps[np.searchsorted(steps, t, "left")])
+    if (left <= 0).any():
+        end = min(end, int(t[np.argmax(left <= 0)]) - 1)
+    return end, (t, ye[k]), waits

@@ -25,11 +25,12 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.core.errors import KvvizError
+from kvviz.engine.closedform import block_sums
 from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.queue import queue_window
 from kvviz.engine.shares import add_repeated
 from kvviz.engine.walk import pressure_window
-from kvviz.engine.window import block_sums, window
+from kvviz.engine.window import window
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane

@@ -30,9 +30,9 @@ import numpy as np
 
 from kvviz.alloc.base import Reason
 from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
+from kvviz.engine.closedform import arrival_steps
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
 from kvviz.engine.scheduler import make_room
-from kvviz.engine.window import arrival_steps
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
