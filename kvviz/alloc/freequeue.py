@@ -50,7 +50,7 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     level = np.concatenate([np.arange(m, s0 + 1), np.where(pushed, s[ev], prev[ev])])
     time = np.concatenate([np.full(k, -1), ev])
     refs = np.concatenate([stack0[m - 1:], np.where(pushed, ref[ev], 0)]).astype(np.int64)
-    order = np.argsort(level * (d.size + 1) + time + 1, kind="stable")
+    order = np.argsort(level * (d.size + 1) + time + 1)  # unique keys: any sort will do
     level, time, refs = level[order], time[order], refs[order]
     is_pop = np.concatenate([np.zeros(k, np.bool_), ~pushed])[order]
     got = np.zeros(d.size, np.int64)

@@ -46,7 +46,7 @@ from kvviz.engine.windowplan import MIN_WINDOW, Plan
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
 
-ARRIVALS = 256  # arrivals one window plans over
+ARRIVALS = 1024  # arrivals one window plans over
 
 
 def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) -> int:
