@@ -38,13 +38,8 @@ class Shares:
         if times != 1:
             used, reserved, internal, free, tail = (
                 v * times for v in (used, reserved, internal, free, tail))
+        self.add_sums(pressure, times, used, reserved, internal, free, tail)
         for acc in ((self.pressure, self.every) if pressure else (self.every,)):
-            acc["steps"] += times
-            acc["used"] += used
-            acc["reserved"] += reserved
-            acc["internal"] += internal
-            acc["free"] += free
-            acc["tail"] += tail
             acc["efi"] = add_repeated(acc["efi"], efi, times)
 
     def add_sums(self, pressure: bool, steps: int, used: int, reserved: int, internal: int,
