@@ -4,6 +4,7 @@ lengths (docs/FORMAT.md, "Bounds"): the bytes the process reads stay far below t
 so the answer comes in about the time of a clean file whatever the bombs declare."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,15 @@ def engine(tmp_path_factory) -> Path:
 
 
 def bombed(src: Path, dst: Path, table: str, cols: tuple[str, ...]) -> Path:
-    """A copy of src whose `cols` of `table` hold four 1 GiB bombs back to back, every row."""
-    return crafted.edit(src, dst, crafted.set_blobs(table, cols, crafted.bomb(1) * 4, None))
+    """A copy of src whose `cols` of `table` hold 1 GiB bombs back to back, every row: at
+    least four per blob, more (up to the 16 streams a blob may hold) when the table has few
+    rows, so that the file holds about 5 x FILE_READ_CAP (the rows a recording gets depend
+    on how fast its engine ran)."""
+    with sqlite3.connect(src) as db:
+        rows = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    one = crafted.bomb(1)
+    k = min(16, max(4, -(-5 * FILE_READ_CAP // (max(1, rows) * len(cols) * len(one)))))
+    return crafted.edit(src, dst, crafted.set_blobs(table, cols, one * k, None))
 
 
 @pytest.mark.parametrize("table, cols", [("blockmaps", ("lengths",)),
