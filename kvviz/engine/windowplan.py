@@ -68,7 +68,7 @@ class Plan:
         phase = np.repeat(np.arange(4), [x[0].size for x in parts])
         j = np.concatenate([x[1] for x in parts])
         arg = np.concatenate([x[2] for x in parts])
-        order = np.lexsort((j, phase, step))
+        order = np.argsort((step * 4 + phase) * J + j)  # (step, phase, j): unique keys
         step, phase, j, arg = step[order], phase[order], j[order], arg[order]
         nb = np.where(phase == 0, 1, np.where(phase == 1, 0, -(-arg // bs)))
         d = np.where(phase == 3, nb, -nb)
