@@ -170,30 +170,21 @@ class BlockPool:
         self._nfree += int(blocks.size)
 
     def plain_list(self) -> list[int]:
-        """The plain free blocks (never cached), the next taken last: a stack to replay
-        takes (pop) and frees (append, in the order `put` would push them) on."""
+        """The plain free blocks (never cached), the next taken last."""
         return self._stack[:self._nfree].tolist()
-
-    def plain_array(self) -> np.ndarray:
-        """`plain_list` as an int64 array (a copy)."""
-        return self._stack[:self._nfree].astype(np.int64)
-
-    def set_plain(self, blocks: list[int]) -> None:
-        """Replace the plain free blocks by a stack from `plain_list` after a replay."""
-        self._stack[:len(blocks)] = blocks
-        self._nfree = len(blocks)
 
     def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
         """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
         taken last) and the cached free blocks, least recently freed first."""
-        return self.plain_array(), self.lru.items()
+        return self._stack[:self._nfree].astype(np.int64), self.lru.items()
 
     def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
                    fills: np.ndarray) -> None:
         """After a replay: the plain free blocks are `stack`; the FIFO's first
         evicted.size blocks were evicted (block ids in order; their keys the caller's, see
         `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
-        self.set_plain(stack)
+        self._stack[:stack.size] = stack
+        self._nfree = int(stack.size)
         self.lru.pop(min(int(evicted.size), self.lru.n))
         self.cached[evicted] = False
         self.content[evicted] = 0

@@ -189,17 +189,6 @@ class PagedBatchVerbs:
         self._used += int(rows.size) * steps
 
     # ---- the scheduler's verbs (kvviz/engine/scheduler.py), as vLLM's KVCacheManager -------
-    def cached_prefix(self, keys: list) -> list[int]:
-        """Blocks of the longest leading run of `keys` cached now (held or free; the first
-        block cached under each key). Changes nothing."""
-        out = []
-        for key in keys:
-            b = self._pool.lookup(key)
-            if b is None:
-                break
-            out.append(b)
-        return out
-
     def blocks_to_allocate(self, seq_id: int, num_tokens: int, hits: list[int] = ()) -> int:
         """Free blocks that grow_to(seq_id, num_tokens, hits) takes: the new blocks, plus the
         hits sitting in the free queue (adopting one takes it out). A sequence not live

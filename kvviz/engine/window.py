@@ -80,8 +80,9 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     if hi < total:
         end = min(end, int(steps[-1]) - 1)
     y = ye[:hi - lo]
+    steps = steps[:y.size]  # `asked` keeps the request after them: it may be refused
     p = w.prompt[y].astype(np.int64)
-    fin = np.concatenate([fin_x, steps[:y.size] + lasts[:y.size]])
+    fin = np.concatenate([fin_x, steps + lasts[:y.size]])
     if hi == total:
         end = min(end, int(fin.max()))
     done = np.sort(fin)
@@ -89,7 +90,6 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     def running(s: np.ndarray) -> np.ndarray:  # running when step s schedules
         return n0 + np.searchsorted(steps, s, "left") - np.searchsorted(done, s, "left")
 
-    steps = steps[:y.size]
     big = sched.too_big[ye]
     if big.any():  # rejected when first asked: an event
         end = min(end, int(asked[np.argmax(big)]) - 1)
@@ -111,8 +111,6 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
     if not fit.all():
         end = min(end, int(at[np.argmin(fit)]) - 1)
     refused = seat_refusals(lane, ye, arrive.size, steps, asked, running, p, end)
-    if refused is None:
-        return 0
     end = min(end, refused[0])
     if a.contiguous and refused[2][0].size:  # its refusals name its ranges: step them
         end = min(end, int(refused[2][0].min()) - 1)

@@ -30,7 +30,7 @@ class Plan:
     def __init__(self, lane: Lane, ids, c, y, p, steps, fin, empty, refused) -> None:
         self.lane, self.y, self.p, self.steps, self.empty = lane, y, p, steps, empty
         self.fails, self.waits = refused  # (steps, requests): seat refusals, events / all
-        self.fail_free: np.ndarray = EMPTY  # free tokens at each event
+        self.fail_free = np.zeros(self.fails[0].size, np.int64)  # free tokens at each event
         self.n0, self.S = int(ids.size), lane.step_no
         self.jid = np.concatenate([ids, y])
         self.fin = fin
@@ -91,10 +91,9 @@ class Plan:
                 return S
             cut = int(np.searchsorted(step, end, "right"))
             step, phase, j, arg, d = step[:cut], phase[:cut], j[:cut], arg[:cut], d[:cut]
-        if self.fails[0].size:  # free blocks when each head is refused: after the
-            keep = self.fails[0] <= end  # step's takes and admissions, before its frees
-            self.fails = (self.fails[0][keep], self.fails[1][keep])
-            self.fail_free = self._free_at(self.fails[0], step, phase, d) * bs
+        if self.fails[0].size:  # free blocks when each head is refused: after the step's
+            self.fail_free = self._free_at(self.fails[0], step, phase, d) * bs  # takes and
+            # admissions, before its frees (commit keeps those up to the window's end)
         live = self._live(end)
         after, evicted = a.replay_window(phase, self.jid[j], arg, self.jid[live],
                                          self._len(end)[live],
@@ -190,6 +189,7 @@ class Plan:
             lane._last_fail = None
         keep = self.fails[0] <= end
         self.fails = ft, fr = self.fails[0][keep], self.fails[1][keep]
+        self.fail_free = self.fail_free[keep]
         if ft.size:
             lane.failures["POLICY"] += int(ft.size)
             if not ny or ft[-1] >= self.steps[ny - 1]:  # logged after the last admission
