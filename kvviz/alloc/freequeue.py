@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvviz.core.order import stable_order
+
 
 class Replay(NamedTuple):
     src: np.ndarray  # per take: the reference it got
@@ -37,8 +39,10 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     push of ref[i]. The caller checked that no take finds both empty."""
     s0 = int(stack0.size)
     c = s0 + np.cumsum(d)
-    s = c - np.minimum(np.minimum.accumulate(c), 0) if c.size else c
-    prev = np.concatenate([[s0], s[:-1]]).astype(np.int64)
+    if c.size and c.min() < 0:  # a take finds the stack empty: depths floor at 0
+        c -= np.minimum(np.minimum.accumulate(c), 0)
+    s = c
+    prev = np.concatenate([np.array([s0], np.int64), s[:-1]])
     take = d < 0
     pop = take & (prev > 0)
     ev = np.flatnonzero(~take | pop)
@@ -47,21 +51,19 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     # take part in the sort
     m = min(int(prev[pop].min()), s0 + 1) if pop.any() else s0 + 1
     k = s0 - m + 1  # initial entries at levels m..s0
-    level = np.concatenate([np.arange(m, s0 + 1), np.where(pushed, s[ev], prev[ev])])
-    time = np.concatenate([np.full(k, -1), ev])
-    refs = np.concatenate([stack0[m - 1:], np.where(pushed, ref[ev], 0)]).astype(np.int64)
-    order = np.argsort(level * (d.size + 1) + time + 1)  # unique keys: any sort will do
-    level, time, refs = level[order], time[order], refs[order]
-    is_pop = np.concatenate([np.zeros(k, np.bool_), ~pushed])[order]
+    level = np.concatenate([np.arange(m, s0 + 1), prev[ev] + pushed])  # a push lands above
+    refs = np.concatenate([stack0[m - 1:], ref[ev]])  # (a pop's entry is never read)
+    order = stable_order(level, m)  # (level, time): time order is the array's order
+    level = level[order]
+    p = np.flatnonzero(np.concatenate([np.zeros(k, np.bool_), ~pushed])[order])
     got = np.zeros(d.size, np.int64)
-    p = np.flatnonzero(is_pop)
-    got[time[p]] = refs[p - 1]  # each pop takes the push just before it at its level
+    got[ev[order[p] - k]] = refs[order[p - 1]]  # each pop takes the push before it at its level
     fifo_ev = np.flatnonzero(take & (prev == 0))
     got[fifo_ev] = fifo[:fifo_ev.size]
     end = int(s[-1]) if s.size else s0
     last = np.flatnonzero(np.concatenate([level[1:] != level[:-1], [level.size > 0]]))
     last = last[level[last] <= end]
-    stack = np.concatenate([stack0[:m - 1].astype(np.int64), refs[last]])
+    stack = np.concatenate([stack0[:m - 1].astype(np.int64), refs[order[last]]])
     return Replay(got[take], (prev == 0)[take], stack, int(fifo_ev.size))
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from kvviz.alloc.freequeue import blocks_of, replay, resolve
 from kvviz.core.blockmap import FREE
+from kvviz.core.order import stable_order
 
 TAKE, FILL, ADMIT, FREE_SEQ = 0, 1, 2, 3  # op kinds, in a step's order
 EMPTY = np.zeros(0, np.int64)
@@ -69,7 +70,7 @@ class PagedWindowVerbs:
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
         u_take = inv[take_op]
-        by_seq = np.argsort(u_take, kind="stable")  # takes grouped by sequence, in order
+        by_seq = stable_order(u_take, 0, U - 1)  # takes grouped by sequence, in order
         ntk = np.bincount(u_take, minlength=U)
         first = np.cumsum(ntk) - ntk
 
@@ -115,10 +116,12 @@ class PagedWindowVerbs:
         ki = ki[np.lexsort((-e_pos[ki], e_f[ki]))]
         pi = np.flatnonzero(~keyed)
         stack0, fifo0 = pool.replay_start()
-        ev_op = np.concatenate([take_op, fop[e_f[pi]]])
-        ev = np.argsort(ev_op, kind="stable")
-        d = np.concatenate([np.full(T, -1, np.int64), np.ones(pi.size, np.int64)])[ev]
-        ev_ref = np.concatenate([np.zeros(T, np.int64), e_ref[pi]])[ev]
+        # takes and plain pushes merged in op order (both already are; no op does both)
+        push_at = np.searchsorted(take_op, fop[e_f[pi]]) + np.arange(pi.size)
+        d = np.full(T + pi.size, -1, np.int64)
+        d[push_at] = 1
+        ev_ref = np.zeros(T + pi.size, np.int64)
+        ev_ref[push_at] = e_ref[pi]
         fifo = np.concatenate([~fifo0, e_ref[ki]])
         rp = replay(~stack0, fifo, d, ev_ref)
         got = resolve(rp.src)  # block id of every take
@@ -186,20 +189,26 @@ class PagedWindowVerbs:
             return
         ids = seq[sel]
         size = rows.row_of_seq.shape[0]
-        for sid in ids[claim].tolist():  # RowTable.add's growth, id by id
-            if sid >= size:
-                size = max(sid + 1, 2 * size)
+        cid = ids[claim]
+        if cid.size and int(cid.max()) >= size:  # RowTable.add's growth, id by id: only an
+            rec = cid[cid >= np.maximum.accumulate(cid)]  # id above all before it can grow it
+            for sid in rec.tolist():
+                if sid >= size:
+                    size = max(sid + 1, 2 * size)
         if size > rows.row_of_seq.shape[0]:
             rows.row_of_seq = np.concatenate(
                 [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
         # a freed sequence's row: from before the window, or the claim that gave it one
         lv = life[sel]
-        first_claim = {x: j for j, x in enumerate(lv[claim].tolist())}
         fr = ~claim
         ref = np.zeros(sel.size, np.int64)
         fnew = new[sel][fr]
-        ref[fr] = np.where(fnew, [first_claim.get(x, 0) for x in lv[fr].tolist()],
-                           ~row0[sel][fr])
+        ref[fr] = ~row0[sel][fr]
+        if fnew.any():  # a life claimed here (once: its ADMIT) is freed by reference to it
+            lc = lv[claim]
+            by_life = np.argsort(lc)
+            at = by_life[np.searchsorted(lc, lv[fr][fnew], sorter=by_life)]
+            ref[np.flatnonzero(fr)[fnew]] = at
         rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
         got = resolve(rp.src)  # per claim, its row
         rows._free_rows = blocks_of(rp.stack, got).tolist()
@@ -271,7 +280,7 @@ class PagedWindowVerbs:
 def lives(kind: np.ndarray, seq: np.ndarray) -> np.ndarray:
     """Per op: how many ADMITs of its sequence came at or before it (0: a life held before
     the window)."""
-    order = np.argsort(seq, kind="stable")
+    order = stable_order(seq)
     adm = (kind[order] == ADMIT).astype(np.int64)
     cs = np.cumsum(adm)
     s = seq[order]
