@@ -11,7 +11,7 @@ admission comes later.
 """
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,11 +37,14 @@ def seat_steps(arrive: np.ndarray, running_fin: np.ndarray, lasts: np.ndarray, s
         asked.append(a)
         while heap and heap[0] < a:
             heappop(heap)
-        while len(heap) >= seats:  # wait for the next finish
-            a = heap[0] + 1
-            while heap and heap[0] < a:
+        if len(heap) >= seats:  # all seats taken (never more): wait for the next finish
+            f = heap[0]
+            a = f + 1
+            heapreplace(heap, a + d)
+            while heap[0] <= f:  # others finishing with it (a + d > f stays)
                 heappop(heap)
-        heappush(heap, a + d)
+        else:
+            heappush(heap, a + d)
         admit.append(a)
         prev = a
     return np.asarray(admit, np.int64), np.asarray(asked, np.int64)
