@@ -8,7 +8,7 @@ import streamlit as st
 
 from kvviz.core.errors import KvvizError
 from kvviz.engine.compare import CompareRequest
-from kvviz.runs import advisor
+from kvviz.runs import advisor, kernelbench
 from kvviz.viz import compare as vc
 from pages import compare_data as data
 
@@ -20,14 +20,14 @@ def advisor_tab(request: CompareRequest) -> None:
     tol = c1.slider("Kernel time within (% of the best)", 0, 100, 10) / 100
     limit = c2.slider("Tail waste at most (% of capacity)", 1, 30, 5) / 100
     device = c3.radio("Kernel device", ["cpu", "cuda"], horizontal=True)
-    command = advisor.bench_command(device)
-    kernel = advisor.load_cached(advisor.cache_key(command))
+    command = kernelbench.bench_command(device)
+    kernel = kernelbench.load_cached(kernelbench.cache_key(command))
     label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
     if st.button(label):
         with st.spinner("Timing decode attention for block sizes 1..256, 3 rounds of 20 runs "
                         "each (one to a few minutes; longer on a busy machine)"):
             try:
-                kernel = advisor.measure(command, refresh=True)
+                kernel = kernelbench.measure(command, refresh=True)
                 st.session_state.pop("advisor_bench_error", None)
             except KvvizError as exc:
                 st.session_state.advisor_bench_error = str(exc)
@@ -38,7 +38,7 @@ def advisor_tab(request: CompareRequest) -> None:
         else:
             st.info("No kernel timings for this machine yet; the memory side is shown alone.")
     else:
-        st.caption(f"Kernel timings from {advisor.describe(command, kernel)}, measured "
+        st.caption(f"Kernel timings from {kernelbench.describe(command, kernel)}, measured "
                    f"{kernel.measured_at}; the bars on the curve span p10 to p90. A difference "
                    "inside that spread never decides the recommendation.")
     prefix = False
@@ -56,7 +56,7 @@ def advisor_tab(request: CompareRequest) -> None:
         st.caption("Prefix hit rate by block size: " + ", ".join(
             f"{m.block_size}: {m.prefix_hit_rate:.0%}" for m in memory))
     advice = advisor.recommend(memory, kernel.points if kernel else None, tol, limit,
-                               source=advisor.describe(command, kernel) if kernel else "")
+                               source=kernelbench.describe(command, kernel) if kernel else "")
     if advice.block_size is not None:
         st.success(f"**Recommended block size: {advice.block_size}.** {advice.reason}")
     st.plotly_chart(vc.advisor_figure(memory, kernel.points if kernel else None, advice),

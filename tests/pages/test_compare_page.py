@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kvviz.runs import advisor
+from kvviz.runs import advisor, kernelbench
 from tests.pages.apptest_fixtures import FakeUploads, framed
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "compare.py")
@@ -35,7 +35,7 @@ def trace(app: AppTest, uploads: FakeUploads, name: str, data: bytes) -> None:
 def failing_bench(monkeypatch) -> None:
     """The kernel bench the advisor would run exits with status 3."""
     cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
-    monkeypatch.setattr(advisor, "bench_command", lambda device: cmd)
+    monkeypatch.setattr(kernelbench, "bench_command", lambda device: cmd)
 
 
 def button(app: AppTest, label: str):
@@ -131,10 +131,10 @@ def test_failed_and_clipped_rows_are_shown(at: AppTest, uploads) -> None:
 
 
 def test_advisor_with_cached_kernel_times_recommends(at: AppTest, tmp_path) -> None:
-    cmd = advisor.bench_command("cpu")
-    key = advisor.cache_key(cmd)
+    cmd = kernelbench.bench_command("cpu")
+    key = kernelbench.cache_key(cmd)
     points = [[b, 1.0 if b == 16 else 4.0, 1.0] for b in advisor.BLOCK_SIZES]
-    advisor.cache_path(key, tmp_path).write_text(
+    kernelbench.cache_path(key, tmp_path).write_text(
         json.dumps({"key": key, "measured_at": "then", "points": points}), encoding="utf-8")
     at.run()
     assert button(at, "Measure kernel time again")
@@ -147,14 +147,14 @@ def test_advisor_with_cached_kernel_times_recommends(at: AppTest, tmp_path) -> N
 def test_a_spiky_cpu_curve_in_the_cache_does_not_recommend_block_1(at: AppTest,
                                                                     tmp_path) -> None:
     """The issue's curve: ~15 ms everywhere, ~200 ms at blocks 8-16, spread named."""
-    cmd = advisor.bench_command("cpu")
-    key = advisor.cache_key(cmd)
+    cmd = kernelbench.bench_command("cpu")
+    key = kernelbench.cache_key(cmd)
     points = [[b, 200.0 if b in (8, 16) else 15.0, 10.0, 14.0 if b in (8, 16) else 14.5,
                260.0 if b in (8, 16) else 16.0] for b in advisor.BLOCK_SIZES]
-    advisor.cache_path(key, tmp_path).write_text(
+    kernelbench.cache_path(key, tmp_path).write_text(
         json.dumps({"key": key, "measured_at": "then", "points": points}), encoding="utf-8")
     at.run()
-    assert any(f"{advisor.bench_threads()} torch threads" in c.value and "cpu (" in c.value
+    assert any(f"{kernelbench.bench_threads()} torch threads" in c.value and "cpu (" in c.value
                for c in at.caption)
     button(at, "Run block-size sweep").click().run()
     assert not at.exception
