@@ -20,23 +20,19 @@ import numpy as np
 
 from collectors import torch_memory
 from collectors.pause import Pause
-from collectors.writer_client import Batch, Hook, LaneSample, SampleWriter, StoreSpec
-from kvviz.core.blockmap import FREE, BlockMap
+from collectors.sample import COUNTER_KEYS, Batch, LaneSample, lane_counters, with_tables
+from collectors.writer_client import Hook, SampleWriter, StoreSpec
+from kvviz.core.blockmap import FREE
 from kvviz.core.config import CacheConfig, EngineConfig, ModelShape, WorkloadConfig
 from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
 from kvviz.engine.eventlog import EventColumns
 from kvviz.engine.lane import Lane
-from kvviz.engine.shares import Shares
 from kvviz.node.nvml import NvmlProbe
 from kvviz.runs import control, lifecycle
 from kvviz.settings.collector import CollectorConfig
 from kvviz.store.writer import RunWriter
 
-COUNTER_KEYS = ("preemptions", "admit_failures_capacity", "admit_failures_fragmentation",
-                "admit_failures_policy", "tokens_generated", "prefix_query_tokens",
-                "prefix_hit_tokens",
-                *Shares(1).counters())  # memory-pressure steps and share sums (Live)
 NVML_UNUSED = "sim mode on the CPU: no GPU is read (NVML is probed in real mode or on cuda)"
 EVENT_TRIM = 65536  # drop consumed events from the engine's in-memory log past this many
 
@@ -54,16 +50,6 @@ class Resolved:
     engine: EngineConfig
     workload: WorkloadConfig | None  # a synthetic stream, or
     trace: Workload | None = None  # a loaded trace (then `workload` is None)
-
-
-def _counters(lane: Lane) -> dict:
-    f = lane.failures
-    return {"preemptions": lane.preemptions, "admit_failures_capacity": f["CAPACITY"],
-            "admit_failures_fragmentation": f["FRAGMENTATION"],
-            "admit_failures_policy": f["POLICY"], "tokens_generated": lane.tokens_generated,
-            "prefix_query_tokens": lane.prefix_query_tokens,
-            "prefix_hit_tokens": int(getattr(lane.alloc, "prefix_hit_tokens", 0)),
-            **lane.shares.counters()}
 
 
 class EngineCollector:
@@ -140,7 +126,7 @@ class EngineCollector:
                 "audit_events": [tuple(f) for f in res.failures]}
 
     def _lane_sample(self, lane: Lane, t: float) -> LaneSample:
-        bm = _with_tables(lane, lane.snapshot())
+        bm = with_tables(lane, lane.snapshot())
         extra = {}
         if self.settings.audit and lane.kv is not None:
             extra.update(self._audit(lane, bm))
@@ -149,7 +135,7 @@ class EngineCollector:
             owner = np.where(bm.owner == FREE, FREE, bm.owner + off).astype(np.int32)
             bm = dataclasses.replace(bm, owner=owner, final_seq=bm.final_seq + off)
         base = self._base[lane.name]
-        cnt = {k: v + base[k] for k, v in _counters(lane).items()}
+        cnt = {k: v + base[k] for k, v in lane_counters(lane).items()}
         t_prev, tok_prev = self._last_tok.get(lane.name, (0.0, 0))
         tok = cnt["tokens_generated"]
         cnt["tokens_per_s"] = (tok - tok_prev) / (t - t_prev) if t > t_prev else 0.0
@@ -194,7 +180,7 @@ class EngineCollector:
         """--loop: a fresh seeded stream; counters and ids continue."""
         sink.put(self._batch(t))  # the old stream's last events and state
         for ln in self.sim.lanes:
-            for k, v in _counters(ln).items():
+            for k, v in lane_counters(ln).items():
                 self._base[ln.name][k] += v
             self._step_base[ln.name] += ln.step_no
         self._seq_offset += len(self.sim.workload)
@@ -294,19 +280,6 @@ class EngineCollector:
                          f"{ln.waiting_count} fail C{f['CAPACITY']} F{f['FRAGMENTATION']} "
                          f"P{f['POLICY']}")
         return " | ".join(parts)
-
-
-def _with_tables(lane: Lane, bm: BlockMap) -> BlockMap:
-    """A paged lane's map with its live sequences' block tables (final_seq order), so a
-    reader can tie each block to its holder's logical block index (docs/FORMAT.md)."""
-    tables = getattr(lane.alloc, "block_tables", None)
-    if bm.contiguous or tables is None or bm.final_seq is None:
-        return bm
-    ids = lane.run_ids
-    nb = (lane.alloc.seq_allocated_tokens(ids) // bm.block_size).astype(np.int32)
-    tab = tables(ids)
-    blocks = tab[np.arange(tab.shape[1])[None, :] < nb[:, None]].astype(np.int32)
-    return dataclasses.replace(bm, table_len=nb, table_blocks=blocks)
 
 
 def versions(mode: str) -> dict:

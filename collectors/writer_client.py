@@ -32,38 +32,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 from collectors import writer_process
+from collectors.sample import Batch
 from collectors.writer_process import StoreSpec, write_batch
-from kvviz.core.blockmap import BlockMap
 from kvviz.core.errors import StoreError
 from kvviz.core.metrics import compute
-from kvviz.engine.eventlog import EventColumns
 from kvviz.store.writer import RunWriter
 
 Hook = Callable[[dict], None]
 MODES = ("process", "thread", "inline")
 READY_TIMEOUT_S = 60.0  # the writer process imports numpy + sqlite and writes the header
-__all__ = ["Batch", "Hook", "LaneSample", "SampleWriter", "StoreSpec"]
+__all__ = ["Hook", "SampleWriter", "StoreSpec"]
 
 class WriterFailed(StoreError, RuntimeError):
     """The store writer failed or died: the CLI shows it as one error line (a StoreError)."""
-
-
-class LaneSample(NamedTuple):
-    lane: str
-    step: int
-    counters: dict
-    blockmap: BlockMap
-
-
-class Batch(NamedTuple):
-    t: float
-    lanes: list[LaneSample]
-    events: EventColumns  # already in run time and run-wide sequence ids
-    device: Callable[[], list[dict]] | None  # called in put() (cheap: RSS, NVML, torch)
-    kv: list | tuple = ()  # the collector's own published KV-event batches (engine_source rows)
 
 
 class SampleWriter:

@@ -12,7 +12,8 @@ import pytest
 
 from collectors import writer_process
 from collectors.launch import build
-from collectors.writer_client import Batch, SampleWriter, StoreSpec
+from collectors.sample import Batch
+from collectors.writer_client import SampleWriter, StoreSpec
 from kvviz.commands.cli import build_parser
 from kvviz.core.errors import StoreError
 from kvviz.settings.flags import settings_of
