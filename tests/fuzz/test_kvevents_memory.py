@@ -25,7 +25,7 @@ from kvviz.node.kvevents.decode import (
     pieces,
 )
 from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB
-from kvviz.node.kvevents.model import rebuild
+from kvviz.node.kvevents.rebuild import rebuild
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store.kv_writer import KvEventWriter
 from tests.fuzz.hostile import check_property, run_cli

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from kvviz.commands.cli import main
 from kvviz.node.kvevents.decode import decode
-from kvviz.node.kvevents.model import rebuild
-from kvviz.node.kvevents.rebuild import load_model
+from kvviz.node.kvevents.rebuild import load_model, rebuild
 from kvviz.store import kv_reader
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.recordings import write_kv_recording

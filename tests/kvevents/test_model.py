@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
-from kvviz.node.kvevents.model import CacheModel, Forest, rebuild
+from kvviz.node.kvevents.model import CacheModel, Forest
+from kvviz.node.kvevents.rebuild import rebuild
 
 _h = st.integers(0, 12)
 _ev = st.one_of(

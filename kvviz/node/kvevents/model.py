@@ -286,21 +286,3 @@ class CacheModel:
 
     def cached_tokens(self, stream: int) -> int:
         return sum(f.cached_tokens for _, f in self.of_stream(stream))
-
-
-def rebuild(events: Iterable[Event]) -> dict[Any, Any]:
-    """The cached hash -> parent map after `events`, computed the plain way (reference for
-    tests and for verifying a recording): replay stores and removals over one dict."""
-    cache: dict[Any, Any] = {}
-    for ev in events:
-        if ev.kind == STORED:
-            p = ev.parent
-            for h in ev.hashes:
-                cache.setdefault(h, p)
-                p = h
-        elif ev.kind == REMOVED:
-            for h in ev.hashes:
-                cache.pop(h, None)
-        elif ev.kind == CLEARED:
-            cache.clear()
-    return cache

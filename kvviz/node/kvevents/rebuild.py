@@ -1,11 +1,14 @@
 """A recording's KV-event batches -> the CacheModel: the prefix cache rebuilt by decoding the
 stored payloads again, as the subscriber did when they arrived (kvviz.store.kv_reader reads
-the rows; this module decodes and applies them)."""
+the rows; this module decodes and applies them), and `rebuild`, the plain reference the
+model is tested against."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
+from typing import Any
 
-from kvviz.node.kvevents.decode import Undecodable, decode
+from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event, Undecodable, decode
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.store import kv_reader
 
@@ -28,3 +31,21 @@ def load_model(conn: sqlite3.Connection, after_batch: int = 0, model: CacheModel
             continue
         model.apply(sid, rank_of.get(sid, 0) if b.dp_rank is None else b.dp_rank, b.events, t)
     return model, last
+
+
+def rebuild(events: Iterable[Event]) -> dict[Any, Any]:
+    """The cached hash -> parent map after `events`, computed the plain way (reference for
+    tests and for verifying a recording): replay stores and removals over one dict."""
+    cache: dict[Any, Any] = {}
+    for ev in events:
+        if ev.kind == STORED:
+            p = ev.parent
+            for h in ev.hashes:
+                cache.setdefault(h, p)
+                p = h
+        elif ev.kind == REMOVED:
+            for h in ev.hashes:
+                cache.pop(h, None)
+        elif ev.kind == CLEARED:
+            cache.clear()
+    return cache
