@@ -15,14 +15,9 @@ from hypothesis import strategies as st
 
 from kvviz.node.kvevents import model as model_mod
 from kvviz.node.kvevents.decode import MAX_DEPTH, Undecodable, decode
-from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB
+from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB, RECEIVE_BUDGET, queue_bounds
 from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.subscriber import (
-    RECEIVE_BUDGET,
-    Subscriber,
-    SubscriberConfig,
-    queue_bounds,
-)
+from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store import kv_writer
 from kvviz.store.kv_writer import KvEventWriter
 from tests.fuzz.hostile_zmq import batch, deep, seq_bytes

@@ -1,4 +1,5 @@
-"""Publisher addresses: checking them, DP rank r at port + r, and why one cannot be reached.
+"""Publisher addresses: checking them, DP rank r at port + r, why one cannot be reached, and
+what a set of streams may cost the process (file descriptors, receive queues).
 
 Only the addresses a user names are contacted (plus port + r for DP ranks); nothing here
 connects anywhere except a DNS lookup of a named host that did not connect.
@@ -10,6 +11,7 @@ import resource
 import socket
 import urllib.parse
 from dataclasses import dataclass
+from typing import NamedTuple
 
 IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the NUL)
 FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
@@ -18,6 +20,7 @@ FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python
 # Python objects, which with the receive queues (256 MB) and the model keeps the process
 # under 1 GB (docs/RELIABILITY.md, "KV-event streams").
 MAX_MESSAGE_MB = 16
+RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -94,6 +97,22 @@ def check_fd_limit(streams: int) -> int:
                          f"files; this process may open {soft} (ulimit -n; hard limit "
                          f"{'unlimited' if hard == resource.RLIM_INFINITY else hard})")
     return need
+
+
+
+class QueueBounds(NamedTuple):
+    hwm: int  # messages each SUB socket queues (ZMQ_RCVHWM)
+    frame_bytes: int  # the largest frame each socket takes (ZMQ_MAXMSGSIZE)
+
+
+def queue_bounds(streams: int, max_message_bytes: int) -> QueueBounds:
+    """What keeps all receive queues within RECEIVE_BUDGET: each SUB socket holds its HWM of
+    messages plus the one ZeroMQ is receiving, two frames each. Frames are capped at
+    max_message_bytes, lowered when many streams share the budget (at least an HWM of 1);
+    the HWM is what the budget leaves, within [1, 1000]."""
+    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * max(1, streams))))
+    hwm = RECEIVE_BUDGET // (2 * max(1, streams) * frame) - 1
+    return QueueBounds(max(1, min(1000, hwm)), frame)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ the batch has seq > 0. Every message is recorded raw; what does not decode is co
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
-whatever the publishers send: frames of at most queue_bounds(...).frame_bytes (the config's
-max_message_bytes, lowered when many streams share the budget) and an HWM per SUB socket,
-so the receive queues hold at most RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop
+whatever the publishers send: frames and HWMs from endpoints.queue_bounds (the config's
+max_message_bytes, lowered when many streams share the budget), so the SUB sockets' receive
+queues hold at most endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop
 the connection before it is buffered, counted as a disconnect; a full queue pushes back on
 TCP and the publisher drops, which the seqs show as gaps and lost batches); one message in
 hand decodes into at most decode.decoded_bound(its size) bytes; replays are bounded by
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -39,6 +38,7 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     SubscriberConfig,
     check_fd_limit,
     endpoint_for_rank,
+    queue_bounds,
 )
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.stream import Stream, problem, summary
@@ -46,7 +46,6 @@ from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
-RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
 # The join replay (on connecting) holds up live messages while it waits: a short wait; a
 # join cut short leaves a gap that the first live batch fills from the replay socket.
@@ -54,21 +53,6 @@ JOIN_TIMEOUT_S = 0.5
 POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
-
-
-class QueueBounds(NamedTuple):
-    hwm: int  # messages each SUB socket queues (ZMQ_RCVHWM)
-    frame_bytes: int  # the largest frame each socket takes (ZMQ_MAXMSGSIZE)
-
-
-def queue_bounds(streams: int, max_message_bytes: int) -> QueueBounds:
-    """What keeps all receive queues within RECEIVE_BUDGET: each SUB socket holds its HWM of
-    messages plus the one ZeroMQ is receiving, two frames each. Frames are capped at
-    max_message_bytes, lowered when many streams share the budget (at least an HWM of 1);
-    the HWM is what the budget leaves, within [1, 1000]."""
-    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * max(1, streams))))
-    hwm = RECEIVE_BUDGET // (2 * max(1, streams) * frame) - 1
-    return QueueBounds(max(1, min(1000, hwm)), frame)
 
 
 class Subscriber:
