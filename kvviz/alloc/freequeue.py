@@ -39,32 +39,46 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     push of ref[i]. The caller checked that no take finds both empty."""
     s0 = int(stack0.size)
     c = s0 + np.cumsum(d)
-    if c.size and c.min() < 0:  # a take finds the stack empty: depths floor at 0
-        c -= np.minimum(np.minimum.accumulate(c), 0)
-    s = c
-    prev = np.concatenate([np.array([s0], np.int64), s[:-1]])
     take = d < 0
+    if not c.size or c.min() >= 0:  # every take pops the stack (nothing from the FIFO)
+        lo = int(c.min()) if c.size else s0
+        m = min(lo, s0) + 1  # the lowest level popped: right above the lowest depth
+        # an event's level: where a push lands (the depth after it), what a pop takes (the
+        # depth before it)
+        return _match(stack0, m, c + take, take, ref, None, take, c, s0)
+    c -= np.minimum(np.minimum.accumulate(c), 0)  # a take finds the stack empty: floor at 0
+    prev = np.concatenate([np.array([s0], np.int64), c[:-1]])
     pop = take & (prev > 0)
     ev = np.flatnonzero(~take | pop)
-    pushed = ~take[ev]
-    # the stack below the lowest level popped is never touched: only the levels above it
-    # take part in the sort
     m = min(int(prev[pop].min()), s0 + 1) if pop.any() else s0 + 1
+    r = _match(stack0, m, prev[ev] + ~take[ev], pop[ev], ref[ev], ev, take, c, s0)
+    fifo_ev = np.flatnonzero(take & (prev == 0))
+    got = np.zeros(d.size, np.int64)
+    got[take] = r.src
+    got[fifo_ev] = fifo[:fifo_ev.size]
+    return Replay(got[take], (prev == 0)[take], r.stack, int(fifo_ev.size))
+
+
+def _match(stack0: np.ndarray, m: int, lv: np.ndarray, is_pop: np.ndarray, refs: np.ndarray,
+           ev: np.ndarray | None, take: np.ndarray, depth: np.ndarray, s0: int) -> Replay:
+    """Each pop takes the entry pushed last at its level before it: the events that touch
+    the stack (time indices ev; None: all), at levels lv >= m, sorted by (level, time) with
+    the initial entries at levels m..s0 first, alternate entry, pop, entry... per level.
+    Returns the pops' references per take (0 for a take that did not pop) and the stack."""
     k = s0 - m + 1  # initial entries at levels m..s0
-    level = np.concatenate([np.arange(m, s0 + 1), prev[ev] + pushed])  # a push lands above
-    refs = np.concatenate([stack0[m - 1:], ref[ev]])  # (a pop's entry is never read)
+    level = np.concatenate([np.arange(m, s0 + 1), lv])
+    refs = np.concatenate([stack0[m - 1:], refs])  # (a pop's entry is never read)
     order = stable_order(level, m)  # (level, time): time order is the array's order
     level = level[order]
-    p = np.flatnonzero(np.concatenate([np.zeros(k, np.bool_), ~pushed])[order])
-    got = np.zeros(d.size, np.int64)
-    got[ev[order[p] - k]] = refs[order[p - 1]]  # each pop takes the push before it at its level
-    fifo_ev = np.flatnonzero(take & (prev == 0))
-    got[fifo_ev] = fifo[:fifo_ev.size]
-    end = int(s[-1]) if s.size else s0
+    p = np.flatnonzero(np.concatenate([np.zeros(k, np.bool_), is_pop])[order])
+    at = order[p] - k
+    got = np.zeros(take.size, np.int64)
+    got[at if ev is None else ev[at]] = refs[order[p - 1]]
+    end = int(depth[-1]) if depth.size else s0
     last = np.flatnonzero(np.concatenate([level[1:] != level[:-1], [level.size > 0]]))
     last = last[level[last] <= end]
     stack = np.concatenate([stack0[:m - 1].astype(np.int64), refs[order[last]]])
-    return Replay(got[take], (prev == 0)[take], stack, int(fifo_ev.size))
+    return Replay(got[take], np.zeros(int(take.sum()), np.bool_), stack, 0)
 
 
 def resolve(src: np.ndarray) -> np.ndarray:
