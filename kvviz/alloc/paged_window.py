@@ -57,10 +57,8 @@ class PagedWindowVerbs:
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
         admitted = seq[kind == ADMIT]
         if np.unique(admitted).size < admitted.size or rows.is_live(admitted).any():
-            life = lives(kind, seq)  # someone lives twice: a life is a (sequence, count)
-            lkey = seq * (int(life.max()) + 1) + life
-            _, first_op, inv = np.unique(lkey, return_index=True, return_inverse=True)
-            useq = seq[first_op]  # each life's sequence
+            life, first_op, inv = lives(kind, seq)  # someone lives twice: a life is a
+            useq = seq[first_op]  # (sequence, count); each life's sequence
             new = life[first_op] > 0
         else:  # one life each: new here iff admitted here
             useq, inv = np.unique(seq, return_inverse=True)
@@ -116,8 +114,9 @@ class PagedWindowVerbs:
         ki = ki[np.lexsort((-e_pos[ki], e_f[ki]))]
         pi = np.flatnonzero(~keyed)
         stack0, fifo0 = pool.replay_start()
-        # takes and plain pushes merged in op order (both already are; no op does both)
-        push_at = np.searchsorted(take_op, fop[e_f[pi]]) + np.arange(pi.size)
+        # takes and plain pushes merged in op order (both already are; no op does both):
+        # a push lands after the takes of the ops before its own
+        push_at = (np.cumsum(ntake) - ntake)[fop[e_f[pi]]] + np.arange(pi.size)
         d = np.full(T + pi.size, -1, np.int64)
         d[push_at] = 1
         ev_ref = np.zeros(T + pi.size, np.int64)
@@ -277,14 +276,20 @@ class PagedWindowVerbs:
                 pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
 
 
-def lives(kind: np.ndarray, seq: np.ndarray) -> np.ndarray:
+def lives(kind: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per op: how many ADMITs of its sequence came at or before it (0: a life held before
-    the window)."""
+    the window); the lives in (sequence, count) order: each one's first op, and per op its
+    life's index (np.unique's return_index and return_inverse over (sequence, count), from
+    one stable sort by sequence: a life's ops are consecutive in it)."""
     order = stable_order(seq)
     adm = (kind[order] == ADMIT).astype(np.int64)
     cs = np.cumsum(adm)
     s = seq[order]
     start = np.concatenate([[True], s[1:] != s[:-1]]) if s.size else np.zeros(0, np.bool_)
+    life_sorted = cs - (cs - adm)[start][np.cumsum(start) - 1]
     out = np.empty(seq.size, np.int64)
-    out[order] = cs - (cs - adm)[start][np.cumsum(start) - 1]
-    return out
+    out[order] = life_sorted
+    begins = start | (adm > 0)  # a new sequence, or an ADMIT: a new life
+    inv = np.empty(seq.size, np.int64)
+    inv[order] = np.cumsum(begins) - 1
+    return out, order[begins], inv

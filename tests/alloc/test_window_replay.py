@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kvviz.alloc import PagedAllocator
 from kvviz.alloc.freequeue import blocks_of, replay, resolve
-from kvviz.alloc.paged_window import ADMIT, FILL, FREE_SEQ, TAKE
+from kvviz.alloc.paged_window import ADMIT, FILL, FREE_SEQ, TAKE, lives
 from kvviz.alloc.rows import RowTable
 from kvviz.core.workload import Workload
 from kvviz.engine.tokens import BlockKeys
@@ -189,3 +189,16 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
     kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*ops))
     win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), None)
     assert _state(win) == _state(one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=60))
+def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
+    kind = np.asarray([k for k, _ in ops], np.int64)
+    seq = np.asarray([q for _, q in ops], np.int64)
+    life, first_op, inv = lives(kind, seq)
+    want = [sum(1 for k, q in ops[:i + 1] if q == seq[i] and k == ADMIT) for i in range(len(ops))]
+    assert life.tolist() == want
+    if ops:
+        _, f, i = np.unique(seq * 100 + life, return_index=True, return_inverse=True)
+        assert first_op.tolist() == f.tolist() and inv.tolist() == i.tolist()
