@@ -38,7 +38,7 @@ def replay(stack0: np.ndarray, fifo: np.ndarray, d: np.ndarray, ref: np.ndarray)
     FIFO holds or is appended, in FIFO order; d: per event in time order, -1 a take or +1 a
     push of ref[i]. The caller checked that no take finds both empty."""
     s0 = int(stack0.size)
-    c = s0 + np.cumsum(d)
+    c = np.cumsum(d, dtype=np.int32 if d.size < 1 << 30 else np.int64) + s0
     take = d < 0
     if not c.size or c.min() >= 0:  # every take pops the stack (nothing from the FIFO)
         lo = int(c.min()) if c.size else s0
