@@ -82,13 +82,19 @@ def _match(stack0: np.ndarray, m: int, lv: np.ndarray, is_pop: np.ndarray, refs:
 
 
 def resolve(src: np.ndarray) -> np.ndarray:
-    """Block ids of takes whose references are `src` (each ~b or an earlier take)."""
+    """Block ids of takes whose references are `src` (each ~b or an earlier take): pointer
+    jumping, each round over the takes still unresolved (a chain of n links takes about
+    log2(n) rounds; more than that means a reference to a later take, i.e. a cycle)."""
     f = np.asarray(src, np.int64).copy()
-    while True:
-        up = f >= 0
-        if not up.any():
+    idx = np.flatnonzero(f >= 0)
+    for _ in range(int(f.size).bit_length() + 1):
+        if not idx.size:
             return ~f
-        f[up] = f[f[up]]
+        f[idx] = f[f[idx]]
+        idx = idx[f[idx] >= 0]
+    if idx.size:
+        raise ValueError("resolve: the references form a cycle (a take refers to a later one)")
+    return ~f
 
 
 def blocks_of(refs: np.ndarray, takes: np.ndarray) -> np.ndarray:

@@ -73,11 +73,14 @@ class PagedWindowVerbs:
         first = np.cumsum(ntk) - ntk
 
         def table_refs(u: np.ndarray, pos: np.ndarray) -> np.ndarray:
-            """References (kvviz/alloc/freequeue.py) of sequence u's block at pos."""
-            old = pos < pre[u]
-            out = np.empty(u.size, np.int64)
-            out[old] = ~self._table[row0[u[old]], pos[old]].astype(np.int64)
-            out[~old] = by_seq[first[u[~old]] + pos[~old] - pre[u[~old]]]
+            """References (kvviz/alloc/freequeue.py) of sequence u's block at pos: a block
+            held before the window by its id, else the take that got it."""
+            since = pos - pre[u]  # < 0: held before
+            out = by_seq[np.clip(first[u] + since, 0, T - 1)] if T else np.zeros(u.size,
+                                                                                 np.int64)
+            old = np.flatnonzero(since < 0)
+            if old.size:
+                out[old] = ~self._table[row0[u[old]], pos[old]].astype(np.int64)
             return out
 
         # registrations (prefix caching): FILL ops and admissions' full blocks, in order

@@ -9,6 +9,7 @@ import random
 from collections import deque
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -202,3 +203,21 @@ def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
     if ops:
         _, f, i = np.unique(seq * 100 + life, return_index=True, return_inverse=True)
         assert first_op.tolist() == f.tolist() and inv.tolist() == i.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 1 << 30), min_size=1, max_size=300))
+def test_resolve_follows_every_chain_and_refuses_a_cycle(draws):
+    # take j refers to a known block (~b) or to an earlier take, chains as long as they come
+    src = [~(draws[0] % 50)] + [(x % j) if x % 3 else ~(x % 50) for j, x in
+                                enumerate(draws[1:], 1)]
+    want = []
+    for r in src:
+        want.append(~r if r < 0 else want[r])
+    assert resolve(np.asarray(src, np.int64)).tolist() == want
+    chain = np.arange(-1, len(src) - 1)  # the longest: each take refers to the one before
+    chain[0] = ~3
+    assert (resolve(chain) == 3).all()
+    chain[0] = len(src) - 1  # the first take refers to the last: no block ends it
+    with pytest.raises(ValueError, match="cycle"):
+        resolve(chain)
