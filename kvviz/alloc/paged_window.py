@@ -55,15 +55,9 @@ class PagedWindowVerbs:
         T = int(take_op.size)
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
-        admitted = seq[kind == ADMIT]
-        if np.unique(admitted).size < admitted.size or rows.is_live(admitted).any():
-            life, first_op, inv = lives(kind, seq)  # someone lives twice: a life is a
-            useq = seq[first_op]  # (sequence, count); each life's sequence
-            new = life[first_op] > 0
-        else:  # one life each: new here iff admitted here
-            useq, inv = np.unique(seq, return_inverse=True)
-            new = np.zeros(useq.size, np.bool_)
-            new[inv[kind == ADMIT]] = True
+        life, first_op, inv = lives(kind, seq)  # a life is a (sequence, count)
+        useq = seq[first_op]  # each life's sequence
+        new = life[first_op] > 0
         U = int(useq.size)
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
