@@ -55,14 +55,17 @@ class PagedWindowVerbs:
         T = int(take_op.size)
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
-        life, first_op, inv = lives(kind, seq)  # a life is a (sequence, count)
+        life, first_op, inv, by_life = lives(kind, seq)  # a life is a (sequence, count)
         useq = seq[first_op]  # each life's sequence
         new = life[first_op] > 0
         U = int(useq.size)
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
         u_take = inv[take_op]
-        by_seq = stable_order(u_take, 0, U - 1)  # takes grouped by sequence, in order
+        tk0 = np.cumsum(ntake) - ntake  # per op: its first take
+        # takes grouped by life, in order: the ops in life order, each op's takes in a row
+        n_by = ntake[by_life]
+        by_seq = np.repeat(tk0[by_life] - (np.cumsum(n_by) - n_by), n_by) + np.arange(T)
         ntk = np.bincount(u_take, minlength=U)
         first = np.cumsum(ntk) - ntk
 
@@ -98,7 +101,6 @@ class PagedWindowVerbs:
         e_f = np.repeat(np.arange(fop.size), flen)
         e_pos = np.arange(e_f.size) - np.repeat(np.cumsum(flen) - flen, flen)
         e_ref = table_refs(fu[e_f], e_pos)
-        e_fill = np.clip(arg[fop][e_f] - e_pos * bs, 0, bs)
         keyed = np.zeros(e_ref.size, np.bool_)
         if keys is not None:
             base = e_ref < 0
@@ -113,7 +115,7 @@ class PagedWindowVerbs:
         stack0, fifo0 = pool.replay_start()
         # takes and plain pushes merged in op order (both already are; no op does both):
         # a push lands after the takes of the ops before its own
-        push_at = (np.cumsum(ntake) - ntake)[fop[e_f[pi]]] + np.arange(pi.size)
+        push_at = tk0[fop[e_f[pi]]] + np.arange(pi.size)
         d = np.full(T + pi.size, -1, np.int64)
         d[push_at] = 1
         ev_ref = np.zeros(T + pi.size, np.int64)
@@ -128,7 +130,8 @@ class PagedWindowVerbs:
             self._replay_keys(keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
                               fifo[:used], take_op, rp.fifo_take)
         pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
-                        blocks_of(e_ref[tail], got), e_fill[tail])
+                        blocks_of(e_ref[tail], got),
+                        np.clip(arg[fop[e_f[tail]]] - e_pos[tail] * bs, 0, bs))  # fills
         self._replay_rows(kind, seq, inv, new[inv], row0[inv])
         freed = blocks_of(e_ref, got)
         if freed.size:
@@ -273,11 +276,13 @@ class PagedWindowVerbs:
                 pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
 
 
-def lives(kind: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lives(kind: np.ndarray, seq: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per op: how many ADMITs of its sequence came at or before it (0: a life held before
     the window); the lives in (sequence, count) order: each one's first op, and per op its
-    life's index (np.unique's return_index and return_inverse over (sequence, count), from
-    one stable sort by sequence: a life's ops are consecutive in it)."""
+    life's index (np.unique's return_index and return_inverse over (sequence, count)); and
+    the ops in life order (one stable sort by sequence: a life's ops are consecutive in it,
+    in op order)."""
     order = stable_order(seq)
     adm = (kind[order] == ADMIT).astype(np.int64)
     cs = np.cumsum(adm)
@@ -289,4 +294,4 @@ def lives(kind: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     begins = start | (adm > 0)  # a new sequence, or an ADMIT: a new life
     inv = np.empty(seq.size, np.int64)
     inv[order] = np.cumsum(begins) - 1
-    return out, order[begins], inv
+    return out, order[begins], inv, order
