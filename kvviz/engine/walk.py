@@ -71,11 +71,20 @@ def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
     return last - S
 
 
+class _Running(dict):
+    """The running requests in vLLM's order (a dict's insertion order): removal anywhere in
+    O(1), and pop() takes the last one, as `make_room` pops a running list."""
+
+    def pop(self) -> int:  # type: ignore[override]
+        return self.popitem()[0]
+
+
 class _Walk:
     """The walk's state. Per running request: the slots written before its first decode in
-    the walk (L0), that step (t0) and its samples before it (g0), its place in the running
-    order, and where its last block starts (thr) with the slots that block leaves unused
-    (waste); the running requests by opening residue (bucket) and by finish step (fin);
+    the walk (L0), that step (t0) and its samples before it (g0), its finish step (fstep),
+    and where its last block starts (thr) with the slots that block leaves unused (waste);
+    the running requests in order (run), by opening residue (bucket) and by finish step
+    (fin), each in running order;
     per request preempted in the walk, its known tokens and samples; the free blocks; what
     happened, in execution order (ops, events) and the shares' sums."""
 
@@ -84,19 +93,19 @@ class _Walk:
         self.lane, self.sched, self.step_ms = lane, sched, step_ms
         self.bs = bs = a.block_size
         self.S = S = lane.step_no
-        run = self.run = ids.tolist()
+        run = ids.tolist()
+        self.run = _Running.fromkeys(run)
         L = lens.tolist()
         self.L0 = dict(zip(run, L))
         self.t0 = dict.fromkeys(run, S + 1)
         self.g0 = dict(zip(run, sched.generated[ids].tolist()))
-        self.bucket: list[list[int]] = [[] for _ in range(bs)]
+        self.bucket: list[dict[int, None]] = [{} for _ in range(bs)]
         for r, x in zip(run, L):
-            self.bucket[(S + 1 - x) % bs].append(r)
-        self.fin: dict[int, list[int]] = {}
-        for r, f in zip(run, sched.finish_steps(S, ids, True).tolist()):
-            self.fin.setdefault(f, []).append(r)
-        self.order = dict(zip(run, range(len(run))))
-        self.next_order = len(run)
+            self.bucket[(S + 1 - x) % bs][r] = None
+        self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
+        self.fstep = dict(zip(run, sched.finish_steps(S, ids, True).tolist()))
+        for r, f in self.fstep.items():
+            self.fin.setdefault(f, {})[r] = None
         kvf = lane.kv_final[ids]
         last = -(-kvf // bs)
         thr = (last - 1) * bs
@@ -229,7 +238,7 @@ class _Walk:
         acc[3] += self.free
         return True
 
-    def _decode(self, openers: list[int], t: int) -> None:
+    def _decode(self, openers: dict[int, None], t: int) -> None:
         """Every running request decodes; each of `openers` takes a block (they fit)."""
         k = len(openers)
         if k:
@@ -243,29 +252,41 @@ class _Walk:
         self.used += len(self.run)
         due = self.lastopen.pop(t, None)
         if due:
-            order, t0 = self.order, self.t0
+            run, t0 = self.run, self.t0
             for r, s in due:
-                if r in order and t0[r] == s:  # still running since it was planned
+                if r in run and t0[r] == s:  # still running since it was planned
                     self.internal += self.waste[r]
 
-    def _decode_short(self, openers: list[int], t: int, preempted: list[int]) -> None:
-        """The decodes when the free blocks do not cover the openers: an opener that finds
-        none makes room by the rule (`make_room`), which may preempt it too."""
-        run, order = self.run, self.order
-        for r in list(openers):
-            if r not in order:  # preempted for an opener before it: so is every later one
+    def _decode_short(self, openers: dict[int, None], t: int, preempted: list[int]) -> None:
+        """The decodes when the free blocks do not cover the openers: the first `free` find
+        a block (make_room preempts nobody for them); each later one makes room by the rule
+        (`make_room`), which may preempt it too."""
+        run = self.run
+        todo = list(openers)
+        k = self.free
+        if k:
+            self.kinds.extend([TAKE] * k)
+            self.seqs.extend(todo[:k])
+            self.args.extend([0] * k)
+            self.free = 0
+
+        def fits() -> bool:
+            return self.free > 0
+
+        def drop(v: int) -> None:
+            self._preempt(v, t, preempted)
+
+        kinds, seqs, args = self.kinds, self.seqs, self.args
+        for r in todo[k:]:
+            if r not in run:  # preempted for an opener before it: so is every later one
                 break
-            if not make_room(run, r, lambda: self.free > 0,
-                             lambda v: self._preempt(v, t, preempted)):
+            if not make_room(run, r, fits, drop):
                 break
             self.free -= 1
-            self._op(TAKE, r, 0)
+            kinds.append(TAKE)
+            seqs.append(r)
+            args.append(0)
         self._decoded(t)
-
-    def _op(self, kind: int, r: int, tokens: int) -> None:
-        self.kinds.append(kind)
-        self.seqs.append(r)
-        self.args.append(tokens)
 
     def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
         """The rule preempted v (out of `run` already) before its decode in step t."""
@@ -281,34 +302,35 @@ class _Walk:
         """r (out of `run`) frees its blocks with `held` slots written; its running
         bookkeeping ends."""
         bs = self.bs
-        self._op(FREE_SEQ, r, held)
+        self.kinds.append(FREE_SEQ)
+        self.seqs.append(r)
+        self.args.append(held)
         self.free += -(-held // bs)
         self.used -= held
         if held > self.thr[r]:
             self.internal -= self.waste[r]
-        L0, t0 = self.L0[r], self.t0[r]
-        self.bucket[(t0 - L0) % bs].remove(r)
-        f = t0 + int(self.sched.w.output[r]) - self.g0[r] - 1
-        if f in self.fin:
-            self.fin[f].remove(r)
-        del self.order[r]
+        del self.bucket[(self.t0[r] - self.L0[r]) % bs][r]
+        due = self.fin.get(self.fstep.pop(r))
+        if due is not None:  # (a finishing request's step was popped already)
+            del due[r]
 
     def _join(self, r: int, total: int, t: int) -> None:
         """r is admitted at step t with its whole `total` known tokens: it samples then and
         decodes from step t + 1."""
         bs, sched = self.bs, self.sched
-        self._op(ADMIT, r, total)
+        self.kinds.append(ADMIT)
+        self.seqs.append(r)
+        self.args.append(total)
         if r in self.wait_known:
             g = self.wait_gen.pop(r) + 1
             del self.wait_known[r]
         else:
             g = int(sched.generated[r]) + 1
-        self.run.append(r)
-        self.order[r] = self.next_order
-        self.next_order += 1
+        self.run[r] = None
         self.L0[r], self.t0[r], self.g0[r] = total, t + 1, g
-        self.bucket[(t + 1 - total) % bs].append(r)
-        self.fin.setdefault(t + int(sched.w.output[r]) - g, []).append(r)
+        self.bucket[(t + 1 - total) % bs][r] = None
+        f = self.fstep[r] = t + int(sched.w.output[r]) - g
+        self.fin.setdefault(f, {})[r] = None
         kvf = int(self.lane.kv_final[r])
         last = -(-kvf // bs)
         self.thr[r], self.waste[r] = (last - 1) * bs, last * bs - kvf
@@ -319,15 +341,16 @@ class _Walk:
         self.used += total
 
     def _update(self, t: int) -> None:
-        """update(): the requests whose output is complete finish, in running order."""
+        """update(): the requests whose output is complete finish, in running order (a
+        step's finishers were added to fin[t] in running order: the running requests at the
+        walk's start in their order, each admitted one after them)."""
         fins = self.fin.pop(t, None)
         if not fins:
             return
-        if len(fins) > 1:
-            fins.sort(key=self.order.__getitem__)
+        run, L0, t0 = self.run, self.L0, self.t0
         for r in fins:
-            held = self.L0[r] + t - self.t0[r] + 1
-            self.run.remove(r)
+            held = L0[r] + t - t0[r] + 1
+            del run[r]
             self._release(r, held)
             self.finished[r] = held
             self.events.append((t, FINISHED, r, 0, 0, 0))
@@ -335,7 +358,7 @@ class _Walk:
     def commit(self, end: int) -> None:
         """Write what the walk did up to step `end` (its last)."""
         lane, sched, a = self.lane, self.sched, self.lane.alloc
-        run = self.run
+        run = list(self.run)
         live_len = [self.L0[r] + end - self.t0[r] + 1 for r in run]
         kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
