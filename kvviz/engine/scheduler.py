@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import NamedTuple
 
 import numpy as np
@@ -41,6 +42,7 @@ from kvviz.core.config import EngineConfig
 from kvviz.core.workload import Workload
 
 EMPTY = np.zeros(0, np.int64)
+RUN_AFTER = 8  # _admit: heads admitted one by one before the next ones are asked as a run
 
 
 class Plan(NamedTuple):
@@ -211,7 +213,15 @@ class Scheduler:
         """Admit waiting requests in order; returns the head left waiting and why (None when
         the queue emptied or the budget ran out)."""
         space = self.space
+        streak = 0  # admitted one by one since the last run
         while budget > 0 and self.waiting_count:
+            if streak >= RUN_AFTER:  # a long wave: the next heads as runs (`admit_run`)
+                streak = 0
+                taken = self._admit_run(budget, ids, counts, admitted, hits_out, free_out)
+                if taken:
+                    budget -= taken
+                    continue
+            streak += 1
             r = self.head()
             if self.too_big[r]:
                 self.pop_head()
@@ -235,6 +245,72 @@ class Scheduler:
             free_out.append(space.alloc.usage().free_tokens)
             budget -= n
         return None
+
+    def _admit_run(self, budget: int, ids: list[int], counts: list[int], admitted: list[int],
+                   hits_out: list[int], free_out: list[int]) -> int:
+        """_admit's loop for runs of heads at once, while `admit_run` admits them whole: the
+        same admissions, in the same order, placed by one `PagedSpace.admit_many` per run.
+        Only where no head has hits or is live (a paged lane without prefix caching).
+        Returns the tokens admitted (0: none, the loop asks the head one by one)."""
+        space = self.space
+        if self.caching or not hasattr(space, "admit_many"):
+            return 0
+        m, taken = RUN_AFTER * 8, 0
+        while self.waiting_count:
+            heads = self.heads(m)
+            big = self.too_big[heads]
+            if big.any():  # a rejection: _admit's business
+                heads = heads[:int(np.argmax(big))]
+            totals = self.num_tokens[heads]
+            k = self.admit_run(totals, len(self.running), budget - taken,
+                               space.alloc.free_blocks)
+            if not k:
+                break
+            heads, totals = heads[:k], totals[:k]
+            free_out.extend(space.admit_many(heads, totals).tolist())
+            self.pop_heads(k)
+            run = heads.tolist()
+            self.running.extend(run)
+            self._ids = None
+            self.computed[heads] = totals
+            ids.extend(run)
+            admitted.extend(run)
+            counts.extend(totals.tolist())
+            hits_out.extend([0] * k)
+            taken += int(totals.sum())
+            if k < m:
+                break
+            m *= 4
+        return taken
+
+    def admit_run(self, totals: np.ndarray, running: int, budget: int, free: int) -> int:
+        """`verdict`'s answers in closed form for waiting requests asked in a row, none too
+        big, none with hits or live (a paged lane without prefix caching): `totals` their
+        known tokens, with `running` requests running, `budget` tokens and `free` blocks
+        left before the first. Returns how many leading ones are admitted, each computing
+        its whole total (the next one gets a chunk, waits or is refused: ask `verdict`).
+        Request i is asked with running + i running, the budget and blocks less those of
+        the i before it; the watermark waived while nothing runs (`PagedSpace.fits`)."""
+        ahead = np.cumsum(totals) - totals
+        nrun = running + np.arange(totals.size)
+        need = self.space.blocks_for(totals)
+        left = free - (np.cumsum(need) - need)
+        ok = (totals <= budget - ahead) & (nrun < self.cfg.max_num_seqs)
+        ok &= self.space.fits(need, left, nrun == 0)
+        return int(totals.size) if ok.all() else int(np.argmin(ok))
+
+    def heads(self, m: int) -> np.ndarray:
+        """The first (up to) m waiting requests, in queue order."""
+        front = list(islice(self.front, m))
+        new = np.arange(self.next_new, min(self.arrived, self.next_new + m - len(front)))
+        return np.concatenate([np.asarray(front, np.int64), new]) if front else new
+
+    def pop_heads(self, k: int) -> None:
+        """pop_head() k times."""
+        f = min(k, len(self.front))
+        for _ in range(f):
+            self.front.popleft()
+        self.next_new += k - f
 
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
