@@ -23,16 +23,15 @@ with stepping.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvviz.alloc.base import Reason
-from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
+from kvviz.alloc.paged_window import TAKE
 from kvviz.engine.closedform import arrival_steps
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
-from kvviz.engine.scheduler import make_room
+from kvviz.engine.walkbook import Book
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
@@ -40,9 +39,8 @@ if TYPE_CHECKING:
 LIMIT = 1 << 16  # steps one window walks at most
 MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints)
 MIN_STEPS = 2  # shorter walks: a plain step costs less
-PREEMPTED, ADMITTED, FAILED, FINISHED = (KIND_CODE[k] for k in (
-    "preempted", "admitted", "admit_failed", "finished"))
-POLICY = Reason.POLICY
+PREEMPTED, ADMITTED, FAILED = (KIND_CODE[k] for k in ("preempted", "admitted", "admit_failed"))
+POLICY, CAPACITY = Reason.POLICY, Reason.CAPACITY
 
 
 def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
@@ -71,79 +69,31 @@ def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
     return last - S
 
 
-class _Running(dict):
-    """The running requests in vLLM's order (a dict's insertion order): removal anywhere in
-    O(1), and pop() takes the last one, as `make_room` pops a running list."""
-
-    def pop(self) -> int:  # type: ignore[override]
-        return self.popitem()[0]
-
-
-class _Walk:
-    """The walk's state. Per running request: the slots written before its first decode in
-    the walk (L0), that step (t0) and its samples before it (g0), its finish step (fstep),
-    and where its last block starts (thr) with the slots that block leaves unused (waste);
-    the running requests in order (run), by opening residue (bucket) and by finish step
-    (fin), each in running order;
-    per request preempted in the walk, its known tokens and samples; the free blocks; what
-    happened, in execution order (ops, events) and the shares' sums."""
+class _Walk(Book):
+    """The walk: the bookkeeping (walkbook.Book), the waiting queue, what happened (events,
+    admissions' free slots, failures, samples) and the shares' sums."""
 
     def __init__(self, lane: Lane, ids: np.ndarray, lens: np.ndarray, step_ms: float) -> None:
-        sched, a = lane.sched, lane.alloc
-        self.lane, self.sched, self.step_ms = lane, sched, step_ms
-        self.bs = bs = a.block_size
-        self.S = S = lane.step_no
-        run = ids.tolist()
-        self.run = _Running.fromkeys(run)
-        L = lens.tolist()
-        self.L0 = dict(zip(run, L))
-        self.t0 = dict.fromkeys(run, S + 1)
-        self.g0 = dict(zip(run, sched.generated[ids].tolist()))
-        self.bucket: list[dict[int, None]] = [{} for _ in range(bs)]
-        for r, x in zip(run, L):
-            self.bucket[(S + 1 - x) % bs][r] = None
-        self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
-        self.fstep = dict(zip(run, sched.finish_steps(S, ids, True).tolist()))
-        for r, f in self.fstep.items():
-            self.fin.setdefault(f, {})[r] = None
-        kvf = lane.kv_final[ids]
-        last = -(-kvf // bs)
-        thr = (last - 1) * bs
-        self.thr = dict(zip(run, thr.tolist()))
-        self.waste = dict(zip(run, (last * bs - kvf).tolist()))
-        inside = lens > thr
-        self.internal = int((last * bs - kvf)[inside].sum())
-        self.lastopen: dict[int, list[tuple[int, int]]] = {}  # step -> (request, t0)
-        for r, s in zip(ids[~inside].tolist(), (S + 1 + thr - lens)[~inside].tolist()):
-            self.lastopen.setdefault(s, []).append((r, S + 1))
-        self.used = int(lens.sum())
-        self.free = a.free_blocks
-        self.front = deque(sched.front)
+        super().__init__(lane, ids, lens)
+        sched = lane.sched
+        self.step_ms = step_ms
+        self.max_tokens = sched.cfg.max_batched_tokens
         self.next_new = sched.next_new
-        self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
-        self.wait_gen: dict[int, int] = {}
-        self.finished: dict[int, int] = {}  # finished in the walk: slots written
-        self.kinds: list[int] = []  # the allocator's ops (replay_window's), in order
-        self.seqs: list[int] = []
-        self.args: list[int] = []
-        self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.free_after: list[int] = []
         self.calm = [0] * 4  # per kind of step: steps, used slots, internal, free blocks
         self.pressure = [0] * 4
         self.last_fail = lane.last_fail
+        self.short: int | None = None  # the head last refused for CAPACITY (see run_to)
+        self.short_need = 0  # its blocks
         self.failures: dict[str, int] = {}
-        self.preemptions = self.sampled = 0
+        self.sampled = 0
         self.arrivals: list[int] = []  # arrival steps of the requests from `lo` on
         self.lo = sched.arrived
-
-    def length(self, r: int, t: int) -> int:
-        """Slots running request r holds at the start of step t."""
-        return self.L0[r] + t - self.t0[r]
 
     def run_to(self, end: int, arrival_s: np.ndarray) -> int:
         """Walk the steps up to `end`, stopping before the first that cannot be taken
         whole; returns the last step walked."""
-        lane, cfg, lo = self.lane, self.sched.cfg, self.lo
+        lane, lo = self.lane, self.lo
         total = arrival_s.size
         hi = min(total, lo + 4096)
         steps = arrival_steps(arrival_s[lo:min(hi + 1, total)], self.S, self.step_ms)
@@ -153,207 +103,126 @@ class _Walk:
             end = min(end, int(steps[-1]) - 1)
             steps = steps[:hi - lo]
         self.arrivals = steps = steps.tolist()
-        ai = 0
+        ai, na = 0, len(steps)
         to_finish = len(lane.w) - lane.rejected - lane.done
+        run, front, finished, most = self.run, self.front, self.finished, self.max_tokens
+        kinds, seqs, args, bucket, bs = self.kinds, self.seqs, self.args, self.bucket, self.bs
+        lastopen, fin, calm, hard = self.lastopen, self.fin, self.calm, self.pressure
         t = self.S
-        while t < end:
+        while t < end:  # one step per turn (Lane.step's order), the plain decodes inline
             t += 1
-            while ai < len(steps) and steps[ai] <= t:
+            while ai < na and steps[ai] <= t:
                 ai += 1
-            waiting = len(self.front) + lo + ai - self.next_new
-            if ((not self.run and not waiting) or len(self.run) > cfg.max_batched_tokens
-                    or len(self.finished) >= to_finish or len(self.kinds) > MAX_OPS
-                    or not self.step(t, waiting)):
+            waiting = len(front) + lo + ai - self.next_new
+            n = len(run)
+            if (not n and not waiting) or n > most or len(finished) >= to_finish or len(
+                    kinds) > MAX_OPS:
                 return t - 1
+            openers = bucket[t % bs]
+            k = len(openers)
+            free = self.free - k
+            if free < 0:  # an opener finds no free block: preemptions, nobody asked
+                pressure = self._preempting(openers, t)
+            elif waiting and n < most and not (  # budget left: the heads are asked
+                    free < self.short_need and self.short == (front[0] if front else
+                                                              self.next_new)):
+                pressure = self._ask(t, openers, free, most - n, waiting)
+                if pressure is None:
+                    return t - 1
+            else:
+                # Nobody asked, or the head refused for CAPACITY the last time it was
+                # asked (nobody asked or admitted since: last_fail is still (head,
+                # CAPACITY)) with fewer free blocks than its need still: verdict's answer
+                # is PagedSpace.memory's CAPACITY refusal whatever the limits and the
+                # watermark, and Lane._fail logs nothing for the same (request, reason).
+                if k:  # the decodes: each opener takes a block (_decode, inline)
+                    kinds.extend([TAKE] * k)
+                    seqs.extend(openers)
+                    args.extend([0] * k)
+                self.used += n
+                if t in lastopen:
+                    self._opened(t)
+                self.free = free
+                pressure = bool(waiting) and n < most
+            self.sampled += len(run)
+            if t in fin:
+                self._update(t)
+            acc = hard if pressure else calm  # Shares.add's sums (see commit)
+            acc[0] += 1
+            acc[1] += self.used
+            acc[2] += self.internal
+            acc[3] += self.free
         return t
 
-    def step(self, t: int, waiting: int) -> bool:
-        """Step t, unless it cannot be taken whole (False: nothing changed)."""
-        sched, bs, run = self.sched, self.bs, self.run
-        openers = self.bucket[t % bs]
-        events = self.events
+    def _preempting(self, openers: dict[int, None], t: int) -> bool:
+        """The decodes of a step whose openers outnumber the free blocks (make_room
+        preempts); its events. Returns whether anyone was preempted."""
         preempted: list[int] = []
-        admitted: list[tuple[int, int, int]] = []  # request, tokens, free after
-        refused = None
-        if len(openers) <= self.free:  # nobody preempted: the heads are asked in order
-            free = self.free - len(openers)
-            budget = sched.cfg.max_batched_tokens - len(run)
-            nrun, fi, nn, front = len(run), 0, self.next_new, self.front
-            while budget > 0 and waiting:
-                r = front[fi] if fi < len(front) else nn
-                if sched.too_big[r]:
-                    return False  # a rejection: stepping logs it
-                total = self.wait_known[r] if r in self.wait_known else int(
-                    sched.num_tokens[r])
-                need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
-                adm, n = sched.verdict(total, 0, nrun, budget, lambda e, need=need, free=free:
-                                       sched.space.memory(need, free, e))
-                if adm is not None:
-                    refused = (r, adm)
-                    break
-                if n < total:  # a chunk: it would not decode next step
-                    return False
-                free -= need
-                admitted.append((r, total, free * bs))
-                nrun += 1
-                budget -= n
-                waiting -= 1
-                if fi < len(front):
-                    fi += 1
-                else:
-                    nn += 1
-            self._decode(openers, t)
-            for _ in range(fi):
-                front.popleft()
-            self.next_new = nn
-            self.free = free
-            for r, total, f in admitted:
-                self._join(r, total, t)
-                self.free_after.append(f)
-        else:
-            self._decode_short(openers, t, preempted)
+        self._decode_short(openers, t, preempted)
+        events = self.events
         for r in preempted:  # the step's events in Lane.step's order
             events.append((t, PREEMPTED, r, 0, 0, 0))
+        return bool(preempted)
+
+    def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
+             waiting: int) -> bool | None:
+        """A step that preempts nobody: the decodes, then the heads asked in order by the
+        rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
+        whether the step is one of memory pressure; None when it cannot be taken whole
+        (nothing changed)."""
+        sched, bs, front = self.sched, self.bs, self.front
+        memory, too_big, known = sched.space.memory, sched.too_big, sched.num_tokens
+        admitted: list[tuple[int, int, int]] = []  # request, tokens, free after
+        refused = None
+        nrun, fi, nn = len(self.run), 0, self.next_new
+        while budget > 0 and waiting:
+            r = front[fi] if fi < len(front) else nn
+            if too_big[r]:
+                return None  # a rejection: stepping logs it
+            total = self.wait_known[r] if r in self.wait_known else int(known[r])
+            need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
+            adm, n = sched.verdict(total, 0, nrun, budget,
+                                   lambda e, need=need, free=free: memory(need, free, e))
+            if adm is not None:
+                refused = (r, adm, need)
+                break
+            if n < total:  # a chunk: it would not decode next step
+                return None
+            free -= need
+            admitted.append((r, total, free * bs))
+            nrun += 1
+            budget -= n
+            waiting -= 1
+            if fi < len(front):
+                fi += 1
+            else:
+                nn += 1
+        self._decode(openers, t)
+        for _ in range(fi):
+            front.popleft()
+        self.next_new = nn
+        self.free = free
+        events = self.events
         if admitted:
             self.last_fail = None
             for r, total, f in admitted:
+                self._join(r, total, t)
+                self.free_after.append(f)
+            for r, total, f in admitted:
                 events.append((t, ADMITTED, r, 0, total, f))
-        pressure = bool(preempted)
-        if refused is not None:
-            r, adm = refused
-            key = (r, adm.reason.value)
-            if key != self.last_fail:  # Lane._fail: one event per (request, reason)
-                self.last_fail = key
-                self.failures[key[1]] = self.failures.get(key[1], 0) + 1
-                events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
-                               adm.free_tokens, adm.largest_hole_tokens))
-            pressure = pressure or adm.reason is not POLICY
-        self.sampled += len(run)
-        if t in self.fin:
-            self._update(t)
-        acc = self.pressure if pressure else self.calm  # Shares.add's sums (see commit)
-        acc[0] += 1
-        acc[1] += self.used
-        acc[2] += self.internal
-        acc[3] += self.free
-        return True
-
-    def _decode(self, openers: dict[int, None], t: int) -> None:
-        """Every running request decodes; each of `openers` takes a block (they fit)."""
-        k = len(openers)
-        if k:
-            self.kinds.extend([TAKE] * k)
-            self.seqs.extend(openers)
-            self.args.extend([0] * k)
-        self._decoded(t)
-
-    def _decoded(self, t: int) -> None:
-        """After step t's decodes: the running requests that opened their last block."""
-        self.used += len(self.run)
-        due = self.lastopen.pop(t, None)
-        if due:
-            run, t0 = self.run, self.t0
-            for r, s in due:
-                if r in run and t0[r] == s:  # still running since it was planned
-                    self.internal += self.waste[r]
-
-    def _decode_short(self, openers: dict[int, None], t: int, preempted: list[int]) -> None:
-        """The decodes when the free blocks do not cover the openers: the first `free` find
-        a block (make_room preempts nobody for them); each later one makes room by the rule
-        (`make_room`), which may preempt it too."""
-        run = self.run
-        todo = list(openers)
-        k = self.free
-        if k:
-            self.kinds.extend([TAKE] * k)
-            self.seqs.extend(todo[:k])
-            self.args.extend([0] * k)
-            self.free = 0
-
-        def fits() -> bool:
-            return self.free > 0
-
-        def drop(v: int) -> None:
-            self._preempt(v, t, preempted)
-
-        kinds, seqs, args = self.kinds, self.seqs, self.args
-        for r in todo[k:]:
-            if r not in run:  # preempted for an opener before it: so is every later one
-                break
-            if not make_room(run, r, fits, drop):
-                break
-            self.free -= 1
-            kinds.append(TAKE)
-            seqs.append(r)
-            args.append(0)
-        self._decoded(t)
-
-    def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
-        """The rule preempted v (out of `run` already) before its decode in step t."""
-        held = self.length(v, t)
-        self.wait_gen[v] = self.g0[v] + t - self.t0[v]
-        self.wait_known[v] = held + 1
-        self._release(v, held)
-        self.front.appendleft(v)
-        preempted.append(v)
-        self.preemptions += 1
-
-    def _release(self, r: int, held: int) -> None:
-        """r (out of `run`) frees its blocks with `held` slots written; its running
-        bookkeeping ends."""
-        bs = self.bs
-        self.kinds.append(FREE_SEQ)
-        self.seqs.append(r)
-        self.args.append(held)
-        self.free += -(-held // bs)
-        self.used -= held
-        if held > self.thr[r]:
-            self.internal -= self.waste[r]
-        del self.bucket[(self.t0[r] - self.L0[r]) % bs][r]
-        due = self.fin.get(self.fstep.pop(r))
-        if due is not None:  # (a finishing request's step was popped already)
-            del due[r]
-
-    def _join(self, r: int, total: int, t: int) -> None:
-        """r is admitted at step t with its whole `total` known tokens: it samples then and
-        decodes from step t + 1."""
-        bs, sched = self.bs, self.sched
-        self.kinds.append(ADMIT)
-        self.seqs.append(r)
-        self.args.append(total)
-        if r in self.wait_known:
-            g = self.wait_gen.pop(r) + 1
-            del self.wait_known[r]
-        else:
-            g = int(sched.generated[r]) + 1
-        self.run[r] = None
-        self.L0[r], self.t0[r], self.g0[r] = total, t + 1, g
-        self.bucket[(t + 1 - total) % bs][r] = None
-        f = self.fstep[r] = t + int(sched.w.output[r]) - g
-        self.fin.setdefault(f, {})[r] = None
-        kvf = int(self.lane.kv_final[r])
-        last = -(-kvf // bs)
-        self.thr[r], self.waste[r] = (last - 1) * bs, last * bs - kvf
-        if total > self.thr[r]:
-            self.internal += self.waste[r]
-        else:
-            self.lastopen.setdefault(t + 1 + self.thr[r] - total, []).append((r, t + 1))
-        self.used += total
-
-    def _update(self, t: int) -> None:
-        """update(): the requests whose output is complete finish, in running order (a
-        step's finishers were added to fin[t] in running order: the running requests at the
-        walk's start in their order, each admitted one after them)."""
-        fins = self.fin.pop(t, None)
-        if not fins:
-            return
-        run, L0, t0 = self.run, self.L0, self.t0
-        for r in fins:
-            held = L0[r] + t - t0[r] + 1
-            del run[r]
-            self._release(r, held)
-            self.finished[r] = held
-            self.events.append((t, FINISHED, r, 0, 0, 0))
+        self.short = None
+        if refused is None:
+            return False
+        r, adm, need = refused
+        key = (r, adm.reason.value)
+        if key != self.last_fail:  # Lane._fail: one event per (request, reason)
+            self.last_fail = key
+            self.failures[key[1]] = self.failures.get(key[1], 0) + 1
+            events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
+                           adm.free_tokens, adm.largest_hole_tokens))
+        if adm.reason is CAPACITY:
+            self.short, self.short_need = r, need
+        return adm.reason is not POLICY
 
     def commit(self, end: int) -> None:
         """Write what the walk did up to step `end` (its last)."""
