@@ -228,7 +228,7 @@ class _Walk(Book):
         """Write what the walk did up to step `end` (its last)."""
         lane, sched, a = self.lane, self.sched, self.lane.alloc
         run = list(self.run)
-        live_len = [self.L0[r] + end - self.t0[r] + 1 for r in run]
+        live_len = [rec[0] + end + 1 for rec in self.run.values()]
         kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
@@ -242,7 +242,7 @@ class _Walk(Book):
             c = np.asarray(live_len, np.int64)
             comp[r] = c
             known[r] = c + 1
-            gen[r] = np.asarray([self.g0[x] + end - self.t0[x] + 1 for x in run], np.int64)
+            gen[r] = np.asarray([rec[1] + end + 1 for rec in self.run.values()], np.int64)
         for x, k in self.wait_known.items():
             comp[x], known[x], gen[x] = 0, k, self.wait_gen[x]
         if self.finished:

@@ -20,46 +20,49 @@ FINISHED = KIND_CODE["finished"]
 
 
 class Running(dict):
-    """The running requests in vLLM's order (a dict's insertion order): removal anywhere in
-    O(1), and pop() takes the last one, as `make_room` pops a running list."""
+    """The running requests in vLLM's order (a dict's insertion order), each with its record
+    (Book): removal anywhere in O(1), and pop() takes the last one, as `make_room` pops a
+    running list (its record kept in `popped`)."""
+
+    popped: tuple = ()
 
     def pop(self) -> int:  # type: ignore[override]
-        return self.popitem()[0]
+        r, self.popped = self.popitem()
+        return r
 
 
 class Book:
-    """Per running request: the slots written before its first decode in the walk (L0),
-    that step (t0) and its samples before it (g0), its finish step (fstep), and where its
-    last block starts (thr) with the slots that block leaves unused (waste); the running
-    requests in order (run), by opening residue (bucket) and by finish step (fin), each in
-    running order; per request preempted in the walk, its known tokens and samples; the
-    free blocks; the allocator's ops and the events, in execution order."""
+    """The running requests in order (run), each with its record: (base, gbase, t0, thr,
+    waste, fstep): it holds base + t slots and has sampled gbase + t tokens at the start
+    of step t >= t0, its first decode in the walk; its last block starts at slot thr and
+    leaves `waste` slots unused; it samples its last token at step fstep. The running
+    requests by opening residue (bucket: base % bs == -t % bs) and by finish step (fin),
+    each in running order; per request preempted in the walk, its known tokens and
+    samples; the free blocks; the allocator's ops and the events, in execution order."""
 
     def __init__(self, lane: Lane, ids: np.ndarray, lens: np.ndarray) -> None:
         sched, a = lane.sched, lane.alloc
         self.lane, self.sched = lane, sched
         self.bs = bs = a.block_size
         self.S = S = lane.step_no
-        run = ids.tolist()
-        self.run = Running.fromkeys(run)
-        L = lens.tolist()
-        self.L0 = dict(zip(run, L))
-        self.t0 = dict.fromkeys(run, S + 1)
-        self.g0 = dict(zip(run, sched.generated[ids].tolist()))
-        self.bucket: list[dict[int, None]] = [{} for _ in range(bs)]
-        for r, x in zip(run, L):
-            self.bucket[(S + 1 - x) % bs][r] = None
-        self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
-        self.fstep = dict(zip(run, sched.finish_steps(S, ids, True).tolist()))
-        for r, f in self.fstep.items():
-            self.fin.setdefault(f, {})[r] = None
         kvf = lane.kv_final[ids]
         last = -(-kvf // bs)
         thr = (last - 1) * bs
-        self.thr = dict(zip(run, thr.tolist()))
-        self.waste = dict(zip(run, (last * bs - kvf).tolist()))
+        waste = last * bs - kvf
+        fstep = sched.finish_steps(S, ids, True)
+        run = ids.tolist()
+        base = (lens - S - 1).tolist()
+        self.run = Running(zip(run, zip(base, (sched.generated[ids] - S - 1).tolist(),
+                                        [S + 1] * len(run), thr.tolist(), waste.tolist(),
+                                        fstep.tolist())))
+        self.bucket: list[dict[int, None]] = [{} for _ in range(bs)]
+        for r, x in zip(run, base):
+            self.bucket[-x % bs][r] = None
+        self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
+        for r, f in zip(run, fstep.tolist()):
+            self.fin.setdefault(f, {})[r] = None
         inside = lens > thr
-        self.internal = int((last * bs - kvf)[inside].sum())
+        self.internal = int(waste[inside].sum())
         self.lastopen: dict[int, list[tuple[int, int]]] = {}  # step -> (request, t0)
         for r, s in zip(ids[~inside].tolist(), (S + 1 + thr - lens)[~inside].tolist()):
             self.lastopen.setdefault(s, []).append((r, S + 1))
@@ -74,10 +77,6 @@ class Book:
         self.args: list[int] = []
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.preemptions = 0
-
-    def length(self, r: int, t: int) -> int:
-        """Slots running request r holds at the start of step t."""
-        return self.L0[r] + t - self.t0[r]
 
     def _decode(self, openers: dict[int, None], t: int) -> None:
         """Every running request decodes; each of `openers` takes a block (they fit)."""
@@ -96,10 +95,11 @@ class Book:
 
     def _opened(self, t: int) -> None:
         """The running requests that opened their last block at step t."""
-        run, t0 = self.run, self.t0
+        run = self.run
         for r, s in self.lastopen.pop(t):
-            if r in run and t0[r] == s:  # still running since it was planned
-                self.internal += self.waste[r]
+            rec = run.get(r)
+            if rec is not None and rec[2] == s:  # still running since it was planned
+                self.internal += rec[4]
 
     def _decode_short(self, openers: dict[int, None], t: int, preempted: list[int]) -> None:
         """The decodes when the free blocks do not cover the openers, in running order:
@@ -134,27 +134,28 @@ class Book:
 
     def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
         """The rule preempted v (out of `run` already) before its decode in step t."""
-        held = self.length(v, t)
-        self.wait_gen[v] = self.g0[v] + t - self.t0[v]
+        rec = self.run.popped
+        held = rec[0] + t
+        self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
-        self._release(v, held)
+        self._release(v, held, rec)
         self.front.appendleft(v)
         preempted.append(v)
         self.preemptions += 1
 
-    def _release(self, r: int, held: int) -> None:
-        """r (out of `run`) frees its blocks with `held` slots written; its running
-        bookkeeping ends."""
+    def _release(self, r: int, held: int, rec: tuple) -> None:
+        """r (out of `run`, with its record) frees its blocks with `held` slots written;
+        its running bookkeeping ends."""
         bs = self.bs
         self.kinds.append(FREE_SEQ)
         self.seqs.append(r)
         self.args.append(held)
         self.free += -(-held // bs)
         self.used -= held
-        if held > self.thr[r]:
-            self.internal -= self.waste[r]
-        del self.bucket[(self.t0[r] - self.L0[r]) % bs][r]
-        due = self.fin.get(self.fstep.pop(r))
+        if held > rec[3]:
+            self.internal -= rec[4]
+        del self.bucket[-rec[0] % bs][r]
+        due = self.fin.get(rec[5])
         if due is not None:  # (a finishing request's step was popped already)
             del due[r]
 
@@ -169,19 +170,19 @@ class Book:
             g = self.wait_gen.pop(r) + 1
             del self.wait_known[r]
         else:
-            g = int(sched.generated[r]) + 1
-        self.run[r] = None
-        self.L0[r], self.t0[r], self.g0[r] = total, t + 1, g
-        self.bucket[(t + 1 - total) % bs][r] = None
-        f = self.fstep[r] = t + int(sched.w.output[r]) - g
-        self.fin.setdefault(f, {})[r] = None
-        kvf = int(self.lane.kv_final[r])
+            g = sched.generated.item(r) + 1
+        f = t + sched.w.output.item(r) - g
+        kvf = self.lane.kv_final.item(r)
         last = -(-kvf // bs)
-        self.thr[r], self.waste[r] = (last - 1) * bs, last * bs - kvf
-        if total > self.thr[r]:
-            self.internal += self.waste[r]
+        thr, waste = (last - 1) * bs, last * bs - kvf
+        base = total - t - 1
+        self.run[r] = (base, g - t - 1, t + 1, thr, waste, f)
+        self.bucket[-base % bs][r] = None
+        self.fin.setdefault(f, {})[r] = None
+        if total > thr:
+            self.internal += waste
         else:
-            self.lastopen.setdefault(t + 1 + self.thr[r] - total, []).append((r, t + 1))
+            self.lastopen.setdefault(t + 1 + thr - total, []).append((r, t + 1))
         self.used += total
 
     def _update(self, t: int) -> None:
@@ -191,10 +192,11 @@ class Book:
         fins = self.fin.pop(t, None)
         if not fins:
             return
-        run, L0, t0 = self.run, self.L0, self.t0
+        run, finished, events = self.run, self.finished, self.events
         for r in fins:
-            held = L0[r] + t - t0[r] + 1
+            rec = run[r]
             del run[r]
-            self._release(r, held)
-            self.finished[r] = held
-            self.events.append((t, FINISHED, r, 0, 0, 0))
+            held = rec[0] + t + 1
+            self._release(r, held, rec)
+            finished[r] = held
+            events.append((t, FINISHED, r, 0, 0, 0))
