@@ -41,6 +41,7 @@ MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints
 MIN_STEPS = 2  # shorter walks: a plain step costs less
 PREEMPTED, ADMITTED, FAILED = (KIND_CODE[k] for k in ("preempted", "admitted", "admit_failed"))
 POLICY, CAPACITY = Reason.POLICY, Reason.CAPACITY
+VALUE = {x: x.value for x in Reason}  # (an enum's .value is a slow read)
 
 
 def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
@@ -170,21 +171,20 @@ class _Walk(Book):
         rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
         whether the step is one of memory pressure; None when it cannot be taken whole
         (nothing changed)."""
-        sched, bs, front = self.sched, self.bs, self.front
-        memory, too_big, known = sched.space.memory, sched.too_big, sched.num_tokens
+        sched, bs, front, wait_known = self.sched, self.bs, self.front, self.wait_known
+        verdict, memory, too_big, known = (sched.verdict, sched.space.memory, sched.too_big,
+                                           sched.num_tokens)
         admitted: list[tuple[int, int, int]] = []  # request, tokens, free after
-        refused = None
-        nrun, fi, nn = len(self.run), 0, self.next_new
-        while budget > 0 and waiting:
-            r = front[fi] if fi < len(front) else nn
-            if too_big[r]:
+        nrun, fi, nn, nf = len(self.run), 0, self.next_new, len(front)
+        while True:
+            r = front[fi] if fi < nf else nn
+            if too_big.item(r):
                 return None  # a rejection: stepping logs it
-            total = self.wait_known[r] if r in self.wait_known else int(known[r])
+            total = wait_known[r] if r in wait_known else known.item(r)
             need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
-            adm, n = sched.verdict(total, 0, nrun, budget,
-                                   lambda e, need=need, free=free: memory(need, free, e))
+            adm, n = verdict(total, 0, nrun, budget,
+                             lambda e, need=need, free=free: memory(need, free, e))
             if adm is not None:
-                refused = (r, adm, need)
                 break
             if n < total:  # a chunk: it would not decode next step
                 return None
@@ -193,11 +193,18 @@ class _Walk(Book):
             nrun += 1
             budget -= n
             waiting -= 1
-            if fi < len(front):
+            if fi < nf:
                 fi += 1
             else:
                 nn += 1
-        self._decode(openers, t)
+            if budget <= 0 or not waiting:
+                break
+        k = len(openers)
+        if k:  # the decodes: each opener takes a block (_decode, inline)
+            self.kinds.extend([TAKE] * k)
+            self.seqs.extend(openers)
+            self.args.extend([0] * k)
+        self._decoded(t)
         for _ in range(fi):
             front.popleft()
         self.next_new = nn
@@ -205,24 +212,26 @@ class _Walk(Book):
         events = self.events
         if admitted:
             self.last_fail = None
-            for r, total, f in admitted:
-                self._join(r, total, t)
-                self.free_after.append(f)
-            for r, total, f in admitted:
-                events.append((t, ADMITTED, r, 0, total, f))
+            join, free_after = self._join, self.free_after
+            for x, total, f in admitted:
+                join(x, total, t)
+                free_after.append(f)
+            for x, total, f in admitted:
+                events.append((t, ADMITTED, x, 0, total, f))
         self.short = None
-        if refused is None:
+        if adm is None:  # the budget or the queue ran out
             return False
-        r, adm, need = refused
-        key = (r, adm.reason.value)
+        reason = adm.reason
+        key = (r, VALUE[reason])
         if key != self.last_fail:  # Lane._fail: one event per (request, reason)
             self.last_fail = key
             self.failures[key[1]] = self.failures.get(key[1], 0) + 1
             events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
                            adm.free_tokens, adm.largest_hole_tokens))
-        if adm.reason is CAPACITY:
+        if reason is CAPACITY:
             self.short, self.short_need = r, need
-        return adm.reason is not POLICY
+            return True
+        return reason is not POLICY
 
     def commit(self, end: int) -> None:
         """Write what the walk did up to step `end` (its last)."""
