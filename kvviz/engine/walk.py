@@ -107,52 +107,63 @@ class _Walk(Book):
         ai, na = 0, len(steps)
         to_finish = len(lane.w) - lane.rejected - lane.done
         run, front, finished, most = self.run, self.front, self.finished, self.max_tokens
-        kinds, seqs, args, bucket, bs = self.kinds, self.seqs, self.args, self.bucket, self.bs
-        lastopen, fin, calm, hard = self.lastopen, self.fin, self.calm, self.pressure
+        seqs, bucket, bs = self.seqs, self.bucket, self.bs
+        lastopen, fin = self.lastopen, self.fin
+        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots,
+        # internal, free blocks (see commit)
+        c0 = c1 = c2 = c3 = h0 = h1 = h2 = h3 = sampled = 0
         t = self.S
-        while t < end:  # one step per turn (Lane.step's order), the plain decodes inline
-            t += 1
-            while ai < na and steps[ai] <= t:
-                ai += 1
-            waiting = len(front) + lo + ai - self.next_new
-            n = len(run)
-            if (not n and not waiting) or n > most or len(finished) >= to_finish or len(
-                    kinds) > MAX_OPS:
-                return t - 1
-            openers = bucket[t % bs]
-            k = len(openers)
-            free = self.free - k
-            if free < 0:  # an opener finds no free block: preemptions, nobody asked
-                pressure = self._preempting(openers, t)
-            elif waiting and n < most and not (  # budget left: the heads are asked
-                    free < self.short_need and self.short == (front[0] if front else
-                                                              self.next_new)):
-                pressure = self._ask(t, openers, free, most - n, waiting)
-                if pressure is None:
+        try:
+            while t < end:  # one step per turn (Lane.step's order), plain decodes inline
+                t += 1
+                while ai < na and steps[ai] <= t:
+                    ai += 1
+                waiting = len(front) + lo + ai - self.next_new
+                n = len(run)
+                if (not n and not waiting) or n > most or len(finished) >= to_finish or len(
+                        seqs) > MAX_OPS:
                     return t - 1
-            else:
-                # Nobody asked, or the head refused for CAPACITY the last time it was
-                # asked (nobody asked or admitted since: last_fail is still (head,
-                # CAPACITY)) with fewer free blocks than its need still: verdict's answer
-                # is PagedSpace.memory's CAPACITY refusal whatever the limits and the
-                # watermark, and Lane._fail logs nothing for the same (request, reason).
-                if k:  # the decodes: each opener takes a block (_decode, inline)
-                    kinds.extend([TAKE] * k)
-                    seqs.extend(openers)
-                    args.extend([0] * k)
-                self.used += n
-                if t in lastopen:
-                    self._opened(t)
-                self.free = free
-                pressure = bool(waiting) and n < most
-            self.sampled += len(run)
-            if t in fin:
-                self._update(t)
-            acc = hard if pressure else calm  # Shares.add's sums (see commit)
-            acc[0] += 1
-            acc[1] += self.used
-            acc[2] += self.internal
-            acc[3] += self.free
+                openers = bucket[t % bs]
+                free = self.free - len(openers)
+                if free < 0:  # an opener finds no free block: preemptions, nobody asked
+                    pressure = self._preempting(openers, t)
+                elif waiting and n < most and not (  # budget left: the heads are asked
+                        free < self.short_need and self.short == (front[0] if front else
+                                                                  self.next_new)):
+                    pressure = self._ask(t, openers, free, most - n, waiting)
+                    if pressure is None:
+                        return t - 1
+                else:
+                    # Nobody asked, or the head refused for CAPACITY the last time it was
+                    # asked (nobody asked or admitted since: last_fail is still (head,
+                    # CAPACITY)) with fewer free blocks than its need still: verdict's
+                    # answer is PagedSpace.memory's CAPACITY refusal whatever the limits
+                    # and the watermark; Lane._fail logs nothing for the same (request,
+                    # reason).
+                    seqs.extend(openers)  # the decodes: each opener takes a block
+                    self.used += n
+                    if t in lastopen:
+                        self._opened(t)
+                    self.free = free
+                    pressure = waiting and n < most
+                sampled += len(run)
+                if t in fin:
+                    self._update(t)
+                if pressure:
+                    h0 += 1
+                    h1 += self.used
+                    h2 += self.internal
+                    h3 += self.free
+                else:
+                    c0 += 1
+                    c1 += self.used
+                    c2 += self.internal
+                    c3 += self.free
+        finally:
+            for acc, add in ((self.calm, (c0, c1, c2, c3)), (self.pressure, (h0, h1, h2, h3))):
+                for i, x in enumerate(add):
+                    acc[i] += x
+            self.sampled += sampled
         return t
 
     def _preempting(self, openers: dict[int, None], t: int) -> bool:
@@ -199,11 +210,7 @@ class _Walk(Book):
                 nn += 1
             if budget <= 0 or not waiting:
                 break
-        k = len(openers)
-        if k:  # the decodes: each opener takes a block (_decode, inline)
-            self.kinds.extend([TAKE] * k)
-            self.seqs.extend(openers)
-            self.args.extend([0] * k)
+        self.seqs.extend(openers)  # the decodes: each opener takes a block (_decode)
         self._decoded(t)
         for _ in range(fi):
             front.popleft()
@@ -238,7 +245,12 @@ class _Walk(Book):
         lane, sched, a = self.lane, self.sched, self.lane.alloc
         run = list(self.run)
         live_len = [rec[0] + end + 1 for rec in self.run.values()]
-        kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
+        seq = np.asarray(self.seqs, np.int64)
+        kind = np.full(seq.size, TAKE, np.int64)
+        arg = np.zeros(seq.size, np.int64)
+        if self.other:
+            at, k, x = np.asarray(self.other, np.int64).T
+            kind[at], arg[at] = k, x
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
         if a.free_blocks != self.free or [f * self.bs for f in after] != self.free_after:

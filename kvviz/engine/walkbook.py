@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
+from kvviz.alloc.paged_window import ADMIT, FREE_SEQ
 from kvviz.engine.eventlog import KIND_CODE
 from kvviz.engine.scheduler import make_room
 
@@ -72,19 +72,14 @@ class Book:
         self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
         self.wait_gen: dict[int, int] = {}
         self.finished: dict[int, int] = {}  # finished in the walk: slots written
-        self.kinds: list[int] = []  # the allocator's ops (replay_window's), in order
-        self.seqs: list[int] = []
-        self.args: list[int] = []
+        self.seqs: list[int] = []  # the allocator's ops (replay_window's), in order: TAKE
+        self.other: list[tuple[int, int, int]] = []  # but these: (op, kind, arg)
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.preemptions = 0
 
     def _decode(self, openers: dict[int, None], t: int) -> None:
         """Every running request decodes; each of `openers` takes a block (they fit)."""
-        k = len(openers)
-        if k:
-            self.kinds.extend([TAKE] * k)
-            self.seqs.extend(openers)
-            self.args.extend([0] * k)
+        self.seqs.extend(openers)
         self._decoded(t)
 
     def _decoded(self, t: int) -> None:
@@ -106,13 +101,11 @@ class Book:
         while free blocks are left an opener takes one (make_room preempts nobody for it);
         one that finds none makes room by the rule (`make_room`: the running tail is
         preempted until a block frees, or the opener itself is)."""
-        run, kinds, seqs, args = self.run, self.kinds, self.seqs, self.args
+        run, seqs = self.run, self.seqs
         todo = list(openers)
         k = self.free
         if k:
-            kinds.extend([TAKE] * k)
             seqs.extend(todo[:k])
-            args.extend([0] * k)
             self.free = 0
 
         def fits() -> bool:
@@ -127,9 +120,7 @@ class Book:
             if not self.free and not make_room(run, r, fits, drop):
                 break
             self.free -= 1
-            kinds.append(TAKE)
-            seqs.append(r)
-            args.append(0)
+            seqs.append(r)  # a TAKE
         self._decoded(t)
 
     def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
@@ -147,9 +138,8 @@ class Book:
         """r (out of `run`, with its record) frees its blocks with `held` slots written;
         its running bookkeeping ends."""
         bs = self.bs
-        self.kinds.append(FREE_SEQ)
+        self.other.append((len(self.seqs), FREE_SEQ, held))
         self.seqs.append(r)
-        self.args.append(held)
         self.free += -(-held // bs)
         self.used -= held
         if held > rec[3]:
@@ -163,9 +153,8 @@ class Book:
         """r is admitted at step t with its whole `total` known tokens: it samples then and
         decodes from step t + 1."""
         bs, sched = self.bs, self.sched
-        self.kinds.append(ADMIT)
+        self.other.append((len(self.seqs), ADMIT, total))
         self.seqs.append(r)
-        self.args.append(total)
         if r in self.wait_known:
             g = self.wait_gen.pop(r) + 1
             del self.wait_known[r]
