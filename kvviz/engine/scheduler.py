@@ -26,13 +26,13 @@ beforehand, so vLLM's max_model_len never binds here.
 
 The fast paths (span.py, window.py, queue.py, walk.py) never re-decide: they ask the pieces
 schedule() itself is made of, `make_room` (who is preempted for a request short of memory)
-and `verdict` (a waiting request's answer), or the limits in closed form below.
+and `verdict` (a waiting request's answer), or the limits in closed form below. _admit
+itself asks a long wave of heads as runs (`admit_run`, verdict in closed form; admitrun.py).
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from itertools import islice
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +40,7 @@ import numpy as np
 from kvviz.alloc.base import Admission, Reason
 from kvviz.core.config import EngineConfig
 from kvviz.core.workload import Workload
+from kvviz.engine.admitrun import AdmitRuns
 
 EMPTY = np.zeros(0, np.int64)
 RUN_AFTER = 8  # _admit: heads admitted one by one before the next ones are asked as a run
@@ -79,7 +80,7 @@ def _part(ids: list[int], starts: list[int], counts: list[int]):
             np.asarray(counts, np.int64))
 
 
-class Scheduler:
+class Scheduler(AdmitRuns):
     def __init__(self, w: Workload, engine: EngineConfig, space, too_big: np.ndarray) -> None:
         self.w, self.cfg, self.space, self.too_big = w, engine, space, too_big
         n = len(w)
@@ -246,43 +247,6 @@ class Scheduler:
             budget -= n
         return None
 
-    def _admit_run(self, budget: int, ids: list[int], counts: list[int], admitted: list[int],
-                   hits_out: list[int], free_out: list[int]) -> int:
-        """_admit's loop for runs of heads at once, while `admit_run` admits them whole: the
-        same admissions, in the same order, placed by one `PagedSpace.admit_many` per run.
-        Only where no head has hits or is live (a paged lane without prefix caching).
-        Returns the tokens admitted (0: none, the loop asks the head one by one)."""
-        space = self.space
-        if self.caching or not hasattr(space, "admit_many"):
-            return 0
-        m, taken = RUN_AFTER * 8, 0
-        while self.waiting_count:
-            heads = self.heads(m)
-            big = self.too_big[heads]
-            if big.any():  # a rejection: _admit's business
-                heads = heads[:int(np.argmax(big))]
-            totals = self.num_tokens[heads]
-            k = self.admit_run(totals, len(self.running), budget - taken,
-                               space.alloc.free_blocks)
-            if not k:
-                break
-            heads, totals = heads[:k], totals[:k]
-            free_out.extend(space.admit_many(heads, totals).tolist())
-            self.pop_heads(k)
-            run = heads.tolist()
-            self.running.extend(run)
-            self._ids = None
-            self.computed[heads] = totals
-            ids.extend(run)
-            admitted.extend(run)
-            counts.extend(totals.tolist())
-            hits_out.extend([0] * k)
-            taken += int(totals.sum())
-            if k < m:
-                break
-            m *= 4
-        return taken
-
     def admit_run(self, totals: np.ndarray, running: int, budget: int, free: int) -> int:
         """`verdict`'s answers in closed form for waiting requests asked in a row, none too
         big, none with hits or live (a paged lane without prefix caching): `totals` their
@@ -298,19 +262,6 @@ class Scheduler:
         ok = (totals <= budget - ahead) & (nrun < self.cfg.max_num_seqs)
         ok &= self.space.fits(need, left, nrun == 0)
         return int(totals.size) if ok.all() else int(np.argmin(ok))
-
-    def heads(self, m: int) -> np.ndarray:
-        """The first (up to) m waiting requests, in queue order."""
-        front = list(islice(self.front, m))
-        new = np.arange(self.next_new, min(self.arrived, self.next_new + m - len(front)))
-        return np.concatenate([np.asarray(front, np.int64), new]) if front else new
-
-    def pop_heads(self, k: int) -> None:
-        """pop_head() k times."""
-        f = min(k, len(self.front))
-        for _ in range(f):
-            self.front.popleft()
-        self.next_new += k - f
 
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
