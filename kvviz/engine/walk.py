@@ -10,7 +10,9 @@ the decodes that open a block take one each, in running order; one that finds no
 block preempts by the rule's own `make_room` (the running tail, until it fits or is the
 one preempted); a step that preempted nobody asks the rule's `Scheduler.verdict` for each
 head of the queue in order (memory: `PagedSpace.memory` on the free blocks the walk
-counts); update finishes the requests whose output is complete. Then the blocks are handed
+counts), but a head refused for CAPACITY is not asked again while the free blocks stay
+below its need (see run_to); update finishes the requests whose output is complete. The
+running requests' bookkeeping is walkbook.py's. Then the blocks are handed
 out and back in that order by `PagedAllocator.replay_window` (vLLM's free queue), and the
 scheduler's arrays, the lane's counters, the events and the shares are written once.
 
