@@ -24,6 +24,7 @@ with stepping.
 """
 from __future__ import annotations
 
+import gc
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
@@ -62,13 +63,19 @@ def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
         return 0
     if not n0 and not sched.waiting_count:
         return 0
-    walk = _Walk(lane, ids, lens, step_ms)
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
-    last = walk.run_to(end, arrival_s)
-    if last - S < MIN_STEPS:
-        return 0
-    walk.commit(last)
+    collect = gc.isenabled()
+    gc.disable()  # the walk makes many small tuples and no cycle: no collection pauses
+    try:
+        walk = _Walk(lane, ids, lens, step_ms)
+        last = walk.run_to(end, arrival_s)
+        if last - S < MIN_STEPS:
+            return 0
+        walk.commit(last)
+    finally:
+        if collect:
+            gc.enable()
     return last - S
 
 
