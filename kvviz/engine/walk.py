@@ -103,7 +103,7 @@ class _Walk(Book):
     def run_to(self, end: int, arrival_s: np.ndarray) -> int:
         """Walk the steps up to `end`, stopping before the first that cannot be taken
         whole; returns the last step walked."""
-        lane, lo = self.lane, self.lo
+        lo = self.lo
         total = arrival_s.size
         hi = min(total, lo + 4096)
         steps = arrival_steps(arrival_s[lo:min(hi + 1, total)], self.S, self.step_ms)
@@ -114,8 +114,7 @@ class _Walk(Book):
             steps = steps[:hi - lo]
         self.arrivals = steps = steps.tolist()
         ai, na = 0, len(steps)
-        to_finish = len(lane.w) - lane.rejected - lane.done
-        run, front, finished, most = self.run, self.front, self.finished, self.max_tokens
+        run, front, most = self.run, self.front, self.max_tokens
         seqs, bucket, bs = self.seqs, self.bucket, self.bs
         lastopen, fin = self.lastopen, self.fin
         # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots,
@@ -129,9 +128,8 @@ class _Walk(Book):
                     ai += 1
                 waiting = len(front) + lo + ai - self.next_new
                 n = len(run)
-                if (not n and not waiting) or n > most or len(finished) >= to_finish or len(
-                        seqs) > MAX_OPS:
-                    return t - 1
+                if (not n and not waiting) or n > most or len(seqs) > MAX_OPS:
+                    return t - 1  # (every request finished: nothing runs or waits)
                 openers = bucket[t % bs]
                 free = self.free - len(openers)
                 if free < 0:  # an opener finds no free block: preemptions, nobody asked
