@@ -226,10 +226,8 @@ class _Walk(Book):
         events = self.events
         if admitted:
             self.last_fail = None
-            join, free_after = self._join, self.free_after
-            for x, total, f in admitted:
-                join(x, total, t)
-                free_after.append(f)
+            self._join(admitted, t)
+            self.free_after.extend([f for _, _, f in admitted])
             for x, total, f in admitted:
                 events.append((t, ADMITTED, x, 0, total, f))
         self.short = None

@@ -149,30 +149,35 @@ class Book:
         if due is not None:  # (a finishing request's step was popped already)
             del due[r]
 
-    def _join(self, r: int, total: int, t: int) -> None:
-        """r is admitted at step t with its whole `total` known tokens: it samples then and
-        decodes from step t + 1."""
-        bs, sched = self.bs, self.sched
-        self.other.append((len(self.seqs), ADMIT, total))
-        self.seqs.append(r)
-        if r in self.wait_known:
-            g = self.wait_gen.pop(r) + 1
-            del self.wait_known[r]
-        else:
-            g = sched.generated.item(r) + 1
-        f = t + sched.w.output.item(r) - g
-        kvf = self.lane.kv_final.item(r)
-        last = -(-kvf // bs)
-        thr, waste = (last - 1) * bs, last * bs - kvf
-        base = total - t - 1
-        self.run[r] = (base, g - t - 1, t + 1, thr, waste, f)
-        self.bucket[-base % bs][r] = None
-        self.fin.setdefault(f, {})[r] = None
-        if total > thr:
-            self.internal += waste
-        else:
-            self.lastopen.setdefault(t + 1 + thr - total, []).append((r, t + 1))
-        self.used += total
+    def _join(self, admitted: list[tuple[int, int, int]], t: int) -> None:
+        """The requests admitted at step t, in order, each (request, its whole `total`
+        known tokens, free slots after it): each samples then and decodes from step t + 1."""
+        bs, sched, other, seqs, run, bucket, fin = (self.bs, self.sched, self.other, self.seqs,
+                                                   self.run, self.bucket, self.fin)
+        wait_known, wait_gen = self.wait_known, self.wait_gen
+        output, kv_final, generated = sched.w.output, self.lane.kv_final, sched.generated
+        for r, total, _ in admitted:
+            other.append((len(seqs), ADMIT, total))
+            seqs.append(r)
+            g = (wait_gen.pop(r) if wait_known.pop(r, None) is not None
+                 else generated.item(r)) + 1
+            f = t + output.item(r) - g
+            kvf = kv_final.item(r)
+            last = -(-kvf // bs)
+            thr, waste = (last - 1) * bs, last * bs - kvf
+            base = total - t - 1
+            run[r] = (base, g - t - 1, t + 1, thr, waste, f)
+            bucket[-base % bs][r] = None
+            due = fin.get(f)
+            if due is None:
+                fin[f] = {r: None}
+            else:
+                due[r] = None
+            if total > thr:
+                self.internal += waste
+            else:
+                self.lastopen.setdefault(t + 1 + thr - total, []).append((r, t + 1))
+            self.used += total
 
     def _update(self, t: int) -> None:
         """update(): the requests whose output is complete finish, in running order (a
