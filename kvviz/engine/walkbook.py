@@ -129,25 +129,30 @@ class Book:
         held = rec[0] + t
         self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
-        self._release(v, held, rec)
+        self._release([(v, held, rec)])
         self.front.appendleft(v)
         preempted.append(v)
         self.preemptions += 1
 
-    def _release(self, r: int, held: int, rec: tuple) -> None:
-        """r (out of `run`, with its record) frees its blocks with `held` slots written;
-        its running bookkeeping ends."""
-        bs = self.bs
-        self.other.append((len(self.seqs), FREE_SEQ, held))
-        self.seqs.append(r)
-        self.free += -(-held // bs)
-        self.used -= held
-        if held > rec[3]:
-            self.internal -= rec[4]
-        del self.bucket[-rec[0] % bs][r]
-        due = self.fin.get(rec[5])
-        if due is not None:  # (a finishing request's step was popped already)
-            del due[r]
+    def _release(self, gone: list[tuple[int, int, tuple]]) -> None:
+        """Requests out of `run`, each (request, slots written, its record), free their
+        blocks, in order; their running bookkeeping ends."""
+        bs, other, seqs, bucket, fin = self.bs, self.other, self.seqs, self.bucket, self.fin
+        freed = used = internal = 0
+        for r, held, rec in gone:
+            other.append((len(seqs), FREE_SEQ, held))
+            seqs.append(r)
+            freed += -(-held // bs)
+            used += held
+            if held > rec[3]:
+                internal += rec[4]
+            del bucket[-rec[0] % bs][r]
+            due = fin.get(rec[5])
+            if due is not None:  # (a finishing request's step was popped already)
+                del due[r]
+        self.free += freed
+        self.used -= used
+        self.internal -= internal
 
     def _join(self, admitted: list[tuple[int, int, int]], t: int) -> None:
         """The requests admitted at step t, in order, each (request, its whole `total`
@@ -187,10 +192,12 @@ class Book:
         if not fins:
             return
         run, finished, events = self.run, self.finished, self.events
+        gone = []
         for r in fins:
             rec = run[r]
             del run[r]
             held = rec[0] + t + 1
-            self._release(r, held, rec)
+            gone.append((r, held, rec))
             finished[r] = held
             events.append((t, FINISHED, r, 0, 0, 0))
+        self._release(gone)
