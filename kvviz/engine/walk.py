@@ -180,7 +180,7 @@ class _Walk(Book):
         self._decode_short(openers, t, preempted)
         events = self.events
         for r in preempted:  # the step's events in Lane.step's order
-            events.append((t, PREEMPTED, r, 0, 0, 0))
+            events.append((t, PREEMPTED, r, 0, 0, 0, 0))
         return bool(preempted)
 
     def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
@@ -229,7 +229,7 @@ class _Walk(Book):
             self._join(admitted, t)
             self.free_after.extend([f for _, _, f in admitted])
             for x, total, f in admitted:
-                events.append((t, ADMITTED, x, 0, total, f))
+                events.append((t, ADMITTED, x, 0, total, f, 0))
         self.short = None
         if adm is None:  # the budget or the queue ran out
             return False

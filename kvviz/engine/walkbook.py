@@ -74,7 +74,7 @@ class Book:
         self.finished: dict[int, int] = {}  # finished in the walk: slots written
         self.seqs: list[int] = []  # the allocator's ops (replay_window's), in order: TAKE
         self.other: list[tuple[int, int, int]] = []  # but these: (op, kind, arg)
-        self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
+        self.events: list[tuple] = []  # (step, kind, request, reason, need, free, hole)
         self.preemptions = 0
 
     def _decode(self, openers: dict[int, None], t: int) -> None:
@@ -199,5 +199,5 @@ class Book:
             held = rec[0] + t + 1
             gone.append((r, held, rec))
             finished[r] = held
-            events.append((t, FINISHED, r, 0, 0, 0))
+            events.append((t, FINISHED, r, 0, 0, 0, 0))
         self._release(gone)
