@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 LIMIT = 1 << 16  # steps one window walks at most
 MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints)
 MIN_STEPS = 2  # shorter walks: a plain step costs less
-PREEMPTED, ADMITTED, FAILED = (KIND_CODE[k] for k in ("preempted", "admitted", "admit_failed"))
+ADMITTED, FAILED = KIND_CODE["admitted"], KIND_CODE["admit_failed"]
 POLICY, CAPACITY = Reason.POLICY, Reason.CAPACITY
 VALUE = {x: x.value for x in Reason}  # (an enum's .value is a slow read)
 
@@ -128,12 +128,12 @@ class _Walk(Book):
                     ai += 1
                 waiting = len(front) + lo + ai - self.next_new
                 n = len(run)
-                if (not n and not waiting) or n > most or len(seqs) > MAX_OPS:
+                if (not n and not waiting) or len(seqs) > MAX_OPS:  # (n <= most: _ask)
                     return t - 1  # (every request finished: nothing runs or waits)
                 openers = bucket[t % bs]
                 free = self.free - len(openers)
                 if free < 0:  # an opener finds no free block: preemptions, nobody asked
-                    pressure = self._preempting(openers, t)
+                    pressure = self._decode_short(openers, t)
                 elif waiting and n < most and not (  # budget left: the heads are asked
                         free < self.short_need and self.short == (front[0] if front else
                                                                   self.next_new)):
@@ -173,22 +173,14 @@ class _Walk(Book):
             self.sampled += sampled
         return t
 
-    def _preempting(self, openers: dict[int, None], t: int) -> bool:
-        """The decodes of a step whose openers outnumber the free blocks (make_room
-        preempts); its events. Returns whether anyone was preempted."""
-        preempted: list[int] = []
-        self._decode_short(openers, t, preempted)
-        events = self.events
-        for r in preempted:  # the step's events in Lane.step's order
-            events.append((t, PREEMPTED, r, 0, 0, 0, 0))
-        return bool(preempted)
-
     def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
              waiting: int) -> bool | None:
         """A step that preempts nobody: the decodes, then the heads asked in order by the
         rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
         whether the step is one of memory pressure; None when it cannot be taken whole
-        (nothing changed)."""
+        (nothing changed). Each admission spends at least one of the `budget` tokens
+        (max_batched_tokens - running), so the running requests never outnumber the token
+        budget (run_to relies on it; pressure_window checks the start)."""
         sched, bs, front, wait_known = self.sched, self.bs, self.front, self.wait_known
         verdict, memory, too_big, known = (sched.verdict, sched.space.memory, sched.too_big,
                                            sched.num_tokens)

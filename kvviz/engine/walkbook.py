@@ -16,7 +16,7 @@ from kvviz.engine.scheduler import make_room
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
 
-FINISHED = KIND_CODE["finished"]
+FINISHED, PREEMPTED = KIND_CODE["finished"], KIND_CODE["preempted"]
 
 
 class Running(dict):
@@ -96,12 +96,13 @@ class Book:
             if rec is not None and rec[2] == s:  # still running since it was planned
                 self.internal += rec[4]
 
-    def _decode_short(self, openers: dict[int, None], t: int, preempted: list[int]) -> None:
+    def _decode_short(self, openers: dict[int, None], t: int) -> bool:
         """The decodes when the free blocks do not cover the openers, in running order:
         while free blocks are left an opener takes one (make_room preempts nobody for it);
         one that finds none makes room by the rule (`make_room`: the running tail is
-        preempted until a block frees, or the opener itself is)."""
-        run, seqs = self.run, self.seqs
+        preempted until a block frees, or the opener itself is). Returns whether anyone
+        was preempted."""
+        run, seqs, before = self.run, self.seqs, self.preemptions
         todo = list(openers)
         k = self.free
         if k:
@@ -112,7 +113,7 @@ class Book:
             return self.free > 0
 
         def drop(v: int) -> None:
-            self._preempt(v, t, preempted)
+            self._preempt(v, t)
 
         for r in todo[k:]:
             if r not in run:  # preempted for an opener before it: so is every later one
@@ -122,16 +123,18 @@ class Book:
             self.free -= 1
             seqs.append(r)  # a TAKE
         self._decoded(t)
+        return self.preemptions > before
 
-    def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
-        """The rule preempted v (out of `run` already) before its decode in step t."""
+    def _preempt(self, v: int, t: int) -> None:
+        """The rule preempted v (out of `run` already) before its decode in step t: its
+        event comes first in the step's (Lane.step's order)."""
         rec = self.run.popped
         held = rec[0] + t
         self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
         self._release([(v, held, rec)])
         self.front.appendleft(v)
-        preempted.append(v)
+        self.events.append((t, PREEMPTED, v, 0, 0, 0, 0))
         self.preemptions += 1
 
     def _release(self, gone: list[tuple[int, int, tuple]]) -> None:
