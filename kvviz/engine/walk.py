@@ -246,7 +246,7 @@ class _Walk(Book):
         kind = np.full(seq.size, TAKE, np.int64)
         arg = np.zeros(seq.size, np.int64)
         if self.other:
-            at, k, x = np.asarray(self.other, np.int64).T
+            at, k, x = np.asarray(self.other, np.int64).reshape(-1, 3).T
             kind[at], arg[at] = k, x
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
@@ -261,8 +261,11 @@ class _Walk(Book):
             comp[r] = c
             known[r] = c + 1
             gen[r] = np.asarray([rec[1] + end + 1 for rec in self.run.values()], np.int64)
-        for x, k in self.wait_known.items():
-            comp[x], known[x], gen[x] = 0, k, self.wait_gen[x]
+        if self.wait_known:  # preempted in the walk, waiting
+            r = np.asarray(list(self.wait_known), np.int64)
+            comp[r] = 0
+            known[r] = np.asarray(list(self.wait_known.values()), np.int64)
+            gen[r] = np.asarray([self.wait_gen[x] for x in self.wait_known], np.int64)
         if self.finished:
             r = np.asarray(list(self.finished), np.int64)
             c = np.asarray(list(self.finished.values()), np.int64)

@@ -73,7 +73,7 @@ class Book:
         self.wait_gen: dict[int, int] = {}
         self.finished: dict[int, int] = {}  # finished in the walk: slots written
         self.seqs: list[int] = []  # the allocator's ops (replay_window's), in order: TAKE
-        self.other: list[tuple[int, int, int]] = []  # but these: (op, kind, arg)
+        self.other: list[int] = []  # but these, flat: op index, kind, arg per op
         self.events: list[tuple] = []  # (step, kind, request, reason, need, free, hole)
         self.preemptions = 0
 
@@ -143,7 +143,7 @@ class Book:
         bs, other, seqs, bucket, fin = self.bs, self.other, self.seqs, self.bucket, self.fin
         freed = used = internal = 0
         for r, held, rec in gone:
-            other.append((len(seqs), FREE_SEQ, held))
+            other += (len(seqs), FREE_SEQ, held)
             seqs.append(r)
             freed += -(-held // bs)
             used += held
@@ -165,7 +165,7 @@ class Book:
         wait_known, wait_gen = self.wait_known, self.wait_gen
         output, kv_final, generated = sched.w.output, self.lane.kv_final, sched.generated
         for r, total, _ in admitted:
-            other.append((len(seqs), ADMIT, total))
+            other += (len(seqs), ADMIT, total)
             seqs.append(r)
             g = (wait_gen.pop(r) if wait_known.pop(r, None) is not None
                  else generated.item(r)) + 1
