@@ -164,6 +164,8 @@ class Book:
                                                    self.run, self.bucket, self.fin)
         wait_known, wait_gen = self.wait_known, self.wait_gen
         output, kv_final, generated = sched.w.output, self.lane.kv_final, sched.generated
+        lastopen, t1 = self.lastopen, t + 1
+        used = internal = 0
         for r, total, _ in admitted:
             other += (len(seqs), ADMIT, total)
             seqs.append(r)
@@ -171,10 +173,10 @@ class Book:
                  else generated.item(r)) + 1
             f = t + output.item(r) - g
             kvf = kv_final.item(r)
-            last = -(-kvf // bs)
-            thr, waste = (last - 1) * bs, last * bs - kvf
-            base = total - t - 1
-            run[r] = (base, g - t - 1, t + 1, thr, waste, f)
+            waste = -kvf % bs  # its last block's slots left unused
+            thr = kvf + waste - bs  # where that block starts
+            base = total - t1
+            run[r] = (base, g - t1, t1, thr, waste, f)
             bucket[-base % bs][r] = None
             due = fin.get(f)
             if due is None:
@@ -182,10 +184,16 @@ class Book:
             else:
                 due[r] = None
             if total > thr:
-                self.internal += waste
+                internal += waste
             else:
-                self.lastopen.setdefault(t + 1 + thr - total, []).append((r, t + 1))
-            self.used += total
+                opens = lastopen.get(t1 + thr - total)  # the step it opens its last block
+                if opens is None:
+                    lastopen[t1 + thr - total] = [(r, t1)]
+                else:
+                    opens.append((r, t1))
+            used += total
+        self.internal += internal
+        self.used += used
 
     def _update(self, t: int) -> None:
         """update(): the requests whose output is complete finish, in running order (a
