@@ -76,6 +76,20 @@ class PagedSpace:
         self.alloc.grow_to(r, tokens, hits)
         self._cache(r, tokens)
 
+    def blocks_for(self, totals: np.ndarray) -> np.ndarray:
+        """Blocks that requests not live, without hits, need for `totals` tokens (what
+        check() asks for each of them)."""
+        return -(-totals // self.bs)
+
+    def admit_many(self, ids: np.ndarray, totals: np.ndarray) -> np.ndarray:
+        """admit() for each of `ids` in order, none live, none with hits, all fitting (the
+        caller checked), with one block take (a lane without prefix caching: nothing to
+        cache). Returns the free slots right after each admission."""
+        out = np.empty(ids.size, np.int64)
+        if self.alloc.admit_many(ids, totals, out_free=out) != ids.size:
+            raise RuntimeError("PagedSpace.admit_many: the blocks did not cover the run")
+        return out
+
     def grow(self, r: int, tokens: int) -> bool:
         """Slots up to `tokens` for a running request; False (nothing changed) if the free
         blocks do not suffice."""

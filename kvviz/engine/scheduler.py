@@ -26,7 +26,8 @@ beforehand, so vLLM's max_model_len never binds here.
 
 The fast paths (span.py, window.py, queue.py, walk.py) never re-decide: they ask the pieces
 schedule() itself is made of, `make_room` (who is preempted for a request short of memory)
-and `verdict` (a waiting request's answer), or the limits in closed form below.
+and `verdict` (a waiting request's answer), or the limits in closed form below. _admit
+itself asks a long wave of heads as runs (`admit_run`, verdict in closed form; admitrun.py).
 """
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ import numpy as np
 from kvviz.alloc.base import Admission, Reason
 from kvviz.core.config import EngineConfig
 from kvviz.core.workload import Workload
+from kvviz.engine.admitrun import AdmitRuns
 
 EMPTY = np.zeros(0, np.int64)
+RUN_AFTER = 8  # _admit: heads admitted one by one before the next ones are asked as a run
 
 
 class Plan(NamedTuple):
@@ -77,7 +80,7 @@ def _part(ids: list[int], starts: list[int], counts: list[int]):
             np.asarray(counts, np.int64))
 
 
-class Scheduler:
+class Scheduler(AdmitRuns):
     def __init__(self, w: Workload, engine: EngineConfig, space, too_big: np.ndarray) -> None:
         self.w, self.cfg, self.space, self.too_big = w, engine, space, too_big
         n = len(w)
@@ -211,7 +214,15 @@ class Scheduler:
         """Admit waiting requests in order; returns the head left waiting and why (None when
         the queue emptied or the budget ran out)."""
         space = self.space
+        streak = 0  # admitted one by one since the last run
         while budget > 0 and self.waiting_count:
+            if streak >= RUN_AFTER:  # a long wave: the next heads as runs (`admit_run`)
+                streak = 0
+                taken = self._admit_run(budget, ids, counts, admitted, hits_out, free_out)
+                if taken:
+                    budget -= taken
+                    continue
+            streak += 1
             r = self.head()
             if self.too_big[r]:
                 self.pop_head()
@@ -235,6 +246,22 @@ class Scheduler:
             free_out.append(space.alloc.usage().free_tokens)
             budget -= n
         return None
+
+    def admit_run(self, totals: np.ndarray, running: int, budget: int, free: int) -> int:
+        """`verdict`'s answers in closed form for waiting requests asked in a row, none too
+        big, none with hits or live (a paged lane without prefix caching): `totals` their
+        known tokens, with `running` requests running, `budget` tokens and `free` blocks
+        left before the first. Returns how many leading ones are admitted, each computing
+        its whole total (the next one gets a chunk, waits or is refused: ask `verdict`).
+        Request i is asked with running + i running, the budget and blocks less those of
+        the i before it; the watermark waived while nothing runs (`PagedSpace.fits`)."""
+        ahead = np.cumsum(totals) - totals
+        nrun = running + np.arange(totals.size)
+        need = self.space.blocks_for(totals)
+        left = free - (np.cumsum(need) - need)
+        ok = (totals <= budget - ahead) & (nrun < self.cfg.max_num_seqs)
+        ok &= self.space.fits(need, left, nrun == 0)
+        return int(totals.size) if ok.all() else int(np.argmin(ok))
 
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it

@@ -10,7 +10,9 @@ the decodes that open a block take one each, in running order; one that finds no
 block preempts by the rule's own `make_room` (the running tail, until it fits or is the
 one preempted); a step that preempted nobody asks the rule's `Scheduler.verdict` for each
 head of the queue in order (memory: `PagedSpace.memory` on the free blocks the walk
-counts); update finishes the requests whose output is complete. Then the blocks are handed
+counts), but a head refused for CAPACITY is not asked again while the free blocks stay
+below its need (see run_to); update finishes the requests whose output is complete. The
+running requests' bookkeeping is walkbook.py's. Then the blocks are handed
 out and back in that order by `PagedAllocator.replay_window` (vLLM's free queue), and the
 scheduler's arrays, the lane's counters, the events and the shares are written once.
 
@@ -22,17 +24,17 @@ with stepping.
 """
 from __future__ import annotations
 
+import gc
 from bisect import bisect_right
-from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvviz.alloc.base import Reason
-from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
+from kvviz.alloc.paged_window import TAKE
 from kvviz.engine.closedform import arrival_steps
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
-from kvviz.engine.scheduler import make_room
+from kvviz.engine.walkbook import Book
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
@@ -40,9 +42,9 @@ if TYPE_CHECKING:
 LIMIT = 1 << 16  # steps one window walks at most
 MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints)
 MIN_STEPS = 2  # shorter walks: a plain step costs less
-PREEMPTED, ADMITTED, FAILED, FINISHED = (KIND_CODE[k] for k in (
-    "preempted", "admitted", "admit_failed", "finished"))
-POLICY = Reason.POLICY
+ADMITTED, FAILED = KIND_CODE["admitted"], KIND_CODE["admit_failed"]
+POLICY, CAPACITY = Reason.POLICY, Reason.CAPACITY
+VALUE = {x: x.value for x in Reason}  # (an enum's .value is a slow read)
 
 
 def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
@@ -61,80 +63,47 @@ def pressure_window(lane: Lane, arrival_s: np.ndarray, step_ms: float,
         return 0
     if not n0 and not sched.waiting_count:
         return 0
-    walk = _Walk(lane, ids, lens, step_ms)
     S = lane.step_no
     end = S + LIMIT if stop is None else min(stop, S + LIMIT)
-    last = walk.run_to(end, arrival_s)
-    if last - S < MIN_STEPS:
-        return 0
-    walk.commit(last)
+    collect = gc.isenabled()
+    gc.disable()  # the walk makes many small tuples and no cycle: no collection pauses
+    try:
+        walk = _Walk(lane, ids, lens, step_ms)
+        last = walk.run_to(end, arrival_s)
+        if last - S < MIN_STEPS:
+            return 0
+        walk.commit(last)
+    finally:
+        if collect:
+            gc.enable()
     return last - S
 
 
-class _Walk:
-    """The walk's state. Per running request: the slots written before its first decode in
-    the walk (L0), that step (t0) and its samples before it (g0), its place in the running
-    order, and where its last block starts (thr) with the slots that block leaves unused
-    (waste); the running requests by opening residue (bucket) and by finish step (fin);
-    per request preempted in the walk, its known tokens and samples; the free blocks; what
-    happened, in execution order (ops, events) and the shares' sums."""
+class _Walk(Book):
+    """The walk: the bookkeeping (walkbook.Book), the waiting queue, what happened (events,
+    admissions' free slots, failures, samples) and the shares' sums."""
 
     def __init__(self, lane: Lane, ids: np.ndarray, lens: np.ndarray, step_ms: float) -> None:
-        sched, a = lane.sched, lane.alloc
-        self.lane, self.sched, self.step_ms = lane, sched, step_ms
-        self.bs = bs = a.block_size
-        self.S = S = lane.step_no
-        run = self.run = ids.tolist()
-        L = lens.tolist()
-        self.L0 = dict(zip(run, L))
-        self.t0 = dict.fromkeys(run, S + 1)
-        self.g0 = dict(zip(run, sched.generated[ids].tolist()))
-        self.bucket: list[list[int]] = [[] for _ in range(bs)]
-        for r, x in zip(run, L):
-            self.bucket[(S + 1 - x) % bs].append(r)
-        self.fin: dict[int, list[int]] = {}
-        for r, f in zip(run, sched.finish_steps(S, ids, True).tolist()):
-            self.fin.setdefault(f, []).append(r)
-        self.order = dict(zip(run, range(len(run))))
-        self.next_order = len(run)
-        kvf = lane.kv_final[ids]
-        last = -(-kvf // bs)
-        thr = (last - 1) * bs
-        self.thr = dict(zip(run, thr.tolist()))
-        self.waste = dict(zip(run, (last * bs - kvf).tolist()))
-        inside = lens > thr
-        self.internal = int((last * bs - kvf)[inside].sum())
-        self.lastopen: dict[int, list[tuple[int, int]]] = {}  # step -> (request, t0)
-        for r, s in zip(ids[~inside].tolist(), (S + 1 + thr - lens)[~inside].tolist()):
-            self.lastopen.setdefault(s, []).append((r, S + 1))
-        self.used = int(lens.sum())
-        self.free = a.free_blocks
-        self.front = deque(sched.front)
+        super().__init__(lane, ids, lens)
+        sched = lane.sched
+        self.step_ms = step_ms
+        self.max_tokens = sched.cfg.max_batched_tokens
         self.next_new = sched.next_new
-        self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
-        self.wait_gen: dict[int, int] = {}
-        self.finished: dict[int, int] = {}  # finished in the walk: slots written
-        self.kinds: list[int] = []  # the allocator's ops (replay_window's), in order
-        self.seqs: list[int] = []
-        self.args: list[int] = []
-        self.events: list[tuple] = []  # (step, kind, request, reason, need, free[, hole])
         self.free_after: list[int] = []
         self.calm = [0] * 4  # per kind of step: steps, used slots, internal, free blocks
         self.pressure = [0] * 4
         self.last_fail = lane.last_fail
+        self.short: int | None = None  # the head last refused for CAPACITY (see run_to)
+        self.short_need = 0  # its blocks
         self.failures: dict[str, int] = {}
-        self.preemptions = self.sampled = 0
+        self.sampled = 0
         self.arrivals: list[int] = []  # arrival steps of the requests from `lo` on
         self.lo = sched.arrived
-
-    def length(self, r: int, t: int) -> int:
-        """Slots running request r holds at the start of step t."""
-        return self.L0[r] + t - self.t0[r]
 
     def run_to(self, end: int, arrival_s: np.ndarray) -> int:
         """Walk the steps up to `end`, stopping before the first that cannot be taken
         whole; returns the last step walked."""
-        lane, cfg, lo = self.lane, self.sched.cfg, self.lo
+        lo = self.lo
         total = arrival_s.size
         hi = min(total, lo + 4096)
         steps = arrival_steps(arrival_s[lo:min(hi + 1, total)], self.S, self.step_ms)
@@ -144,200 +113,141 @@ class _Walk:
             end = min(end, int(steps[-1]) - 1)
             steps = steps[:hi - lo]
         self.arrivals = steps = steps.tolist()
-        ai = 0
-        to_finish = len(lane.w) - lane.rejected - lane.done
+        ai, na = 0, len(steps)
+        run, front, most = self.run, self.front, self.max_tokens
+        seqs, bucket, bs = self.seqs, self.bucket, self.bs
+        lastopen, fin = self.lastopen, self.fin
+        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots,
+        # internal, free blocks (see commit)
+        c0 = c1 = c2 = c3 = h0 = h1 = h2 = h3 = sampled = 0
         t = self.S
-        while t < end:
-            t += 1
-            while ai < len(steps) and steps[ai] <= t:
-                ai += 1
-            waiting = len(self.front) + lo + ai - self.next_new
-            if ((not self.run and not waiting) or len(self.run) > cfg.max_batched_tokens
-                    or len(self.finished) >= to_finish or len(self.kinds) > MAX_OPS
-                    or not self.step(t, waiting)):
-                return t - 1
+        try:
+            while t < end:  # one step per turn (Lane.step's order), plain decodes inline
+                t += 1
+                while ai < na and steps[ai] <= t:
+                    ai += 1
+                waiting = len(front) + lo + ai - self.next_new
+                n = len(run)
+                if (not n and not waiting) or len(seqs) > MAX_OPS:  # (n <= most: _ask)
+                    return t - 1  # (every request finished: nothing runs or waits)
+                openers = bucket[t % bs]
+                free = self.free - len(openers)
+                if free < 0:  # an opener finds no free block: preemptions, nobody asked
+                    pressure = self._decode_short(openers, t)
+                elif waiting and n < most and not (  # budget left: the heads are asked
+                        free < self.short_need and self.short == (front[0] if front else
+                                                                  self.next_new)):
+                    pressure = self._ask(t, openers, free, most - n, waiting)
+                    if pressure is None:
+                        return t - 1
+                else:
+                    # Nobody asked, or the head refused for CAPACITY the last time it was
+                    # asked (nobody asked or admitted since: last_fail is still (head,
+                    # CAPACITY)) with fewer free blocks than its need still: verdict's
+                    # answer is PagedSpace.memory's CAPACITY refusal whatever the limits
+                    # and the watermark; Lane._fail logs nothing for the same (request,
+                    # reason).
+                    seqs.extend(openers)  # the decodes: each opener takes a block
+                    self.used += n
+                    if t in lastopen:
+                        self._opened(t)
+                    self.free = free
+                    pressure = waiting and n < most
+                sampled += len(run)
+                if t in fin:
+                    self._update(t)
+                if pressure:
+                    h0 += 1
+                    h1 += self.used
+                    h2 += self.internal
+                    h3 += self.free
+                else:
+                    c0 += 1
+                    c1 += self.used
+                    c2 += self.internal
+                    c3 += self.free
+        finally:
+            for acc, add in ((self.calm, (c0, c1, c2, c3)), (self.pressure, (h0, h1, h2, h3))):
+                for i, x in enumerate(add):
+                    acc[i] += x
+            self.sampled += sampled
         return t
 
-    def step(self, t: int, waiting: int) -> bool:
-        """Step t, unless it cannot be taken whole (False: nothing changed)."""
-        sched, bs, run = self.sched, self.bs, self.run
-        openers = self.bucket[t % bs]
-        events = self.events
-        preempted: list[int] = []
+    def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
+             waiting: int) -> bool | None:
+        """A step that preempts nobody: the decodes, then the heads asked in order by the
+        rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
+        whether the step is one of memory pressure; None when it cannot be taken whole
+        (nothing changed). Each admission spends at least one of the `budget` tokens
+        (max_batched_tokens - running), so the running requests never outnumber the token
+        budget (run_to relies on it; pressure_window checks the start)."""
+        sched, bs, front, wait_known = self.sched, self.bs, self.front, self.wait_known
+        verdict, memory, too_big, known = (sched.verdict, sched.space.memory, sched.too_big,
+                                           sched.num_tokens)
         admitted: list[tuple[int, int, int]] = []  # request, tokens, free after
-        refused = None
-        if len(openers) <= self.free:  # nobody preempted: the heads are asked in order
-            free = self.free - len(openers)
-            budget = sched.cfg.max_batched_tokens - len(run)
-            nrun, fi, nn, front = len(run), 0, self.next_new, self.front
-            while budget > 0 and waiting:
-                r = front[fi] if fi < len(front) else nn
-                if sched.too_big[r]:
-                    return False  # a rejection: stepping logs it
-                total = self.wait_known[r] if r in self.wait_known else int(
-                    sched.num_tokens[r])
-                need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
-                adm, n = sched.verdict(total, 0, nrun, budget, lambda e, need=need, free=free:
-                                       sched.space.memory(need, free, e))
-                if adm is not None:
-                    refused = (r, adm)
-                    break
-                if n < total:  # a chunk: it would not decode next step
-                    return False
-                free -= need
-                admitted.append((r, total, free * bs))
-                nrun += 1
-                budget -= n
-                waiting -= 1
-                if fi < len(front):
-                    fi += 1
-                else:
-                    nn += 1
-            self._decode(openers, t)
-            for _ in range(fi):
-                front.popleft()
-            self.next_new = nn
-            self.free = free
-            for r, total, f in admitted:
-                self._join(r, total, t)
-                self.free_after.append(f)
-        else:
-            self._decode_short(openers, t, preempted)
-        for r in preempted:  # the step's events in Lane.step's order
-            events.append((t, PREEMPTED, r, 0, 0, 0))
+        nrun, fi, nn, nf = len(self.run), 0, self.next_new, len(front)
+        while True:
+            r = front[fi] if fi < nf else nn
+            if too_big.item(r):
+                return None  # a rejection: stepping logs it
+            total = wait_known[r] if r in wait_known else known.item(r)
+            need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
+            adm, n = verdict(total, 0, nrun, budget,
+                             lambda e, need=need, free=free: memory(need, free, e))
+            if adm is not None:
+                break
+            if n < total:  # a chunk: it would not decode next step
+                return None
+            free -= need
+            admitted.append((r, total, free * bs))
+            nrun += 1
+            budget -= n
+            waiting -= 1
+            if fi < nf:
+                fi += 1
+            else:
+                nn += 1
+            if budget <= 0 or not waiting:
+                break
+        self.seqs.extend(openers)  # the decodes: each opener takes a block (_decode)
+        self._decoded(t)
+        for _ in range(fi):
+            front.popleft()
+        self.next_new = nn
+        self.free = free
+        events = self.events
         if admitted:
             self.last_fail = None
-            for r, total, f in admitted:
-                events.append((t, ADMITTED, r, 0, total, f))
-        pressure = bool(preempted)
-        if refused is not None:
-            r, adm = refused
-            key = (r, adm.reason.value)
-            if key != self.last_fail:  # Lane._fail: one event per (request, reason)
-                self.last_fail = key
-                self.failures[key[1]] = self.failures.get(key[1], 0) + 1
-                events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
-                               adm.free_tokens, adm.largest_hole_tokens))
-            pressure = pressure or adm.reason is not POLICY
-        self.sampled += len(run)
-        if t in self.fin:
-            self._update(t)
-        acc = self.pressure if pressure else self.calm  # Shares.add's sums (see commit)
-        acc[0] += 1
-        acc[1] += self.used
-        acc[2] += self.internal
-        acc[3] += self.free
-        return True
-
-    def _decode(self, openers: list[int], t: int) -> None:
-        """Every running request decodes; each of `openers` takes a block (they fit)."""
-        k = len(openers)
-        if k:
-            self.kinds.extend([TAKE] * k)
-            self.seqs.extend(openers)
-            self.args.extend([0] * k)
-        self._decoded(t)
-
-    def _decoded(self, t: int) -> None:
-        """After step t's decodes: the running requests that opened their last block."""
-        self.used += len(self.run)
-        due = self.lastopen.pop(t, None)
-        if due:
-            order, t0 = self.order, self.t0
-            for r, s in due:
-                if r in order and t0[r] == s:  # still running since it was planned
-                    self.internal += self.waste[r]
-
-    def _decode_short(self, openers: list[int], t: int, preempted: list[int]) -> None:
-        """The decodes when the free blocks do not cover the openers: an opener that finds
-        none makes room by the rule (`make_room`), which may preempt it too."""
-        run, order = self.run, self.order
-        for r in list(openers):
-            if r not in order:  # preempted for an opener before it: so is every later one
-                break
-            if not make_room(run, r, lambda: self.free > 0,
-                             lambda v: self._preempt(v, t, preempted)):
-                break
-            self.free -= 1
-            self._op(TAKE, r, 0)
-        self._decoded(t)
-
-    def _op(self, kind: int, r: int, tokens: int) -> None:
-        self.kinds.append(kind)
-        self.seqs.append(r)
-        self.args.append(tokens)
-
-    def _preempt(self, v: int, t: int, preempted: list[int]) -> None:
-        """The rule preempted v (out of `run` already) before its decode in step t."""
-        held = self.length(v, t)
-        self.wait_gen[v] = self.g0[v] + t - self.t0[v]
-        self.wait_known[v] = held + 1
-        self._release(v, held)
-        self.front.appendleft(v)
-        preempted.append(v)
-        self.preemptions += 1
-
-    def _release(self, r: int, held: int) -> None:
-        """r (out of `run`) frees its blocks with `held` slots written; its running
-        bookkeeping ends."""
-        bs = self.bs
-        self._op(FREE_SEQ, r, held)
-        self.free += -(-held // bs)
-        self.used -= held
-        if held > self.thr[r]:
-            self.internal -= self.waste[r]
-        L0, t0 = self.L0[r], self.t0[r]
-        self.bucket[(t0 - L0) % bs].remove(r)
-        f = t0 + int(self.sched.w.output[r]) - self.g0[r] - 1
-        if f in self.fin:
-            self.fin[f].remove(r)
-        del self.order[r]
-
-    def _join(self, r: int, total: int, t: int) -> None:
-        """r is admitted at step t with its whole `total` known tokens: it samples then and
-        decodes from step t + 1."""
-        bs, sched = self.bs, self.sched
-        self._op(ADMIT, r, total)
-        if r in self.wait_known:
-            g = self.wait_gen.pop(r) + 1
-            del self.wait_known[r]
-        else:
-            g = int(sched.generated[r]) + 1
-        self.run.append(r)
-        self.order[r] = self.next_order
-        self.next_order += 1
-        self.L0[r], self.t0[r], self.g0[r] = total, t + 1, g
-        self.bucket[(t + 1 - total) % bs].append(r)
-        self.fin.setdefault(t + int(sched.w.output[r]) - g, []).append(r)
-        kvf = int(self.lane.kv_final[r])
-        last = -(-kvf // bs)
-        self.thr[r], self.waste[r] = (last - 1) * bs, last * bs - kvf
-        if total > self.thr[r]:
-            self.internal += self.waste[r]
-        else:
-            self.lastopen.setdefault(t + 1 + self.thr[r] - total, []).append((r, t + 1))
-        self.used += total
-
-    def _update(self, t: int) -> None:
-        """update(): the requests whose output is complete finish, in running order."""
-        fins = self.fin.pop(t, None)
-        if not fins:
-            return
-        if len(fins) > 1:
-            fins.sort(key=self.order.__getitem__)
-        for r in fins:
-            held = self.L0[r] + t - self.t0[r] + 1
-            self.run.remove(r)
-            self._release(r, held)
-            self.finished[r] = held
-            self.events.append((t, FINISHED, r, 0, 0, 0))
+            self._join(admitted, t)
+            self.free_after.extend([f for _, _, f in admitted])
+            for x, total, f in admitted:
+                events.append((t, ADMITTED, x, 0, total, f, 0))
+        self.short = None
+        if adm is None:  # the budget or the queue ran out
+            return False
+        reason = adm.reason
+        key = (r, VALUE[reason])
+        if key != self.last_fail:  # Lane._fail: one event per (request, reason)
+            self.last_fail = key
+            self.failures[key[1]] = self.failures.get(key[1], 0) + 1
+            events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
+                           adm.free_tokens, adm.largest_hole_tokens))
+        if reason is CAPACITY:
+            self.short, self.short_need = r, need
+            return True
+        return reason is not POLICY
 
     def commit(self, end: int) -> None:
         """Write what the walk did up to step `end` (its last)."""
         lane, sched, a = self.lane, self.sched, self.lane.alloc
-        run = self.run
-        live_len = [self.L0[r] + end - self.t0[r] + 1 for r in run]
-        kind, seq, arg = (np.asarray(x, np.int64) for x in (self.kinds, self.seqs, self.args))
+        run = list(self.run)
+        live_len = [rec[0] + end + 1 for rec in self.run.values()]
+        seq = np.asarray(self.seqs, np.int64)
+        kind = np.full(seq.size, TAKE, np.int64)
+        arg = np.zeros(seq.size, np.int64)
+        if self.other:
+            at, k, x = np.asarray(self.other, np.int64).reshape(-1, 3).T
+            kind[at], arg[at] = k, x
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
         if a.free_blocks != self.free or [f * self.bs for f in after] != self.free_after:
@@ -350,9 +260,12 @@ class _Walk:
             c = np.asarray(live_len, np.int64)
             comp[r] = c
             known[r] = c + 1
-            gen[r] = np.asarray([self.g0[x] + end - self.t0[x] + 1 for x in run], np.int64)
-        for x, k in self.wait_known.items():
-            comp[x], known[x], gen[x] = 0, k, self.wait_gen[x]
+            gen[r] = np.asarray([rec[1] + end + 1 for rec in self.run.values()], np.int64)
+        if self.wait_known:  # preempted in the walk, waiting
+            r = np.asarray(list(self.wait_known), np.int64)
+            comp[r] = 0
+            known[r] = np.asarray(list(self.wait_known.values()), np.int64)
+            gen[r] = np.asarray([self.wait_gen[x] for x in self.wait_known], np.int64)
         if self.finished:
             r = np.asarray(list(self.finished), np.int64)
             c = np.asarray(list(self.finished.values()), np.int64)

@@ -83,3 +83,20 @@ def test_short_walks_chain_exactly(monkeypatch):
     jump = assert_same(w, ["paged:16", "paged:3"], CacheConfig(capacity_tokens=4096),
                        EngineConfig(max_seq_len=512), [9, 100])
     assert all(x.preemptions > 20 for x in jump.lanes)
+
+
+def test_a_head_refused_for_capacity_is_answered_as_asked():
+    """The walk does not ask again a head it refused for CAPACITY while the free blocks stay
+    below its need: a big head waits while finishes free a few blocks at a time (its need
+    reached exactly, with and without a watermark that turns the answer to POLICY first),
+    preempted requests take the head's place and give it back."""
+    n = 40
+    prompt = [40, 24, 33, 17, 60] * 6 + [180, 16, 16, 15, 31, 47, 9, 64, 23, 18]
+    output = [(7 * i) % 23 + 2 for i in range(n)]
+    w = _trace([0.0] * 30 + [0.0, 0.0, 0.04, 0.04, 0.06, 0.5, 0.5, 0.5, 0.9, 0.9],
+               prompt, output)
+    for cap, wm in ((256, 0.0), (320, 0.0), (320, 0.1), (512, 0.05)):
+        engine = EngineConfig(max_seq_len=256, watermark=wm)
+        jump = assert_same(w, ["paged:16", "paged:8", "paged:1"], CacheConfig(capacity_tokens=cap),
+                           engine, [4, 30, 31, 90])
+        assert all(x.failures["CAPACITY"] >= 1 for x in jump.lanes)
