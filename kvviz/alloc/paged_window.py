@@ -55,9 +55,9 @@ class PagedWindowVerbs:
         T = int(take_op.size)
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
-        life, first_op, inv, by_life = lives(kind, seq)  # a life is a (sequence, count)
+        first_op, inv, by_life = lives(kind, seq)  # a life is a (sequence, count)
         useq = seq[first_op]  # each life's sequence
-        new = life[first_op] > 0
+        new = kind[first_op] == ADMIT
         U = int(useq.size)
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
@@ -276,22 +276,18 @@ class PagedWindowVerbs:
                 pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
 
 
-def lives(kind: np.ndarray, seq: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per op: how many ADMITs of its sequence came at or before it (0: a life held before
-    the window); the lives in (sequence, count) order: each one's first op, and per op its
-    life's index (np.unique's return_index and return_inverse over (sequence, count)); and
-    the ops in life order (one stable sort by sequence: a life's ops are consecutive in it,
-    in op order)."""
+def lives(kind: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lives of the ops' sequences (a sequence's ops up to its next ADMIT; an ADMIT
+    starts one, a sequence held before the window has one before its first ADMIT), ordered
+    by (sequence, count): each one's first op and per op its life's index (np.unique's
+    return_index and return_inverse over (sequence, count)), and the ops in life order. One
+    stable sort by sequence: a life's ops are consecutive in it, in op order."""
     order = stable_order(seq)
-    adm = (kind[order] == ADMIT).astype(np.int64)
-    cs = np.cumsum(adm)
     s = seq[order]
-    start = np.concatenate([[True], s[1:] != s[:-1]]) if s.size else np.zeros(0, np.bool_)
-    life_sorted = cs - (cs - adm)[start][np.cumsum(start) - 1]
-    out = np.empty(seq.size, np.int64)
-    out[order] = life_sorted
-    begins = start | (adm > 0)  # a new sequence, or an ADMIT: a new life
+    begins = kind[order] == ADMIT  # a new sequence, or an ADMIT: a new life
+    if s.size:
+        begins[0] = True
+        begins[1:] |= s[1:] != s[:-1]
     inv = np.empty(seq.size, np.int64)
     inv[order] = np.cumsum(begins) - 1
-    return out, order[begins], inv, order
+    return order[begins], inv, order

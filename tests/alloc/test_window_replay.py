@@ -197,13 +197,16 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
 def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
     kind = np.asarray([k for k, _ in ops], np.int64)
     seq = np.asarray([q for _, q in ops], np.int64)
-    life, first_op, inv, by_life = lives(kind, seq)
-    want = [sum(1 for k, q in ops[:i + 1] if q == seq[i] and k == ADMIT) for i in range(len(ops))]
-    assert life.tolist() == want
+    first_op, inv, by_life = lives(kind, seq)
+    # a life: (sequence, the ADMITs of it at or before the op)
+    count = [sum(1 for k, q in ops[:i + 1] if q == seq[i] and k == ADMIT) for i in range(len(ops))]
     if ops:
-        _, f, i = np.unique(seq * 100 + life, return_index=True, return_inverse=True)
+        _, f, i = np.unique(seq * 100 + np.asarray(count), return_index=True,
+                            return_inverse=True)
         assert first_op.tolist() == f.tolist() and inv.tolist() == i.tolist()
         assert by_life.tolist() == np.argsort(i, kind="stable").tolist()
+    else:
+        assert first_op.size == inv.size == by_life.size == 0
 
 
 @settings(max_examples=200, deadline=None)
