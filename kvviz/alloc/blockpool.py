@@ -222,13 +222,10 @@ class BlockPool:
     def cached_run(self, keys: list[Key]) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
         under each), without computing lazy keys: the caller materialized its request's."""
-        bof, out = self._bof, []
-        for key in keys:
-            copies = bof.get(key)
-            if copies is None:
-                break
-            out.append(next(iter(copies)))
-        return out
+        got = list(map(self._bof.get, keys))
+        if None in got:
+            del got[got.index(None):]
+        return [next(iter(c)) for c in got]
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""

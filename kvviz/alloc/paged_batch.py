@@ -243,7 +243,9 @@ class PagedBatchVerbs:
         start = int(self._ncached[row])
         if n <= start:
             return
-        table, register = self._table, self._pool.register
-        for i in range(start, n):
-            register(keys[i], int(table[row, i]), keys[i - 1] if i else None)
+        register = self._pool.register
+        parent = keys[start - 1] if start else None
+        for key, b in zip(keys[start:n], self._table[row, start:n].tolist()):
+            register(key, b, parent)
+            parent = key
         self._ncached[row] = n

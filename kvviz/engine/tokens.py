@@ -88,11 +88,15 @@ class BlockKeys:
         a, b = int(self.ptr[r]), int(self.ptr[r + 1])
         cover = min((b - a) * cb, int(self.prompt[r]))
         prev = have[-1][0] if have else 0
-        for k in range(len(have), nfull):
+        reach = -(-cover // bs)  # blocks the prompt's shared chain reaches
+        for k in range(len(have), min(nfull, reach)):
             s, e = k * bs, (k + 1) * bs
             hi = min(e, cover)
-            ids = tuple(self.ids[a + s // cb:a + (hi - 1) // cb + 1].tolist()) if s < hi else ()
+            ids = tuple(self.ids[a + s // cb:a + (hi - 1) // cb + 1].tolist())
             prev = hash((prev, ids, -1 if e <= cover else r, e))
+            have.append((prev, e))
+        for e in range(max(len(have), reach) * bs + bs, nfull * bs + 1, bs):
+            prev = hash((prev, (), r, e))  # the request's own tokens
             have.append((prev, e))
         return have
 
