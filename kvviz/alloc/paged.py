@@ -329,7 +329,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._ref[blocks] += 1
         for b in blocks:
             self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
-        self._sharing = True
+        self._sharing = self._forked = True
         return self._answer(True, 0)
 
     def snapshot(self) -> BlockMap:

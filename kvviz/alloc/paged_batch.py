@@ -17,6 +17,8 @@ from kvviz.alloc.rows import grow_to
 
 
 class PagedBatchVerbs:
+    _forked = False  # a fork shares blocks not full yet (PagedAllocator.fork sets it)
+
     def admit_many(
         self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
         prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,
@@ -143,6 +145,8 @@ class PagedBatchVerbs:
         """Whether `steps` tokens appended to each row (lens: slots written) may write into
         a held block that others share (copy-on-write: the careful path). Only the block
         the next token lands in can be, unless a row holds blocks past it (then: True)."""
+        if not self._forked:  # shared blocks are prefix hits, full: no token lands in one
+            return False
         bs = self.block_size
         q = lens // bs
         nb = self._nb[rows]
@@ -243,9 +247,6 @@ class PagedBatchVerbs:
         start = int(self._ncached[row])
         if n <= start:
             return
-        register = self._pool.register
-        parent = keys[start - 1] if start else None
-        for key, b in zip(keys[start:n], self._table[row, start:n].tolist()):
-            register(key, b, parent)
-            parent = key
+        self._pool.register_run(keys[start:n], self._table[row, start:n].tolist(),
+                                keys[start - 1] if start else None)
         self._ncached[row] = n
