@@ -40,6 +40,8 @@ class BlockPool:
         self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [:nfree] are free
         self._nfree = num_blocks
         self.lru = LruQueue(num_blocks)  # cached blocks, oldest first (lruqueue.py)
+        # is_cached(b): 1 if block b is a cached free block, else 0 (the LRU's mark byte)
+        self.is_cached = self.lru.mark.__getitem__
         self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
         self._bof: dict[Key, dict[int, None]] = {}  # key -> its blocks, first cached first
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
@@ -128,8 +130,7 @@ class BlockPool:
         self._nfree -= k
         if k < n:
             ev = self.lru.pop(n - k)
-            for b in ev.tolist():
-                self._forget(b)
+            self._forget_all(ev.tolist())
             self.cached[ev] = False
             self.content[ev] = 0
             self.evictions += int(ev.size)
@@ -138,19 +139,26 @@ class BlockPool:
 
     def _forget(self, b: int) -> None:
         """Block b no longer holds its key's content (evicted)."""
-        self._has[b] = 0
-        gone = self._kof.pop(b, None)
-        if gone is None:  # a lazy key: nothing else holds it
-            self.lazy.drop(np.asarray([b]))
-            return
-        copies = self._bof[gone]
-        del copies[b]
-        if not copies:
-            del self._bof[gone]
-            del self._born[gone]
-            self._par.pop(gone, None)
-        if self.log is not None:
-            self.log.append((REMOVED, gone, None))
+        self._forget_all((b,))
+
+    def _forget_all(self, blocks) -> None:
+        """_forget for each of `blocks` (ints), in order."""
+        has, kof, bof, born, par, log = (self._has, self._kof, self._bof, self._born,
+                                         self._par, self.log)
+        for b in blocks:
+            has[b] = 0
+            gone = kof.pop(b, None)
+            if gone is None:  # a lazy key: nothing else holds it
+                self.lazy.drop(np.asarray([b]))
+                continue
+            copies = bof[gone]
+            del copies[b]
+            if not copies:
+                del bof[gone]
+                del born[gone]
+                par.pop(gone, None)
+            if log is not None:
+                log.append((REMOVED, gone, None))
 
     def put(self, blocks: np.ndarray, fills: np.ndarray) -> None:
         """Blocks nobody references any more, in eviction order (the first is evicted
@@ -222,13 +230,10 @@ class BlockPool:
     def cached_run(self, keys: list[Key]) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
         under each), without computing lazy keys: the caller materialized its request's."""
-        bof, out = self._bof, []
-        for key in keys:
-            copies = bof.get(key)
-            if copies is None:
-                break
-            out.append(next(iter(copies)))
-        return out
+        got = list(map(self._bof.get, keys))
+        if None in got:
+            del got[got.index(None):]
+        return [next(iter(c)) for c in got]
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
@@ -237,9 +242,6 @@ class BlockPool:
 
     def key_of(self, b: int) -> Key | None:
         return self._key_of.get(b)
-
-    def is_cached(self, b: int) -> bool:
-        return self.lru.mark[b] == 1
 
     def reuse(self, b: int) -> int:
         """Take cached block b back into use (a prefix hit); returns its content in slots."""
@@ -253,23 +255,33 @@ class BlockPool:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
         before it (None for a request's first block). Another block may hold the same key:
         both stay cached (vLLM's duplicates)."""
-        kof = self._kof
-        old = kof.get(b)
-        if old is not None:
-            if old == key:
-                return
-            self._forget(b)
-        elif self.lazy.count and self.lazy.stamp[b] >= 0:  # b holds a lazy key: read them
-            self.materialize()
-            return self.register(key, b, parent)
-        self._par.setdefault(key, parent)
-        if self.log is not None:
-            self.log.append((STORED, key, parent))
-        kof[b] = key
-        self._has[b] = 1
-        copies = self._bof.get(key)
-        if copies is None:
-            copies = self._bof[key] = {}
-            self._born[key] = self._clock
-            self._clock += 1
-        copies[b] = None
+        self.register_run((key,), (b,), parent)
+
+    def register_run(self, keys, blocks, parent: Key | None) -> None:
+        """register(keys[i], blocks[i], keys[i - 1]) for each in order (parent: the key
+        before keys[0])."""
+        kof, bof, par, has, born, log = (self._kof, self._bof, self._par, self._has,
+                                         self._born, self.log)
+        for key, b in zip(keys, blocks):
+            old = kof.get(b)
+            if old is None and self.lazy.count and self.lazy.stamp[b] >= 0:
+                self.materialize()  # b holds a lazy key: compute them
+                old, bof = kof.get(b), self._bof
+            if old is not None:
+                if old == key:
+                    parent = key
+                    continue
+                self._forget(b)
+            par.setdefault(key, parent)
+            if log is not None:
+                log.append((STORED, key, parent))
+            kof[b] = key
+            has[b] = 1
+            copies = bof.get(key)
+            if copies is None:
+                bof[key] = {b: None}
+                born[key] = self._clock
+                self._clock += 1
+            else:
+                copies[b] = None
+            parent = key

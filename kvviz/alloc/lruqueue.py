@@ -48,6 +48,13 @@ class LruQueue:
         self.mark[b] = 0
         self.n -= 1
 
+    def older(self, blocks) -> int:
+        """How many queued blocks are evicted before any of `blocks` (all queued): the
+        valid entries older than the oldest of them."""
+        p = int(self.pos[blocks].min())
+        seg = self.buf[self.head:p]
+        return int(np.count_nonzero(self.pos[seg] == np.arange(self.head, p)))
+
     def pop(self, k: int) -> np.ndarray:
         """Take the k oldest."""
         if k > self.n:

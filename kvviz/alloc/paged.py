@@ -285,19 +285,18 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
 
     def _drop_ref(self, blocks: np.ndarray, seq_id: int, fills: np.ndarray) -> None:
-        self._ref[blocks] -= 1
-        gone = self._ref[blocks] == 0
+        ref, shared = self._ref, self._holders
+        ref[blocks] -= 1
+        gone = ref[blocks] == 0
         zero = blocks[gone]
-        for b in blocks[self._ref[blocks] > 0]:
-            holders = self._holders.get(int(b))
+        for b in blocks[~gone].tolist() if shared else ():  # an entry's ref is >= 2: never 0
+            holders = shared.get(b)
             if holders is not None:
                 holders.discard(seq_id)
                 if self._owner[b] == seq_id:
                     self._owner[b] = min(holders)
-                if self._ref[b] == 1:
-                    del self._holders[int(b)]
-        for b in zero:
-            self._holders.pop(int(b), None)
+                if ref[b] == 1:
+                    del shared[b]
         if zero.size:
             self._give_back(zero, fills[gone])
 
@@ -330,7 +329,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._ref[blocks] += 1
         for b in blocks:
             self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
-        self._sharing = True
+        self._sharing = self._forked = True
         return self._answer(True, 0)
 
     def snapshot(self) -> BlockMap:

@@ -17,6 +17,8 @@ from kvviz.alloc.rows import grow_to
 
 
 class PagedBatchVerbs:
+    _forked = False  # a fork shares blocks not full yet (PagedAllocator.fork sets it)
+
     def admit_many(
         self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
         prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,
@@ -114,10 +116,8 @@ class PagedBatchVerbs:
         seq_ids = np.asarray(seq_ids, np.int64)
         rows = self._rows.rows(seq_ids)
         lens = self._len[rows]
-        if self._sharing:  # writing into a held block others share needs copy-on-write
-            held = lens // self.block_size < self._nb[rows]
-            if (self._ref[self._table[rows[held], lens[held] // self.block_size]] > 1).any():
-                return super().append_batch(seq_ids)
+        if self._sharing and self._writes_shared(rows, lens, 1):
+            return super().append_batch(seq_ids)
         ok = None
         q = lens // self.block_size  # index of the block the new token lands in
         need = np.flatnonzero(q >= self._nb[rows])
@@ -141,14 +141,28 @@ class PagedBatchVerbs:
         self._used += int(rows.size)
         return np.ones(seq_ids.size, np.bool_) if ok is None else ok
 
+    def _writes_shared(self, rows: np.ndarray, lens: np.ndarray, steps: int) -> bool:
+        """Whether `steps` tokens appended to each row (lens: slots written) may write into
+        a held block that others share (copy-on-write: the careful path). Only the block
+        the next token lands in can be, unless a row holds blocks past it (then: True)."""
+        if not self._forked:  # shared blocks are prefix hits, full: no token lands in one
+            return False
+        bs = self.block_size
+        q = lens // bs
+        nb = self._nb[rows]
+        if steps > 1 and (nb > q + 1).any():
+            return True
+        held = q < nb
+        return bool((self._ref[self._table[rows[held], q[held]]] > 1).any())
+
     def decode_step(self, seq_ids: np.ndarray, opens: np.ndarray | None) -> None:
         """append_batch(seq_ids) when the caller knows that it succeeds for every one: the
         positions in seq_ids whose token opens a new block (None: all of them), as many free
         blocks as those, every sequence live. Blocks go out in that order."""
-        if self._sharing:
+        rows = self._rows.row_of_seq[seq_ids]
+        if self._sharing and self._writes_shared(rows, self._len[rows], 1):
             self.append_batch(seq_ids)
             return
-        rows = self._rows.row_of_seq[seq_ids]
         if opens is None or opens.size:
             r = rows if opens is None else rows[opens]
             fresh = self._take(int(r.size))
@@ -167,7 +181,7 @@ class PagedBatchVerbs:
         rows = self._rows.rows(seq_ids)
         bs = self.block_size
         lens, nb = self._len[rows], self._nb[rows]
-        if self._sharing or steps <= 0:
+        if steps <= 0 or (self._sharing and self._writes_shared(rows, lens, steps)):
             return super().grow_many(seq_ids, steps)
         new = np.maximum(0, -(-(lens + steps) // bs) - nb)  # blocks taken over the span
         total = int(new.sum())
@@ -233,7 +247,6 @@ class PagedBatchVerbs:
         start = int(self._ncached[row])
         if n <= start:
             return
-        table, register = self._table, self._pool.register
-        for i in range(start, n):
-            register(keys[i], int(table[row, i]), keys[i - 1] if i else None)
+        self._pool.register_run(keys[start:n], self._table[row, start:n].tolist(),
+                                keys[start - 1] if start else None)
         self._ncached[row] = n

@@ -41,6 +41,7 @@ from kvviz.alloc.base import Admission, Reason
 from kvviz.core.config import EngineConfig
 from kvviz.core.workload import Workload
 from kvviz.engine.admitrun import AdmitRuns
+from kvviz.engine.prefixhead import head_hold
 
 EMPTY = np.zeros(0, np.int64)
 RUN_AFTER = 8  # _admit: heads admitted one by one before the next ones are asked as a run
@@ -288,10 +289,10 @@ class Scheduler(AdmitRuns):
         return (None if adm.ok else adm), min(n, budget)
 
     def head_refusal(self) -> tuple[int, Admission | None] | None:
-        """For a span after a step that logged events (a lane without prefix caching, every
-        running request decoding): how the next step answers the head of the queue, by the
-        state alone. (head, its refusal), (head, None) when it would be admitted, or None
-        when the next step does not ask (nobody waits, or the decodes use the budget)."""
+        """For a span after a step that logged events (every running request decoding):
+        how the next step answers the head of the queue, by the state alone. (head, its
+        refusal), (head, None) when it would be admitted, or None when the next step does
+        not ask (nobody waits, or the decodes use the budget)."""
         budget = self.budget_after_decodes(len(self.running))
         if not self.waiting_count or budget <= 0:
             return None
@@ -347,13 +348,9 @@ class Scheduler(AdmitRuns):
         is refused as it was last; kvviz/engine/span.py). They do while every running
         request decodes within the budget, none finishes, the free blocks cover the span's
         new blocks, and the free blocks stay on the same side of the head's need.
-        Arrivals are the caller's bound (they matter only while nobody waits). A lane that
-        caches prefixes spans only while nobody waits (a block cached mid-span could change
-        the head's hit) and only over plain free blocks (no eviction mid-span)."""
+        Arrivals are the caller's bound (they matter only while nobody waits)."""
         run, space = self.running, self.space
         if not run or len(run) > self.cfg.max_batched_tokens:
-            return 0
-        if self.caching and self.waiting_count:
             return 0
         ids = self.running_ids()
         lens = self.computed[ids]
@@ -367,7 +364,9 @@ class Scheduler(AdmitRuns):
             r = self.head()
             if self.too_big[r]:
                 return 0
-            floor = space.answer_floor(r, int(self.num_tokens[r]))
+            t = int(self.num_tokens[r])  # with prefix caching its hits must stay too
+            floor, m = head_hold(space, r, t, lens, m) if self.caching else (
+                space.answer_floor(r, t), m)
         return space.span(ids, lens, m, floor)
 
     def update(self, plan: Plan) -> np.ndarray:

@@ -118,16 +118,14 @@ def _span_pressure(lane: Lane) -> bool | None:
     and, if so, whether they are memory-pressure steps; None: step on. Decided by the state
     alone (whatever the last step logged), unless it preempted: the next steps are quiet
     when nobody waits (no admission, no refusal), when the decodes use the whole budget
-    (the head is not asked), or, in a lane without prefix caching, when the head would be
-    refused for the reason it was last refused for (no new admit_failed event). A step that
+    (the head is not asked), or when the head would be refused for the reason it was last
+    refused for (no new admit_failed event). A step that
     asked nobody (a prefill chunk used the budget) says nothing about the head's answer."""
     if lane.last_plan.preempted:
         return None
     sched = lane.sched
     if not sched.waiting_count:
         return False
-    if sched.caching:
-        return None
     head = sched.head_refusal()
     if head is None:
         return False

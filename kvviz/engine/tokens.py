@@ -52,6 +52,8 @@ class BlockKeys:
         self.prompt = w.prompt
         self.ptr, self.ids, self.block = w.chains()
         self._keys: dict[int, list[Key]] = {}
+        self._start = self.ptr.tolist()  # per request: its chain's first id, and
+        self._cover = np.minimum(np.diff(self.ptr) * self.block, w.prompt).tolist()  # reach
 
     def keys(self, r: int, nfull: int) -> KeyChain:
         """Keys of blocks 0..nfull-1 of request r, computed when first read."""
@@ -85,14 +87,20 @@ class BlockKeys:
 
     def _extend(self, have: list[Key], r: int, nfull: int) -> list[Key]:
         bs, cb = self.bs, self.block
-        a, b = int(self.ptr[r]), int(self.ptr[r + 1])
-        cover = min((b - a) * cb, int(self.prompt[r]))
+        a, cover = self._start[r], self._cover[r]
         prev = have[-1][0] if have else 0
-        for k in range(len(have), nfull):
+        reach = -(-cover // bs)  # blocks the prompt's shared chain reaches
+        first, last = len(have), min(nfull, reach)
+        if first < last:
+            lo = first * bs // cb  # the chain ids these blocks read, in one slice
+            chain = self.ids[a + lo:a + (min(last * bs, cover) - 1) // cb + 1].tolist()
+        for k in range(first, last):
             s, e = k * bs, (k + 1) * bs
-            hi = min(e, cover)
-            ids = tuple(self.ids[a + s // cb:a + (hi - 1) // cb + 1].tolist()) if s < hi else ()
+            ids = tuple(chain[s // cb - lo:(min(e, cover) - 1) // cb + 1 - lo])
             prev = hash((prev, ids, -1 if e <= cover else r, e))
+            have.append((prev, e))
+        for e in range(max(len(have), reach) * bs + bs, nfull * bs + 1, bs):
+            prev = hash((prev, (), r, e))  # the request's own tokens
             have.append((prev, e))
         return have
 
