@@ -112,6 +112,10 @@ def window(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None) 
         end = min(end, int(at[np.argmin(fit)]) - 1)
     refused = seat_refusals(lane, ye, arrive.size, steps, asked, running, p, end)
     end = min(end, refused[0])
+    if sched.caching and refused[1][0].size:  # a refusal names its need net of its hits:
+        hit = sched.space.may_hit(refused[1][1])  # the step looks them up
+        if hit.any():
+            end = min(end, int(refused[1][0][np.argmax(hit)]) - 1)
     if a.contiguous and refused[2][0].size:  # its refusals name its ranges: step them
         end = min(end, int(refused[2][0].min()) - 1)
     if end - S < MIN_WINDOW:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
@@ -33,6 +33,31 @@ def test_paged_lanes_waiting_for_seats_give_the_step_engines_results(data, lanes
     cap = data.draw(st.sampled_from([1024, 4096, 65536]))
     samples = data.draw(st.lists(st.integers(1, 3000), max_size=3))
     assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, samples)
+
+
+@settings(SETTINGS, max_examples=20)
+@given(st.data())
+def test_prefix_lanes_waiting_for_seats_give_the_step_engines_results(data):
+    """A request whose prefix may hit, refused for a seat inside a window: its refusal's
+    need is net of its hits, which only the step looks up (the window ends before it)."""
+    w = generate(WorkloadConfig(
+        "sharegpt-like", num_requests=data.draw(st.integers(10, 60)),
+        rate=data.draw(st.sampled_from([math.inf, 40.0, 200.0])), max_seq_len=1024,
+        prefix_share=data.draw(st.sampled_from([0.5, 0.9])), seed=data.draw(st.integers(0, 99))))
+    engine = EngineConfig(max_num_seqs=data.draw(st.sampled_from([1, 2, 4, 7])),
+                          watermark=data.draw(st.sampled_from([0.0, 0.2])), max_seq_len=1024)
+    lanes = data.draw(st.sampled_from([["paged:16:prefix"], ["paged:8:prefix", "paged:16"]]))
+    cap = data.draw(st.sampled_from([8192, 65536]))
+    assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, [])
+
+
+def test_a_seat_refusal_with_prefix_hits_names_the_need_stepping_names():
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=60, rate=40.0, seed=0,
+                                prefix_share=0.5, max_seq_len=1024))
+    jump = assert_same(w, ["paged:16:prefix"], CacheConfig(capacity_tokens=8192),
+                       EngineConfig(max_num_seqs=4, watermark=0.2, max_seq_len=1024), [])
+    fail = [e for e in jump.events.events if e.kind == "admit_failed" and e.seq_id == 5]
+    assert fail and fail[0].need_tokens < 16 * -(-int(w.prompt[5]) // 16)  # hits count
 
 
 def test_seat_refusals_are_logged_as_stepping_logs_them():
