@@ -250,3 +250,29 @@ class PagedBatchVerbs:
         self._pool.register_run(keys[start:n], self._table[row, start:n].tolist(),
                                 keys[start - 1] if start else None)
         self._ncached[row] = n
+
+    def cache_many(self, seq_ids: np.ndarray, counts: np.ndarray, keys) -> None:
+        """cache_blocks(r, keys(r, n), n) for each (r, n) of seq_ids and counts, in order,
+        registered in one pass (a sequence may come again with a larger n)."""
+        rows = self._rows.row_of_seq[seq_ids]
+        starts = self._ncached[rows].tolist()
+        last = self._table[rows, np.maximum(counts, 1) - 1].tolist()  # the common case
+        table, reached = self._table, {}
+        kk, bb, pp = [], [], []
+        for i, (sid, row, n) in enumerate(zip(seq_ids.tolist(), rows.tolist(), counts.tolist())):
+            start = reached.get(row, starts[i])
+            if n <= start:
+                continue
+            ks = keys(sid, n)
+            pp.append(ks[start - 1] if start else None)
+            if n == start + 1:
+                kk.append(ks[start])
+                bb.append(last[i])
+            else:
+                kk.extend(ks[start:n])
+                bb.extend(table[row, start:n].tolist())
+                pp.extend(ks[start:n - 1])
+            reached[row] = n
+        if kk:
+            self._pool.register_many(kk, bb, pp)
+            self._ncached[list(reached)] = list(reached.values())

@@ -126,8 +126,8 @@ class PagedSpace:
                                else opens[:free])
         if self.keys is not None:  # requests whose new token fills a block cache it
             full = (lens + 1) % self.bs == 0
-            for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
-                self._cache(r, n)
+            if full.any():
+                self.alloc.cache_many(ids[full], (lens[full] + 1) // self.bs, self.keys.upto)
         return k
 
     def may_hit(self, r: np.ndarray) -> np.ndarray:
@@ -168,8 +168,8 @@ class PagedSpace:
         k = np.arange(who.size) - np.repeat(np.cumsum(count) - count, count)
         at = first[who] + k * bs
         order = np.lexsort((who, at))
-        for r, n in zip(ids[who[order]].tolist(), (lens[who[order]] + at[order]).tolist()):
-            self._cache(r, n)
+        self.alloc.cache_many(ids[who[order]], (lens[who[order]] + at[order]) // bs,
+                              self.keys.upto)
 
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:
