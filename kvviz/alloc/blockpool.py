@@ -241,7 +241,7 @@ class BlockPool:
         self._par.update(zip(keys, parents))
         self._born.update(zip(keys, stamps))
 
-    def cached_run(self, keys: list[Key]) -> list[int]:
+    def cached_run(self, keys) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
         under each), without computing lazy keys: the caller materialized its request's."""
         got = list(map(self._first.get, keys))
@@ -254,6 +254,11 @@ class BlockPool:
         self.materialize()
         return self._first.get(key)
 
+    def lookup_run(self, keys: list[Key]) -> list[int]:
+        """`lookup` of keys in order, up to the first miss."""
+        self.materialize()
+        return self.cached_run(keys)
+
     def key_of(self, b: int) -> Key | None:
         return self._key_of.get(b)
 
@@ -264,6 +269,17 @@ class BlockPool:
         fill = int(self.content[b])
         self.content[b] = 0
         return fill
+
+    def reuse_many(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`reuse` for each of `blocks` (distinct) that is cached free: returns those, the
+        others (held), in order, and the content the first held, in slots."""
+        free = self.lru._mark[blocks].astype(np.bool_)
+        mine = blocks[free]
+        self.lru.remove_many(mine)
+        self.cached[mine] = False
+        fill = int(self.content[mine].sum())
+        self.content[mine] = 0
+        return mine, blocks[~free], fill
 
     def register(self, key: Key, b: int, parent: Key | None = None) -> None:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block

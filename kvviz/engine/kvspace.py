@@ -8,6 +8,8 @@ place (vLLM has no contiguous allocator; the scheduler above it is the same).
 """
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, Reason
@@ -47,7 +49,7 @@ class PagedSpace:
         n = (num_tokens - 1) // self.bs
         if n <= 0:
             return [], 0
-        hits = pool.cached_run(self.keys.upto(r, n)[:n])
+        hits = pool.cached_run(islice(self.keys.upto(r, n), n))
         return hits, len(hits) * self.bs
 
     def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
