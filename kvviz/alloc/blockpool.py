@@ -49,6 +49,7 @@ class BlockPool:
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
         self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
+        self.version = 0  # changes whenever a key's first block may have (a lookup's answer)
         self._has = bytearray(num_blocks)  # per block: holds a key (read one by one)
         self.has_key = np.frombuffer(self._has, np.bool_)  # the same bytes, as an array
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
@@ -83,6 +84,7 @@ class BlockPool:
         if not self.lazy.count:
             return
         blocks, keys, parents, stamps = self.lazy.drain()
+        self.version += 1
         kof, first, more, par, born = self._kof, self._first, self._more, self._par, self._born
         for b, k, p, t in zip(blocks, keys, parents, stamps):
             kof[b] = k
@@ -153,6 +155,7 @@ class BlockPool:
         has, kof, first, more, born, par, log = (self._has, self._kof, self._first, self._more,
                                                  self._born, self._par, self.log)
         lazy = []
+        self.version += 1
         for b in blocks:
             has[b] = 0
             gone = kof.pop(b, None)
@@ -238,6 +241,7 @@ class BlockPool:
         self._kof.update(zip(blocks.tolist(), keys))
         self.has_key[blocks] = True
         self._first.update(zip(keys, blocks.tolist()))
+        self.version += 1
         self._par.update(zip(keys, parents))
         self._born.update(zip(keys, stamps))
 
@@ -296,6 +300,7 @@ class BlockPool:
         """register(keys[i], blocks[i], parents[i]) for each in order, in one pass."""
         kof, first, more, par, has, born, log = (self._kof, self._first, self._more, self._par,
                                                  self._has, self._born, self.log)
+        self.version += 1
         for key, b, parent in zip(keys, blocks, parents):
             old = kof.get(b)
             if old is None and self.lazy.count and self.lazy.stamp[b] >= 0:

@@ -37,6 +37,7 @@ class PagedSpace:
         self.alloc, self.keys, self.bs = alloc, keys, alloc.block_size
         # vLLM: int(watermark * num_blocks), its block count including the null block
         self.watermark_blocks = int(watermark * (alloc.num_blocks + 1))
+        self._memo: tuple = (-1, 0, 0, [])  # hits' last answer: (r, blocks asked, version, hits)
 
     def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
         """The cached blocks request r starts from and the tokens they hold: whole blocks
@@ -49,7 +50,11 @@ class PagedSpace:
         n = (num_tokens - 1) // self.bs
         if n <= 0:
             return [], 0
+        memo = self._memo  # a refused head is asked again while no key changed
+        if memo[0] == r and memo[1] == n and memo[2] == pool.version:
+            return memo[3], len(memo[3]) * self.bs
         hits = pool.cached_run(islice(self.keys.upto(r, n), n))
+        self._memo = (r, n, pool.version, hits)
         return hits, len(hits) * self.bs
 
     def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
