@@ -49,7 +49,9 @@ class BlockPool:
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
         self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
-        self.version = 0  # changes whenever a key's first block may have (a lookup's answer)
+        # changes whenever a cached key's first block changes or goes (storing keys adds
+        # keys only: a lookup's leading run stays, unless its first miss came)
+        self.version = 0
         self._has = bytearray(num_blocks)  # per block: holds a key (read one by one)
         self.has_key = np.frombuffer(self._has, np.bool_)  # the same bytes, as an array
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
@@ -241,7 +243,6 @@ class BlockPool:
         self._kof.update(zip(blocks.tolist(), keys))
         self.has_key[blocks] = True
         self._first.update(zip(keys, blocks.tolist()))
-        self.version += 1
         self._par.update(zip(keys, parents))
         self._born.update(zip(keys, stamps))
 
@@ -252,6 +253,10 @@ class BlockPool:
         if None in got:
             del got[got.index(None):]
         return got
+
+    def holds(self, key: Key) -> bool:
+        """Whether some block is cached under `key` (lazy keys aside)."""
+        return key in self._first
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
@@ -300,7 +305,6 @@ class BlockPool:
         """register(keys[i], blocks[i], parents[i]) for each in order, in one pass."""
         kof, first, more, par, has, born, log = (self._kof, self._first, self._more, self._par,
                                                  self._has, self._born, self.log)
-        self.version += 1
         for key, b, parent in zip(keys, blocks, parents):
             old = kof.get(b)
             if old is None and self.lazy.count and self.lazy.stamp[b] >= 0:

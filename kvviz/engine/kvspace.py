@@ -50,10 +50,13 @@ class PagedSpace:
         n = (num_tokens - 1) // self.bs
         if n <= 0:
             return [], 0
-        memo = self._memo  # a refused head is asked again while no key changed
-        if memo[0] == r and memo[1] == n and memo[2] == pool.version:
-            return memo[3], len(memo[3]) * self.bs
-        hits = pool.cached_run(islice(self.keys.upto(r, n), n))
+        keys = self.keys.upto(r, n)
+        memo = self._memo  # a refused head, asked again: its run stays while no key went
+        if memo[0] == r and memo[1] == n and memo[2] == pool.version:  # and none came
+            hits = memo[3]
+            if len(hits) == n or not pool.holds(keys[len(hits)]):
+                return hits, len(hits) * self.bs
+        hits = pool.cached_run(islice(keys, n))
         self._memo = (r, n, pool.version, hits)
         return hits, len(hits) * self.bs
 
