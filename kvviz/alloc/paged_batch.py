@@ -251,10 +251,20 @@ class PagedBatchVerbs:
                                 keys[start - 1] if start else None)
         self._ncached[row] = n
 
-    def cache_many(self, seq_ids: np.ndarray, counts: np.ndarray, keys) -> None:
+    def cache_many(self, seq_ids: np.ndarray, counts: np.ndarray, keys,
+                   once: bool = False) -> None:
         """cache_blocks(r, keys(r, n), n) for each (r, n) of seq_ids and counts, in order,
-        registered in one pass (a sequence may come again with a larger n)."""
+        registered in one pass (a sequence may come again with a larger n; once: none
+        does)."""
         rows = self._rows.row_of_seq[seq_ids]
+        if once and (self._ncached[rows] == counts - 1).all():  # one new block each
+            ns = counts.tolist()
+            chains = list(map(keys, seq_ids.tolist(), ns))
+            self._pool.register_many([c[n - 1] for c, n in zip(chains, ns)],
+                                     self._table[rows, counts - 1].tolist(),
+                                     [c[n - 2] if n > 1 else None for c, n in zip(chains, ns)])
+            self._ncached[rows] = counts
+            return
         starts = self._ncached[rows].tolist()
         last = self._table[rows, np.maximum(counts, 1) - 1].tolist()  # the common case
         table, reached = self._table, {}

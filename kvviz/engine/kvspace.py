@@ -137,7 +137,8 @@ class PagedSpace:
         if self.keys is not None:  # requests whose new token fills a block cache it
             full = (lens + 1) % self.bs == 0
             if full.any():
-                self.alloc.cache_many(ids[full], (lens[full] + 1) // self.bs, self.keys.upto)
+                self.alloc.cache_many(ids[full], (lens[full] + 1) // self.bs, self.keys.upto,
+                                      once=True)
         return k
 
     def may_hit(self, r: np.ndarray) -> np.ndarray:

@@ -99,6 +99,11 @@ class BlockKeys:
         if first < last:
             lo = first * bs // cb  # the chain ids these blocks read, in one slice
             chain = self.ids[a + lo:a + (min(last * bs, cover) - 1) // cb + 1].tolist()
+        if first < last and cb == bs:  # one chain id per block: block k reads chain[k - lo]
+            for e, cid in zip(range(first * bs + bs, last * bs + 1, bs), chain):
+                prev = hash((prev, (cid,), -1 if e <= cover else r, e))
+                have.append((prev, e))
+            first = last
         for k in range(first, last):
             s, e = k * bs, (k + 1) * bs
             ids = tuple(chain[s // cb - lo:(min(e, cover) - 1) // cb + 1 - lo])
