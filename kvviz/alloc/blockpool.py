@@ -27,13 +27,14 @@ import numpy as np
 
 from kvviz.alloc.lazykeys import LazyKeys
 from kvviz.alloc.lruqueue import LruQueue
+from kvviz.alloc.poolreplay import PoolReplay
 
 Key = tuple[int, int]
 STORED, REMOVED = "stored", "removed"
 LogEntry = tuple[str, Key, "Key | None"]  # (STORED | REMOVED, key, parent key of a store)
 
 
-class BlockPool:
+class BlockPool(PoolReplay):
     def __init__(self, num_blocks: int) -> None:
         self.cached = np.zeros(num_blocks, np.bool_)  # per block: free, holding content
         self.content = np.zeros(num_blocks, np.int32)  # slots of content in cached blocks
@@ -199,52 +200,6 @@ class BlockPool:
     def plain_list(self) -> list[int]:
         """The plain free blocks (never cached), the next taken last."""
         return self._stack[:self._nfree].tolist()
-
-    def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
-        """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
-        taken last) and the cached free blocks, least recently freed first."""
-        return self._stack[:self._nfree].astype(np.int64), self.lru.items()
-
-    def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
-                   fills: np.ndarray) -> None:
-        """After a replay: the plain free blocks are `stack`; the FIFO's first
-        evicted.size blocks were evicted (block ids in order; their keys the caller's, see
-        `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
-        self._stack[:stack.size] = stack
-        self._nfree = int(stack.size)
-        self.lru.pop(min(int(evicted.size), self.lru.n))
-        self.cached[evicted] = False
-        self.content[evicted] = 0
-        self.evictions += int(evicted.size)
-        self.lru.append(cached)
-        self.cached[cached] = True
-        self.content[cached] = fills
-
-    def forget_many(self, blocks: np.ndarray) -> None:
-        """Evicted blocks lose their keys, in order (as `take` would forget them)."""
-        if not blocks.size:
-            return
-        lazy = self.lazy.stamp[blocks] >= 0 if self.lazy.count else np.zeros(blocks.size, bool)
-        if lazy.any():
-            self.lazy.drop(blocks[lazy])
-            self.has_key[blocks[lazy]] = False
-        for b in blocks[~lazy].tolist():
-            self._forget(b)
-
-    def all_new(self, keys: list[Key]) -> bool:
-        """Whether no block holds any of `keys` (lazy keys aside: see lazykeys.py) and none
-        repeats."""
-        return len(set(keys)) == len(keys) and not any(map(self._first.__contains__, keys))
-
-    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list,
-                  stamps: list[int]) -> None:
-        """Blocks (without a key) now hold keys `all_new` said are new: what `register`
-        for each, in order, leaves, at dict speed."""
-        self._kof.update(zip(blocks.tolist(), keys))
-        self.has_key[blocks] = True
-        self._first.update(zip(keys, blocks.tolist()))
-        self._par.update(zip(keys, parents))
-        self._born.update(zip(keys, stamps))
 
     def cached_run(self, keys) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
