@@ -226,17 +226,10 @@ class BlockPool(PoolReplay):
     def key_of(self, b: int) -> Key | None:
         return self._key_of.get(b)
 
-    def reuse(self, b: int) -> int:
-        """Take cached block b back into use (a prefix hit); returns its content in slots."""
-        self.lru.remove(b)
-        self.cached[b] = False
-        fill = int(self.content[b])
-        self.content[b] = 0
-        return fill
-
-    def reuse_many(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`reuse` for each of `blocks` (distinct) that is cached free: returns those, the
-        others (held), in order, and the content the first held, in slots."""
+    def reuse_many(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Take the cached free ones of `blocks` (distinct prefix hits) back into use:
+        returns those, the others (held), in order, and the content the first held, in
+        slots."""
         free = self.lru._mark[blocks].astype(np.bool_)
         mine = blocks[free]
         self.lru.remove_many(mine)
