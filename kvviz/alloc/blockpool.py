@@ -12,7 +12,8 @@ array ring (cached blocks, least recently freed first, evicted only when no plai
 left; kvviz/alloc/lruqueue.py). The dicts below are read through properties that first compute
 the keys a window stored lazily (kvviz/alloc/lazykeys.py). A prefix block is known by its key
 (kvviz/engine/tokens.py); several blocks may hold the same key (vLLM keeps duplicates): a
-lookup returns the first one cached.
+lookup returns the first one cached. A key's first block is one dict entry (`_first`, in the
+order the keys were stored); only a key held by several blocks has a list of them (`_more`).
 
 The event log (off unless `start_log()` was called): every block that becomes cached is appended
 as ("stored", key, parent key) and every evicted block as ("removed", key, None), in the order
@@ -26,13 +27,14 @@ import numpy as np
 
 from kvviz.alloc.lazykeys import LazyKeys
 from kvviz.alloc.lruqueue import LruQueue
+from kvviz.alloc.poolreplay import PoolReplay
 
 Key = tuple[int, int]
 STORED, REMOVED = "stored", "removed"
 LogEntry = tuple[str, Key, "Key | None"]  # (STORED | REMOVED, key, parent key of a store)
 
 
-class BlockPool:
+class BlockPool(PoolReplay):
     def __init__(self, num_blocks: int) -> None:
         self.cached = np.zeros(num_blocks, np.bool_)  # per block: free, holding content
         self.content = np.zeros(num_blocks, np.int32)  # slots of content in cached blocks
@@ -43,10 +45,14 @@ class BlockPool:
         # is_cached(b): 1 if block b is a cached free block, else 0 (the LRU's mark byte)
         self.is_cached = self.lru.mark.__getitem__
         self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
-        self._bof: dict[Key, dict[int, None]] = {}  # key -> its blocks, first cached first
+        self._first: dict[Key, int] = {}  # key -> its first block cached, keys by stamp
+        self._more: dict[Key, list[int]] = {}  # a key several blocks hold -> them, in order
         self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
         self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
+        # changes whenever a cached key's first block changes or goes (storing keys adds
+        # keys only: a lookup's leading run stays, unless its first miss came)
+        self.version = 0
         self._has = bytearray(num_blocks)  # per block: holds a key (read one by one)
         self.has_key = np.frombuffer(self._has, np.bool_)  # the same bytes, as an array
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
@@ -64,8 +70,11 @@ class BlockPool:
 
     @property
     def _block_of(self) -> dict[Key, dict[int, None]]:
+        """key -> its blocks, first cached first, keys in stamp order (a copy, for tests)."""
         self.materialize()
-        return self._bof
+        more = self._more
+        return {k: dict.fromkeys(more[k] if k in more else (b,))
+                for k, b in self._first.items()}
 
     @property
     def parent_of(self) -> dict[Key, Key | None]:
@@ -78,13 +87,16 @@ class BlockPool:
         if not self.lazy.count:
             return
         blocks, keys, parents, stamps = self.lazy.drain()
-        kof, bof, par, born = self._kof, self._bof, self._par, self._born
+        self.version += 1
+        kof, first, more, par, born = self._kof, self._first, self._more, self._par, self._born
         for b, k, p, t in zip(blocks, keys, parents, stamps):
             kof[b] = k
             par.setdefault(k, p)
             born.setdefault(k, t)
-            bof.setdefault(k, {})[b] = None
-        self._bof = dict(sorted(bof.items(), key=lambda kv: born[kv[0]]))
+            was = first.setdefault(k, b)
+            if was != b:
+                more.setdefault(k, [was]).append(b)
+        self._first = dict(sorted(first.items(), key=lambda kv: born[kv[0]]))
 
     def stamps(self, n: int) -> int:
         """Reserve n stamps (for keys stored in that order); returns the first."""
@@ -101,7 +113,7 @@ class BlockPool:
     def cached_keys(self) -> dict[Key, Key | None]:
         """The keys cached now (live or free), each with its parent key. O(cached blocks)."""
         par = self.parent_of
-        return {k: par.get(k) for k in self._bof}
+        return {k: par.get(k) for k in self._first}
 
     def drain_log(self) -> list[LogEntry]:
         """The entries since the last drain, oldest first (empty when not logging)."""
@@ -143,22 +155,30 @@ class BlockPool:
 
     def _forget_all(self, blocks) -> None:
         """_forget for each of `blocks` (ints), in order."""
-        has, kof, bof, born, par, log = (self._has, self._kof, self._bof, self._born,
-                                         self._par, self.log)
+        has, kof, first, more, born, par, log = (self._has, self._kof, self._first, self._more,
+                                                 self._born, self._par, self.log)
+        lazy = []
+        self.version += 1
         for b in blocks:
             has[b] = 0
             gone = kof.pop(b, None)
             if gone is None:  # a lazy key: nothing else holds it
-                self.lazy.drop(np.asarray([b]))
+                lazy.append(b)
                 continue
-            copies = bof[gone]
-            del copies[b]
-            if not copies:
-                del bof[gone]
+            copies = more.get(gone)
+            if copies is None:
+                del first[gone]
                 del born[gone]
                 par.pop(gone, None)
+            else:
+                copies.remove(b)
+                first[gone] = copies[0]
+                if len(copies) == 1:
+                    del more[gone]
             if log is not None:
                 log.append((REMOVED, gone, None))
+        if lazy:
+            self.lazy.drop(np.asarray(lazy))
 
     def put(self, blocks: np.ndarray, fills: np.ndarray) -> None:
         """Blocks nobody references any more, in eviction order (the first is evicted
@@ -181,75 +201,42 @@ class BlockPool:
         """The plain free blocks (never cached), the next taken last."""
         return self._stack[:self._nfree].tolist()
 
-    def replay_start(self) -> tuple[np.ndarray, np.ndarray]:
-        """For a window's replay (kvviz/alloc/freequeue.py): the plain free blocks (the next
-        taken last) and the cached free blocks, least recently freed first."""
-        return self._stack[:self._nfree].astype(np.int64), self.lru.items()
-
-    def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
-                   fills: np.ndarray) -> None:
-        """After a replay: the plain free blocks are `stack`; the FIFO's first
-        evicted.size blocks were evicted (block ids in order; their keys the caller's, see
-        `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
-        self._stack[:stack.size] = stack
-        self._nfree = int(stack.size)
-        self.lru.pop(min(int(evicted.size), self.lru.n))
-        self.cached[evicted] = False
-        self.content[evicted] = 0
-        self.evictions += int(evicted.size)
-        self.lru.append(cached)
-        self.cached[cached] = True
-        self.content[cached] = fills
-
-    def forget_many(self, blocks: np.ndarray) -> None:
-        """Evicted blocks lose their keys, in order (as `take` would forget them)."""
-        if not blocks.size:
-            return
-        lazy = self.lazy.stamp[blocks] >= 0 if self.lazy.count else np.zeros(blocks.size, bool)
-        if lazy.any():
-            self.lazy.drop(blocks[lazy])
-            self.has_key[blocks[lazy]] = False
-        for b in blocks[~lazy].tolist():
-            self._forget(b)
-
-    def all_new(self, keys: list[Key]) -> bool:
-        """Whether no block holds any of `keys` (lazy keys aside: see lazykeys.py) and none
-        repeats."""
-        return len(set(keys)) == len(keys) and not any(map(self._bof.__contains__, keys))
-
-    def store_new(self, keys: list[Key], blocks: np.ndarray, parents: list,
-                  stamps: list[int]) -> None:
-        """Blocks (without a key) now hold keys `all_new` said are new: what `register`
-        for each, in order, leaves, at dict speed."""
-        self._kof.update(zip(blocks.tolist(), keys))
-        self.has_key[blocks] = True
-        self._bof.update(zip(keys, ({b: None} for b in blocks.tolist())))
-        self._par.update(zip(keys, parents))
-        self._born.update(zip(keys, stamps))
-
-    def cached_run(self, keys: list[Key]) -> list[int]:
+    def cached_run(self, keys) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
         under each), without computing lazy keys: the caller materialized its request's."""
-        got = list(map(self._bof.get, keys))
+        got = list(map(self._first.get, keys))
         if None in got:
             del got[got.index(None):]
-        return [next(iter(c)) for c in got]
+        return got
+
+    def holds(self, key: Key) -> bool:
+        """Whether some block is cached under `key` (lazy keys aside)."""
+        return key in self._first
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under `key` (None: a miss)."""
-        copies = self._block_of.get(key)
-        return None if copies is None else next(iter(copies))
+        self.materialize()
+        return self._first.get(key)
+
+    def lookup_run(self, keys: list[Key]) -> list[int]:
+        """`lookup` of keys in order, up to the first miss."""
+        self.materialize()
+        return self.cached_run(keys)
 
     def key_of(self, b: int) -> Key | None:
         return self._key_of.get(b)
 
-    def reuse(self, b: int) -> int:
-        """Take cached block b back into use (a prefix hit); returns its content in slots."""
-        self.lru.remove(b)
-        self.cached[b] = False
-        fill = int(self.content[b])
-        self.content[b] = 0
-        return fill
+    def reuse_many(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Take the cached free ones of `blocks` (distinct prefix hits) back into use:
+        returns those, the others (held), in order, and the content the first held, in
+        slots."""
+        free = self.lru._mark[blocks].astype(np.bool_)
+        mine = blocks[free]
+        self.lru.remove_many(mine)
+        self.cached[mine] = False
+        fill = int(self.content[mine].sum())
+        self.content[mine] = 0
+        return mine, blocks[~free], fill
 
     def register(self, key: Key, b: int, parent: Key | None = None) -> None:
         """Block b (held) now holds the content of `key`; `parent` is the key of the block
@@ -260,16 +247,19 @@ class BlockPool:
     def register_run(self, keys, blocks, parent: Key | None) -> None:
         """register(keys[i], blocks[i], keys[i - 1]) for each in order (parent: the key
         before keys[0])."""
-        kof, bof, par, has, born, log = (self._kof, self._bof, self._par, self._has,
-                                         self._born, self.log)
-        for key, b in zip(keys, blocks):
+        self.register_many(keys, blocks, [parent, *keys[:-1]])
+
+    def register_many(self, keys, blocks, parents) -> None:
+        """register(keys[i], blocks[i], parents[i]) for each in order, in one pass."""
+        kof, first, more, par, has, born, log = (self._kof, self._first, self._more, self._par,
+                                                 self._has, self._born, self.log)
+        for key, b, parent in zip(keys, blocks, parents):
             old = kof.get(b)
             if old is None and self.lazy.count and self.lazy.stamp[b] >= 0:
                 self.materialize()  # b holds a lazy key: compute them
-                old, bof = kof.get(b), self._bof
+                old, first = kof.get(b), self._first
             if old is not None:
                 if old == key:
-                    parent = key
                     continue
                 self._forget(b)
             par.setdefault(key, parent)
@@ -277,11 +267,9 @@ class BlockPool:
                 log.append((STORED, key, parent))
             kof[b] = key
             has[b] = 1
-            copies = bof.get(key)
-            if copies is None:
-                bof[key] = {b: None}
+            was = first.setdefault(key, b)
+            if was == b:
                 born[key] = self._clock
                 self._clock += 1
             else:
-                copies[b] = None
-            parent = key
+                more.setdefault(key, [was]).append(b)

@@ -48,6 +48,12 @@ class LruQueue:
         self.mark[b] = 0
         self.n -= 1
 
+    def remove_many(self, blocks: np.ndarray) -> None:
+        """remove() for each of `blocks` (distinct, all queued)."""
+        self.pos[blocks] = -1
+        self._mark[blocks] = 0
+        self.n -= int(blocks.size)
+
     def older(self, blocks) -> int:
         """How many queued blocks are evicted before any of `blocks` (all queued): the
         valid entries older than the oldest of them."""

@@ -178,14 +178,13 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
     def _hold_hits(self, seq_id: int, hits: list[int]) -> None:
         """`seq_id` holds its prefix-cache hits: a cached free block becomes its own (out of
         the free pool; its fill follows from the length), a live one gains a holder."""
-        for b in hits:
-            if self._pool.is_cached(b):
-                self._used += self._pool.reuse(b)
-                self._own(b, seq_id)
-            else:
-                self._ref[b] += 1
-                self._holders.setdefault(b, {int(self._owner[b])}).add(seq_id)
-        if hits:
+        if hits:  # the cached free ones leave the free queue, the held ones gain a holder
+            mine, live, fill = self._pool.reuse_many(np.asarray(hits, np.int64))
+            self._used += fill
+            self._own(mine, seq_id)
+            self._ref[live] += 1  # (a request's hits are distinct blocks)
+            for b, owner in zip(live.tolist(), self._owner[live].tolist()):
+                self._holders.setdefault(b, {owner}).add(seq_id)
             self._sharing = True
 
     def _new_row(self, seq_id: int) -> int:
@@ -226,11 +225,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         keys = []
         if self.prefix_caching and prefix is not None:
             keys = prefix_keys(prefix, bs, num_tokens)
-            for key in keys:
-                b = self._pool.lookup(key)
-                if b is None:
-                    break
-                hits.append(b)
+            hits = self._pool.lookup_run(keys)
         # cached-free hits come out of the free pool too
         free_after_hits = self._free_blocks() - sum(map(self._pool.is_cached, hits))
         if nblocks - len(hits) > free_after_hits:
@@ -289,13 +284,15 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         ref[blocks] -= 1
         gone = ref[blocks] == 0
         zero = blocks[gone]
-        for b in blocks[~gone].tolist() if shared else ():  # an entry's ref is >= 2: never 0
+        keep = blocks[~gone] if shared else blocks[:0]  # an entry's ref was >= 2: not 0
+        for b, own, one in zip(keep.tolist(), (self._owner[keep] == seq_id).tolist(),
+                               (ref[keep] == 1).tolist()):
             holders = shared.get(b)
             if holders is not None:
                 holders.discard(seq_id)
-                if self._owner[b] == seq_id:
+                if own:
                     self._owner[b] = min(holders)
-                if ref[b] == 1:
+                if one:
                     del shared[b]
         if zero.size:
             self._give_back(zero, fills[gone])

@@ -250,3 +250,39 @@ class PagedBatchVerbs:
         self._pool.register_run(keys[start:n], self._table[row, start:n].tolist(),
                                 keys[start - 1] if start else None)
         self._ncached[row] = n
+
+    def cache_many(self, seq_ids: np.ndarray, counts: np.ndarray, keys,
+                   once: bool = False) -> None:
+        """cache_blocks(r, keys(r, n), n) for each (r, n) of seq_ids and counts, in order,
+        registered in one pass (a sequence may come again with a larger n; once: none
+        does)."""
+        rows = self._rows.row_of_seq[seq_ids]
+        if once and (self._ncached[rows] == counts - 1).all():  # one new block each
+            ns = counts.tolist()
+            chains = list(map(keys, seq_ids.tolist(), ns))
+            self._pool.register_many([c[n - 1] for c, n in zip(chains, ns)],
+                                     self._table[rows, counts - 1].tolist(),
+                                     [c[n - 2] if n > 1 else None for c, n in zip(chains, ns)])
+            self._ncached[rows] = counts
+            return
+        starts = self._ncached[rows].tolist()
+        last = self._table[rows, np.maximum(counts, 1) - 1].tolist()  # the common case
+        table, reached = self._table, {}
+        kk, bb, pp = [], [], []
+        for i, (sid, row, n) in enumerate(zip(seq_ids.tolist(), rows.tolist(), counts.tolist())):
+            start = reached.get(row, starts[i])
+            if n <= start:
+                continue
+            ks = keys(sid, n)
+            pp.append(ks[start - 1] if start else None)
+            if n == start + 1:
+                kk.append(ks[start])
+                bb.append(last[i])
+            else:
+                kk.extend(ks[start:n])
+                bb.extend(table[row, start:n].tolist())
+                pp.extend(ks[start:n - 1])
+            reached[row] = n
+        if kk:
+            self._pool.register_many(kk, bb, pp)
+            self._ncached[list(reached)] = list(reached.values())

@@ -8,6 +8,8 @@ place (vLLM has no contiguous allocator; the scheduler above it is the same).
 """
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, Reason
@@ -35,6 +37,7 @@ class PagedSpace:
         self.alloc, self.keys, self.bs = alloc, keys, alloc.block_size
         # vLLM: int(watermark * num_blocks), its block count including the null block
         self.watermark_blocks = int(watermark * (alloc.num_blocks + 1))
+        self._memo: tuple = (-1, 0, 0, [])  # hits' last answer: (r, blocks asked, version, hits)
 
     def hits(self, r: int, num_tokens: int) -> tuple[list[int], int]:
         """The cached blocks request r starts from and the tokens they hold: whole blocks
@@ -47,7 +50,14 @@ class PagedSpace:
         n = (num_tokens - 1) // self.bs
         if n <= 0:
             return [], 0
-        hits = pool.cached_run(self.keys.upto(r, n)[:n])
+        keys = self.keys.upto(r, n)
+        memo = self._memo  # a refused head, asked again: its run stays while no key went
+        if memo[0] == r and memo[1] == n and memo[2] == pool.version:  # and none came
+            hits = memo[3]
+            if len(hits) == n or not pool.holds(keys[len(hits)]):
+                return hits, len(hits) * self.bs
+        hits = pool.cached_run(islice(keys, n))
+        self._memo = (r, n, pool.version, hits)
         return hits, len(hits) * self.bs
 
     def check(self, r: int, num_tokens: int, hits: list[int], empty: bool) -> Admission:
@@ -126,8 +136,9 @@ class PagedSpace:
                                else opens[:free])
         if self.keys is not None:  # requests whose new token fills a block cache it
             full = (lens + 1) % self.bs == 0
-            for r, n in zip(ids[full].tolist(), (lens[full] + 1).tolist()):
-                self._cache(r, n)
+            if full.any():
+                self.alloc.cache_many(ids[full], (lens[full] + 1) // self.bs, self.keys.upto,
+                                      once=True)
         return k
 
     def may_hit(self, r: np.ndarray) -> np.ndarray:
@@ -168,8 +179,8 @@ class PagedSpace:
         k = np.arange(who.size) - np.repeat(np.cumsum(count) - count, count)
         at = first[who] + k * bs
         order = np.lexsort((who, at))
-        for r, n in zip(ids[who[order]].tolist(), (lens[who[order]] + at[order]).tolist()):
-            self._cache(r, n)
+        self.alloc.cache_many(ids[who[order]], (lens[who[order]] + at[order]) // bs,
+                              self.keys.upto)
 
     def _cache(self, r: int, tokens: int) -> None:
         if self.keys is not None and tokens >= self.bs:

@@ -54,6 +54,7 @@ class BlockKeys:
         self._keys: dict[int, list[Key]] = {}
         self._start = self.ptr.tolist()  # per request: its chain's first id, and
         self._cover = np.minimum(np.diff(self.ptr) * self.block, w.prompt).tolist()  # reach
+        self._reach = [-(-c // block_size) for c in self._cover]  # blocks the chain reaches
 
     def keys(self, r: int, nfull: int) -> KeyChain:
         """Keys of blocks 0..nfull-1 of request r, computed when first read."""
@@ -64,8 +65,12 @@ class BlockKeys:
         have = self._keys.get(r)
         if have is None:
             have = self._keys[r] = []
-        if len(have) < nfull:
-            self._extend(have, r, nfull)
+        k = len(have)
+        if k < nfull:
+            if k and k >= self._reach[r]:  # past the shared chain: the request's own keys
+                self._own(have, r, nfull)
+            else:
+                self._extend(have, r, nfull)
         return have
 
     def chain(self, r: int, nfull: int) -> list[Key]:
@@ -94,13 +99,26 @@ class BlockKeys:
         if first < last:
             lo = first * bs // cb  # the chain ids these blocks read, in one slice
             chain = self.ids[a + lo:a + (min(last * bs, cover) - 1) // cb + 1].tolist()
+        if first < last and cb == bs:  # one chain id per block: block k reads chain[k - lo]
+            for e, cid in zip(range(first * bs + bs, last * bs + 1, bs), chain):
+                prev = hash((prev, (cid,), -1 if e <= cover else r, e))
+                have.append((prev, e))
+            first = last
         for k in range(first, last):
             s, e = k * bs, (k + 1) * bs
             ids = tuple(chain[s // cb - lo:(min(e, cover) - 1) // cb + 1 - lo])
             prev = hash((prev, ids, -1 if e <= cover else r, e))
             have.append((prev, e))
-        for e in range(max(len(have), reach) * bs + bs, nfull * bs + 1, bs):
-            prev = hash((prev, (), r, e))  # the request's own tokens
+        if len(have) < reach:  # (nfull < reach: nothing more)
+            return have
+        return self._own(have, r, nfull)
+
+    def _own(self, have: list[Key], r: int, nfull: int) -> list[Key]:
+        """Extend `have` (reaching past r's shared chain, or empty with none) to nfull keys
+        of the request's own tokens."""
+        bs, prev = self.bs, have[-1][0] if have else 0
+        for e in range(len(have) * bs + bs, nfull * bs + 1, bs):
+            prev = hash((prev, (), r, e))
             have.append((prev, e))
         return have
 
