@@ -66,15 +66,15 @@ def test_admission_runs_admit_what_the_loop_admits(data, lanes):
 
 
 def test_waves_at_once_with_preemptions_rejections_and_every_limit():
-    """Hundreds at once: the first waves are runs, preempted requests come back at the
+    """200 at once: the first waves are runs, preempted requests come back at the
     front ahead of new ones; a too-big head mid-wave (rejected), max_num_seqs, the token
     budget (a chunk ends a run), chunked prefill off, the watermark (waived while nothing
     runs)."""
-    w = generate(WorkloadConfig("sharegpt-like", num_requests=400, seed=3, max_seq_len=1024))
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=200, seed=3, max_seq_len=1024))
     prompt = w.prompt.copy()
-    prompt[[5, 40, 41, 200]] = 2000  # too big for the 2,048-slot cache with their output
+    prompt[[5, 40, 41, 150]] = 2000  # too big for the 2,048-slot cache with their output
     output = w.output.copy()
-    output[[5, 40, 41, 200]] = 100
+    output[[5, 40, 41, 150]] = 100
     w = Workload(w.arrival_s, prompt, output, w.prefix_group)
     lanes = ["paged:16", "paged:1", "paged:5"]
     for cap, seqs, budget, chunked, wm in ((2048, 10**6, 10**9, True, 0.0),
