@@ -4,7 +4,7 @@ at every step of the span for the same reason, its prefix hits in the cache the 
 decodes evict from (block maps, free queue and prefix cache in their order, events)."""
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.core.config import CacheConfig, EngineConfig, WorkloadConfig
@@ -45,12 +45,12 @@ def test_prefix_spans_while_the_head_waits(monkeypatch):
     assert len(seen) > 50 and max(seen) > 10
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=25)
 @given(st.data())
 def test_prefix_lanes_under_pressure_give_the_step_engines_results(data):
     w = generate(WorkloadConfig(
         data.draw(st.sampled_from(["sharegpt-like", "alpaca-like", "uniform"])),
-        num_requests=data.draw(st.integers(5, 80)),
+        num_requests=data.draw(st.integers(5, 50)),
         rate=data.draw(st.sampled_from([float("inf"), 5.0, 40.0])),
         prefix_share=data.draw(st.sampled_from([0.5, 0.9, 1.0])),
         prefix_tokens=data.draw(st.sampled_from([16, 64, 256])), max_seq_len=1024,
