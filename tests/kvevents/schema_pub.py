@@ -140,10 +140,11 @@ class SchemaPublisher:
 
 
 def publish_for(pub: SchemaPublisher, seconds: float, data_of) -> threading.Thread:
-    """A daemon thread sending data_of(i) every 50 ms for `seconds` (started)."""
+    """A daemon thread sending data_of(i) every 50 ms for `seconds` or until pub.stop is set
+    (started)."""
     def go() -> None:
         end, i = time.monotonic() + seconds, 0
-        while time.monotonic() < end:
+        while time.monotonic() < end and not pub.stop.is_set():
             pub.send(data_of(i))
             i += 1
             time.sleep(0.05)

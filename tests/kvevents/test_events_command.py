@@ -104,7 +104,7 @@ def test_kvviz_collect_publishes_what_kvviz_events_records(tmp_path):
     port = free_base_port(2)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     ev = subprocess.Popen([sys.executable, "-m", "kvviz", "events", f"tcp://127.0.0.1:{port}",
-                           "--duration", "10", "--json", "--quiet", "--out",
+                           "--duration", "60", "--json", "--quiet", "--out",
                            str(tmp_path / "e.db")], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)  # listens first: ZMQ reconnects
     try:
@@ -115,7 +115,9 @@ def test_kvviz_collect_publishes_what_kvviz_events_records(tmp_path):
                               "--kv-events-format", "sglang", "--duration", "3", "--quiet",
                               "--out", str(tmp_path / "c.db")], env=env, capture_output=True,
                              text=True, timeout=60)
+        time.sleep(1.0)  # the last batches on the way
     finally:
+        ev.terminate()  # SIGTERM: `kvviz events` stops, writes its summary and exits 0
         out, err = ev.communicate(timeout=30)
     assert col.returncode == 0, col.stderr
     assert ev.returncode == 0, err
