@@ -223,9 +223,6 @@ class BlockPool(PoolReplay):
         self.materialize()
         return self.cached_run(keys)
 
-    def key_of(self, b: int) -> Key | None:
-        return self._key_of.get(b)
-
     def reuse_many(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Take the cached free ones of `blocks` (distinct prefix hits) back into use:
         returns those, the others (held), in order, and the content the first held, in

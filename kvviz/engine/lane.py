@@ -94,12 +94,6 @@ class Lane:
         return self.sched.computed[self.run_ids]
 
     @property
-    def run_rem(self) -> np.ndarray:
-        """KV slots each running request has still to write (its last token gets none)."""
-        ids = self.run_ids
-        return self.kv_final[ids] - self.sched.computed[ids]
-
-    @property
     def generated(self) -> np.ndarray:
         return self.sched.generated
 
