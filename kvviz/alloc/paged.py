@@ -15,7 +15,8 @@ Invariants (checked by tests/alloc):
   only the last written block of a sequence is partly filled.
 
 The batch verbs the engine calls every step (admit_many, release_many, append_batch) are
-vectorized in kvviz/alloc/paged_batch.py.
+vectorized in kvviz/alloc/paged_batch.py; shared blocks (hits held, forks, copy-on-write) are
+kvviz/alloc/paged_share.py's.
 """
 from __future__ import annotations
 
@@ -24,13 +25,14 @@ import numpy as np
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged_batch import PagedBatchVerbs
+from kvviz.alloc.paged_share import PagedShareVerbs
 from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.core.blockmap import FREE, BlockMap
 
 
-class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
+class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocator):
     contiguous = False
 
     def __init__(
@@ -175,18 +177,6 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
             table[:, : self._table.shape[1]] = self._table
             self._table = table
 
-    def _hold_hits(self, seq_id: int, hits: list[int]) -> None:
-        """`seq_id` holds its prefix-cache hits: a cached free block becomes its own (out of
-        the free pool; its fill follows from the length), a live one gains a holder."""
-        if hits:  # the cached free ones leave the free queue, the held ones gain a holder
-            mine, live, fill = self._pool.reuse_many(np.asarray(hits, np.int64))
-            self._used += fill
-            self._own(mine, seq_id)
-            self._ref[live] += 1  # (a request's hits are distinct blocks)
-            for b, owner in zip(live.tolist(), self._owner[live].tolist()):
-                self._holders.setdefault(b, {owner}).add(seq_id)
-            self._sharing = True
-
     def _new_row(self, seq_id: int) -> int:
         row, grew = self._rows.add(seq_id)
         if grew:
@@ -270,33 +260,6 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
         self._fill(row, length, end)
         return self._answer(True, num_tokens)
 
-    def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
-        old = int(self._table[row, idx])
-        new = int(self._take(1)[0])
-        fill = self._fills(int(self._len[row]), idx, 1)
-        self._used += int(fill[0])  # the copy is this sequence's own from now on
-        self._own(new, seq_id)
-        self._table[row, idx] = new
-        self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
-
-    def _drop_ref(self, blocks: np.ndarray, seq_id: int, fills: np.ndarray) -> None:
-        ref, shared = self._ref, self._holders
-        ref[blocks] -= 1
-        gone = ref[blocks] == 0
-        zero = blocks[gone]
-        keep = blocks[~gone] if shared else blocks[:0]  # an entry's ref was >= 2: not 0
-        for b, own, one in zip(keep.tolist(), (self._owner[keep] == seq_id).tolist(),
-                               (ref[keep] == 1).tolist()):
-            holders = shared.get(b)
-            if holders is not None:
-                holders.discard(seq_id)
-                if own:
-                    self._owner[b] = min(holders)
-                if one:
-                    del shared[b]
-        if zero.size:
-            self._give_back(zero, fills[gone])
-
     def release(self, seq_id: int) -> None:
         row = self._rows.row(seq_id)
         blocks = self._table[row, : self._nb[row]][::-1].copy()  # vLLM frees tail first
@@ -316,18 +279,6 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, Allocator):
             self._drop_ref(blocks, seq_id, fills)
         else:
             self._give_back(blocks, fills)
-
-    def fork(self, parent_id: int, child_id: int) -> Admission:
-        prow = self._rows.row(parent_id)
-        blocks = self._table[prow, : self._nb[prow]].copy()
-        row = self._new_row(child_id)
-        self._attach(row, child_id, blocks)
-        self._len[row] = self._len[prow]
-        self._ref[blocks] += 1
-        for b in blocks:
-            self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
-        self._sharing = self._forked = True
-        return self._answer(True, 0)
 
     def snapshot(self) -> BlockMap:
         """Every block's state, copied. Fill levels: a held block is full unless it is at or
