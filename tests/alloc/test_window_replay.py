@@ -197,7 +197,7 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
 def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
     kind = np.asarray([k for k, _ in ops], np.int64)
     seq = np.asarray([q for _, q in ops], np.int64)
-    first_op, inv, by_life = lives(kind, seq)
+    first_op, inv, by_life, start = lives(kind, seq)
     # a life: (sequence, the ADMITs of it at or before the op)
     count = [sum(1 for k, q in ops[:i + 1] if q == seq[i] and k == ADMIT) for i in range(len(ops))]
     if ops:
