@@ -104,6 +104,11 @@ def replay_runs(s0: int, pop: np.ndarray, lo: np.ndarray, n: np.ndarray, fifo_at
     the walk over runs (True) or the sort by level (False); None: by the events per run."""
     pop, lo, n = (np.asarray(x, np.int64) for x in (pop, lo, n))
     T = int(pop.sum())
+    if pop.size > 1:  # a run without takes whose push follows the one before: one push
+        keep = np.flatnonzero(np.concatenate([[True], (pop[1:] > 0) | (
+            lo[1:] != lo[:-1] + n[:-1])]))
+        if keep.size < pop.size:
+            pop, lo, n = pop[keep], lo[keep], np.add.reduceat(n, keep)
     if loop is None:
         loop = (T + int(n.sum())) >= RUN_EVENTS * pop.size
     if not loop:
@@ -159,7 +164,7 @@ def resolve(src: np.ndarray) -> np.ndarray:
     """Block ids of takes whose references are `src` (each ~b or an earlier take): pointer
     jumping, each round over the takes still unresolved (a chain of n links takes about
     log2(n) rounds; more than that means a reference to a later take, i.e. a cycle)."""
-    f = np.asarray(src, np.int64).copy()
+    f = np.array(src, np.int32 if src.dtype == np.int32 else np.int64)
     idx = np.flatnonzero(f >= 0)
     for _ in range(int(f.size).bit_length() + 1):
         if not idx.size:

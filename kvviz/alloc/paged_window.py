@@ -62,9 +62,9 @@ class PagedWindowVerbs:
         kind, seq, arg = (np.asarray(x, np.int64) for x in (kind, seq, arg))
         # the takes, in order: one per TAKE, an admission's blocks in a row
         adm = np.flatnonzero(kind == ADMIT)
-        ntake = (kind == TAKE).astype(np.int64)
+        ntake = (kind == TAKE).astype(np.int32)  # (int32: references and ids fit)
         ntake[adm] = -(-arg[adm] // bs)
-        cum = np.cumsum(ntake)  # per op: the takes up to it, its own included
+        cum = np.cumsum(ntake, dtype=np.int32)  # per op: the takes up to it, its own included
         T = int(cum[-1]) if cum.size else 0
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
@@ -77,8 +77,8 @@ class PagedWindowVerbs:
         # takes grouped by life, in order: the ops in life order, each op's takes in a row;
         # life u's are by_seq[first[u]:][:ntk[u]]
         n_by = ntake[by_life]
-        cb = np.cumsum(n_by)
-        by_seq = np.repeat(cum[by_life] - cb, n_by) + np.arange(T)
+        cb = np.cumsum(n_by, dtype=np.int32)
+        by_seq = np.repeat(cum[by_life] - cb, n_by) + np.arange(T, dtype=np.int32)
         first = np.concatenate([ZERO, cb])[start]
         ntk = np.diff(np.append(first, T))
         fop = np.flatnonzero(kind == FREE_SEQ)
@@ -91,7 +91,7 @@ class PagedWindowVerbs:
         # every released block's reference, releases in order, each table in order
         e_ref = self._released(fu, pre, row0, by_seq, first)
         if keys is None:  # every released block is pushed
-            refs = np.concatenate([~stack0, e_ref, ~fifo0])
+            refs = np.concatenate([~stack0.astype(np.int32), e_ref, ~fifo0.astype(np.int32)])
             fifo_at, pc, keyed = s0 + e_ref.size, flen, None
         else:  # cached ones go to the FIFO
             keyed = self._keyed_frees(kind, arg, inv, fop, flen, e_ref, pre, row0, by_seq,
@@ -156,7 +156,7 @@ class PagedWindowVerbs:
         oc = np.cumsum(po) - po
         n_old = int(oc[-1] + po[-1]) if fu.size else 0
         old = self._table[np.repeat(row0[fu], po), np.arange(n_old) - np.repeat(oc, po)]
-        src = np.concatenate([~old.astype(np.int64), by_seq])
+        src = np.concatenate([~old, by_seq])
         lo = np.stack([oc, n_old + first[fu]], 1).ravel()  # per release: two ranges of src
         n = np.stack([po, nt], 1).ravel()
         return src[np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))]
