@@ -93,7 +93,7 @@ class Runs(NamedTuple):
     stack: np.ndarray  # entry ids left on the stack, bottom first
 
 
-RUN_EVENTS = 16  # events per run from which the loop over runs beats the sort by level
+RUN_EVENTS = 8  # events per run from which the walk over runs beats the sort by level
 
 
 def replay_runs(s0: int, pop: np.ndarray, lo: np.ndarray, n: np.ndarray, fifo_at: int,

@@ -331,11 +331,13 @@ def lives(kind: np.ndarray, seq: np.ndarray) -> Lives:
     in it, in op order."""
     order = stable_order(seq)
     s = seq[order]
-    begins = kind[order] == ADMIT  # a new sequence, or an ADMIT: a new life
+    begins = (kind == ADMIT)[order]  # a new sequence, or an ADMIT: a new life
     if s.size:
         begins[0] = True
         begins[1:] |= s[1:] != s[:-1]
-    inv = np.empty(seq.size, np.int64)
-    inv[order] = np.cumsum(begins) - 1
+    life = np.cumsum(begins, dtype=np.int32)
+    life -= 1
+    inv = np.empty(seq.size, np.int32)
+    inv[order] = life
     start = np.flatnonzero(begins)
     return Lives(order[start], inv, order, start)
