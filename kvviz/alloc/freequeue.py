@@ -19,9 +19,13 @@ jumping (each take's reference points at an earlier take or a known block).
 
 `replay_runs` takes the same events in runs (so many takes, then a push of a range of entry
 ids: a released sequence's blocks) and names entries by id. With few runs against many events
-(a window's releases push whole sequences) it walks the runs with a stack of id ranges: a
-loop per run, not per block, each pop run splitting at most one range; else it expands the
-runs and sorts by level as above.
+(a window's releases push whole sequences) it walks the runs with the stack kept as ranges
+of ids: a loop per run, not per block; a pop run takes whole ranges off the top and cuts at
+most one short, so the walk touches at most one range per pop run plus one per range ever
+on the stack. Else it expands the runs and sorts by level as above. A take's entry is its
+range's top less its place in the segment it takes:
+
+  stack (ranges, bottom first)  [0..s0-1] [a..a+4]      pop 7 takes a+4..a, then s0-1, s0-2
 """
 from __future__ import annotations
 
