@@ -78,35 +78,45 @@ class PagedWindowVerbs(WindowKeys):
         # takes before each release (and after the last): the pop runs between the pushes
         pops = np.diff(np.concatenate([ZERO, cum[fop], [T]]))
         stack0, fifo0 = pool.replay_start()
-        s0, F = stack0.size, fop.size
+        F = fop.size
         # every released block's reference, releases in order, each table in order
         e_ref = self._released(fu, pre, row0, by_seq, first)
+        keyed = pc = None
         if keys is None:  # every released block is pushed
-            refs = np.concatenate([~stack0.astype(np.int32), e_ref, ~fifo0.astype(np.int32)])
-            fifo_at, pc, keyed = s0 + e_ref.size, flen, None
+            pc = flen
         else:  # cached ones go to the FIFO
             keyed = self._keyed_frees(np.flatnonzero(kind == FILL), adm, arg, inv, fop, flen,
                                       e_ref, pre, row0, by_seq, first)
-            refs = np.concatenate([~stack0, e_ref[keyed.pi], ~fifo0, e_ref[keyed.ki]])
-            fifo_at, pc = s0 + keyed.pi.size, keyed.pc
-        # entries are ids into refs = [stack at the start | pushes | FIFO at the start, then
+            pc = keyed.pc
+        # the stack's bottom below the lowest depth a take reaches stays as it is: the
+        # replay starts from the s0 blocks above it
+        kept = max(0, stack0.size + int((np.append(ZERO, np.cumsum(pc)) - np.cumsum(pops)
+                                         ).min()))
+        s0 = stack0.size - kept
+        top0 = ~stack0[kept:].astype(np.int32)
+        # entries are ids into refs = [those s0 blocks | pushes | FIFO at the start, then
         # appended]; per release its pop run, then one push run
+        if keyed is None:
+            refs = np.concatenate([top0, e_ref, ~fifo0.astype(np.int32)])
+        else:
+            refs = np.concatenate([top0, e_ref[keyed.pi], ~fifo0, e_ref[keyed.ki]])
+        fifo_at = refs.size - fifo0.size - (0 if keyed is None else keyed.ki.size)
         runs = (pops, np.append(s0 + np.cumsum(pc) - pc, 0), np.append(pc, 0))
         rr = replay_runs(s0, *runs, fifo_at, refs.size - fifo_at)
         got = resolve(refs[rr.got])  # block id of every take
         ev = EMPTY if rr.fifo_take is None else np.flatnonzero(rr.fifo_take)
         ev_op = np.searchsorted(cum, ev, side="right")  # the op of each eviction
         fifo_used = refs[fifo_at:fifo_at + ev.size]
-        stack = blocks_of(refs[rr.stack], got)
+        stack = blocks_of(refs[rr.stack], got)  # above the kept bottom
         cached = fills = EMPTY
         if keyed is not None:
             kr = keyed.ki[max(0, ev.size - fifo0.size):]  # cached frees left in the FIFO
             cached = blocks_of(e_ref[kr], got)
             fills = np.clip(arg[fop[keyed.e_f[kr]]] - keyed.e_pos[kr] * bs, 0, bs)
             self._replay_keys(keys, useq, new, keyed.reg, got, fifo_used, ev, ev_op)
-        pool.replay_end(stack, blocks_of(fifo_used, got), cached, fills)
+        pool.replay_end(stack, blocks_of(fifo_used, got), cached, fills, kept)
         self._replay_rows(kind, seq, inv, new, row0)
-        for b in (stack, cached):  # every block free at the end (the others are held)
+        for b in (stack, cached):  # every block free at the end but the kept (held: owned)
             self._owner[b] = FREE
             self._ref[b] = 0
         gone = np.zeros(U, np.bool_)
