@@ -169,10 +169,10 @@ class PagedWindowVerbs(WindowKeys):
         top), replayed in closed form unless they run out on the way (then they grow: one
         by one). life: per op, its sequence's life; new/row0: per life, whether it is new
         here, else its row."""
-        rows = self._rows
+        rows, U = self._rows, new.size
         sel = np.flatnonzero((kind == ADMIT) | (kind == FREE_SEQ))
-        life = life[sel]
-        new, row0 = new[life], row0[life]
+        lv = life[sel]
+        new, row0 = new[lv], row0[lv]
         claim = kind[sel] == ADMIT
         d = np.where(claim, -1, 1)
         free0 = rows._free_rows
@@ -195,29 +195,30 @@ class PagedWindowVerbs(WindowKeys):
             rows.row_of_seq = np.concatenate(
                 [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
         # a freed sequence's row: from before the window, or the claim that gave it one
-        lv = life
-        fr = ~claim
+        fr, lc = ~claim, lv[claim]
         ref = np.zeros(sel.size, np.int64)
         fnew = new[fr]
         ref[fr] = ~row0[fr]
         if fnew.any():  # a life claimed here (once: its ADMIT) is freed by reference to it
-            lc = lv[claim]
-            by_life = np.argsort(lc)
-            at = by_life[np.searchsorted(lc, lv[fr][fnew], sorter=by_life)]
-            ref[np.flatnonzero(fr)[fnew]] = at
+            claim_of = np.zeros(U, np.int64)
+            claim_of[lc] = np.arange(lc.size)
+            ref[np.flatnonzero(fr)[fnew]] = claim_of[lv[fr][fnew]]
         rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
         got = resolve(rp.src)  # per claim, its row
         rows._free_rows = blocks_of(rp.stack, got).tolist()
         freed_rows = blocks_of(ref[fr], got)
         rows.seq_of_row[freed_rows] = -1
         rows.row_of_seq[ids[fr]] = -1
-        stay = ~np.isin(lv[claim], lv[fr])
+        freed = np.zeros(U, np.bool_)
+        freed[lv[fr]] = True
+        stay = ~freed[lc]
         rows.seq_of_row[got[stay]] = ids[claim][stay]
         rows.row_of_seq[ids[claim][stay]] = got[stay]
         rows.live += int(stay.sum()) - int((~fnew).sum())
         self._len[got] = 0
         self._nb[got] = 0
         self._ncached[got] = 0
+
 
 class Lives(NamedTuple):
     first_op: np.ndarray  # per life: its first op
