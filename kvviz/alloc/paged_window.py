@@ -80,14 +80,11 @@ class PagedWindowVerbs(WindowKeys):
         stack0, fifo0 = pool.replay_start()
         F = fop.size
         # every released block's reference, releases in order, each table in order
-        e_ref = self._released(fu, pre, row0, by_seq, first)
-        keyed = pc = None
-        if keys is None:  # every released block is pushed
-            pc = flen
-        else:  # cached ones go to the FIFO
-            keyed = self._keyed_frees(np.flatnonzero(kind == FILL), adm, arg, inv, fop, flen,
-                                      e_ref, pre, row0, by_seq, first)
-            pc = keyed.pc
+        e_ref = self._released(fu, pre, row0, by_seq, first, ntk)
+        keyed = None if keys is None else self._keyed_frees(  # cached ones go to the FIFO
+            np.flatnonzero(kind == FILL), adm, arg, inv, fop, flen, e_ref, pre, row0, by_seq,
+            first)
+        pc = flen if keyed is None else keyed.pc  # per release: the blocks it pushes
         # the stack's bottom below the lowest depth a take reaches stays as it is: the
         # replay starts from the s0 blocks above it
         kept = max(0, stack0.size + int((np.append(ZERO, np.cumsum(pc)) - np.cumsum(pops)
@@ -116,7 +113,7 @@ class PagedWindowVerbs(WindowKeys):
             self._replay_keys(keys, useq, new, keyed.reg, got, fifo_used, ev, ev_op)
         pool.replay_end(stack, blocks_of(fifo_used, got), cached, fills, kept)
         self._replay_rows(kind, seq, inv, new, row0)
-        for b in (stack, cached):  # every block free at the end but the kept (held: owned)
+        for b in (stack, cached):  # free at the end (the kept ones are; the rest are owned)
             self._owner[b] = FREE
             self._ref[b] = 0
         gone = np.zeros(U, np.bool_)
@@ -150,10 +147,10 @@ class PagedWindowVerbs(WindowKeys):
         after = pool.free_count + T - int(cf[-1]) - cum[adm] + cf[np.searchsorted(fop, adm)]
         return after.tolist(), ev_op.tolist()
 
-    def _released(self, fu, pre, row0, by_seq, first) -> np.ndarray:
+    def _released(self, fu, pre, row0, by_seq, first, ntk) -> np.ndarray:
         """The references of the blocks released by lives fu (in order), each one's table in
         order: its blocks held from before the window (~id), then its takes."""
-        po, nt = pre[fu], np.diff(np.append(first, by_seq.size))[fu]
+        po, nt = pre[fu], ntk[fu]
         oc = np.cumsum(po) - po
         n_old = int(oc[-1] + po[-1]) if fu.size else 0
         old = self._table[np.repeat(row0[fu], po), np.arange(n_old) - np.repeat(oc, po)]
