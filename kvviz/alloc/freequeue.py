@@ -168,13 +168,15 @@ def resolve(src: np.ndarray) -> np.ndarray:
     """Block ids of takes whose references are `src` (each ~b or an earlier take): pointer
     jumping, each round over the takes still unresolved (a chain of n links takes about
     log2(n) rounds; more than that means a reference to a later take, i.e. a cycle)."""
+    src = np.asarray(src)
     f = np.array(src, np.int32 if src.dtype == np.int32 else np.int64)
     idx = np.flatnonzero(f >= 0)
     for _ in range(int(f.size).bit_length() + 1):
         if not idx.size:
             return ~f
-        f[idx] = f[f[idx]]
-        idx = idx[f[idx] >= 0]
+        hop = f[f[idx]]
+        f[idx] = hop
+        idx = idx[hop >= 0]
     if idx.size:
         raise ValueError("resolve: the references form a cycle (a take refers to a later one)")
     return ~f
