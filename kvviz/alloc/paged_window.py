@@ -6,28 +6,31 @@ cached), an admission (its blocks, its prompt's full blocks cached), a finished 
 release. `replay_window` works out which block each take gets in closed form
 (kvviz/alloc/freequeue.py, vLLM's order from kvviz/alloc/blockpool.py: takes from the front,
 evicting the least recently used cached block when no plain one is left; a release puts its
-blocks tail first, cached ones to the LRU tail, the rest to the front), the rows the same way,
-and writes the final tables, owners, counters and keys once: block for block what the verbs
-one by one would leave (tests/alloc/test_window_replay.py). A key stored and evicted inside
-the window leaves no trace when every key is new; keys of a request's own tokens in its first
-life are stored lazily (kvviz/alloc/lazykeys.py). A mixin over PagedAllocator's state
-(kvviz/alloc/paged.py).
+blocks tail first, cached ones to the LRU tail, the rest to the front): the takes between two
+releases are one run of pops, a release's plain blocks one run of pushes (`replay_runs`). The
+rows go the same way. It writes the final tables, owners (FREE for the blocks free at the
+end), counters and keys once: block for block what the verbs one by one would leave
+(tests/alloc/test_window_replay.py). The keys' side is kvviz/alloc/window_keys.py. A mixin
+over PagedAllocator's state (kvviz/alloc/paged.py).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.alloc.freequeue import blocks_of, replay, resolve
+from kvviz.alloc.freequeue import blocks_of, replay, replay_runs, resolve
+from kvviz.alloc.window_keys import WindowKeys
 from kvviz.core.blockmap import FREE
 from kvviz.core.order import stable_order
 
 TAKE, FILL, ADMIT, FREE_SEQ = 0, 1, 2, 3  # op kinds, in a step's order
 EMPTY = np.zeros(0, np.int64)
+ZERO = np.zeros(1, np.int64)
 
 
-class PagedWindowVerbs:
+class PagedWindowVerbs(WindowKeys):
     @property
     def replayable(self) -> bool:
         """Whether replay_window serves: no block shared, no KV-event log to keep."""
@@ -48,112 +51,88 @@ class PagedWindowVerbs:
             raise ValueError("replay_window: blocks are shared or the cache log is on")
         pool, bs, rows = self._pool, self.block_size, self._rows
         kind, seq, arg = (np.asarray(x, np.int64) for x in (kind, seq, arg))
-        n_ops = kind.size
         # the takes, in order: one per TAKE, an admission's blocks in a row
-        ntake = np.where(kind == TAKE, 1, np.where(kind == ADMIT, -(-arg // bs), 0))
-        take_op = np.repeat(np.arange(n_ops), ntake)
-        T = int(take_op.size)
+        adm = np.flatnonzero(kind == ADMIT)
+        ntake = (kind == TAKE).astype(np.int32)  # (int32: references and ids fit)
+        ntake[adm] = -(-arg[adm] // bs)
+        cum = np.cumsum(ntake, dtype=np.int32)  # per op: the takes up to it, its own included
+        T = int(cum[-1]) if cum.size else 0
         # a sequence's lives (a walk preempts and re-admits), numbered 0..U-1: a life new
         # here starts with its ADMIT; life 0 of a sequence held before the window has none
-        first_op, inv, by_life = lives(kind, seq)  # a life is a (sequence, count)
+        first_op, inv, by_life, start = lives(kind, seq)  # a life is a (sequence, count)
         useq = seq[first_op]  # each life's sequence
         new = kind[first_op] == ADMIT
         U = int(useq.size)
         row0 = np.where(new, 0, rows.row_of_seq[np.where(new, 0, useq)])
         pre = np.where(new, 0, self._nb[row0])  # blocks held before the window
-        u_take = inv[take_op]
-        tk0 = np.cumsum(ntake) - ntake  # per op: its first take
-        # takes grouped by life, in order: the ops in life order, each op's takes in a row
+        # takes grouped by life, in order: the ops in life order, each op's takes in a row;
+        # life u's are by_seq[first[u]:][:ntk[u]]
         n_by = ntake[by_life]
-        by_seq = np.repeat(tk0[by_life] - (np.cumsum(n_by) - n_by), n_by) + np.arange(T)
-        ntk = np.bincount(u_take, minlength=U)
-        first = np.cumsum(ntk) - ntk
-
-        def table_refs(u: np.ndarray, pos: np.ndarray) -> np.ndarray:
-            """References (kvviz/alloc/freequeue.py) of sequence u's block at pos: a block
-            held before the window by its id, else the take that got it."""
-            since = pos - pre[u]  # < 0: held before
-            out = by_seq[np.clip(first[u] + since, 0, T - 1)] if T else np.zeros(u.size,
-                                                                                 np.int64)
-            old = np.flatnonzero(since < 0)
-            if old.size:
-                out[old] = ~self._table[row0[u[old]], pos[old]].astype(np.int64)
-            return out
-
-        # registrations (prefix caching): FILL ops and admissions' full blocks, in order
-        reg_u = reg_pos = reg_ref = reg_op = EMPTY
-        if keys is not None:
-            fill = np.flatnonzero(kind == FILL)
-            adm = np.flatnonzero((kind == ADMIT) & (arg >= bs))
-            na = arg[adm] // bs
-            r_op = np.concatenate([fill, np.repeat(adm, na)])
-            r_pos = np.concatenate([arg[fill], np.arange(int(na.sum())) - np.repeat(
-                np.cumsum(na) - na, na)])
-            o = np.lexsort((r_pos, r_op))
-            reg_op, reg_pos = r_op[o], r_pos[o]
-            reg_u = inv[reg_op]
-            reg_ref = table_refs(reg_u, reg_pos)
-        # frees: every block of the sequence; cached ones to the FIFO (its tail first),
-        # plain ones pushed in table order
+        cb = np.cumsum(n_by, dtype=np.int32)
+        by_seq = np.repeat(cum[by_life] - cb, n_by) + np.arange(T, dtype=np.int32)
+        first = np.concatenate([ZERO, cb])[start]
+        ntk = np.diff(np.append(first, T))
         fop = np.flatnonzero(kind == FREE_SEQ)
         fu = inv[fop]
         flen = pre[fu] + ntk[fu]
-        e_f = np.repeat(np.arange(fop.size), flen)
-        e_pos = np.arange(e_f.size) - np.repeat(np.cumsum(flen) - flen, flen)
-        e_ref = table_refs(fu[e_f], e_pos)
-        keyed = np.zeros(e_ref.size, np.bool_)
-        if keys is not None:
-            base = e_ref < 0
-            keyed[base] = pool.has_key[~e_ref[base]]
-            done = np.zeros(T, np.bool_)
-            done[reg_ref[reg_ref >= 0]] = True
-            keyed[~base] = done[e_ref[~base]]
-            keyed[base] |= np.isin(e_ref[base], reg_ref[reg_ref < 0])
-        ki = np.flatnonzero(keyed)
-        ki = ki[np.lexsort((-e_pos[ki], e_f[ki]))]
-        pi = np.flatnonzero(~keyed)
+        # takes before each release (and after the last): the pop runs between the pushes
+        pops = np.diff(np.concatenate([ZERO, cum[fop], [T]]))
         stack0, fifo0 = pool.replay_start()
-        # takes and plain pushes merged in op order (both already are; no op does both):
-        # a push lands after the takes of the ops before its own
-        push_at = tk0[fop[e_f[pi]]] + np.arange(pi.size)
-        d = np.full(T + pi.size, -1, np.int64)
-        d[push_at] = 1
-        ev_ref = np.zeros(T + pi.size, np.int64)
-        ev_ref[push_at] = e_ref[pi]
-        fifo = np.concatenate([~fifo0, e_ref[ki]])
-        rp = replay(~stack0, fifo, d, ev_ref)
-        got = resolve(rp.src)  # block id of every take
-        q0, used = fifo0.size, rp.fifo_used
-        evicted_ids = blocks_of(fifo[:used], got)
-        tail = ki[max(0, used - q0):]
-        if keys is not None:
-            self._replay_keys(keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
-                              fifo[:used], take_op, rp.fifo_take)
-        pool.replay_end(blocks_of(rp.stack, got), evicted_ids,
-                        blocks_of(e_ref[tail], got),
-                        np.clip(arg[fop[e_f[tail]]] - e_pos[tail] * bs, 0, bs))  # fills
-        self._replay_rows(kind, seq, inv, new[inv], row0[inv])
-        freed = blocks_of(e_ref, got)
-        if freed.size:
-            self._owner[freed] = FREE
-            self._ref[freed] = 0
+        F = fop.size
+        # every released block's reference, releases in order, each table in order
+        e_ref = self._released(fu, pre, row0, by_seq, first, ntk)
+        keyed = None if keys is None else self._keyed_frees(  # cached ones go to the FIFO
+            np.flatnonzero(kind == FILL), adm, arg, inv, fop, flen, e_ref, pre, row0, by_seq,
+            first)
+        pc = flen if keyed is None else keyed.pc  # per release: the blocks it pushes
+        # the stack's bottom below the lowest depth a take reaches stays as it is: the
+        # replay starts from the s0 blocks above it
+        kept = max(0, stack0.size + int((np.append(ZERO, np.cumsum(pc)) - np.cumsum(pops)
+                                         ).min()))
+        s0 = stack0.size - kept
+        top0 = ~stack0[kept:].astype(np.int32)
+        # entries are ids into refs = [those s0 blocks | pushes | FIFO at the start, then
+        # appended]; per release its pop run, then one push run
+        if keyed is None:
+            refs = np.concatenate([top0, e_ref, ~fifo0.astype(np.int32)])
+        else:
+            refs = np.concatenate([top0, e_ref[keyed.pi], ~fifo0, e_ref[keyed.ki]])
+        fifo_at = refs.size - fifo0.size - (0 if keyed is None else keyed.ki.size)
+        runs = (pops, np.append(s0 + np.cumsum(pc) - pc, 0), np.append(pc, 0))
+        rr = replay_runs(s0, *runs, fifo_at, refs.size - fifo_at)
+        got = resolve(refs[rr.got])  # block id of every take
+        ev = EMPTY if rr.fifo_take is None else np.flatnonzero(rr.fifo_take)
+        ev_op = np.searchsorted(cum, ev, side="right")  # the op of each eviction
+        fifo_used = refs[fifo_at:fifo_at + ev.size]
+        stack = blocks_of(refs[rr.stack], got)  # above the kept bottom
+        cached = fills = EMPTY
+        if keyed is not None:
+            kr = keyed.ki[max(0, ev.size - fifo0.size):]  # cached frees left in the FIFO
+            cached = blocks_of(e_ref[kr], got)
+            fills = np.clip(arg[fop[keyed.e_f[kr]]] - keyed.e_pos[kr] * bs, 0, bs)
+            self._replay_keys(keys, useq, new, keyed.reg, got, fifo_used, ev, ev_op)
+        pool.replay_end(stack, blocks_of(fifo_used, got), cached, fills, kept)
+        self._replay_rows(kind, seq, inv, new, row0)
+        for b in (stack, cached):  # free at the end (the kept ones are; the rest are owned)
+            self._owner[b] = FREE
+            self._ref[b] = 0
         gone = np.zeros(U, np.bool_)
         gone[fu] = True
-        if fop.size:
+        if F:
             r = row0[fu][~new[fu]]
             self._nb[r] = 0
             self._len[r] = 0
-        stay = np.flatnonzero(~gone[u_take[by_seq]])  # takes of sequences live at the end
-        if stay.size:
-            tk = by_seq[stay]
-            u = u_take[tk]
-            row = rows.row_of_seq[useq[u]]
-            pos = pre[u] + np.arange(T)[stay] - first[u]
+        su = np.flatnonzero(~gone & (ntk > 0))  # lives at the end that took blocks
+        if su.size:
+            c = ntk[su]
+            at = np.repeat(first[su] - (np.cumsum(c) - c), c) + np.arange(int(c.sum()))
+            tk = got[by_seq[at]]
+            srow = rows.row_of_seq[useq[su]]
+            pos = np.repeat(pre[su] - first[su], c) + at
             self._ensure_width(int(pos.max()) + 1)
-            self._table[row, pos] = got[tk]
-            lu = np.unique(u)
-            self._nb[rows.row_of_seq[useq[lu]]] = pre[lu] + ntk[lu]
-            self._own(got[tk], useq[u])
+            self._table[np.repeat(srow, c), pos] = tk
+            self._nb[srow] = pre[su] + c
+            self._own(tk, np.repeat(useq[su], c))
         if live.size:
             lr = rows.rows(live)
             self._len[lr] = live_len
@@ -162,20 +141,35 @@ class PagedWindowVerbs:
         held = rows.seq_of_row >= 0
         self._used = int(self._len[: held.size][held].sum())
         self._held = self.num_blocks - pool.free_count
-        delta = np.where(kind == TAKE, -1, np.where(kind == ADMIT, -ntake, 0))
-        delta[fop] = flen
-        after = (pool.free_count - int(delta.sum()) + np.cumsum(delta))[kind == ADMIT]
-        return after.tolist(), take_op[rp.fifo_take].tolist()
+        # free blocks after each admission: those at the start, less the takes up to it,
+        # plus the releases before it
+        cf = np.concatenate([ZERO, np.cumsum(flen)])
+        after = pool.free_count + T - int(cf[-1]) - cum[adm] + cf[np.searchsorted(fop, adm)]
+        return after.tolist(), ev_op.tolist()
+
+    def _released(self, fu, pre, row0, by_seq, first, ntk) -> np.ndarray:
+        """The references of the blocks released by lives fu (in order), each one's table in
+        order: its blocks held from before the window (~id), then its takes."""
+        po, nt = pre[fu], ntk[fu]
+        oc = np.cumsum(po) - po
+        n_old = int(oc[-1] + po[-1]) if fu.size else 0
+        old = self._table[np.repeat(row0[fu], po), np.arange(n_old) - np.repeat(oc, po)]
+        src = np.concatenate([~old, by_seq])
+        lo = np.stack([oc, n_old + first[fu]], 1).ravel()  # per release: two ranges of src
+        n = np.stack([po, nt], 1).ravel()
+        return src[np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))]
 
     def _replay_rows(self, kind: np.ndarray, seq: np.ndarray, life: np.ndarray,
                      new: np.ndarray, row0: np.ndarray) -> None:
         """Admissions claim rows and frees give them back, as `_new_row` and
         `RowTable.remove` in op order would: the free rows are a stack (the next claimed on
         top), replayed in closed form unless they run out on the way (then they grow: one
-        by one). life/new/row0: per op, its sequence's life, whether that life is new
+        by one). life: per op, its sequence's life; new/row0: per life, whether it is new
         here, else its row."""
-        rows = self._rows
+        rows, U = self._rows, new.size
         sel = np.flatnonzero((kind == ADMIT) | (kind == FREE_SEQ))
+        lv = life[sel]
+        new, row0 = new[lv], row0[lv]
         claim = kind[sel] == ADMIT
         d = np.where(claim, -1, 1)
         free0 = rows._free_rows
@@ -198,23 +192,23 @@ class PagedWindowVerbs:
             rows.row_of_seq = np.concatenate(
                 [rows.row_of_seq, np.full(size - rows.row_of_seq.shape[0], -1, np.int64)])
         # a freed sequence's row: from before the window, or the claim that gave it one
-        lv = life[sel]
-        fr = ~claim
+        fr, lc = ~claim, lv[claim]
         ref = np.zeros(sel.size, np.int64)
-        fnew = new[sel][fr]
-        ref[fr] = ~row0[sel][fr]
+        fnew = new[fr]
+        ref[fr] = ~row0[fr]
         if fnew.any():  # a life claimed here (once: its ADMIT) is freed by reference to it
-            lc = lv[claim]
-            by_life = np.argsort(lc)
-            at = by_life[np.searchsorted(lc, lv[fr][fnew], sorter=by_life)]
-            ref[np.flatnonzero(fr)[fnew]] = at
+            claim_of = np.zeros(U, np.int64)
+            claim_of[lc] = np.arange(lc.size)
+            ref[np.flatnonzero(fr)[fnew]] = claim_of[lv[fr][fnew]]
         rp = replay(~np.asarray(free0, np.int64), EMPTY, d, ref)
         got = resolve(rp.src)  # per claim, its row
         rows._free_rows = blocks_of(rp.stack, got).tolist()
         freed_rows = blocks_of(ref[fr], got)
         rows.seq_of_row[freed_rows] = -1
         rows.row_of_seq[ids[fr]] = -1
-        stay = ~np.isin(lv[claim], lv[fr])
+        freed = np.zeros(U, np.bool_)
+        freed[lv[fr]] = True
+        stay = ~freed[lc]
         rows.seq_of_row[got[stay]] = ids[claim][stay]
         rows.row_of_seq[ids[claim][stay]] = got[stay]
         rows.live += int(stay.sum()) - int((~fnew).sum())
@@ -222,72 +216,30 @@ class PagedWindowVerbs:
         self._nb[got] = 0
         self._ncached[got] = 0
 
-    def _replay_keys(self, keys, useq, new, reg_u, reg_pos, reg_op, reg_ref, got,
-                     evicted_refs, take_op, fifo_take) -> None:
-        """The keys' side of a replay: as `register` at each fill and `take`'s evictions one
-        by one would leave the dicts. When every key stored is new (no block holds it, none
-        repeats), a key stored and evicted inside the window leaves no trace: the evicted
-        blocks that held keys from before forget them, the others are stored at once; those
-        naming their request's own tokens in its first life lazily (kvviz/alloc/lazykeys.py)."""
-        pool = self._pool
-        chains = [keys(r) for r in useq.tolist()]
-        src = getattr(chains[0], "source", None) if chains else None
-        lazy_u = np.zeros(useq.size, np.bool_)
-        if src is not None:  # first lives: new here and never seen, or storing lazily now
-            lz, ids = pool.lazy, useq.tolist()
-            now = np.fromiter((r in lz.requests for r in ids), bool, useq.size)
-            seen = np.fromiter((r in lz.ever or src.known(r) for r in ids), bool, useq.size)
-            lazy_u = np.where(new, ~seen, now)
-            if (new & now).any():  # a request storing lazily comes back: read them all
-                pool.materialize()
-                lazy_u[:] = False
-        lazy = lazy_u[reg_u] & (reg_pos >= (src.own_from(useq)[reg_u] if src else 0))
-        gone = np.isin(reg_ref, evicted_refs)  # stored, then evicted inside the window
-        eager = np.flatnonzero(~lazy)
-        key = [chains[u][p] for u, p in zip(reg_u[eager].tolist(), reg_pos[eager].tolist())]
-        stamp0 = pool.stamps(reg_ref.size)
-        blocks = blocks_of(reg_ref, got)
-        if pool.all_new(key):
-            ev_base = evicted_refs[evicted_refs < 0]
-            pool.forget_many(~ev_base[~np.isin(ev_base, reg_ref)])
-            keep = np.flatnonzero(~gone[eager]).tolist()
-            pool.store_new([key[i] for i in keep], blocks[eager[keep]], [
-                chains[u][p - 1] if p else None
-                for u, p in zip(reg_u[eager[keep]].tolist(), reg_pos[eager[keep]].tolist())],
-                (stamp0 + eager[keep]).tolist())
-            lz = np.flatnonzero(lazy & ~gone)
-            pool.lazy.store(blocks[lz], useq[reg_u[lz]], reg_pos[lz], stamp0 + lz, src)
-            pool.has_key[blocks[lz]] = True
-            return
-        # some key repeats or is held already: every store and eviction, in order
-        pool.materialize()
-        key = [chains[u][p] for u, p in zip(reg_u.tolist(), reg_pos.tolist())]
-        ev = np.flatnonzero(fifo_take)
-        op = np.concatenate([take_op[ev], reg_op])
-        phase = np.repeat([0, 1], [ev.size, reg_op.size])  # an admission evicts, then stores
-        sub = np.concatenate([ev, np.arange(reg_op.size)])
-        blk = np.concatenate([got[ev], blocks]).tolist()
-        for i in np.lexsort((sub, phase, op)).tolist():
-            if i < ev.size:
-                pool.forget_many(np.asarray([blk[i]]))
-            else:
-                j = i - ev.size
-                p = int(reg_pos[j])
-                pool.register(key[j], blk[i], chains[reg_u[j]][p - 1] if p else None)
+
+class Lives(NamedTuple):
+    first_op: np.ndarray  # per life: its first op
+    inv: np.ndarray  # per op: its life
+    by_life: np.ndarray  # the ops in life order (each life's in op order)
+    start: np.ndarray  # per life: where its ops start in by_life
 
 
-def lives(kind: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lives(kind: np.ndarray, seq: np.ndarray) -> Lives:
     """The lives of the ops' sequences (a sequence's ops up to its next ADMIT; an ADMIT
     starts one, a sequence held before the window has one before its first ADMIT), ordered
     by (sequence, count): each one's first op and per op its life's index (np.unique's
-    return_index and return_inverse over (sequence, count)), and the ops in life order. One
-    stable sort by sequence: a life's ops are consecutive in it, in op order."""
+    return_index and return_inverse over (sequence, count)), the ops in life order and
+    where each life starts in it. One stable sort by sequence: a life's ops are consecutive
+    in it, in op order."""
     order = stable_order(seq)
     s = seq[order]
-    begins = kind[order] == ADMIT  # a new sequence, or an ADMIT: a new life
+    begins = (kind == ADMIT)[order]  # a new sequence, or an ADMIT: a new life
     if s.size:
         begins[0] = True
         begins[1:] |= s[1:] != s[:-1]
-    inv = np.empty(seq.size, np.int64)
-    inv[order] = np.cumsum(begins) - 1
-    return order[begins], inv, order
+    life = np.cumsum(begins, dtype=np.int32)
+    life -= 1
+    inv = np.empty(seq.size, np.int32)
+    inv[order] = life
+    start = np.flatnonzero(begins)
+    return Lives(order[start], inv, order, start)

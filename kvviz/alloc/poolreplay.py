@@ -20,12 +20,13 @@ class PoolReplay:
         return self._stack[:self._nfree].astype(np.int64), self.lru.items()
 
     def replay_end(self, stack: np.ndarray, evicted: np.ndarray, cached: np.ndarray,
-                   fills: np.ndarray) -> None:
-        """After a replay: the plain free blocks are `stack`; the FIFO's first
-        evicted.size blocks were evicted (block ids in order; their keys the caller's, see
+                   fills: np.ndarray, kept: int = 0) -> None:
+        """After a replay: the plain free blocks are the first `kept` of those at the start
+        (the replay never reached them), then `stack`; the FIFO's first evicted.size blocks
+        were evicted (block ids in order; their keys the caller's, see
         `forget_many`/`store_many`), and `cached` (with their fill levels) joined its tail."""
-        self._stack[:stack.size] = stack
-        self._nfree = int(stack.size)
+        self._stack[kept:kept + stack.size] = stack
+        self._nfree = kept + int(stack.size)
         self.lru.pop(min(int(evicted.size), self.lru.n))
         self.cached[evicted] = False
         self.content[evicted] = 0

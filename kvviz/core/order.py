@@ -22,5 +22,5 @@ def stable_order(key: np.ndarray, lo: int | None = None, hi: int | None = None
     lo = int(key.min()) if lo is None else lo
     hi = int(key.max()) if hi is None else hi
     if hi - lo < U16:
-        return np.argsort((key - lo).astype(np.uint16), kind="stable")
+        return np.argsort((key - lo if lo else key).astype(np.uint16), kind="stable")
     return np.argsort(key, kind="stable")

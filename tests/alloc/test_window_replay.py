@@ -78,10 +78,13 @@ def _ops(rnd: random.Random, seqs: list[int], prompt: dict, final: dict, bs: int
     return out
 
 
-def _one_by_one(a: PagedAllocator, ops: list, keys) -> None:
-    """The verbs: grow_to to the slot each op implies, cache_blocks for the keys, release."""
-    bs = a.block_size
-    for k, r, n in ops:
+def _one_by_one(a: PagedAllocator, ops: list, keys) -> tuple[list[int], list[int]]:
+    """The verbs: grow_to to the slot each op implies, cache_blocks for the keys, release.
+    Returns what replay_window returns: the free blocks after each ADMIT, per evicted block
+    the op that evicted it."""
+    bs, after, evicted = a.block_size, [], []
+    for i, (k, r, n) in enumerate(ops):
+        ev0 = a._pool.evictions
         if k == ADMIT:
             a.grow_to(r, n)
             if n >= bs:
@@ -94,6 +97,10 @@ def _one_by_one(a: PagedAllocator, ops: list, keys) -> None:
         else:
             a.grow_to(r, n)
             a.release(r)
+        if k == ADMIT:
+            after.append(a._pool.free_count)
+        evicted += [i] * (a._pool.evictions - ev0)
+    return after, evicted
 
 
 def _state(a: PagedAllocator) -> tuple:
@@ -102,7 +109,8 @@ def _state(a: PagedAllocator) -> tuple:
             [(k, list(v)) for k, v in pool._block_of.items()], dict(pool.parent_of),
             pool.evictions, pool.content.tolist(), pool.cached.tolist(),
             a._owner.tolist(), a._ref.tolist(), rows._free_rows, rows.seq_of_row.tolist(),
-            a.usage())
+            a.usage(), [(int(r), a.block_table(int(r)).tolist())
+                        for r in np.flatnonzero(rows.row_of_seq >= 0)])
 
 
 @settings(max_examples=150, deadline=None)
@@ -144,12 +152,13 @@ def test_a_replayed_window_leaves_what_the_verbs_leave(seed, lazy, repeat, look,
     # the second window admits 2 and 3 again (their keys stored lazily in the first)
     for i, window in enumerate((ops, _ops(rnd, [6, 7, 8, 2, 3], p, final, bs))):
         try:
-            _one_by_one(one, window, plain)
+            want = _one_by_one(one, window, plain)
         except (ValueError, IndexError, KeyError):
             return  # the pool is too small for this order: no window would replay it
         kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*window))
         keys = lazy_keys if lazy and not repeat else (lambda r: plain(r, bk_win))
-        win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), keys)
+        assert win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                 keys) == want
         if look or i:  # reading the dicts computes the lazy keys: not always in between
             assert _state(win) == _state(one)
 
@@ -166,15 +175,18 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
     one, win = (PagedAllocator(400, bs) for _ in range(2))
     if few_rows:
         one._rows, win._rows = RowTable(2), RowTable(2)
-    def verbs(a: PagedAllocator, ops: list) -> None:  # no prefix caching: no keys
+    def verbs(a: PagedAllocator, ops: list) -> list[int]:  # no prefix caching: no keys
+        after = []
         for k, r, m in ops:
             if k == ADMIT:
                 a.grow_to(r, m)
+                after.append(a._pool.free_count)
             elif k == TAKE:
                 a.grow_to(r, a.block_table(r).size * bs + 1)
             else:
                 a.grow_to(r, m)
                 a.release(r)
+        return after
 
     warm = [(ADMIT, r, prompt[r]) for r in (0, 1)]
     for a in (one, win):
@@ -183,12 +195,22 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
     for _ in range(3):  # every request lives up to three times
         chunk = _ops(rnd, [r for r in range(2, n) if rnd.random() < 0.8], prompt, final, bs)
         ops += [x for x in chunk if x[0] != FILL]
-    for r in (0, 1):
-        ops.append((FREE_SEQ, r, prompt[r]))
-        ops += [x for x in _ops(rnd, [r], prompt, final, bs) if x[0] != FILL]
-    verbs(one, ops)
+    for r in (0, 1):  # preempted and admitted again, or decoding on from before
+        if rnd.random() < 0.5:
+            ops.append((FREE_SEQ, r, prompt[r]))
+            ops += [x for x in _ops(rnd, [r], prompt, final, bs) if x[0] != FILL]
+        else:
+            ops += [(TAKE, r, 1) for m in range(prompt[r], final[r]) if m % bs == 0]
+            ops.append((FREE_SEQ, r, final[r]))
+    # some requests are still running at the window's end: their last release dropped
+    last = {r: i for i, (k, r, _) in enumerate(ops) if k == FREE_SEQ}
+    drop = {i for r, i in last.items() if rnd.random() < 0.4}
+    ops = [x for i, x in enumerate(ops) if i not in drop]
+    want = verbs(one, ops)
+    live = np.flatnonzero(one._rows.row_of_seq >= 0)
+    live_len = np.asarray([one.seq_len(int(r)) for r in live], np.int64)
     kind, seq, arg = (np.asarray(x, np.int64) for x in zip(*ops))
-    win.replay_window(kind, seq, arg, np.zeros(0, np.int64), np.zeros(0, np.int64), None)
+    assert win.replay_window(kind, seq, arg, live, live_len, None) == (want, [])
     assert _state(win) == _state(one)
 
 
@@ -197,7 +219,7 @@ def test_a_request_freed_and_admitted_again_in_one_window(seed, few_rows):
 def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
     kind = np.asarray([k for k, _ in ops], np.int64)
     seq = np.asarray([q for _, q in ops], np.int64)
-    first_op, inv, by_life = lives(kind, seq)
+    first_op, inv, by_life, start = lives(kind, seq)
     # a life: (sequence, the ADMITs of it at or before the op)
     count = [sum(1 for k, q in ops[:i + 1] if q == seq[i] and k == ADMIT) for i in range(len(ops))]
     if ops:
@@ -205,8 +227,9 @@ def test_lives_groups_ops_as_unique_over_sequence_and_count(ops):
                             return_inverse=True)
         assert first_op.tolist() == f.tolist() and inv.tolist() == i.tolist()
         assert by_life.tolist() == np.argsort(i, kind="stable").tolist()
+        assert start.tolist() == np.searchsorted(np.sort(i), np.arange(f.size)).tolist()
     else:
-        assert first_op.size == inv.size == by_life.size == 0
+        assert first_op.size == inv.size == by_life.size == start.size == 0
 
 
 @settings(max_examples=200, deadline=None)
