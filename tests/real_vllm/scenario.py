@@ -111,7 +111,7 @@ def run(vllm_server, tmp_path_factory):
     srv = vllm_server
     wd = tmp_path_factory.mktemp("tier")
     rng = random.Random(22)
-    res: dict = {"pairs": [], "metric_checks": [], "wd": wd}
+    res: dict = {"pairs": [], "metric_checks": [], "wd": wd, "cpus": srv.cpus}
     early = _attach(srv, wd / "attach-early.db")
     s1, s3 = _sub(srv), _sub(srv, Lossy)
     try:
@@ -129,8 +129,8 @@ def run(vllm_server, tmp_path_factory):
             res["metric_checks"].append((label, sample_from_text(text, url=srv.metrics_url,
                                                                  time=time.time()), m))
 
-        # /metrics all along (vLLM's API server sometimes answers it only after a busy spell,
-        # so the phases' own scrapes alone may all land on an idle server)
+        # /metrics all along, also between the phases' own scrapes (which catch requests
+        # running and waiting only because the engine core shares its worker's CPUs: cpus.py)
         sampling = threading.Event()
 
         def sampler():
@@ -164,8 +164,7 @@ def run(vllm_server, tmp_path_factory):
         check_metrics("idle after the sequential phase")
 
         # 2. a burst that preempts: 4 prompts of 19 blocks for 71 usable blocks, so one waits
-        # for capacity, and the 3 admitted decode into a full cache. Few streams at once keep
-        # vLLM's API server free to answer /metrics while they run.
+        # for capacity, and the 3 admitted decode into a full cache; /metrics meanwhile.
         pre0 = gt.one(m1, "vllm:num_preemptions_total")
         for burst in range(3):
             errors: list = []
@@ -198,8 +197,7 @@ def run(vllm_server, tmp_path_factory):
         res["bursts"] = burst + 1
         check_metrics("idle after the burst")
         # a queue: one request of 41 blocks decodes alone (to 63 blocks) while a second of 41
-        # blocks waits for capacity (71 usable); on 2 shared cores vLLM's API server mostly
-        # answers the scrapes sent meanwhile after it (docs/NODE.md, "What was checked")
+        # blocks waits for capacity (71 usable); /metrics meanwhile
         pair = [threading.Thread(target=srv.complete,
                                  args=([rng.randrange(3, 500) for _ in range(1300)], n))
                 for n in (700, 8)]
