@@ -23,6 +23,7 @@ from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.node.promtext import sample_from_text
 from kvviz.store import kv_reader
 from tests.real_vllm import groundtruth as gt
+from tests.real_vllm.server import BLOCK_SIZE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -75,6 +76,19 @@ def _sync(*subs, quiet_s: float = 0.4, most_s: float = 15.0) -> None:
             return
 
 
+def _holds(subs, others, prompt, most_s: float = 15.0) -> None:
+    """Poll until each of `subs` holds the full blocks of `prompt`, which vLLM caches when it
+    has computed it (so: until their streams reached the request just answered; a loaded
+    machine delays events more than a quiet spell measures); `others` are polled meanwhile."""
+    want = (len(prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE  # the hit a repeat of it would get
+    end = time.monotonic() + most_s
+    while time.monotonic() < end:
+        if all(s.model.prefix_hit_tokens(s.streams[0].sid, prompt) >= want for s in subs):
+            return
+        for s in (*subs, *others):
+            s.poll(20)
+
+
 def _attach(srv, out, *extra) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT}
     return subprocess.Popen([sys.executable, "-m", "kvviz", "attach", srv.metrics_url,
@@ -122,6 +136,7 @@ def run(vllm_server, tmp_path_factory):
             predicted = [s.model.prefix_hit_tokens(s.streams[0].sid, prompt) for s in subs]
             usage = srv.complete(prompt, max_tokens)["usage"]
             res["pairs"].append((predicted, usage["prompt_tokens_details"]["cached_tokens"]))
+            _holds(subs, [s for s in (s1, s3) if s not in subs], prompt)
             return usage
 
         def check_metrics(label):
@@ -151,6 +166,7 @@ def run(vllm_server, tmp_path_factory):
         seq_at_drop = None
         for i, p in enumerate(prompts + prompts[:3]):  # the first ones again: evicted by now?
             if i == 6:  # lose the next three live batches on the way to s3
+                _sync(s1, s3)
                 seq_at_drop = s1.streams[0].last_seq
                 s3.drop = {seq_at_drop + k for k in (1, 2, 3)}
             u = ask(p)

@@ -80,7 +80,9 @@ def test_the_forests_equal_an_independent_rebuild_of_vllms_replay_buffer(run):
     truth = run["truth"]
     assert truth
     for name, (summ, forest) in run["subs"].items():
-        assert forest == truth, f"{name}: {len(forest)} cached blocks vs vLLM's {len(truth)}"
+        seen = {k: summ[k] for k in ("batches", "gaps", "replayed_batches", "lost_batches",
+                                     "restarts", "disconnects")}
+        assert forest == truth, f"{name}: {len(forest)} cached blocks vs vLLM's {len(truth)} {seen}"
         assert summ["undecodable"] == 0 and summ["lost_batches"] == 0, (name, summ)
     s3 = run["subs"]["s3"][0]
     assert s3["gaps"] >= 1 and s3["replayed_batches"] >= 3  # the lost batches came back
