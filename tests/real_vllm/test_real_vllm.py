@@ -8,7 +8,7 @@ import pytest
 
 from kvviz.store import kv_reader
 from tests.real_vllm import groundtruth as gt
-from tests.real_vllm.scenario import recorded_forest
+from tests.real_vllm.clients import recorded_forest
 from tests.real_vllm.server import BLOCK_SIZE, NUM_BLOCKS
 from tests.real_vllm.summary import SUMMARY
 
