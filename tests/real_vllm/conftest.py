@@ -41,6 +41,7 @@ def vllm_server(tmp_path_factory):
     except VllmStartError as exc:
         pytest.fail(f"the vLLM server did not start: {exc}", pytrace=False)
     SUMMARY["server ready (s)"] = round(srv.started_s, 1)
+    SUMMARY["CPUs"] = srv.cpus
     try:
         yield srv
     finally:

@@ -9,96 +9,15 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from kvviz.commands.cli import main
-from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.rebuild import load_model
-from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.node.promtext import sample_from_text
-from kvviz.store import kv_reader
+from tests.real_vllm import clients as cl
 from tests.real_vllm import groundtruth as gt
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class Lossy(Subscriber):
-    """A subscriber that loses the live batches whose seq is in `drop` (a gap on the way)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.drop: set = set()
-
-    def handle(self, st, frames):
-        if len(frames) == 3 and len(frames[1]) == 8:
-            seq = int.from_bytes(frames[1], "big", signed=True)
-            if seq in self.drop:
-                self.drop.discard(seq)
-                return
-        super().handle(st, frames)
-
-
-class LossyLive(Subscriber):
-    """A subscriber that loses its 2nd, 3rd and 4th live batches (after joining)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.live = 0
-
-    def handle(self, st, frames):
-        self.live += 1
-        if self.live in (2, 3, 4):
-            return
-        super().handle(st, frames)
-
-
-def _sub(srv, cls=Subscriber) -> Subscriber:
-    sub = cls(SubscriberConfig((srv.events,), 1, (srv.replay,), "kv-events",
-                               replay_timeout_s=10.0))
-    sub.model = CacheModel(index_tokens=True)  # before any batch (they come with poll())
-    return sub
-
-
-def _sync(*subs, quiet_s: float = 0.4, most_s: float = 15.0) -> None:
-    """Poll until no subscriber has received anything for quiet_s."""
-    end = time.monotonic() + most_s
-    last = time.monotonic()
-    while time.monotonic() < end:
-        if sum(s.poll(20) for s in subs):
-            last = time.monotonic()
-        elif time.monotonic() - last >= quiet_s:
-            return
-
-
-def _attach(srv, out, *extra) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.Popen([sys.executable, "-m", "kvviz", "attach", srv.metrics_url,
-                             "--kv-events", srv.events, "--replay", srv.replay, "--topic",
-                             "kv-events", "--interval", "1", "--quiet", "--out", str(out),
-                             *extra], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _stop(proc: subprocess.Popen) -> tuple[int, str]:
-    proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=60)
-    return proc.returncode, err
-
-
-def _forest(sub) -> dict:
-    (st,) = sub.streams
-    return {h: p for _, f in sub.model.of_stream(st.sid) for h, p in f.parent.items()}
-
-
-def recorded_forest(path) -> dict:
-    with kv_reader.connect(path) as conn:
-        model, _ = load_model(conn)
-    return {h: p for f in model.forests.values() for h, p in f.parent.items()}
 
 
 def _metrics(srv):
@@ -111,17 +30,18 @@ def run(vllm_server, tmp_path_factory):
     srv = vllm_server
     wd = tmp_path_factory.mktemp("tier")
     rng = random.Random(22)
-    res: dict = {"pairs": [], "metric_checks": [], "wd": wd}
-    early = _attach(srv, wd / "attach-early.db")
-    s1, s3 = _sub(srv), _sub(srv, Lossy)
+    res: dict = {"pairs": [], "metric_checks": [], "wd": wd, "cpus": srv.cpus}
+    early = cl.attach(srv, wd / "attach-early.db")
+    s1, s3 = cl.subscriber(srv), cl.subscriber(srv, cl.Lossy)
     try:
-        _sync(s1, s3, quiet_s=1.0)
+        cl.sync(s1, s3, quiet_s=1.0)
 
         def ask(prompt, max_tokens=2, subs=(s1,)):
-            _sync(s1, s3, *subs)
+            cl.sync(s1, s3, *subs)
             predicted = [s.model.prefix_hit_tokens(s.streams[0].sid, prompt) for s in subs]
             usage = srv.complete(prompt, max_tokens)["usage"]
             res["pairs"].append((predicted, usage["prompt_tokens_details"]["cached_tokens"]))
+            cl.holds(subs, [s for s in (s1, s3) if s not in subs], prompt)
             return usage
 
         def check_metrics(label):
@@ -129,8 +49,8 @@ def run(vllm_server, tmp_path_factory):
             res["metric_checks"].append((label, sample_from_text(text, url=srv.metrics_url,
                                                                  time=time.time()), m))
 
-        # /metrics all along (vLLM's API server sometimes answers it only after a busy spell,
-        # so the phases' own scrapes alone may all land on an idle server)
+        # /metrics all along, also between the phases' own scrapes (which catch requests
+        # running and waiting only because the engine core shares its worker's CPUs: cpus.py)
         sampling = threading.Event()
 
         def sampler():
@@ -151,11 +71,12 @@ def run(vllm_server, tmp_path_factory):
         seq_at_drop = None
         for i, p in enumerate(prompts + prompts[:3]):  # the first ones again: evicted by now?
             if i == 6:  # lose the next three live batches on the way to s3
+                cl.sync(s1, s3)
                 seq_at_drop = s1.streams[0].last_seq
                 s3.drop = {seq_at_drop + k for k in (1, 2, 3)}
             u = ask(p)
             sent += u["prompt_tokens"]
-        _sync(s1, s3)
+        cl.sync(s1, s3)
         _text, m1 = _metrics(srv)
         res["seq_phase"] = {
             "queries": gt.one(m1, "vllm:prefix_cache_queries_total") - q0,
@@ -164,8 +85,7 @@ def run(vllm_server, tmp_path_factory):
         check_metrics("idle after the sequential phase")
 
         # 2. a burst that preempts: 4 prompts of 19 blocks for 71 usable blocks, so one waits
-        # for capacity, and the 3 admitted decode into a full cache. Few streams at once keep
-        # vLLM's API server free to answer /metrics while they run.
+        # for capacity, and the 3 admitted decode into a full cache; /metrics meanwhile.
         pre0 = gt.one(m1, "vllm:num_preemptions_total")
         for burst in range(3):
             errors: list = []
@@ -190,7 +110,7 @@ def run(vllm_server, tmp_path_factory):
             for t in threads:
                 t.join(180)
             assert not errors, errors
-            _sync(s1, s3)
+            cl.sync(s1, s3)
             _text, m2 = _metrics(srv)
             if gt.one(m2, "vllm:num_preemptions_total") > pre0:
                 break
@@ -198,8 +118,7 @@ def run(vllm_server, tmp_path_factory):
         res["bursts"] = burst + 1
         check_metrics("idle after the burst")
         # a queue: one request of 41 blocks decodes alone (to 63 blocks) while a second of 41
-        # blocks waits for capacity (71 usable); on 2 shared cores vLLM's API server mostly
-        # answers the scrapes sent meanwhile after it (docs/NODE.md, "What was checked")
+        # blocks waits for capacity (71 usable); /metrics meanwhile
         pair = [threading.Thread(target=srv.complete,
                                  args=([rng.randrange(3, 500) for _ in range(1300)], n))
                 for n in (700, 8)]
@@ -213,10 +132,10 @@ def run(vllm_server, tmp_path_factory):
             time.sleep(0.05)
         for t in pair:
             t.join(180)
-        _sync(s1, s3)
+        cl.sync(s1, s3)
 
         # 3. reset the prefix cache: everything cleared, the next hit is 0, then back
-        res["before_reset_blocks"] = len(_forest(s1))
+        res["before_reset_blocks"] = len(cl.forest(s1))
         srv.post("/reset_prefix_cache")
         u_after = ask(prompts[-1])
         u_again = ask(prompts[-1])
@@ -228,12 +147,12 @@ def run(vllm_server, tmp_path_factory):
             ask(p)
 
         # 4. a subscriber and an attach that join late: replay from seq 0
-        late_attach = _attach(srv, wd / "attach-late.db")
-        s2 = _sub(srv)
-        _sync(s1, s2, s3, quiet_s=1.0)
+        late_attach = cl.attach(srv, wd / "attach-late.db")
+        s2 = cl.subscriber(srv)
+        cl.sync(s1, s2, s3, quiet_s=1.0)
         for p in prompts[4:8]:
             ask(p, subs=(s1, s2))
-        _sync(s1, s2, s3, quiet_s=1.0)
+        cl.sync(s1, s2, s3, quiet_s=1.0)
 
         # 5. kvviz attach (in this process, the same code) whose stream loses three live
         # batches on the way: the gap is filled from vLLM's replay buffer. The attach runs
@@ -244,7 +163,7 @@ def run(vllm_server, tmp_path_factory):
         def load_then_stop() -> None:
             for p in prompts[8:18]:
                 ask(p)
-            _sync(s1, s2, s3, quiet_s=1.0)
+            cl.sync(s1, s2, s3, quiet_s=1.0)
             time.sleep(2.5)  # two more scrapes at --interval 1
             if not attach_done.is_set():
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -254,7 +173,7 @@ def run(vllm_server, tmp_path_factory):
         from kvviz.node.kvevents import subscriber as submod
 
         real = submod.Subscriber
-        submod.Subscriber = LossyLive
+        submod.Subscriber = cl.LossyLive
         try:
             load.start()
             res["gap_attach"] = (main(["attach", srv.metrics_url, "--kv-events", srv.events,
@@ -265,18 +184,20 @@ def run(vllm_server, tmp_path_factory):
             attach_done.set()
             submod.Subscriber = real
             load.join(120)
-        _sync(s1, s2, s3, quiet_s=1.0)
+        cl.sync(s1, s2, s3, quiet_s=1.0)
         time.sleep(2.5)  # at least two more scrapes by both attach runs, all idle
         sampling.set()
         sampler_th.join(60)
         check_metrics("idle at the end")
         _text, m_end = _metrics(srv)
-        res["late_attach"] = _stop(late_attach)
-        res["early_attach"] = _stop(early)
-        res["truth"] = gt.rebuild(gt.replay_all(srv.replay))
+        res["late_attach"] = cl.stop(late_attach)
+        res["early_attach"] = cl.stop(early)
+        batches = gt.replay_all(srv.replay)
+        res["truth"] = gt.rebuild(batches)
         res["m_end"] = m_end
-        res["subs"] = {"s1": (s1.summary()[0], _forest(s1)), "s2": (s2.summary()[0], _forest(s2)),
-                       "s3": (s3.summary()[0], _forest(s3))}
+        cl.reached(max(seq for seq, _ in batches), s1, s2, s3)
+        res["subs"] = {name: (s.summary()[0], cl.forest(s))
+                       for name, s in (("s1", s1), ("s2", s2), ("s3", s3))}
         res["s2_first_live"] = s2.streams[0].replayed_batches
         res["seq_at_drop"] = seq_at_drop
     finally:

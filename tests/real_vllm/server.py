@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.real_vllm.cpus import pin_engine_core
+
 VENV_DEFAULT = Path.home() / ".cache/kvviz/vllm-0.32.0"
 MODEL_DEFAULT = Path.home() / ".cache/kvviz/tiny-llama"
 VLLM_VERSION = "0.32.0"
@@ -79,6 +81,7 @@ class VllmServer:
     log: Path = field(default_factory=Path)
     started_s: float = 0.0  # seconds from launch to ready
     model: str = ""
+    cpus: str = ""  # where the engine core runs (tests/real_vllm/cpus.py)
 
     @property
     def base(self) -> str:
@@ -128,6 +131,7 @@ class VllmServer:
                 with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
                     if r.status == 200:
                         self.started_s = time.monotonic() - t0
+                        self.cpus = pin_engine_core(self.proc.pid)
                         return
             except (OSError, urllib.error.URLError):
                 pass
