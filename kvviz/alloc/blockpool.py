@@ -58,6 +58,13 @@ class BlockPool(PoolReplay):
         self.lazy = LazyKeys(num_blocks)  # keys stored by (request, block) (lazykeys.py)
         self.log: list[LogEntry] | None = None  # None: nobody drains it, nothing is logged
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy (copy.deepcopy, pickle) gets `_has` and `has_key` as two objects, and
+        `is_cached` may read the old queue's marks: bind them to the copy's own bytes."""
+        self.__dict__.update(state)
+        self.has_key = np.frombuffer(self._has, np.bool_)
+        self.is_cached = self.lru.mark.__getitem__
+
     @property
     def _lru(self) -> dict[int, None]:
         """The cached free blocks, oldest first (a copy, for tests and readers)."""

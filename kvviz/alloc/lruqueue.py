@@ -20,6 +20,12 @@ class LruQueue:
         self.head = self.tail = 0
         self.n = 0
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy (copy.deepcopy, pickle) gets the bytes and their array view as two objects:
+        make the view read the copy's own bytes again."""
+        self.__dict__.update(state)
+        self._mark = np.frombuffer(self.mark, np.uint8)
+
     def __len__(self) -> int:
         return self.n
 

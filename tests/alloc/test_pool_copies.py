@@ -3,12 +3,18 @@
 PagedAllocator.cache_many (decode caching in one pass) against cache_blocks one by one."""
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvviz.alloc.base import PrefixKey
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged import PagedAllocator
+from tests.alloc.invariants import state
 
 NB = 12
 
@@ -99,3 +105,26 @@ def test_cache_many_is_cache_blocks_in_order(lens, data):
             [(k, list(v)) for k, v in pb._block_of.items()]
         assert pa._key_of == pb._key_of and pa.parent_of == pb.parent_of
         assert np.array_equal(a._ncached, x._ncached)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_allocator_reads_its_own_cache_marks(how):
+    """A copy of a prefix-caching allocator decides from its own state: the pool's byte
+    arrays and their numpy views (the LRU's marks, the blocks holding keys) stay one object
+    each in the copy, and the original is untouched by what the copy does. (Hypothesis
+    found a copy whose is_cached read marks its view no longer wrote: an admission that
+    fits in the original was refused in the copy.)"""
+    a = PagedAllocator(10, 1, prefix_caching=True)
+    assert a.admit(0, 8, None, PrefixKey(0, 7)).ok
+    a.release(0)  # 7 keyed blocks wait in the LRU, 3 plain ones on the stack
+    c = copy.deepcopy(a) if how == "deepcopy" else pickle.loads(pickle.dumps(a))
+    before = state(a)
+    for alloc in (c, a) if how == "deepcopy" else (c,):
+        assert alloc.admit(1, 8, 8, PrefixKey(0, 7)).ok  # 7 hits out of the LRU, 1 fresh
+    want = a.admit(2, 7, 9, PrefixKey(0, 7)) if how == "deepcopy" else None
+    got = c.admit(2, 7, 9, PrefixKey(0, 7))
+    assert got.ok, got  # it shares the 7 live hits and takes the 2 free blocks left
+    if want is not None:
+        assert got == want and state(c) == state(a)
+    else:
+        assert state(a) == before
