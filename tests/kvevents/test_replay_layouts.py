@@ -134,3 +134,50 @@ def test_a_live_batch_the_join_replay_gave_already_is_neither_twice_nor_a_restar
             sub.close()
     finally:
         pub.close()
+
+
+class SlowFirstAnswer(SchemaPublisher):
+    """Answers its first replay request only after `delay_s` (a busy node): later ones at
+    once."""
+
+    delay_s = 1.0
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            if not self.router.poll(50):
+                continue
+            ident, _empty, start = self.router.recv_multipart()
+            if self.delay_s:
+                self.stop.wait(self.delay_s)
+                self.delay_s = 0.0
+            first = int.from_bytes(start, "big", signed=True)
+            with self.lock:
+                todo = [x for x in self.sent if x[0] >= first]
+            for s, p in todo:
+                self.router.send_multipart([ident, b"", self.topic, s.to_bytes(8, "big"), p])
+            self.router.send_multipart([ident, b"", b"", END, b""])
+
+
+def test_a_join_cut_short_by_its_wait_is_filled_by_the_first_live_batch():
+    """The join replay waits JOIN_TIMEOUT_S at most: a node slower than that leaves a gap
+    that the first live batch fills from the replay socket (no backoff: nothing failed), so
+    no batch is lost."""
+    port = free_base_port(2)
+    pub = SlowFirstAnswer(_ep(port), replay=_ep(port + 1), layout="0.32")
+    try:
+        pub.send(payload([store([1, 2], None)]))  # seq 0 and 1: before anyone listens
+        pub.send(payload([store([3], 2)]))
+        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
+        try:
+            wait_connected(sub)  # the join asked, and gave up after JOIN_TIMEOUT_S
+            st_ = sub.streams[0]
+            assert st_.joined and st_.replayed_batches == 0, sub.summary()
+            pub.send(payload([store([4], 3)]))  # seq 2: the first live batch
+            _drain(sub, lambda: st_.batches == 3)
+            (s,) = sub.summary()
+            assert s["replayed_batches"] == 2 and s["lost_batches"] == 0, s
+            assert s["cached_blocks"] == 4
+        finally:
+            sub.close()
+    finally:
+        pub.close()

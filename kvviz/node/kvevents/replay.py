@@ -51,6 +51,7 @@ class Fetched(NamedTuple):
     ok: bool  # the end marker arrived
     got: int  # answers handed to `take`
     error: str  # why it stopped short ("" when ok)
+    timed_out: bool = False  # it stopped at timeout_s (or should_stop), not on an error
 
 
 def fetch(ctx: zmq.Context, endpoint: str, first: int, last: int, *, timeout_s: float,
@@ -73,7 +74,8 @@ def fetch(ctx: zmq.Context, endpoint: str, first: int, last: int, *, timeout_s: 
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or should_stop():
-                return Fetched(False, got, f"replay from {endpoint}: no end marker in time")
+                return Fetched(False, got, f"replay from {endpoint}: no end marker in time",
+                               True)
             if not sock.poll(min(SLICE_MS, int(left * 1000) + 1)):
                 continue
             fr = sock.recv_multipart()

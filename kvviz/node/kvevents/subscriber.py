@@ -238,7 +238,7 @@ class Subscriber:
 
     def _fill(self, st: Stream, t: float, first: int, last: int) -> None:
         st.gaps += 1
-        got = self._replay(st, first, last, t) if st.replay and self._may_replay(st) else 0
+        got = self._replay(st, first, last, t).got if st.replay and self._may_replay(st) else 0
         missing = last - first + 1 - got
         st.lost_batches += missing
         self._gap(st, t, "gap", first, last, missing == 0)
@@ -251,15 +251,17 @@ class Subscriber:
         subscriber joining a busy (or idle) node starts with its true cache."""
         st.joined = True
         st.join_seqs = {}
-        self._replay(st, 0, 2**63 - 1, self.clock() - self.t0,
-                     min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
+        res = self._replay(st, 0, 2**63 - 1, self.clock() - self.t0,
+                           min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
+        if res.timed_out:  # cut short by its own short wait, not a failure: no backoff, so
+            st.replay_after = time.monotonic()  # the first live batch asks for the rest
         if st.join_seqs:
             st.last_seq = max(st.join_seqs)
         else:
             st.join_seqs = None
 
     def _replay(self, st: Stream, first: int, last: int, t: float,
-                timeout_s: float | None = None) -> int:
+                timeout_s: float | None = None) -> replay_wire.Fetched:
         """Ask the replay socket for batches from `first`; ingest those up to `last`
         (kvviz.node.kvevents.replay.fetch: bounded in time and bytes); a failure backs off."""
         def take(ans: replay_wire.ReplayFrame) -> None:
@@ -278,7 +280,7 @@ class Subscriber:
             st.last_error = res.error
         now = time.monotonic()
         st.replay_after = now + (now - t_start if res.ok else REPLAY_BACKOFF_S)
-        return res.got
+        return res
 
     # ---- reporting ------------------------------------------------------------------------
     def problems(self) -> dict[int, tuple[bool, str]]:
