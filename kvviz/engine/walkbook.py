@@ -1,6 +1,7 @@
 """The pressure walk's bookkeeping (kvviz/engine/walk.py): its running requests, each one's
-blocks by the steps its decodes open them, its finish step and its slack, and the allocator
-ops they make (take, admit, free), in execution order, for `PagedAllocator.replay_window`.
+blocks by the steps its decodes open them, its finish step and its slack; the allocator
+ops they make (take, admit, free), in execution order, for `PagedAllocator.replay_window`,
+and the events, both written as arrays once (`ops`, `event_columns`).
 """
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvviz.alloc.paged_window import ADMIT, FREE_SEQ
-from kvviz.engine.eventlog import KIND_CODE
+from kvviz.alloc.paged_window import ADMIT, FREE_SEQ, TAKE
+from kvviz.engine.eventlog import KIND_CODE, EventColumns
 from kvviz.engine.scheduler import make_room
 
 if TYPE_CHECKING:
     from kvviz.engine.lane import Lane
 
 FINISHED, PREEMPTED = KIND_CODE["finished"], KIND_CODE["preempted"]
+ADMITTED, FAILED = KIND_CODE["admitted"], KIND_CODE["admit_failed"]
 
 
 class Running(dict):
@@ -31,6 +33,12 @@ class Running(dict):
         return r
 
 
+def _spans(flat: list[int]) -> np.ndarray:
+    """The op indices of runs given flat as (first op, ops) pairs, in order."""
+    at, n = np.asarray(flat, np.int64).reshape(-1, 2).T
+    return np.repeat(at - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+
+
 class Book:
     """The running requests in order (run), each with its record: (base, gbase, t0, thr,
     waste, fstep): it holds base + t slots and has sampled gbase + t tokens at the start
@@ -38,7 +46,11 @@ class Book:
     leaves `waste` slots unused; it samples its last token at step fstep. The running
     requests by opening residue (bucket: base % bs == -t % bs) and by finish step (fin),
     each in running order; per request preempted in the walk, its known tokens and
-    samples; the free blocks; the allocator's ops and the events, in execution order."""
+    samples; the free blocks. The ops: `seqs`, every op's request in execution order, a
+    TAKE unless it is in a run of admissions (adm: flat (first op, ops); their tokens,
+    free blocks after each and steps), a run of finishes (done: the same; a finished
+    request frees its whole life, kv_final slots) or a preemption's free (pre_at: its op,
+    slots and step); the refusals logged: (the next op's index, event row)."""
 
     def __init__(self, lane: Lane, ids: np.ndarray, lens: np.ndarray) -> None:
         sched, a = lane.sched, lane.alloc
@@ -71,16 +83,18 @@ class Book:
         self.front = deque(sched.front)
         self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
         self.wait_gen: dict[int, int] = {}
-        self.finished: dict[int, int] = {}  # finished in the walk: slots written
-        self.seqs: list[int] = []  # the allocator's ops (replay_window's), in order: TAKE
-        self.other: list[int] = []  # but these, flat: op index, kind, arg per op
-        self.events: list[tuple] = []  # (step, kind, request, reason, need, free, hole)
+        self.seqs: list[int] = []  # the ops (see the class)
+        self.adm: list[int] = []
+        self.adm_total: list[int] = []
+        self.adm_free: list[int] = []
+        self.adm_t: list[int] = []
+        self.done: list[int] = []
+        self.done_t: list[int] = []
+        self.pre_at: list[int] = []
+        self.pre_held: list[int] = []
+        self.pre_t: list[int] = []
+        self.refusals: list[tuple[int, tuple]] = []  # (next op, (step, kind, ... hole))
         self.preemptions = 0
-
-    def _decode(self, openers: dict[int, None], t: int) -> None:
-        """Every running request decodes; each of `openers` takes a block (they fit)."""
-        self.seqs.extend(openers)
-        self._decoded(t)
 
     def _decoded(self, t: int) -> None:
         """After step t's decodes: the slots they wrote, the blocks they opened last."""
@@ -126,49 +140,35 @@ class Book:
         return self.preemptions > before
 
     def _preempt(self, v: int, t: int) -> None:
-        """The rule preempted v (out of `run` already) before its decode in step t: its
-        event comes first in the step's (Lane.step's order)."""
+        """The rule preempted v (out of `run` already) before its decode in step t: it
+        frees its blocks (its event comes first in the step: Lane.step's order) and waits
+        at the front of the queue."""
         rec = self.run.popped
         held = rec[0] + t
         self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
-        self._release([(v, held, rec)])
+        self.pre_at.append(len(self.seqs))
+        self.pre_held.append(held)
+        self.pre_t.append(t)
+        self.seqs.append(v)
+        self.free += -(-held // self.bs)
+        self.used -= held
+        if held > rec[3]:
+            self.internal -= rec[4]
+        del self.bucket[-rec[0] % self.bs][v]
+        del self.fin[rec[5]][v]
         self.front.appendleft(v)
-        self.events.append((t, PREEMPTED, v, 0, 0, 0, 0))
         self.preemptions += 1
 
-    def _release(self, gone: list[tuple[int, int, tuple]]) -> None:
-        """Requests out of `run`, each (request, slots written, its record), free their
-        blocks, in order; their running bookkeeping ends."""
-        bs, other, seqs, bucket, fin = self.bs, self.other, self.seqs, self.bucket, self.fin
-        freed = used = internal = 0
-        for r, held, rec in gone:
-            other += (len(seqs), FREE_SEQ, held)
-            seqs.append(r)
-            freed += -(-held // bs)
-            used += held
-            if held > rec[3]:
-                internal += rec[4]
-            del bucket[-rec[0] % bs][r]
-            due = fin.get(rec[5])
-            if due is not None:  # (a finishing request's step was popped already)
-                del due[r]
-        self.free += freed
-        self.used -= used
-        self.internal -= internal
-
-    def _join(self, admitted: list[tuple[int, int, int]], t: int) -> None:
-        """The requests admitted at step t, in order, each (request, its whole `total`
-        known tokens, free slots after it): each samples then and decodes from step t + 1."""
-        bs, sched, other, seqs, run, bucket, fin = (self.bs, self.sched, self.other, self.seqs,
-                                                   self.run, self.bucket, self.fin)
+    def _join(self, admitted: list[int], totals: list[int], t: int) -> None:
+        """The requests admitted at step t, in order, each with its whole `totals` known
+        tokens (their ops are written): each samples then and decodes from step t + 1."""
+        bs, sched, run, bucket, fin = self.bs, self.sched, self.run, self.bucket, self.fin
         wait_known, wait_gen = self.wait_known, self.wait_gen
         output, kv_final, generated = sched.w.output, self.lane.kv_final, sched.generated
         lastopen, t1 = self.lastopen, t + 1
         used = internal = 0
-        for r, total, _ in admitted:
-            other += (len(seqs), ADMIT, total)
-            seqs.append(r)
+        for r, total in zip(admitted, totals):
             g = (wait_gen.pop(r) if wait_known.pop(r, None) is not None
                  else generated.item(r)) + 1
             f = t + output.item(r) - g
@@ -198,17 +198,75 @@ class Book:
     def _update(self, t: int) -> None:
         """update(): the requests whose output is complete finish, in running order (a
         step's finishers were added to fin[t] in running order: the running requests at the
-        walk's start in their order, each admitted one after them)."""
+        walk's start in their order, each admitted one after them), each freeing its whole
+        life: kv_final slots, the last of its blocks opened (thr + bs - waste slots)."""
         fins = self.fin.pop(t, None)
         if not fins:
             return
-        run, finished, events = self.run, self.finished, self.events
-        gone = []
+        run, bucket, bs = self.run, self.bucket, self.bs
+        thr = waste = 0
         for r in fins:
             rec = run[r]
             del run[r]
-            held = rec[0] + t + 1
-            gone.append((r, held, rec))
-            finished[r] = held
-            events.append((t, FINISHED, r, 0, 0, 0, 0))
-        self._release(gone)
+            del bucket[-rec[0] % bs][r]
+            thr += rec[3]
+            waste += rec[4]
+        n = len(fins)
+        self.done += (len(self.seqs), n)
+        self.done_t.append(t)
+        self.seqs.extend(fins)
+        self.free += thr // bs + n
+        self.used -= thr + n * bs - waste
+        self.internal -= waste
+
+    def ops(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """replay_window's kind, seq and arg arrays."""
+        seq = np.asarray(self.seqs, np.int64)
+        kind = np.full(seq.size, TAKE, np.int64)
+        arg = np.zeros(seq.size, np.int64)
+        if self.adm:
+            at = _spans(self.adm)
+            kind[at], arg[at] = ADMIT, self.adm_total
+        if self.done:
+            at = _spans(self.done)
+            kind[at], arg[at] = FREE_SEQ, self.lane.kv_final[seq[at]]
+        if self.pre_at:
+            kind[self.pre_at], arg[self.pre_at] = FREE_SEQ, self.pre_held
+        self._seq = seq
+        return kind, seq, arg
+
+    def finished(self) -> np.ndarray:
+        """The requests finished in the walk, in order (after ops())."""
+        return self._seq[_spans(self.done)] if self.done else np.zeros(0, np.int64)
+
+    def event_columns(self, lane_code: int, lanes: list[str], step_ms: float) -> EventColumns:
+        """The walk's events in execution order (after ops()): preemptions, admissions and
+        finishes by their ops, each refusal before the op after it."""
+        seq, bs = self._seq, self.bs
+        adm = _spans(self.adm) if self.adm else np.zeros(0, np.int64)
+        done = _spans(self.done) if self.done else np.zeros(0, np.int64)
+        n = np.asarray([len(self.pre_at), adm.size, done.size, len(self.refusals)])
+        at = np.concatenate([np.asarray(self.pre_at, np.int64), adm, done])
+        cols = np.zeros((7, int(n.sum())), np.int64)  # step, kind, seq ... hole
+        cols[0, :at.size] = np.concatenate([
+            np.asarray(self.pre_t, np.int64),
+            np.repeat(np.asarray(self.adm_t, np.int64), self.adm[1::2]),
+            np.repeat(np.asarray(self.done_t, np.int64), self.done[1::2])])
+        cols[1, :at.size] = np.repeat([PREEMPTED, ADMITTED, FINISHED], n[:3])
+        cols[2, :at.size] = seq[at]
+        k = n[0] + adm.size
+        cols[4, n[0]:k] = self.adm_total
+        cols[5, n[0]:k] = np.asarray(self.adm_free, np.int64) * bs
+        key = 2 * at
+        if self.refusals:
+            cols[:, at.size:] = np.asarray([row for _, row in self.refusals], np.int64).T
+            key = np.concatenate([key, 2 * np.asarray([i for i, _ in self.refusals]) - 1])
+        cols = cols[:, np.argsort(key, kind="stable")]
+        step = cols[0]
+        m = step.size
+        return EventColumns({
+            "time_s": step * step_ms / 1000.0, "step": step,
+            "lane": np.full(m, lane_code, np.int8), "kind": cols[1].astype(np.int8),
+            "seq_id": cols[2], "reason": cols[3].astype(np.int8), "need_tokens": cols[4],
+            "free_tokens": cols[5], "largest_hole_tokens": cols[6],
+            "count": np.ones(m, np.int64)}, lanes)
