@@ -115,12 +115,15 @@ class Book:
         while free blocks are left an opener takes one (make_room preempts nobody for it);
         one that finds none makes room by the rule (`make_room`: the running tail is
         preempted until a block frees, or the opener itself is). Returns whether anyone
-        was preempted."""
+        was preempted. The openers still running are a prefix of them (a bucket is in
+        running order, the rule preempts the tail): those after a room made take the
+        blocks it freed in a row."""
         run, seqs, before = self.run, self.seqs, self.preemptions
         todo = list(openers)
-        k = self.free
-        if k:
-            seqs.extend(todo[:k])
+        m = len(todo)
+        i = self.free
+        if i:
+            seqs.extend(todo[:i])
             self.free = 0
 
         def fits() -> bool:
@@ -129,13 +132,25 @@ class Book:
         def drop(v: int) -> None:
             self._preempt(v, t)
 
-        for r in todo[k:]:
+        while i < m:
+            r = todo[i]
             if r not in run:  # preempted for an opener before it: so is every later one
                 break
-            if not self.free and not make_room(run, r, fits, drop):
+            if not make_room(run, r, fits, drop):
                 break
-            self.free -= 1
-            seqs.append(r)  # a TAKE
+            j = min(i + self.free, m)  # these take a block each while they still run
+            if todo[j - 1] not in run:
+                lo, hi = i, j - 1  # todo[lo] runs, todo[hi] does not
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if todo[mid] in run:
+                        lo = mid
+                    else:
+                        hi = mid
+                j = hi
+            seqs.extend(todo[i:j])  # TAKEs
+            self.free -= j - i
+            i = j
         self._decoded(t)
         return self.preemptions > before
 
