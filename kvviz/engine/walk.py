@@ -182,10 +182,12 @@ class _Walk(Book):
         sched, bs, front, wait_known = self.sched, self.bs, self.front, self.wait_known
         verdict, memory, too_big, known = (sched.verdict, sched.space.memory, sched.too_big,
                                            sched.num_tokens)
+        whole = sched.admits_whole  # verdict's answer in closed form while it admits whole
         admitted: list[int] = []
         totals: list[int] = []  # their known tokens
         frees: list[int] = []  # free blocks after each
         nrun, fi, nn, nf = len(self.run), 0, self.next_new, len(front)
+        adm = None
         while True:
             if fi < nf:
                 r = front[fi]
@@ -198,18 +200,19 @@ class _Walk(Book):
             if too_big.item(r):
                 return None  # a rejection: stepping logs it
             need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
-            adm, n = verdict(total, 0, nrun, budget,
-                             lambda e, need=need, free=free: memory(need, free, e))
-            if adm is not None:
-                break
-            if n < total:  # a chunk: it would not decode next step
-                return None
+            if not whole(total, nrun, budget, need, free):
+                adm, n = verdict(total, 0, nrun, budget,
+                                 lambda e, need=need, free=free: memory(need, free, e))
+                if adm is not None:
+                    break
+                if n < total:  # a chunk: it would not decode next step
+                    return None
             free -= need
+            budget -= total
             admitted.append(r)
             totals.append(total)
             frees.append(free)
             nrun += 1
-            budget -= n
             waiting -= 1
             if fi < nf:
                 fi += 1
