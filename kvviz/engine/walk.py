@@ -88,8 +88,9 @@ class _Walk(Book):
         self.step_ms = step_ms
         self.max_tokens = sched.cfg.max_batched_tokens
         self.next_new = sched.next_new
-        self.calm = [0] * 4  # per kind of step: steps, used slots, internal, free blocks
-        self.pressure = [0] * 4
+        self.calm = [0] * 3  # per kind of step: steps, used slots, free blocks
+        self.pressure = [0] * 3
+        self.hsteps: list[int] = []  # the pressure steps
         self.last_fail = lane.last_fail
         self.short: int | None = None  # the head last refused for CAPACITY (see run_to)
         self.short_need = 0  # its blocks
@@ -114,10 +115,10 @@ class _Walk(Book):
         ai, na = 0, len(steps)
         run, front, most = self.run, self.front, self.max_tokens
         seqs, bucket, bs = self.seqs, self.bucket, self.bs
-        lastopen, fin = self.lastopen, self.fin
-        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots,
-        # internal, free blocks (see commit)
-        c0 = c1 = c2 = c3 = h0 = h1 = h2 = h3 = sampled = 0
+        fin, hsteps = self.fin, self.hsteps
+        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots, free
+        # blocks (see commit; the internal slack: internal_sums)
+        c0 = c1 = c3 = h0 = h1 = h3 = sampled = 0
         t = self.S
         try:
             while t < end:  # one step per turn (Lane.step's order), plain decodes inline
@@ -147,25 +148,22 @@ class _Walk(Book):
                     # reason).
                     seqs.extend(openers)  # the decodes: each opener takes a block
                     self.used += n
-                    if t in lastopen:
-                        self._opened(t)
                     self.free = free
                     pressure = waiting and n < most
                 sampled += len(run)
                 if t in fin:
                     self._update(t)
                 if pressure:
+                    hsteps.append(t)
                     h0 += 1
                     h1 += self.used
-                    h2 += self.internal
                     h3 += self.free
                 else:
                     c0 += 1
                     c1 += self.used
-                    c2 += self.internal
                     c3 += self.free
         finally:
-            for acc, add in ((self.calm, (c0, c1, c2, c3)), (self.pressure, (h0, h1, h2, h3))):
+            for acc, add in ((self.calm, (c0, c1, c3)), (self.pressure, (h0, h1, h3))):
                 for i, x in enumerate(add):
                     acc[i] += x
             self.sampled += sampled
@@ -222,7 +220,7 @@ class _Walk(Book):
                 break
         seqs = self.seqs
         seqs.extend(openers)  # the decodes: each opener takes a block
-        self._decoded(t)
+        self.used += len(self.run)
         for _ in range(fi):
             front.popleft()
         self.next_new = nn
@@ -294,8 +292,9 @@ class _Walk(Book):
         lane.time_s = end * self.step_ms / 1000.0
         lane.events.extend(self.event_columns(lane._code, lane.events.lanes, self.step_ms))
         cap, bs = lane.capacity, self.bs
-        for pressure, (steps, used, internal, free) in ((False, self.calm),
-                                                        (True, self.pressure)):
+        sums = self.internal_sums(end, self.hsteps)
+        for pressure, (steps, used, free), internal in ((False, self.calm, sums[0]),
+                                                        (True, self.pressure, sums[1])):
             allocated = steps * cap - free * bs  # the tails are the slack: no block shared
             lane.shares.add_sums(pressure, steps, used, allocated - used - internal, internal,
                                  free * bs, allocated - used)

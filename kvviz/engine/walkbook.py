@@ -1,7 +1,8 @@
 """The pressure walk's bookkeeping (kvviz/engine/walk.py): its running requests, each one's
 blocks by the steps its decodes open them, its finish step and its slack; the allocator
 ops they make (take, admit, free), in execution order, for `PagedAllocator.replay_window`,
-and the events, both written as arrays once (`ops`, `event_columns`).
+and the events, both written as arrays once (`ops`, `event_columns`); the internal slack
+of every step, summed in closed form over the requests' lives (`internal_sums`).
 """
 from __future__ import annotations
 
@@ -40,10 +41,13 @@ def _spans(flat: list[int]) -> np.ndarray:
 
 
 class Book:
-    """The running requests in order (run), each with its record: (base, gbase, t0, thr,
+    """The running requests in order (run), each with its record: (base, gbase, life, thr,
     waste, fstep): it holds base + t slots and has sampled gbase + t tokens at the start
-    of step t >= t0, its first decode in the walk; its last block starts at slot thr and
-    leaves `waste` slots unused; it samples its last token at step fstep. The running
+    of step t in the walk; its last block starts at slot thr and leaves `waste` slots
+    unused; it samples its last token at step fstep. Per life (running since the walk's
+    start or admitted in it), by its index: the step from which its last block's unused
+    slots count as internal (the decode that opens it, or its admission), the step from
+    which they no longer do (its finish step, or its preemption) and those slots. The running
     requests by opening residue (bucket: base % bs == -t % bs) and by finish step (fin),
     each in running order; per request preempted in the walk, its known tokens and
     samples; the free blocks. The ops: `seqs`, every op's request in execution order, a
@@ -64,20 +68,19 @@ class Book:
         fstep = sched.finish_steps(S, ids, True)
         run = ids.tolist()
         base = (lens - S - 1).tolist()
+        n0 = len(run)
         self.run = Running(zip(run, zip(base, (sched.generated[ids] - S - 1).tolist(),
-                                        [S + 1] * len(run), thr.tolist(), waste.tolist(),
+                                        range(n0), thr.tolist(), waste.tolist(),
                                         fstep.tolist())))
+        self.life_from = (thr - lens + S + 1).tolist()  # (see the class) from S + 1 at most
+        self.life_to = fstep.tolist()
+        self.life_waste = waste.tolist()
         self.bucket: list[dict[int, None]] = [{} for _ in range(bs)]
         for r, x in zip(run, base):
             self.bucket[-x % bs][r] = None
         self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
         for r, f in zip(run, fstep.tolist()):
             self.fin.setdefault(f, {})[r] = None
-        inside = lens > thr
-        self.internal = int(waste[inside].sum())
-        self.lastopen: dict[int, list[tuple[int, int]]] = {}  # step -> (request, t0)
-        for r, s in zip(ids[~inside].tolist(), (S + 1 + thr - lens)[~inside].tolist()):
-            self.lastopen.setdefault(s, []).append((r, S + 1))
         self.used = int(lens.sum())
         self.free = a.free_blocks
         self.front = deque(sched.front)
@@ -95,20 +98,6 @@ class Book:
         self.pre_t: list[int] = []
         self.refusals: list[tuple[int, tuple]] = []  # (next op, (step, kind, ... hole))
         self.preemptions = 0
-
-    def _decoded(self, t: int) -> None:
-        """After step t's decodes: the slots they wrote, the blocks they opened last."""
-        self.used += len(self.run)
-        if t in self.lastopen:
-            self._opened(t)
-
-    def _opened(self, t: int) -> None:
-        """The running requests that opened their last block at step t."""
-        run = self.run
-        for r, s in self.lastopen.pop(t):
-            rec = run.get(r)
-            if rec is not None and rec[2] == s:  # still running since it was planned
-                self.internal += rec[4]
 
     def _decode_short(self, openers: dict[int, None], t: int) -> bool:
         """The decodes when the free blocks do not cover the openers, in running order:
@@ -151,7 +140,7 @@ class Book:
             seqs.extend(todo[i:j])  # TAKEs
             self.free -= j - i
             i = j
-        self._decoded(t)
+        self.used += len(run)
         return self.preemptions > before
 
     def _preempt(self, v: int, t: int) -> None:
@@ -168,8 +157,7 @@ class Book:
         self.seqs.append(v)
         self.free += -(-held // self.bs)
         self.used -= held
-        if held > rec[3]:
-            self.internal -= rec[4]
+        self.life_to[rec[2]] = t
         del self.bucket[-rec[0] % self.bs][v]
         del self.fin[rec[5]][v]
         self.front.appendleft(v)
@@ -181,8 +169,8 @@ class Book:
         bs, sched, run, bucket, fin = self.bs, self.sched, self.run, self.bucket, self.fin
         wait_known, wait_gen = self.wait_known, self.wait_gen
         output, kv_final, generated = sched.w.output, self.lane.kv_final, sched.generated
-        lastopen, t1 = self.lastopen, t + 1
-        used = internal = 0
+        life_from, life_to, life_waste, t1 = self.life_from, self.life_to, self.life_waste, t + 1
+        used = 0
         for r, total in zip(admitted, totals):
             g = (wait_gen.pop(r) if wait_known.pop(r, None) is not None
                  else generated.item(r)) + 1
@@ -191,23 +179,17 @@ class Book:
             waste = -kvf % bs  # its last block's slots left unused
             thr = kvf + waste - bs  # where that block starts
             base = total - t1
-            run[r] = (base, g - t1, t1, thr, waste, f)
+            run[r] = (base, g - t1, len(life_to), thr, waste, f)
             bucket[-base % bs][r] = None
             due = fin.get(f)
             if due is None:
                 fin[f] = {r: None}
             else:
                 due[r] = None
-            if total > thr:
-                internal += waste
-            else:
-                opens = lastopen.get(t1 + thr - total)  # the step it opens its last block
-                if opens is None:
-                    lastopen[t1 + thr - total] = [(r, t1)]
-                else:
-                    opens.append((r, t1))
+            life_from.append(t if total > thr else thr - base)  # (the step it opens it)
+            life_to.append(f)
+            life_waste.append(waste)
             used += total
-        self.internal += internal
         self.used += used
 
     def _update(self, t: int) -> None:
@@ -232,12 +214,27 @@ class Book:
         self.seqs.extend(fins)
         self.free += thr // bs + n
         self.used -= thr + n * bs - waste
-        self.internal -= waste
+
+    def internal_sums(self, end: int, hsteps: list[int]) -> tuple[int, int]:
+        """The internal slack summed over the walk's steps up to `end` (its last): over the
+        steps not in `hsteps`, and over those (sorted)."""
+        S = self.S
+        lo = np.clip(np.asarray(self.life_from, np.int64), S + 1, end + 1)
+        hi = np.minimum(np.asarray(self.life_to, np.int64), end + 1)
+        w = np.where(hi > lo, np.asarray(self.life_waste, np.int64), 0)
+        flag = np.zeros(end - S + 1, np.int64)
+        flag[np.asarray(hsteps, np.int64) - S] = 1
+        before = np.cumsum(flag)  # [i]: pressure steps among S + 1 .. S + i
+        every = int(w @ (hi - lo))
+        pressure = int(w @ (before[hi - 1 - S] - before[lo - 1 - S]))
+        return every - pressure, pressure
 
     def ops(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """replay_window's kind, seq and arg arrays."""
-        seq = np.asarray(self.seqs, np.int64)
-        kind = np.full(seq.size, TAKE, np.int64)
+        seq = np.fromiter(self.seqs, np.int64, len(self.seqs))
+        kind = np.zeros(seq.size, np.int64)
+        if TAKE:
+            kind[:] = TAKE
         arg = np.zeros(seq.size, np.int64)
         if self.adm:
             at = _spans(self.adm)
