@@ -22,15 +22,19 @@ FINISHED, PREEMPTED = KIND_CODE["finished"], KIND_CODE["preempted"]
 ADMITTED, FAILED = KIND_CODE["admitted"], KIND_CODE["admit_failed"]
 
 
-class Running(dict):
-    """The running requests in vLLM's order (a dict's insertion order), each with its record
-    (Book): removal anywhere in O(1), and pop() takes the last one, as `make_room` pops a
-    running list (its record kept in `popped`)."""
+class Tail:
+    """The running requests (Book.run: a dict in vLLM's order, removal anywhere in O(1)) as
+    `make_room` pops a running list: pop() takes the last one, its record kept in
+    `popped`. (run stays a plain dict: a subclass's lookups are slower.)"""
 
-    popped: tuple = ()
+    __slots__ = ("run", "popped")
 
-    def pop(self) -> int:  # type: ignore[override]
-        r, self.popped = self.popitem()
+    def __init__(self, run: dict[int, tuple]) -> None:
+        self.run = run
+        self.popped: tuple = ()
+
+    def pop(self) -> int:
+        r, self.popped = self.run.popitem()
         return r
 
 
@@ -69,9 +73,10 @@ class Book:
         run = ids.tolist()
         base = (lens - S - 1).tolist()
         n0 = len(run)
-        self.run = Running(zip(run, zip(base, (sched.generated[ids] - S - 1).tolist(),
-                                        range(n0), thr.tolist(), waste.tolist(),
-                                        fstep.tolist())))
+        self.run = dict(zip(run, zip(base, (sched.generated[ids] - S - 1).tolist(),
+                                     range(n0), thr.tolist(), waste.tolist(),
+                                     fstep.tolist())))
+        self.tail = Tail(self.run)
         self.life_from = (thr - lens + S + 1).tolist()  # (see the class) from S + 1 at most
         self.life_to = fstep.tolist()
         self.life_waste = waste.tolist()
@@ -125,7 +130,7 @@ class Book:
             r = todo[i]
             if r not in run:  # preempted for an opener before it: so is every later one
                 break
-            if not make_room(run, r, fits, drop):
+            if not make_room(self.tail, r, fits, drop):  # type: ignore[arg-type]
                 break
             j = min(i + self.free, m)  # these take a block each while they still run
             if todo[j - 1] not in run:
@@ -147,7 +152,7 @@ class Book:
         """The rule preempted v (out of `run` already) before its decode in step t: it
         frees its blocks (its event comes first in the step: Lane.step's order) and waits
         at the front of the queue."""
-        rec = self.run.popped
+        rec = self.tail.popped
         held = rec[0] + t
         self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
