@@ -227,7 +227,8 @@ class _Walk(Book):
         self.free = free
         if admitted:
             self.last_fail = None
-            self.adm += (len(seqs), len(admitted))
+            self.adm.append(len(seqs))
+            self.adm_n.append(len(admitted))
             self.adm_t.append(t)
             self.adm_total += totals
             self.adm_free += frees
@@ -257,7 +258,9 @@ class _Walk(Book):
         kind, seq, arg = self.ops()
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
-        if a.free_blocks != self.free or not np.array_equal(after, self.adm_free):
+        if isinstance(after, np.ndarray):
+            after = after.tolist()
+        if a.free_blocks != self.free or after != self.adm_free:
             raise RuntimeError("pressure window (kvviz/engine/walk.py): the replay's free "
                                "blocks differ from the walk's")
         comp, known, gen = sched.computed, sched.num_tokens, sched.generated

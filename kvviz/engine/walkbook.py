@@ -38,10 +38,10 @@ class Tail:
         return r
 
 
-def _spans(flat: list[int]) -> np.ndarray:
-    """The op indices of runs given flat as (first op, ops) pairs, in order."""
-    at, n = np.asarray(flat, np.int64).reshape(-1, 2).T
-    return np.repeat(at - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+def _spans(first: list[int], n: list[int]) -> np.ndarray:
+    """The op indices of runs of ops (each: its first op, its ops), in order."""
+    k = np.asarray(n, np.int64)
+    return np.repeat(np.asarray(first, np.int64) - (np.cumsum(k) - k), k) + np.arange(sum(n))
 
 
 class Book:
@@ -55,8 +55,8 @@ class Book:
     requests by opening residue (bucket: base % bs == -t % bs) and by finish step (fin),
     each in running order; per request preempted in the walk, its known tokens and
     samples; the free blocks. The ops: `seqs`, every op's request in execution order, a
-    TAKE unless it is in a run of admissions (adm: flat (first op, ops); their tokens,
-    free blocks after each and steps), a run of finishes (done: the same; a finished
+    TAKE unless it is in a run of admissions (adm, adm_n: each run's first op and ops;
+    their tokens, free blocks after each and steps), a run of finishes (done: the same; a finished
     request frees its whole life, kv_final slots) or a preemption's free (pre_at: its op,
     slots and step); the refusals logged: (the next op's index, event row)."""
 
@@ -92,11 +92,13 @@ class Book:
         self.wait_known: dict[int, int] = {}  # preempted in the walk, waiting
         self.wait_gen: dict[int, int] = {}
         self.seqs: list[int] = []  # the ops (see the class)
-        self.adm: list[int] = []
+        self.adm: list[int] = []  # (first op of each run)
+        self.adm_n: list[int] = []
         self.adm_total: list[int] = []
         self.adm_free: list[int] = []
         self.adm_t: list[int] = []
         self.done: list[int] = []
+        self.done_n: list[int] = []
         self.done_t: list[int] = []
         self.pre_at: list[int] = []
         self.pre_held: list[int] = []
@@ -214,7 +216,8 @@ class Book:
             thr += rec[3]
             waste += rec[4]
         n = len(fins)
-        self.done += (len(self.seqs), n)
+        self.done.append(len(self.seqs))
+        self.done_n.append(n)
         self.done_t.append(t)
         self.seqs.extend(fins)
         self.free += thr // bs + n
@@ -241,34 +244,30 @@ class Book:
         if TAKE:
             kind[:] = TAKE
         arg = np.zeros(seq.size, np.int64)
-        if self.adm:
-            at = _spans(self.adm)
-            kind[at], arg[at] = ADMIT, self.adm_total
-        if self.done:
-            at = _spans(self.done)
-            kind[at], arg[at] = FREE_SEQ, self.lane.kv_final[seq[at]]
+        self._seq = seq
+        self._adm = at = _spans(self.adm, self.adm_n)
+        kind[at], arg[at] = ADMIT, self.adm_total
+        self._done = at = _spans(self.done, self.done_n)
+        kind[at], arg[at] = FREE_SEQ, self.lane.kv_final[seq[at]]
         if self.pre_at:
             kind[self.pre_at], arg[self.pre_at] = FREE_SEQ, self.pre_held
-        self._seq = seq
         return kind, seq, arg
 
     def finished(self) -> np.ndarray:
         """The requests finished in the walk, in order (after ops())."""
-        return self._seq[_spans(self.done)] if self.done else np.zeros(0, np.int64)
+        return self._seq[self._done]
 
     def event_columns(self, lane_code: int, lanes: list[str], step_ms: float) -> EventColumns:
         """The walk's events in execution order (after ops()): preemptions, admissions and
         finishes by their ops, each refusal before the op after it."""
-        seq, bs = self._seq, self.bs
-        adm = _spans(self.adm) if self.adm else np.zeros(0, np.int64)
-        done = _spans(self.done) if self.done else np.zeros(0, np.int64)
+        seq, bs, adm, done = self._seq, self.bs, self._adm, self._done
         n = np.asarray([len(self.pre_at), adm.size, done.size, len(self.refusals)])
         at = np.concatenate([np.asarray(self.pre_at, np.int64), adm, done])
         cols = np.zeros((7, int(n.sum())), np.int64)  # step, kind, seq ... hole
         cols[0, :at.size] = np.concatenate([
             np.asarray(self.pre_t, np.int64),
-            np.repeat(np.asarray(self.adm_t, np.int64), self.adm[1::2]),
-            np.repeat(np.asarray(self.done_t, np.int64), self.done[1::2])])
+            np.repeat(np.asarray(self.adm_t, np.int64), self.adm_n),
+            np.repeat(np.asarray(self.done_t, np.int64), self.done_n)])
         cols[1, :at.size] = np.repeat([PREEMPTED, ADMITTED, FINISHED], n[:3])
         cols[2, :at.size] = seq[at]
         k = n[0] + adm.size
