@@ -84,8 +84,13 @@ class Book:
         for r, x in zip(run, base):
             self.bucket[-x % bs][r] = None
         self.fin: dict[int, dict[int, None]] = {}  # step -> the requests finishing then
+        fin = self.fin
         for r, f in zip(run, fstep.tolist()):
-            self.fin.setdefault(f, {})[r] = None
+            due = fin.get(f)
+            if due is None:
+                fin[f] = {r: None}
+            else:
+                due[r] = None
         self.used = int(lens.sum())
         self.free = a.free_blocks
         self.front = deque(sched.front)
@@ -105,6 +110,7 @@ class Book:
         self.pre_t: list[int] = []
         self.refusals: list[tuple[int, tuple]] = []  # (next op, (step, kind, ... hole))
         self.preemptions = 0
+        self.t = S  # the step being walked, where a method needs it
 
     def _decode_short(self, openers: dict[int, None], t: int) -> bool:
         """The decodes when the free blocks do not cover the openers, in running order:
@@ -121,18 +127,13 @@ class Book:
         if i:
             seqs.extend(todo[:i])
             self.free = 0
-
-        def fits() -> bool:
-            return self.free > 0
-
-        def drop(v: int) -> None:
-            self._preempt(v, t)
-
+        self.t = t  # (_preempt's step)
+        tail, fits, drop = self.tail, self._fits, self._preempt
         while i < m:
             r = todo[i]
             if r not in run:  # preempted for an opener before it: so is every later one
                 break
-            if not make_room(self.tail, r, fits, drop):  # type: ignore[arg-type]
+            if not make_room(tail, r, fits, drop):  # type: ignore[arg-type]
                 break
             j = min(i + self.free, m)  # these take a block each while they still run
             if todo[j - 1] not in run:
@@ -150,11 +151,15 @@ class Book:
         self.used += len(run)
         return self.preemptions > before
 
-    def _preempt(self, v: int, t: int) -> None:
-        """The rule preempted v (out of `run` already) before its decode in step t: it
-        frees its blocks (its event comes first in the step: Lane.step's order) and waits
-        at the front of the queue."""
-        rec = self.tail.popped
+    def _fits(self) -> bool:
+        """make_room's test: a free block for the opener."""
+        return self.free > 0
+
+    def _preempt(self, v: int) -> None:
+        """The rule preempted v (out of `run` already) before its decode in step t (self.t):
+        it frees its blocks (its event comes first in the step: Lane.step's order) and
+        waits at the front of the queue."""
+        t, rec = self.t, self.tail.popped
         held = rec[0] + t
         self.wait_gen[v] = rec[1] + t
         self.wait_known[v] = held + 1
