@@ -8,13 +8,15 @@ before step t0), and it finishes at a step known in advance (`Scheduler.finish_s
 `pressure_window` walks the steps with that bookkeeping alone, O(what changes) per step:
 the decodes that open a block take one each, in running order; one that finds no free
 block preempts by the rule's own `make_room` (the running tail, until it fits or is the
-one preempted); a step that preempted nobody asks the rule's `Scheduler.verdict` for each
-head of the queue in order (memory: `PagedSpace.memory` on the free blocks the walk
-counts), but a head refused for CAPACITY is not asked again while the free blocks stay
-below its need (see run_to); update finishes the requests whose output is complete. The
-running requests' bookkeeping is walkbook.py's. Then the blocks are handed
-out and back in that order by `PagedAllocator.replay_window` (vLLM's free queue), and the
-scheduler's arrays, the lane's counters, the events and the shares are written once.
+one preempted); a step that preempted nobody asks the heads of the queue in order, by the
+rule's `Scheduler.admits_whole` (admit_run's closed form for one head) while they are
+admitted whole and its `Scheduler.verdict` for the one that stops them (memory:
+`PagedSpace.memory` on the free blocks the walk counts), but a head refused for CAPACITY
+is not asked again while the free blocks stay below its need (see run_to); update
+finishes the requests whose output is complete. The running requests' bookkeeping is
+walkbook.py's. Then the blocks are handed out and back in that order by
+`PagedAllocator.replay_window` (vLLM's free queue), and the scheduler's arrays, the lane's
+counters, the events and the shares are written once.
 
 The walk stops before a step it cannot take whole: a head too big for the cache (a
 rejection), a head admitted with a chunk of its prompt (it would not decode), more running
