@@ -174,7 +174,8 @@ class _Walk(Book):
     def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
              waiting: int) -> bool | None:
         """A step that preempts nobody: the decodes, then the heads asked in order by the
-        rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
+        rule (`admits_whole` while they are admitted whole, then `verdict`; memory:
+        `PagedSpace.memory` on the walk's free blocks). Returns
         whether the step is one of memory pressure; None when it cannot be taken whole
         (nothing changed). Each admission spends at least one of the `budget` tokens
         (max_batched_tokens - running), so the running requests never outnumber the token
