@@ -168,24 +168,6 @@ class EventLog:
             for f, a in self._a.items():
                 a[i:i + k] = cols[f]
 
-    def add_rows(self, rows: list[tuple], lane: int, step_ms: float) -> None:
-        """Append events given as (step, kind, seq_id, reason, need_tokens, free_tokens,
-        largest_hole_tokens) tuples of codes, in order, each at its step's clock
-        (step * step_ms / 1000) and counting one."""
-        k = len(rows)
-        if not k:
-            return
-        if len(rows[0]) != 7:
-            raise ValueError(f"add_rows: rows of 7 fields, got {len(rows[0])}")
-        cols = dict(zip(("step", "kind", "seq_id", "reason", "need_tokens", "free_tokens",
-                         "largest_hole_tokens"), zip(*rows, strict=True)))  # all 7 long
-        i = self._room(k)
-        a, s = self._a, slice(i, i + k)
-        for f, v in cols.items():
-            a[f][s] = v
-        a["time_s"][s] = a["step"][s] * step_ms / 1000.0
-        a["lane"][s], a["count"][s] = lane, 1
-
     def merge(self, parts: list[EventColumns], order: np.ndarray) -> None:
         """Append the events of `parts` (this log's lane codes) in `order`, an index into
         their concatenation; one field at a time, so the peak holds one merged column."""

@@ -264,6 +264,15 @@ class Scheduler(AdmitRuns):
         ok &= self.space.fits(need, left, nrun == 0)
         return int(totals.size) if ok.all() else int(np.argmin(ok))
 
+    def admits_whole(self, total: int, running: int, budget: int, need: int,
+                     free: int) -> bool:
+        """`admit_run`'s test for one head (kvviz/engine/walk.py): a waiting request with
+        `total` known tokens, no hits, not live, asking `need` blocks, is admitted computing
+        them all (True) with `running` requests running, `budget` tokens and `free` blocks
+        left; False: it gets a chunk, waits or is refused (ask `verdict`)."""
+        return (total <= budget and running < self.cfg.max_num_seqs
+                and self.space.fits(need, free, running == 0))
+
     def _answer(self, r: int, budget: int) -> tuple[Admission | None, int, list[int], int, int]:
         """Waiting request r's answer with `budget` tokens left: (the refusal, None when it
         is admitted; its known tokens; its hit blocks; their tokens; the tokens it computes)."""

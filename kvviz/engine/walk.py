@@ -8,13 +8,15 @@ before step t0), and it finishes at a step known in advance (`Scheduler.finish_s
 `pressure_window` walks the steps with that bookkeeping alone, O(what changes) per step:
 the decodes that open a block take one each, in running order; one that finds no free
 block preempts by the rule's own `make_room` (the running tail, until it fits or is the
-one preempted); a step that preempted nobody asks the rule's `Scheduler.verdict` for each
-head of the queue in order (memory: `PagedSpace.memory` on the free blocks the walk
-counts), but a head refused for CAPACITY is not asked again while the free blocks stay
-below its need (see run_to); update finishes the requests whose output is complete. The
-running requests' bookkeeping is walkbook.py's. Then the blocks are handed
-out and back in that order by `PagedAllocator.replay_window` (vLLM's free queue), and the
-scheduler's arrays, the lane's counters, the events and the shares are written once.
+one preempted); a step that preempted nobody asks the heads of the queue in order, by the
+rule's `Scheduler.admits_whole` (admit_run's closed form for one head) while they are
+admitted whole and its `Scheduler.verdict` for the one that stops them (memory:
+`PagedSpace.memory` on the free blocks the walk counts), but a head refused for CAPACITY
+is not asked again while the free blocks stay below its need (see run_to); update
+finishes the requests whose output is complete. The running requests' bookkeeping is
+walkbook.py's. Then the blocks are handed out and back in that order by
+`PagedAllocator.replay_window` (vLLM's free queue), and the scheduler's arrays, the lane's
+counters, the events and the shares are written once.
 
 The walk stops before a step it cannot take whole: a head too big for the cache (a
 rejection), a head admitted with a chunk of its prompt (it would not decode), more running
@@ -31,7 +33,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvviz.alloc.base import Reason
-from kvviz.alloc.paged_window import TAKE
 from kvviz.engine.closedform import arrival_steps
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE
 from kvviz.engine.walkbook import Book
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 LIMIT = 1 << 16  # steps one window walks at most
 MAX_OPS = 1 << 18  # allocator ops it keeps at most (memory: a few lists of ints)
 MIN_STEPS = 2  # shorter walks: a plain step costs less
-ADMITTED, FAILED = KIND_CODE["admitted"], KIND_CODE["admit_failed"]
+FAILED = KIND_CODE["admit_failed"]
 POLICY, CAPACITY = Reason.POLICY, Reason.CAPACITY
 VALUE = {x: x.value for x in Reason}  # (an enum's .value is a slow read)
 
@@ -89,9 +90,9 @@ class _Walk(Book):
         self.step_ms = step_ms
         self.max_tokens = sched.cfg.max_batched_tokens
         self.next_new = sched.next_new
-        self.free_after: list[int] = []
-        self.calm = [0] * 4  # per kind of step: steps, used slots, internal, free blocks
-        self.pressure = [0] * 4
+        self.calm = [0] * 3  # per kind of step: steps, used slots, free blocks
+        self.pressure = [0] * 3
+        self.hsteps: list[int] = []  # the pressure steps
         self.last_fail = lane.last_fail
         self.short: int | None = None  # the head last refused for CAPACITY (see run_to)
         self.short_need = 0  # its blocks
@@ -116,10 +117,10 @@ class _Walk(Book):
         ai, na = 0, len(steps)
         run, front, most = self.run, self.front, self.max_tokens
         seqs, bucket, bs = self.seqs, self.bucket, self.bs
-        lastopen, fin = self.lastopen, self.fin
-        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots,
-        # internal, free blocks (see commit)
-        c0 = c1 = c2 = c3 = h0 = h1 = h2 = h3 = sampled = 0
+        fin, hsteps = self.fin, self.hsteps
+        # Shares.add's sums per kind of step (calm c, pressure h): steps, used slots, free
+        # blocks (see commit; the internal slack: internal_sums)
+        c0 = c1 = c3 = h0 = h1 = h3 = sampled = 0
         t = self.S
         try:
             while t < end:  # one step per turn (Lane.step's order), plain decodes inline
@@ -149,25 +150,22 @@ class _Walk(Book):
                     # reason).
                     seqs.extend(openers)  # the decodes: each opener takes a block
                     self.used += n
-                    if t in lastopen:
-                        self._opened(t)
                     self.free = free
                     pressure = waiting and n < most
                 sampled += len(run)
                 if t in fin:
                     self._update(t)
                 if pressure:
+                    hsteps.append(t)
                     h0 += 1
                     h1 += self.used
-                    h2 += self.internal
                     h3 += self.free
                 else:
                     c0 += 1
                     c1 += self.used
-                    c2 += self.internal
                     c3 += self.free
         finally:
-            for acc, add in ((self.calm, (c0, c1, c2, c3)), (self.pressure, (h0, h1, h2, h3))):
+            for acc, add in ((self.calm, (c0, c1, c3)), (self.pressure, (h0, h1, h3))):
                 for i, x in enumerate(add):
                     acc[i] += x
             self.sampled += sampled
@@ -176,7 +174,8 @@ class _Walk(Book):
     def _ask(self, t: int, openers: dict[int, None], free: int, budget: int,
              waiting: int) -> bool | None:
         """A step that preempts nobody: the decodes, then the heads asked in order by the
-        rule's `verdict` (memory: `PagedSpace.memory` on the walk's free blocks). Returns
+        rule (`admits_whole` while they are admitted whole, then `verdict`; memory:
+        `PagedSpace.memory` on the walk's free blocks). Returns
         whether the step is one of memory pressure; None when it cannot be taken whole
         (nothing changed). Each admission spends at least one of the `budget` tokens
         (max_batched_tokens - running), so the running requests never outnumber the token
@@ -184,24 +183,37 @@ class _Walk(Book):
         sched, bs, front, wait_known = self.sched, self.bs, self.front, self.wait_known
         verdict, memory, too_big, known = (sched.verdict, sched.space.memory, sched.too_big,
                                            sched.num_tokens)
-        admitted: list[tuple[int, int, int]] = []  # request, tokens, free after
+        whole = sched.admits_whole  # verdict's answer in closed form while it admits whole
+        admitted: list[int] = []
+        totals: list[int] = []  # their known tokens
+        frees: list[int] = []  # free blocks after each
         nrun, fi, nn, nf = len(self.run), 0, self.next_new, len(front)
+        adm = None
         while True:
-            r = front[fi] if fi < nf else nn
+            if fi < nf:
+                r = front[fi]
+                total = wait_known.get(r)
+                if total is None:  # preempted before the walk
+                    total = known.item(r)
+            else:
+                r = nn
+                total = known.item(r)
             if too_big.item(r):
                 return None  # a rejection: stepping logs it
-            total = wait_known[r] if r in wait_known else known.item(r)
             need = -(-total // bs)  # blocks_to_allocate of a request not live, no hits
-            adm, n = verdict(total, 0, nrun, budget,
-                             lambda e, need=need, free=free: memory(need, free, e))
-            if adm is not None:
-                break
-            if n < total:  # a chunk: it would not decode next step
-                return None
+            if not whole(total, nrun, budget, need, free):
+                adm, n = verdict(total, 0, nrun, budget,
+                                 lambda e, need=need, free=free: memory(need, free, e))
+                if adm is not None:
+                    break
+                if n < total:  # a chunk: it would not decode next step
+                    return None
             free -= need
-            admitted.append((r, total, free * bs))
+            budget -= total
+            admitted.append(r)
+            totals.append(total)
+            frees.append(free)
             nrun += 1
-            budget -= n
             waiting -= 1
             if fi < nf:
                 fi += 1
@@ -209,19 +221,22 @@ class _Walk(Book):
                 nn += 1
             if budget <= 0 or not waiting:
                 break
-        self.seqs.extend(openers)  # the decodes: each opener takes a block (_decode)
-        self._decoded(t)
+        seqs = self.seqs
+        seqs.extend(openers)  # the decodes: each opener takes a block
+        self.used += len(self.run)
         for _ in range(fi):
             front.popleft()
         self.next_new = nn
         self.free = free
-        events = self.events
         if admitted:
             self.last_fail = None
-            self._join(admitted, t)
-            self.free_after.extend([f for _, _, f in admitted])
-            for x, total, f in admitted:
-                events.append((t, ADMITTED, x, 0, total, f, 0))
+            self.adm.append(len(seqs))
+            self.adm_n.append(len(admitted))
+            self.adm_t.append(t)
+            self.adm_total += totals
+            self.adm_free += frees
+            seqs.extend(admitted)
+            self._join(admitted, totals, t)
         self.short = None
         if adm is None:  # the budget or the queue ran out
             return False
@@ -230,8 +245,9 @@ class _Walk(Book):
         if key != self.last_fail:  # Lane._fail: one event per (request, reason)
             self.last_fail = key
             self.failures[key[1]] = self.failures.get(key[1], 0) + 1
-            events.append((t, FAILED, r, REASON_CODE[key[1]], adm.need_tokens,
-                           adm.free_tokens, adm.largest_hole_tokens))
+            self.refusals.append((len(seqs), (t, FAILED, r, REASON_CODE[key[1]],
+                                              adm.need_tokens, adm.free_tokens,
+                                              adm.largest_hole_tokens)))
         if reason is CAPACITY:
             self.short, self.short_need = r, need
             return True
@@ -242,15 +258,12 @@ class _Walk(Book):
         lane, sched, a = self.lane, self.sched, self.lane.alloc
         run = list(self.run)
         live_len = [rec[0] + end + 1 for rec in self.run.values()]
-        seq = np.asarray(self.seqs, np.int64)
-        kind = np.full(seq.size, TAKE, np.int64)
-        arg = np.zeros(seq.size, np.int64)
-        if self.other:
-            at, k, x = np.asarray(self.other, np.int64).reshape(-1, 3).T
-            kind[at], arg[at] = k, x
+        kind, seq, arg = self.ops()
         after, _ = a.replay_window(kind, seq, arg, np.asarray(run, np.int64),
                                    np.asarray(live_len, np.int64))
-        if a.free_blocks != self.free or [f * self.bs for f in after] != self.free_after:
+        if isinstance(after, np.ndarray):
+            after = after.tolist()
+        if a.free_blocks != self.free or after != self.adm_free:
             raise RuntimeError("pressure window (kvviz/engine/walk.py): the replay's free "
                                "blocks differ from the walk's")
         comp, known, gen = sched.computed, sched.num_tokens, sched.generated
@@ -266,16 +279,16 @@ class _Walk(Book):
             comp[r] = 0
             known[r] = np.asarray(list(self.wait_known.values()), np.int64)
             gen[r] = np.asarray([self.wait_gen[x] for x in self.wait_known], np.int64)
-        if self.finished:
-            r = np.asarray(list(self.finished), np.int64)
-            c = np.asarray(list(self.finished.values()), np.int64)
-            comp[r], known[r], gen[r] = c, c + 1, out[r]
+        done = self.finished()
+        if done.size:
+            c = lane.kv_final[done]
+            comp[done], known[done], gen[done] = c, c + 1, out[done]
         sched.running = run
         sched._ids = None
         sched.front = self.front
         sched.next_new = self.next_new
         sched.arrived = self.lo + bisect_right(self.arrivals, end)
-        lane.done += len(self.finished)
+        lane.done += int(done.size)
         lane.preemptions += self.preemptions
         lane.tokens_generated += self.sampled
         for k, v in self.failures.items():
@@ -283,10 +296,11 @@ class _Walk(Book):
         lane._last_fail = self.last_fail
         lane.step_no = end
         lane.time_s = end * self.step_ms / 1000.0
-        lane.events.add_rows(self.events, lane._code, self.step_ms)
+        lane.events.extend(self.event_columns(lane._code, lane.events.lanes, self.step_ms))
         cap, bs = lane.capacity, self.bs
-        for pressure, (steps, used, internal, free) in ((False, self.calm),
-                                                        (True, self.pressure)):
+        sums = self.internal_sums(end, self.hsteps)
+        for pressure, (steps, used, free), internal in ((False, self.calm, sums[0]),
+                                                        (True, self.pressure, sums[1])):
             allocated = steps * cap - free * bs  # the tails are the slack: no block shared
             lane.shares.add_sums(pressure, steps, used, allocated - used - internal, internal,
                                  free * bs, allocated - used)

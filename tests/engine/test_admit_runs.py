@@ -6,6 +6,7 @@ both stepping and jumping, and compared at sample steps and at the end (block ma
 queue, running order, waiting queue, summaries, events)."""
 from __future__ import annotations
 
+from itertools import product
 from unittest import mock
 
 import numpy as np
@@ -114,3 +115,27 @@ def test_runs_stop_exactly_at_each_limit():
         sim = assert_runs_same(w, ["paged:16", "paged:1"], CacheConfig(capacity_tokens=cap),
                                engine, [1, 2, 3])
         assert all(x.done + x.rejected == len(w) for x in sim.lanes)
+
+
+
+def test_admits_whole_is_verdict_admitting_the_whole_total():
+    """Scheduler.admits_whole (the pressure walk asks it per head) answers True exactly when
+    verdict, with PagedSpace.memory on the same free blocks, admits the head computing its
+    whole total, and equals admit_run's answer for that one head: every combination of
+    limits around their edges (budget, max_num_seqs, need vs free with a watermark,
+    nothing running, chunked prefill on and off)."""
+    for bs, wm, seqs, chunked in product([1, 16], [0.0, 0.05, 0.3], [1, 3, 256], [True, False]):
+        sim = Simulation(_trace([1], [1]), [LaneSpec.parse(f"paged:{bs}")],
+                         CacheConfig(capacity_tokens=64 * bs),
+                         EngineConfig(max_num_seqs=seqs, watermark=wm,
+                                      enable_chunked_prefill=chunked))
+        sched = sim.lanes[0].sched
+        memory = sched.space.memory
+        for total, running, budget, free in product([1, 15, 16, 17, 40], [0, 1, 2, 3, 256],
+                                                    [-1, 0, 15, 16, 17, 40], [0, 1, 2, 3, 5]):
+            need = -(-total // bs)
+            adm, n = sched.verdict(total, 0, running, budget,
+                                   lambda e, m=memory, need=need, free=free: m(need, free, e))
+            whole = adm is None and n == total
+            assert sched.admits_whole(total, running, budget, need, free) == whole
+            assert (sched.admit_run(np.array([total]), running, budget, free) == 1) == whole

@@ -100,3 +100,16 @@ def test_a_head_refused_for_capacity_is_answered_as_asked():
         jump = assert_same(w, ["paged:16", "paged:8", "paged:1"], CacheConfig(capacity_tokens=cap),
                            engine, [4, 30, 31, 90])
         assert all(x.failures["CAPACITY"] >= 1 for x in jump.lanes)
+
+
+def test_many_requests_finish_and_join_in_one_step():
+    """Requests at once with a few output lengths: dozens finish in the same step (their
+    blocks freed as one run of ops), dozens are admitted in the next, under preemptions."""
+    n = 240
+    rng = np.random.default_rng(5)
+    w = _trace([0.0] * n, rng.integers(1, 90, n), rng.choice([3, 8, 17, 40], n))
+    lanes = ["paged:16", "paged:4", "paged:1"]
+    for cap, budget in ((2048, 10**9), (3000, 10**9), (1500, 200)):
+        engine = EngineConfig(max_seq_len=256, max_batched_tokens=budget)
+        jump = assert_same(w, lanes, CacheConfig(capacity_tokens=cap), engine, [6, 21, 22])
+        assert all(x.preemptions > 5 for x in jump.lanes)
