@@ -99,6 +99,7 @@ class Scheduler(AdmitRuns):
         self.last_sampled = 0  # tokens the last update sampled
         self._output = w.output  # (an attribute read per step)
         self._flag = np.zeros(n, np.bool_)  # scratch: update's finished requests
+        self._asked: tuple[int, Admission] | None = None  # this step's refused head (below)
 
     def running_ids(self) -> np.ndarray:
         """The running requests as an int64 array (cached until the list changes)."""
@@ -123,6 +124,7 @@ class Scheduler(AdmitRuns):
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> Plan:
         budget = self.cfg.max_batched_tokens
+        self._asked = None
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # decode runs
         ids: list[int] = []  # requests scheduled one by one, since the last decode run
         starts: list[int] = []
@@ -174,7 +176,8 @@ class Scheduler(AdmitRuns):
             i += 1
         admitted, hits, free, rejected, refused = [], [], [], [], None
         if not preempted:
-            refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
+            refused = self._asked = self._admit(budget, ids, counts, admitted, hits, free,
+                                                rejected)
             starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
@@ -205,6 +208,7 @@ class Scheduler(AdmitRuns):
                     pressure)
 
     def _preempt(self, r: int) -> None:
+        self._asked = None
         self.space.free(r)
         self.computed[r] = 0
         self.front.appendleft(r)
@@ -308,6 +312,9 @@ class Scheduler(AdmitRuns):
         r = self.head()
         if self.too_big[r]:
             return r, None  # rejected next step: an event
+        asked = self._asked  # refused by this step's schedule(), nothing freed since: with
+        if asked is not None and asked[0] == r and self.cfg.enable_chunked_prefill:  # chunks
+            return asked  # the budget only gates the ask; memory and running are as they were
         return r, self._answer(r, budget)[0]
 
     def decodes_fit(self, running: np.ndarray) -> np.ndarray:
@@ -396,6 +403,7 @@ class Scheduler(AdmitRuns):
         self.generated[sampled] = gen
         fin = sampled[gen >= self._output[sampled]]
         if fin.size:
+            self._asked = None  # memory and the running count changed
             for r in fin.tolist():
                 self.space.free(r)
                 self.space.done(r)
