@@ -160,6 +160,19 @@ class EventLog:
         a["seq_id"][s], a["reason"][s], a["need_tokens"][s] = seq_ids, 0, need_tokens
         a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = free_tokens, 0, 1
 
+    def add_counts(self, time_s: np.ndarray, steps: np.ndarray, lane: int, kind: int,
+                   seq_id: int, counts: np.ndarray) -> None:
+        """One event per step of `steps` (at its time_s, with its count), all of one lane,
+        kind and sequence id, in the given order: add_one for each, at once."""
+        k = len(steps)
+        if not k:
+            return
+        i = self._room(k)
+        a, s = self._a, slice(i, i + k)
+        a["time_s"][s], a["step"][s], a["lane"][s], a["kind"][s] = time_s, steps, lane, kind
+        a["seq_id"][s], a["reason"][s], a["need_tokens"][s] = seq_id, 0, 0
+        a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = 0, 0, counts
+
     def extend(self, cols: EventColumns) -> None:
         """Append a run of events whose lane codes are this log's (one slice per field)."""
         k = len(cols)

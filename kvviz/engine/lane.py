@@ -190,10 +190,12 @@ class Lane:
         if decode.any():
             self.kv.on_decode(plan.ids[decode], plan.starts[decode] + 1)
 
-    def log_evictions(self, step: int, time_s: float, count: int) -> None:
-        """`count` cached blocks were evicted at `step` (a quiet span's steps)."""
-        self.events.add_one(time_s, step, self._code, KIND_CODE["evicted"], -1, count=count)
-        self._evictions_seen += count
+    def log_evictions(self, steps: np.ndarray, counts: np.ndarray) -> None:
+        """counts[i] cached blocks were evicted at steps[i] (a quiet span's steps, in order):
+        one event each, at the step's clock."""
+        self.events.add_counts(steps * self.cfg.step_ms / 1000.0, steps, self._code,
+                               KIND_CODE["evicted"], -1, counts)
+        self._evictions_seen += int(counts.sum())
 
     def account(self) -> None:
         u = self.alloc.usage()
