@@ -193,8 +193,9 @@ class Lane:
     def log_evictions(self, steps: np.ndarray, counts: np.ndarray) -> None:
         """counts[i] cached blocks were evicted at steps[i] (a quiet span's steps, in order):
         one event each, at the step's clock."""
-        self.events.add_counts(steps * self.cfg.step_ms / 1000.0, steps, self._code,
-                               KIND_CODE["evicted"], -1, counts)
+        self.events.add_many(steps * self.cfg.step_ms / 1000.0, steps, self._code,
+                             KIND_CODE["evicted"], np.full(steps.size, -1, np.int64),
+                             count=counts)
         self._evictions_seen += int(counts.sum())
 
     def account(self) -> None:
