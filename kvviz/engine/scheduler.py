@@ -99,7 +99,7 @@ class Scheduler(AdmitRuns):
         self.last_sampled = 0  # tokens the last update sampled
         self._output = w.output  # (an attribute read per step)
         self._flag = np.zeros(n, np.bool_)  # scratch: update's finished requests
-        self._asked: tuple[int, Admission] | None = None  # this step's refused head (below)
+        self._asked: tuple[int, Admission] | None = None  # schedule()'s refusal: head_refusal
 
     def running_ids(self) -> np.ndarray:
         """The running requests as an int64 array (cached until the list changes)."""
@@ -305,16 +305,18 @@ class Scheduler(AdmitRuns):
         """For a span after a step that logged events (every running request decoding):
         how the next step answers the head of the queue, by the state alone. (head, its
         refusal), (head, None) when it would be admitted, or None when the next step does
-        not ask (nobody waits, or the decodes use the budget)."""
+        not ask (nobody waits, or the decodes use the budget). If this step's schedule()
+        refused this head and nothing was freed since, that refusal: memory and the running
+        count are as they were, and with chunked prefill the budget only gates the ask."""
         budget = self.budget_after_decodes(len(self.running))
         if not self.waiting_count or budget <= 0:
             return None
         r = self.head()
         if self.too_big[r]:
             return r, None  # rejected next step: an event
-        asked = self._asked  # refused by this step's schedule(), nothing freed since: with
-        if asked is not None and asked[0] == r and self.cfg.enable_chunked_prefill:  # chunks
-            return asked  # the budget only gates the ask; memory and running are as they were
+        asked = self._asked
+        if asked is not None and asked[0] == r and self.cfg.enable_chunked_prefill:
+            return asked
         return r, self._answer(r, budget)[0]
 
     def decodes_fit(self, running: np.ndarray) -> np.ndarray:
