@@ -148,9 +148,11 @@ class EventLog:
         a["free_tokens"][i], a["largest_hole_tokens"][i] = free_tokens, largest_hole_tokens
         a["count"][i] = count
 
-    def add_many(self, time_s: float, step: int, lane: int, kind: int, seq_ids: np.ndarray,
-                 need_tokens: np.ndarray | int = 0, free_tokens: np.ndarray | int = 0) -> None:
-        """One event per sequence id, all at the same time and step, in the given order."""
+    def add_many(self, time_s: float | np.ndarray, step: int | np.ndarray, lane: int, kind: int,
+                 seq_ids: np.ndarray, need_tokens: np.ndarray | int = 0,
+                 free_tokens: np.ndarray | int = 0, count: np.ndarray | int = 1) -> None:
+        """One event per sequence id, in the given order; time_s, step (the same for all, or
+        one each), need_tokens, free_tokens and count are a value for all or one each."""
         k = len(seq_ids)
         if not k:
             return
@@ -158,7 +160,7 @@ class EventLog:
         a, s = self._a, slice(i, i + k)
         a["time_s"][s], a["step"][s], a["lane"][s], a["kind"][s] = time_s, step, lane, kind
         a["seq_id"][s], a["reason"][s], a["need_tokens"][s] = seq_ids, 0, need_tokens
-        a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = free_tokens, 0, 1
+        a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = free_tokens, 0, count
 
     def extend(self, cols: EventColumns) -> None:
         """Append a run of events whose lane codes are this log's (one slice per field)."""

@@ -127,7 +127,8 @@ class PagedSpace:
             k = min(int(ids.size), free)
             opens = None
         else:
-            opens = np.flatnonzero(lens % self.bs == 0)
+            rem = lens % self.bs
+            opens = np.flatnonzero(rem == 0)
             k = int(opens[free]) if opens.size > free else int(ids.size)
         if not k:
             return 0
@@ -135,8 +136,9 @@ class PagedSpace:
         self.alloc.decode_step(ids, opens if opens is None or opens.size <= free
                                else opens[:free])
         if self.keys is not None:  # requests whose new token fills a block cache it
-            full = (lens + 1) % self.bs == 0
-            if full.any():
+            full = np.flatnonzero(rem[:k] == self.bs - 1) if opens is not None else \
+                np.arange(k)
+            if full.size:
                 self.alloc.cache_many(ids[full], (lens[full] + 1) // self.bs, self.keys.upto,
                                       once=True)
         return k

@@ -77,6 +77,7 @@ class Lane:
         self.shares = Shares(cap)
         self._memory_pressure = False  # this step: head refused for memory, or a preemption
         self.last_plan = None  # what the last step's schedule() decided (Scheduler.Plan)
+        self._final_of: tuple = (None, None)  # (running ids, their kv_final), _paged_internal
 
     @property
     def finished(self) -> bool:
@@ -189,10 +190,13 @@ class Lane:
         if decode.any():
             self.kv.on_decode(plan.ids[decode], plan.starts[decode] + 1)
 
-    def log_evictions(self, step: int, time_s: float, count: int) -> None:
-        """`count` cached blocks were evicted at `step` (a quiet span's steps)."""
-        self.events.add_one(time_s, step, self._code, KIND_CODE["evicted"], -1, count=count)
-        self._evictions_seen += count
+    def log_evictions(self, steps: np.ndarray, counts: np.ndarray) -> None:
+        """counts[i] cached blocks were evicted at steps[i] (a quiet span's steps, in order):
+        one event each, at the step's clock."""
+        self.events.add_many(steps * self.cfg.step_ms / 1000.0, steps, self._code,
+                             KIND_CODE["evicted"], np.full(steps.size, -1, np.int64),
+                             count=counts)
+        self._evictions_seen += int(counts.sum())
 
     def account(self) -> None:
         u = self.alloc.usage()
@@ -200,7 +204,25 @@ class Lane:
             self._event("evicted", -1, count=u.evictions - self._evictions_seen)
             self._evictions_seen = u.evictions
         pressure, self._memory_pressure = self._memory_pressure, False
-        self.shares.add(pressure, **self._fill(u))
+        if self.alloc.contiguous:
+            self.shares.add(pressure, **self._fill(u))
+            return
+        slack = u.allocated_tokens - u.used_tokens  # _fill's paged case, without the dict
+        internal = self._paged_internal()
+        self.shares.add_step(pressure, u.used_tokens, slack - internal, internal,
+                             u.free_tokens, slack)
+
+    def _paged_internal(self) -> int:
+        """A paged lane's internal slack: the slots of the running requests' blocks past
+        their last slot (ceil(lens / bs) blocks each, shared ones full)."""
+        ids = self.run_ids
+        if not ids.size:
+            return 0
+        if ids is not self._final_of[0]:  # the running set changed (a new array)
+            self._final_of = (ids, self.kv_final[ids])
+        bs = self.alloc.block_size
+        held = -(-self.sched.computed[ids] // bs) * bs
+        return int(np.maximum(0, held - self._final_of[1]).sum())
 
     def _fill(self, u: Usage) -> dict:
         """Where the capacity is in this step (Shares.add's fields)."""
@@ -209,15 +231,12 @@ class Lane:
         slack = u.allocated_tokens - u.used_tokens
         internal = 0
         tail = 0
-        if ids.size:
+        if not a.contiguous:  # shared blocks full: the tails are the slack
+            internal, tail = self._paged_internal(), slack
+        elif ids.size:
             lens = self.sched.computed[ids]
-            if a.contiguous:
-                held = a.seq_allocated_tokens(ids)
-                tail = int(((-lens) % a.block_size).sum())
-            else:  # ceil(lens / bs) blocks each, shared ones full: the tails are the slack
-                bs = a.block_size
-                held = -(-lens // bs) * bs
-                tail = slack
+            held = a.seq_allocated_tokens(ids)
+            tail = int(((-lens) % a.block_size).sum())
             internal = int(np.maximum(0, held - self.kv_final[ids]).sum())  # lens + rem
         free = u.free_tokens
         efi = 0.0

@@ -99,6 +99,7 @@ class Scheduler(AdmitRuns):
         self.last_sampled = 0  # tokens the last update sampled
         self._output = w.output  # (an attribute read per step)
         self._flag = np.zeros(n, np.bool_)  # scratch: update's finished requests
+        self._asked: tuple[int, Admission] | None = None  # schedule()'s refusal: head_refusal
 
     def running_ids(self) -> np.ndarray:
         """The running requests as an int64 array (cached until the list changes)."""
@@ -123,6 +124,7 @@ class Scheduler(AdmitRuns):
     # ---- one step -------------------------------------------------------------------------
     def schedule(self) -> Plan:
         budget = self.cfg.max_batched_tokens
+        self._asked = None
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # decode runs
         ids: list[int] = []  # requests scheduled one by one, since the last decode run
         starts: list[int] = []
@@ -174,7 +176,8 @@ class Scheduler(AdmitRuns):
             i += 1
         admitted, hits, free, rejected, refused = [], [], [], [], None
         if not preempted:
-            refused = self._admit(budget, ids, counts, admitted, hits, free, rejected)
+            refused = self._asked = self._admit(budget, ids, counts, admitted, hits, free,
+                                                rejected)
             starts.extend(hits)
         pressure = bool(preempted) or (refused is not None
                                        and refused[1].reason is not Reason.POLICY)
@@ -205,6 +208,7 @@ class Scheduler(AdmitRuns):
                     pressure)
 
     def _preempt(self, r: int) -> None:
+        self._asked = None
         self.space.free(r)
         self.computed[r] = 0
         self.front.appendleft(r)
@@ -301,13 +305,18 @@ class Scheduler(AdmitRuns):
         """For a span after a step that logged events (every running request decoding):
         how the next step answers the head of the queue, by the state alone. (head, its
         refusal), (head, None) when it would be admitted, or None when the next step does
-        not ask (nobody waits, or the decodes use the budget)."""
+        not ask (nobody waits, or the decodes use the budget). If this step's schedule()
+        refused this head and nothing was freed since, that refusal: memory and the running
+        count are as they were, and with chunked prefill the budget only gates the ask."""
         budget = self.budget_after_decodes(len(self.running))
         if not self.waiting_count or budget <= 0:
             return None
         r = self.head()
         if self.too_big[r]:
             return r, None  # rejected next step: an event
+        asked = self._asked
+        if asked is not None and asked[0] == r and self.cfg.enable_chunked_prefill:
+            return asked
         return r, self._answer(r, budget)[0]
 
     def decodes_fit(self, running: np.ndarray) -> np.ndarray:
@@ -396,6 +405,7 @@ class Scheduler(AdmitRuns):
         self.generated[sampled] = gen
         fin = sampled[gen >= self._output[sampled]]
         if fin.size:
+            self._asked = None  # memory and the running count changed
             for r in fin.tolist():
                 self.space.free(r)
                 self.space.done(r)

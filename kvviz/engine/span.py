@@ -80,10 +80,16 @@ def advance(lane: Lane, m: int, pressure: bool, time_s: float) -> None:
         count = np.maximum(0, (m - first) // bs + 1)
         at = np.sort(np.repeat(first, count) + bs * (
             np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)))
-        steps, per = np.unique(at[plain:], return_counts=True)
-        for j, c in zip(steps.tolist(), per.tolist()):
-            s = lane.step_no + j
-            lane.log_evictions(s, s * lane.cfg.step_ms / 1000.0, c)
+        at = at[plain:]  # sorted: the evicting steps and how many each
+        if at.size:
+            new = np.empty(at.size, np.bool_)
+            new[0] = True
+            np.not_equal(at[1:], at[:-1], out=new[1:])
+            st = np.flatnonzero(new)
+            per = np.empty(st.size, np.int64)
+            per[:-1] = st[1:] - st[:-1]
+            per[-1] = at.size - st[-1]
+            lane.log_evictions(lane.step_no + at[st], per)
     sched.space.cache_span(ids, lens, m)
     sched.computed[ids] = lens + m
     sched.num_tokens[ids] += m
@@ -154,7 +160,9 @@ def run_lane(lane: Lane, arrival_s: np.ndarray, step_ms: float, stop: int | None
                     lane.skip_idle(k, (lane.step_no + k) * step_ms / 1000.0)
                     continue
         now = (lane.step_no + 1) * step_ms / 1000.0
-        lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
+        a = lane.arrived  # (sorted arrivals: the search finds more only if the next came)
+        if a < arrival_s.size and arrival_s[a] <= now:
+            lane.arrive(int(np.searchsorted(arrival_s, now, side="right")))
         lane.step(now)
         if not jumps or lane.finished:
             continue

@@ -281,6 +281,19 @@ def test_queue_windows_ask_again_where_the_budget_grows():
         assert all(x.done == n for x in jump.lanes)
 
 
+def test_spans_ask_again_where_the_budget_grows():
+    """The same for paged lanes, whose spans reuse the step's own refusal of the head
+    (Scheduler.head_refusal): with chunked prefill off that refusal (POLICY, the budget
+    short) does not hold at the next step, whose budget pays only decodes."""
+    n = 24
+    w = _trace([0.0] * n, [400] * n, [50] * n)
+    engine = EngineConfig(max_num_seqs=256, max_batched_tokens=2048, max_seq_len=512,
+                          enable_chunked_prefill=False)
+    jump = assert_same(w, ["paged:16", "paged:16:prefix"], CacheConfig(capacity_tokens=65536),
+                       engine, [40])
+    assert all(x.done == n for x in jump.lanes)
+
+
 def test_queue_windows_skip_the_steps_between(monkeypatch):
     """Not an equivalence check: a contiguous lane whose head waits for memory nearly every
     step is asked at few steps (Lane.step runs for few of them)."""
