@@ -26,6 +26,8 @@ are published too. Off, it costs one test of `self.log` per register and per evi
 """
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 from kvviz.alloc.lazykeys import LazyKeys
@@ -216,11 +218,18 @@ class BlockPool(PoolReplay):
 
     def cached_run(self, keys) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
-        under each), without computing lazy keys: the caller materialized its request's."""
-        got = list(map(self._first.get, keys))
-        if None in got:
-            del got[got.index(None):]
-        return got
+        under each), without computing lazy keys: the caller materialized its request's.
+        Looked up 16 at a time, so the keys past the first miss are mostly not."""
+        get, it, got = self._first.get, iter(keys), []
+        while True:
+            part = list(map(get, islice(it, 16)))
+            if None in part:
+                del part[part.index(None):]
+                got += part
+                return got
+            got += part
+            if len(part) < 16:
+                return got
 
     def holds(self, key: Key) -> bool:
         """Whether some block is cached under `key` (lazy keys aside)."""

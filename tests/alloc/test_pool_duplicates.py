@@ -58,3 +58,16 @@ def test_a_block_registered_again_under_another_key_forgets_the_old_one():
     assert pool._key_of == {0: K, 1: M}
     assert pool.parent_of == {K: None, M: K}
     assert pool.lookup(L) is None and pool.lookup(M) == 1
+
+
+def test_cached_run_stops_at_the_first_miss_at_any_position():
+    pool = BlockPool(64)
+    got = pool.take(40).tolist()
+    keys = [(j, 16 * (j + 1)) for j in range(40)]
+    pool.register_many(keys, got, [None, *keys[:-1]])
+    for n in (0, 1, 15, 16, 17, 31, 32, 33, 40):
+        assert pool.cached_run(keys[:n]) == got[:n]
+        assert pool.cached_run(iter(keys[:n])) == got[:n]
+        for miss in range(n):
+            asked = keys[:miss] + [(-1, 0)] + keys[miss + 1:n]
+            assert pool.cached_run(asked) == got[:miss], (n, miss)
