@@ -26,6 +26,7 @@ are published too. Off, it costs one test of `self.log` per register and per evi
 """
 from __future__ import annotations
 
+from collections import deque
 from itertools import islice
 
 import numpy as np
@@ -173,8 +174,15 @@ class BlockPool(PoolReplay):
     def _forget_all(self, blocks) -> None:
         """_forget for each of `blocks` (ints), in order."""
         has, kob, first, more, log = self._has, self._kob, self._first, self._more, self.log
-        lazy = []
         self.version += 1
+        gone = list(map(kob.__getitem__, blocks))
+        if not more and log is None and None not in gone:  # each its key's only block
+            for b in blocks:
+                kob[b] = None
+                has[b] = 0
+            deque(map(first.__delitem__, gone), 0)
+            return
+        lazy = []
         for b in blocks:
             has[b] = 0
             gone = kob[b]
