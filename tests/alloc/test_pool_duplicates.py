@@ -71,3 +71,11 @@ def test_cached_run_stops_at_the_first_miss_at_any_position():
         for miss in range(n):
             asked = keys[:miss] + [(-1, 0)] + keys[miss + 1:n]
             assert pool.cached_run(asked) == got[:miss], (n, miss)
+
+
+def test_one_call_registering_a_block_twice_keeps_the_second_key():
+    pool = BlockPool(4)
+    b = int(pool.take(1)[0])
+    pool.register_many([K, L], [b, b], [None, K])
+    assert pool._key_of == {b: L} and pool._block_of == {L: {b: None}}
+    assert pool.parent_of == {L: K} and pool.lookup(K) is None
