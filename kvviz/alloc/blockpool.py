@@ -14,6 +14,9 @@ the keys a window stored lazily (kvviz/alloc/lazykeys.py). A prefix block is kno
 (kvviz/engine/tokens.py); several blocks may hold the same key (vLLM keeps duplicates): a
 lookup returns the first one cached. A key's first block is one dict entry (`_first`, in the
 order the keys were stored); only a key held by several blocks has a list of them (`_more`).
+A key's parent key and stamp are kept per block (`_pob`, `_bob`: lists, one entry per block,
+copied to each duplicate), read only by the event log's readers and `materialize`'s order, so
+storing a key is one dict entry and evicting it deletes one.
 
 The event log (off unless `start_log()` was called): every block that becomes cached is appended
 as ("stored", key, parent key) and every evicted block as ("removed", key, None), in the order
@@ -22,6 +25,9 @@ KV-event publisher drains it once per sample, so blocks stored and evicted betwe
 are published too. Off, it costs one test of `self.log` per register and per evicted block.
 """
 from __future__ import annotations
+
+from collections import deque
+from itertools import islice
 
 import numpy as np
 
@@ -44,11 +50,13 @@ class BlockPool(PoolReplay):
         self.lru = LruQueue(num_blocks)  # cached blocks, oldest first (lruqueue.py)
         # is_cached(b): 1 if block b is a cached free block, else 0 (the LRU's mark byte)
         self.is_cached = self.lru.mark.__getitem__
-        self._kof: dict[int, Key] = {}  # block -> key (the dicts: read through properties)
+        # per block (lists, read through properties): its key (None: none, or lazy), the
+        # key's parent key and the stamp of the key's entry in _first (stale once forgotten)
+        self._kob: list[Key | None] = [None] * num_blocks
+        self._pob: list[Key | None] = [None] * num_blocks
+        self._bob: list[int] = [0] * num_blocks
         self._first: dict[Key, int] = {}  # key -> its first block cached, keys by stamp
         self._more: dict[Key, list[int]] = {}  # a key several blocks hold -> them, in order
-        self._par: dict[Key, Key | None] = {}  # cached key -> the key before it
-        self._born: dict[Key, int] = {}  # key -> the stamp of its entry in _bof
         self._clock = 0  # stamps: one per key stored, in order
         # changes whenever a cached key's first block changes or goes (storing keys adds
         # keys only: a lookup's leading run stays, unless its first miss came)
@@ -72,8 +80,9 @@ class BlockPool(PoolReplay):
 
     @property
     def _key_of(self) -> dict[int, Key]:
+        """block -> its key, for every block holding one (a copy, for tests)."""
         self.materialize()
-        return self._kof
+        return {b: k for b, k in enumerate(self._kob) if k is not None}
 
     @property
     def _block_of(self) -> dict[Key, dict[int, None]]:
@@ -85,8 +94,10 @@ class BlockPool(PoolReplay):
 
     @property
     def parent_of(self) -> dict[Key, Key | None]:
+        """cached key -> the key before it (a copy)."""
         self.materialize()
-        return self._par
+        pob = self._pob
+        return {k: pob[b] for k, b in self._first.items()}
 
     def materialize(self) -> None:
         """Compute the lazy keys and enter them in the dicts where storing them one by one
@@ -95,15 +106,16 @@ class BlockPool(PoolReplay):
             return
         blocks, keys, parents, stamps = self.lazy.drain()
         self.version += 1
-        kof, first, more, par, born = self._kof, self._first, self._more, self._par, self._born
+        kob, pob, bob, first, more = self._kob, self._pob, self._bob, self._first, self._more
         for b, k, p, t in zip(blocks, keys, parents, stamps):
-            kof[b] = k
-            par.setdefault(k, p)
-            born.setdefault(k, t)
+            kob[b] = k
             was = first.setdefault(k, b)
             if was != b:
+                pob[b], bob[b] = pob[was], bob[was]
                 more.setdefault(k, [was]).append(b)
-        self._first = dict(sorted(first.items(), key=lambda kv: born[kv[0]]))
+            else:
+                pob[b], bob[b] = p, t
+        self._first = dict(sorted(first.items(), key=lambda kv: bob[kv[1]]))
 
     def stamps(self, n: int) -> int:
         """Reserve n stamps (for keys stored in that order); returns the first."""
@@ -119,8 +131,7 @@ class BlockPool(PoolReplay):
 
     def cached_keys(self) -> dict[Key, Key | None]:
         """The keys cached now (live or free), each with its parent key. O(cached blocks)."""
-        par = self.parent_of
-        return {k: par.get(k) for k in self._first}
+        return self.parent_of
 
     def drain_log(self) -> list[LogEntry]:
         """The entries since the last drain, oldest first (empty when not logging)."""
@@ -136,7 +147,7 @@ class BlockPool(PoolReplay):
     @property
     def keyed(self) -> bool:
         """Whether any block (held or free) holds a key."""
-        return bool(self._kof) or self.lazy.count > 0
+        return 1 in self._has
 
     @property
     def cached_count(self) -> int:
@@ -162,21 +173,26 @@ class BlockPool(PoolReplay):
 
     def _forget_all(self, blocks) -> None:
         """_forget for each of `blocks` (ints), in order."""
-        has, kof, first, more, born, par, log = (self._has, self._kof, self._first, self._more,
-                                                 self._born, self._par, self.log)
-        lazy = []
+        has, kob, first, more, log = self._has, self._kob, self._first, self._more, self.log
         self.version += 1
+        gone = list(map(kob.__getitem__, blocks))
+        if not more and log is None and None not in gone:  # each its key's only block
+            for b in blocks:
+                kob[b] = None
+                has[b] = 0
+            deque(map(first.__delitem__, gone), 0)
+            return
+        lazy = []
         for b in blocks:
             has[b] = 0
-            gone = kof.pop(b, None)
+            gone = kob[b]
             if gone is None:  # a lazy key: nothing else holds it
                 lazy.append(b)
                 continue
-            copies = more.get(gone)
+            kob[b] = None
+            copies = more.get(gone) if more else None
             if copies is None:
                 del first[gone]
-                del born[gone]
-                par.pop(gone, None)
             else:
                 copies.remove(b)
                 first[gone] = copies[0]
@@ -210,11 +226,18 @@ class BlockPool(PoolReplay):
 
     def cached_run(self, keys) -> list[int]:
         """Blocks of the longest leading run of `keys` cached now (the first block cached
-        under each), without computing lazy keys: the caller materialized its request's."""
-        got = list(map(self._first.get, keys))
-        if None in got:
-            del got[got.index(None):]
-        return got
+        under each), without computing lazy keys: the caller materialized its request's.
+        Looked up 16 at a time, so the keys past the first miss are mostly not."""
+        get, it, got = self._first.get, iter(keys), []
+        while True:
+            part = list(map(get, islice(it, 16)))
+            if None in part:
+                del part[part.index(None):]
+                got += part
+                return got
+            got += part
+            if len(part) < 16:
+                return got
 
     def holds(self, key: Key) -> bool:
         """Whether some block is cached under `key` (lazy keys aside)."""
@@ -255,25 +278,28 @@ class BlockPool(PoolReplay):
 
     def register_many(self, keys, blocks, parents) -> None:
         """register(keys[i], blocks[i], parents[i]) for each in order, in one pass."""
-        kof, first, more, par, has, born, log = (self._kof, self._first, self._more, self._par,
-                                                 self._has, self._born, self.log)
+        kob, pob, bob, first, more, has, log = (self._kob, self._pob, self._bob, self._first,
+                                                self._more, self._has, self.log)
+        lazy, clock = self.lazy, self._clock
         for key, b, parent in zip(keys, blocks, parents):
-            old = kof.get(b)
-            if old is None and self.lazy.count and self.lazy.stamp[b] >= 0:
+            old = kob[b]
+            if old is None and lazy.count and lazy.stamp[b] >= 0:
                 self.materialize()  # b holds a lazy key: compute them
-                old, first = kof.get(b), self._first
+                old, first = kob[b], self._first
             if old is not None:
                 if old == key:
                     continue
                 self._forget(b)
-            par.setdefault(key, parent)
             if log is not None:
                 log.append((STORED, key, parent))
-            kof[b] = key
+            kob[b] = key
             has[b] = 1
             was = first.setdefault(key, b)
             if was == b:
-                born[key] = self._clock
-                self._clock += 1
+                pob[b] = parent
+                bob[b] = clock
+                clock += 1
             else:
+                pob[b], bob[b] = pob[was], bob[was]
                 more.setdefault(key, [was]).append(b)
+        self._clock = clock

@@ -55,8 +55,8 @@ class PoolReplay:
                   stamps: list[int]) -> None:
         """Blocks (without a key) now hold keys `all_new` said are new: what `register`
         for each, in order, leaves, at dict speed."""
-        self._kof.update(zip(blocks.tolist(), keys))
+        kob, pob, bob, ids = self._kob, self._pob, self._bob, blocks.tolist()
+        for b, k, p, t in zip(ids, keys, parents, stamps):
+            kob[b], pob[b], bob[b] = k, p, t
         self.has_key[blocks] = True
-        self._first.update(zip(keys, blocks.tolist()))
-        self._par.update(zip(keys, parents))
-        self._born.update(zip(keys, stamps))
+        self._first.update(zip(keys, ids))

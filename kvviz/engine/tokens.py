@@ -23,6 +23,7 @@ from kvviz.core.workload import Workload
 Key = tuple[int, int]
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _MIX = np.uint64(0xBF58476D1CE4E5B9)
+_AHEAD = 8  # own keys computed past the block asked for: one call per 8 decode blocks
 
 
 def token_ids(w: Workload, r: int, n: int) -> list[int]:
@@ -45,7 +46,8 @@ def token_ids(w: Workload, r: int, n: int) -> list[int]:
 
 class BlockKeys:
     """Per request, the keys of its full blocks at one block size, computed on demand and
-    kept while the request lives (`forget` drops them). Cost: one tuple hash per block."""
+    kept while the request lives (`forget` drops them). Cost: one tuple hash per block (a
+    request's own keys are computed a few blocks ahead of the one asked for)."""
 
     def __init__(self, w: Workload, block_size: int) -> None:
         self.bs = block_size
@@ -67,8 +69,8 @@ class BlockKeys:
             have = self._keys[r] = []
         k = len(have)
         if k < nfull:
-            if k and k >= self._reach[r]:  # past the shared chain: the request's own keys
-                self._own(have, r, nfull)
+            if k and k >= self._reach[r]:  # past the shared chain: the request's own keys,
+                self._own(have, r, nfull + _AHEAD)  # a few ahead (decode asks one a step)
             else:
                 self._extend(have, r, nfull)
         return have
