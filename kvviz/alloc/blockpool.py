@@ -146,8 +146,9 @@ class BlockPool(PoolReplay):
 
     @property
     def keyed(self) -> bool:
-        """Whether any block (held or free) holds a key."""
-        return 1 in self._has
+        """Whether any block (held or free) holds a key: a key in _first or a lazy one (O(1);
+        a scan of `_has` would cost a release O(blocks))."""
+        return bool(self._first) or self.lazy.count > 0
 
     @property
     def cached_count(self) -> int:

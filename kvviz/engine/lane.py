@@ -209,8 +209,8 @@ class Lane:
             return
         slack = u.allocated_tokens - u.used_tokens  # _fill's paged case, without the dict
         internal = self._paged_internal()
-        self.shares.add_step(pressure, u.used_tokens, slack - internal, internal,
-                             u.free_tokens, slack)
+        self.shares.add_sums(pressure, 1, u.used_tokens, slack - internal, internal,
+                             u.free_tokens, slack)  # (efi 0.0: nothing to add)
 
     def _paged_internal(self) -> int:
         """A paged lane's internal slack: the slots of the running requests' blocks past

@@ -53,13 +53,6 @@ class Shares:
             acc["free"] += free
             acc["tail"] += tail
 
-    def add_step(self, pressure: bool, used: int, reserved: int, internal: int, free: int,
-                 tail: int) -> None:
-        """add() for one step whose efi is 0.0 (a paged lane's), positional."""
-        self.add_sums(pressure, 1, used, reserved, internal, free, tail)
-        for acc in ((self.pressure, self.every) if pressure else (self.every,)):
-            acc["efi"] += 0.0  # what add_repeated(acc["efi"], 0.0, 1) gives
-
     @property
     def pressure_steps(self) -> int:
         return int(self.pressure["steps"])
