@@ -51,7 +51,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocat
         self._owner = np.full(num_blocks, FREE, np.int32)
         self._ref = np.zeros(num_blocks, np.int16)
         self._pool = BlockPool(num_blocks)  # free blocks + prefix cache
-        self._holders: dict[int, set[int]] = {}  # shared blocks only: block -> live seqs
+        self._mixed = np.zeros(num_blocks, np.bool_)  # ever shared: owner read from tables
         self._rows = RowTable()
         self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
         self._nb = np.zeros(self._rows.capacity, np.int64)  # per row: blocks held
@@ -287,6 +287,8 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocat
         4 Hz on the engine thread (cost: docs/BENCHMARKS.md).
         """
         bs = self.block_size
+        if self._sharing:
+            self.fix_owners()
         owned = self._owner != FREE
         filled = np.where(owned, np.int32(bs), self._pool.content)  # cached-free: content
         rows = np.flatnonzero(self._rows.seq_of_row >= 0)

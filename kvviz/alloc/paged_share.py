@@ -1,8 +1,10 @@
 """A paged allocator's shared blocks: prefix-cache hits held, forks, copy-on-write, refcounts.
 
 A block is shared once a second sequence holds it: a prefix-cache hit on a live block, or a
-fork. Its refcount counts its holders, `_holders` names them (shared blocks only), and its
-owner is the lowest holder left. Writing into a shared block copies it first; a release drops
+fork. Its refcount counts its holders and its owner is the lowest of them. Holders are not
+kept per block: a block ever shared is marked in `_mixed`, and `snapshot` (the only reader of
+owners) works out the marked blocks' lowest holders from the block tables, so a hit or a
+release costs O(1) per block. Writing into a shared block copies it first; a release drops
 one reference per block and gives back only those nobody holds any more. The first share sets
 `_sharing`, which sends every later verb down these careful paths (and keeps window replays
 off: kvviz/alloc/paged_window.py). A mixin over PagedAllocator's state (kvviz/alloc/paged.py).
@@ -23,8 +25,7 @@ class PagedShareVerbs:
             self._used += fill
             self._own(mine, seq_id)
             self._ref[live] += 1  # (a request's hits are distinct blocks)
-            for b, owner in zip(live.tolist(), self._owner[live].tolist()):
-                self._holders.setdefault(b, {owner}).add(seq_id)
+            self._mixed[live] = True  # their lowest holder: worked out by `fix_owners`
             self._sharing = True
 
     def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
@@ -37,22 +38,30 @@ class PagedShareVerbs:
         self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
 
     def _drop_ref(self, blocks: np.ndarray, seq_id: int, fills: np.ndarray) -> None:
-        ref, shared = self._ref, self._holders
+        """seq_id lets go of `blocks`: one reference each; those nobody holds go back. (A
+        block it owned that others still hold is marked in `_mixed`: it was shared.)"""
+        ref = self._ref
         ref[blocks] -= 1
         gone = ref[blocks] == 0
-        zero = blocks[gone]
-        keep = blocks[~gone] if shared else blocks[:0]  # an entry's ref was >= 2: not 0
-        for b, own, one in zip(keep.tolist(), (self._owner[keep] == seq_id).tolist(),
-                               (ref[keep] == 1).tolist()):
-            holders = shared.get(b)
-            if holders is not None:
-                holders.discard(seq_id)
-                if own:
-                    self._owner[b] = min(holders)
-                if one:
-                    del shared[b]
-        if zero.size:
-            self._give_back(zero, fills[gone])
+        if gone.any():
+            self._give_back(blocks[gone], fills[gone])
+
+    def fix_owners(self) -> None:
+        """Give each held block marked in `_mixed` its lowest holder as owner (from the block
+        tables); a block held once or not at all is unmarked. O(blocks held)."""
+        mixed, ref = self._mixed, self._ref
+        rows = np.flatnonzero(self._rows.seq_of_row >= 0)
+        if rows.size:
+            nb = self._nb[rows]
+            entries = self._table[rows, :int(nb.max())][np.arange(int(nb.max()))[None, :]
+                                                        < nb[:, None]]
+            seqs = np.repeat(self._rows.seq_of_row[rows], nb)
+            sel = mixed[entries]
+            low = np.full(self.num_blocks, np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(low, entries[sel], seqs[sel])
+            held = np.flatnonzero(mixed & (ref > 0))
+            self._owner[held] = low[held]
+        mixed[ref <= 1] = False
 
     def fork(self, parent_id: int, child_id: int) -> Admission:
         prow = self._rows.row(parent_id)
@@ -61,7 +70,6 @@ class PagedShareVerbs:
         self._attach(row, child_id, blocks)
         self._len[row] = self._len[prow]
         self._ref[blocks] += 1
-        for b in blocks:
-            self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
+        self._mixed[blocks] = True
         self._sharing = self._forked = True
         return self._answer(True, 0)
