@@ -25,6 +25,42 @@ def _metrics(srv):
     return text, gt.metrics(text)
 
 
+IDLE_COUNTERS = {"prefix_hits_total": "vllm:prefix_cache_hits_total",
+                 "prefix_queries_total": "vllm:prefix_cache_queries_total",
+                 "preemptions_total": "vllm:num_preemptions_total"}
+
+
+def caught_up(srv, *paths, most_s: float = 90.0) -> None:
+    """Poll until each `kvviz attach` recording in `paths` holds vLLM's whole prefix forest
+    (as its replay buffer rebuilds it) and has scraped /metrics since vLLM went idle (its
+    newest scrape shows the counters /metrics shows now, nothing running or waiting): a
+    loaded machine delays both more than any fixed wait. At most most_s; the tests then
+    say what differs."""
+    from kvviz.store.reader import RunReader
+
+    _text, m = _metrics(srv)
+    truth = gt.rebuild(gt.replay_all(srv.replay))
+    want = {col: gt.one(m, name) for col, name in IDLE_COUNTERS.items()}
+    left, end = list(paths), time.monotonic() + most_s
+    while left and time.monotonic() < end:
+        path = left[0]
+        try:
+            r = RunReader(path)
+            try:
+                rows = r.node_samples(last=1)
+            finally:
+                r.close()
+            done = (len(rows) and all(rows.iloc[-1][c] == v for c, v in want.items())
+                    and rows.iloc[-1]["num_running"] == 0 and rows.iloc[-1]["num_waiting"] == 0
+                    and cl.recorded_forest(path) == truth)
+        except Exception:  # noqa: BLE001 (not written yet, or mid-write: ask again)
+            done = False
+        if done:
+            left.pop(0)
+        else:
+            time.sleep(0.25)
+
+
 @pytest.fixture(scope="module")
 def run(vllm_server, tmp_path_factory):
     srv = vllm_server
@@ -164,7 +200,7 @@ def run(vllm_server, tmp_path_factory):
             for p in prompts[8:18]:
                 ask(p)
             cl.sync(s1, s2, s3, quiet_s=1.0)
-            time.sleep(2.5)  # two more scrapes at --interval 1
+            caught_up(srv, wd / "attach-gap.db")
             if not attach_done.is_set():
                 os.kill(os.getpid(), signal.SIGTERM)
 
@@ -185,7 +221,7 @@ def run(vllm_server, tmp_path_factory):
             submod.Subscriber = real
             load.join(120)
         cl.sync(s1, s2, s3, quiet_s=1.0)
-        time.sleep(2.5)  # at least two more scrapes by both attach runs, all idle
+        caught_up(srv, wd / "attach-early.db", wd / "attach-late.db")
         sampling.set()
         sampler_th.join(60)
         check_metrics("idle at the end")
