@@ -16,7 +16,7 @@ Invariants (checked by tests/alloc):
 
 The batch verbs the engine calls every step (admit_many, release_many, append_batch) are
 vectorized in kvviz/alloc/paged_batch.py; shared blocks (hits held, forks, copy-on-write) are
-kvviz/alloc/paged_share.py's.
+kvviz/alloc/paged_share.py's; the views (block tables, snapshots) kvviz/alloc/paged_view.py's.
 """
 from __future__ import annotations
 
@@ -26,13 +26,15 @@ from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
 from kvviz.alloc.paged_batch import PagedBatchVerbs
 from kvviz.alloc.paged_share import PagedShareVerbs
+from kvviz.alloc.paged_view import PagedViewVerbs
 from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
-from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.core.blockmap import FREE
 
 
-class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocator):
+class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedViewVerbs,
+                     Allocator):
     contiguous = False
 
     def __init__(
@@ -104,18 +106,6 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocat
 
     def seq_len(self, seq_id: int) -> int:
         return int(self._len[self._rows.row(seq_id)])
-
-    def block_table(self, seq_id: int) -> np.ndarray:
-        row = self._rows.row(seq_id)
-        return self._table[row, : self._nb[row]].copy()
-
-    def block_tables(self, seq_ids: np.ndarray) -> np.ndarray:
-        """int32 [B, max blocks held]; entries past a sequence's blocks are 0 (unused)."""
-        rows = self._rows.rows(seq_ids)
-        width = int(self._nb[rows].max()) if rows.size else 0
-        out = self._table[rows, :width].copy()
-        out[np.arange(width)[None, :] >= self._nb[rows][:, None]] = 0
-        return out
 
     def check(self, num_tokens: int, reserve_tokens: int | None = None) -> Admission:
         need = self._need(num_tokens, reserve_tokens)
@@ -279,39 +269,3 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, Allocat
             self._drop_ref(blocks, seq_id, fills)
         else:
             self._give_back(blocks, fills)
-
-    def snapshot(self) -> BlockMap:
-        """Every block's state, copied. Fill levels: a held block is full unless it is at or
-        past the end of its sequence's writes; only those (about one per sequence) are
-        looked up through the block tables, not all of them: the collector takes this at
-        4 Hz on the engine thread (cost: docs/BENCHMARKS.md).
-        """
-        bs = self.block_size
-        if self._sharing:
-            self.fix_owners()
-        owned = self._owner != FREE
-        filled = np.where(owned, np.int32(bs), self._pool.content)  # cached-free: content
-        rows = np.flatnonzero(self._rows.seq_of_row >= 0)
-        if rows.size:
-            nb, length = self._nb[rows], self._len[rows]
-            k = length // bs  # per row: blocks written to the end
-            part = nb > k  # rows holding a block not written to the end: block k
-            rows, nb, k = rows[part], nb[part], k[part]
-            filled[self._table[rows, k]] = (length[part] - k * bs).astype(np.int32)
-            past = nb - k > 1  # rows also holding blocks past block k: nothing written
-            if past.any():
-                rows, nb, k = rows[past], nb[past], k[past]
-                j = np.arange(int(nb.max()))[None, :]
-                mask = (j > k[:, None]) & (j < nb[:, None])
-                filled[self._table[rows, : j.shape[1]][mask]] = 0
-        return BlockMap(
-            owner=self._owner.copy(),
-            filled=filled,
-            allocated=np.where(owned, np.int32(bs), np.int32(0)),
-            refcount=self._ref.copy(),
-            cached=self._pool.cached.copy(),
-            block_size=self.block_size,
-            bytes_per_token=self.bytes_per_token,
-            label=self.label,
-            contiguous=False,
-        )

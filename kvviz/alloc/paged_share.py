@@ -1,10 +1,9 @@
 """A paged allocator's shared blocks: prefix-cache hits held, forks, copy-on-write, refcounts.
 
 A block is shared once a second sequence holds it: a prefix-cache hit on a live block, or a
-fork. Its refcount counts its holders and its owner is the lowest of them. Holders are not
-kept per block: a block ever shared is marked in `_mixed`, and `snapshot` (the only reader of
-owners) works out the marked blocks' lowest holders from the block tables, so a hit or a
-release costs O(1) per block. Writing into a shared block copies it first; a release drops
+fork. Its refcount counts its holders and its owner is the lowest of them, worked out only
+for snapshots (kvviz/alloc/paged_view.py: a block ever shared is marked in `_mixed`), so a hit
+or a release costs O(1) per block. Writing into a shared block copies it first; a release drops
 one reference per block and gives back only those nobody holds any more. The first share sets
 `_sharing`, which sends every later verb down these careful paths (and keeps window replays
 off: kvviz/alloc/paged_window.py). A mixin over PagedAllocator's state (kvviz/alloc/paged.py).
@@ -25,7 +24,7 @@ class PagedShareVerbs:
             self._used += fill
             self._own(mine, seq_id)
             self._ref[live] += 1  # (a request's hits are distinct blocks)
-            self._mixed[live] = True  # their lowest holder: worked out by `fix_owners`
+            self._mixed[live] = True  # owned by their lowest holder (paged_view.py)
             self._sharing = True
 
     def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
@@ -45,23 +44,6 @@ class PagedShareVerbs:
         gone = ref[blocks] == 0
         if gone.any():
             self._give_back(blocks[gone], fills[gone])
-
-    def fix_owners(self) -> None:
-        """Give each held block marked in `_mixed` its lowest holder as owner (from the block
-        tables); a block held once or not at all is unmarked. O(blocks held)."""
-        mixed, ref = self._mixed, self._ref
-        rows = np.flatnonzero(self._rows.seq_of_row >= 0)
-        if rows.size:
-            nb = self._nb[rows]
-            entries = self._table[rows, :int(nb.max())][np.arange(int(nb.max()))[None, :]
-                                                        < nb[:, None]]
-            seqs = np.repeat(self._rows.seq_of_row[rows], nb)
-            sel = mixed[entries]
-            low = np.full(self.num_blocks, np.iinfo(np.int64).max, np.int64)
-            np.minimum.at(low, entries[sel], seqs[sel])
-            held = np.flatnonzero(mixed & (ref > 0))
-            self._owner[held] = low[held]
-        mixed[ref <= 1] = False
 
     def fork(self, parent_id: int, child_id: int) -> Admission:
         prow = self._rows.row(parent_id)
