@@ -29,6 +29,10 @@ ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 FRAG = re.compile(r"FRAGMENTATION at t = ([\d.]+) s: seq \d+ needs ([\d,]+) slots; free "
                   r"([\d,]+), largest hole ([\d,]+)")
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
+RESTARTED = ("text=/prefix sharing 0.5, .*; lanes contiguous:first-fit:pow2, "
+             "paged:16:prefix$/")
+QUERIES = '[aria-label^="Prefix hit rate: "]'
+HITS = '[aria-label^="Prefix hit rate: "]:not([aria-label="Prefix hit rate: 0%"])'
 
 
 def _num(text: str) -> int:
@@ -48,6 +52,43 @@ def _up_s(page) -> int:
 def _no_error(page) -> None:
     boxes = page.locator(ERRORS)
     assert boxes.count() == 0, boxes.first.inner_text()
+
+
+def _wait(page, selector: str, timeout_ms: int, what: str, runs: Path) -> None:
+    """wait_for_selector; on a timeout, an AssertionError saying what the page and the
+    recordings showed (which stage of a restart did not happen)."""
+    try:
+        page.wait_for_selector(selector, timeout=timeout_ms)
+    except sync_api.TimeoutError:
+        raise AssertionError(f"waited {timeout_ms / 1000:.0f} s for {what}; "
+                             f"{_seen(page, runs)}") from None
+
+
+def _seen(page, runs: Path) -> str:
+    """The page's status and settings lines, its lanes, headline numbers and error boxes, and
+    the newest recording's header and prefix counters."""
+    labels = page.eval_on_selector_all('[aria-label^="Prefix hit rate"]',
+                                       "els => els.map(e => e.getAttribute('aria-label'))")
+    heads = page.eval_on_selector_all("h4", "els => els.map(e => e.innerText)")
+    boxes = page.locator(ERRORS).all_inner_texts()
+    running = re.search(r"Started .*|Running: .*", page.inner_text("body"))
+    shown = (f"page: {_status(page)!r}; {running and running.group(0)!r}; lanes {heads}; "
+             f"{labels}; error boxes {boxes}")
+    from kvviz.store.reader import RunReader
+    live = sorted(runs.glob("live-*.db"))
+    if not live:
+        return shown + "; no live recording"
+    r = RunReader(live[-1])
+    try:
+        last = r.samples(since_t=(r.last_t() or 0.0) - 1.0)
+        rows = last.drop_duplicates("lane", keep="last")[
+            ["lane", "t", "step", "prefix_query_tokens", "prefix_hit_tokens"]]
+        log = live[-1].with_suffix(".log")
+        return (f"{shown}; {live[-1].name}: {r.status} {r.status_message!r}, "
+                f"{len(live)} live recordings, last samples {rows.to_dict('records')}, "
+                f"log {log.read_text()[-500:] if log.exists() else ''!r}")
+    finally:
+        r.close()
 
 
 def test_live_walk_as_a_new_user(tmp_path):
@@ -72,7 +113,10 @@ def test_live_walk_as_a_new_user(tmp_path):
             page.wait_for_timeout(100)
         t_first = float(re.search(r"t = ([\d.]+) s", page.inner_text("body")).group(1))
         assert t_first > 0, "the map of the state before the engine's first step was drawn"
-        assert page.locator(HEAT).count() == 3  # the demo's three lanes side by side
+        deadline = time.monotonic() + 15  # each lane's canvas mounts on its own
+        while (maps := page.locator(HEAT).count()) < 3 and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert maps == 3, f"{maps} maps"  # the demo's three lanes side by side
         # the status box counts (it was frozen at the page's first draw)
         up = _up_s(page)
         page.wait_for_timeout(3000)
@@ -117,8 +161,13 @@ def test_live_walk_as_a_new_user(tmp_path):
         field.press("Enter")
         field.press("Escape")
         page.get_by_role("button", name="Start / restart with these settings").click()
-        hits = '[aria-label^="Prefix hit rate: "]:not([aria-label="Prefix hit rate: 0%"])'
-        page.wait_for_selector(hits, timeout=60_000)
+        # three stages, each waited for on its own: the restart registers with these settings
+        # (the old collector gets up to 10 s to stop), the new collector starts and its prefix
+        # lane is drawn counting queries (a start under load: as the first map, 90 s), and its
+        # first hit (engine time 3.7 s of this seeded stream) reaches the page
+        _wait(page, RESTARTED, 30_000, "the restart to register", tmp_path)
+        _wait(page, QUERIES, 90_000, "the prefix lane to be drawn", tmp_path)
+        _wait(page, HITS, 60_000, "a prefix hit", tmp_path)
         page.wait_for_function("() => [...document.querySelectorAll('.kvmap canvas')].some("
                                "c => (c.getAttribute('aria-label') || '').includes("
                                "'Shared prefix'))", timeout=30_000)
