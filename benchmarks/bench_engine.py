@@ -48,10 +48,11 @@ CAPACITY = 1_000_000
 NO_CAP = 1_000_000
 
 
-def plain_python_loop(w: Workload, max_seqs: int, block_size: int = 16) -> int:
+def plain_python_loop(w: Workload, max_seqs: int, block_size: int = 16,
+                      capacity: int = CAPACITY) -> int:
     """Deque free list, per-sequence block lists, FCFS admission up to `max_seqs` running,
     recompute on a failed append. Returns token appends."""
-    free = deque(range(CAPACITY // block_size))
+    free = deque(range(capacity // block_size))
     waiting = deque(range(len(w)))
     prompt, output = w.prompt.tolist(), w.output.tolist()
     generated = [0] * len(w)
