@@ -255,7 +255,10 @@ def main() -> None:
     ARGS = args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    MODES[args.mode](args)
+    try:
+        MODES[args.mode](args)
+    except ValueError as exc:  # a device or shape this machine cannot run: one line, exit 2
+        p.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """What this process holds: torch's CUDA allocator counters, the KV pools, the RSS.
 
-torch is imported only when asked for (real mode); sim mode records the RSS alone.
+torch is imported only when asked for (real mode); sim mode records the RSS alone. The RSS
+comes from psutil (a requirement), or from /proc/self/statm on a Linux machine without it (the
+GPU check's bare image: benchmarks/gpu_check.sh).
 """
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import functools
 import os
 from collections.abc import Sequence
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a bare machine: read /proc (Linux) instead
+    psutil = None
 
 
 def cuda_available() -> bool:
@@ -25,12 +30,24 @@ def pool_bytes(executors: Sequence[object]) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _process(pid: int) -> psutil.Process:
+def _process(pid: int):
     return psutil.Process(pid)  # made once per process, not per sample: construction reads /proc
 
 
 def _rss() -> int:
-    return int(_process(os.getpid()).memory_info().rss)
+    if psutil is not None:
+        return int(_process(os.getpid()).memory_info().rss)
+    return _statm_rss()
+
+
+def _statm_rss() -> int:
+    """The RSS from /proc/self/statm (its second field: resident pages)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError) as exc:
+        raise RuntimeError("the process's RSS: psutil is not installed and /proc/self/statm "
+                           f"cannot be read ({exc}); pip install psutil") from None
 
 
 def sample(device: str, executors: Sequence[object] = ()) -> dict:
