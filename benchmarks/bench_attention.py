@@ -255,6 +255,9 @@ def main() -> None:
     ARGS = args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
+    if args.mode == "real-mode" and cuda and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: torch sees no CUDA device")
     try:
         MODES[args.mode](args)
     except ValueError as exc:  # a device or shape this machine cannot run: one line, exit 2

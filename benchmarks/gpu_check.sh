@@ -40,7 +40,7 @@ say "kvviz gpu_check -> $OUT"
 { nvidia-smi; python -c "import sys, torch; print(sys.version); print('torch', torch.__version__, \
 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"; \
   python -c "import triton; print('triton', triton.__version__)"; } > "$OUT/env.txt" 2>&1
-grep -E "torch|triton" "$OUT/env.txt" | tee -a "$OUT/summary.txt"
+grep -E "^(torch|triton) " "$OUT/env.txt" | tee -a "$OUT/summary.txt"
 
 python - "$OUT/nvml.csv" <<'PY' &
 import sys, time
