@@ -53,7 +53,7 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedVi
         self._owner = np.full(num_blocks, FREE, np.int32)
         self._ref = np.zeros(num_blocks, np.int16)
         self._pool = BlockPool(num_blocks)  # free blocks + prefix cache
-        self._mixed = np.zeros(num_blocks, np.bool_)  # ever shared: owner read from tables
+        self._holders: dict[int, set[int]] = {}  # shared blocks only: block -> live seqs
         self._rows = RowTable()
         self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
         self._nb = np.zeros(self._rows.capacity, np.int64)  # per row: blocks held

@@ -1,9 +1,8 @@
 """A paged allocator's shared blocks: prefix-cache hits held, forks, copy-on-write, refcounts.
 
 A block is shared once a second sequence holds it: a prefix-cache hit on a live block, or a
-fork. Its refcount counts its holders and its owner is the lowest of them, worked out only
-for snapshots (kvviz/alloc/paged_view.py: a block ever shared is marked in `_mixed`), so a hit
-or a release costs O(1) per block. Writing into a shared block copies it first; a release drops
+fork. Its refcount counts its holders, `_holders` names them (shared blocks only), and its
+owner is the lowest holder left. Writing into a shared block copies it first; a release drops
 one reference per block and gives back only those nobody holds any more. The first share sets
 `_sharing`, which sends every later verb down these careful paths (and keeps window replays
 off: kvviz/alloc/paged_window.py). A mixin over PagedAllocator's state (kvviz/alloc/paged.py).
@@ -24,7 +23,8 @@ class PagedShareVerbs:
             self._used += fill
             self._own(mine, seq_id)
             self._ref[live] += 1  # (a request's hits are distinct blocks)
-            self._mixed[live] = True  # owned by their lowest holder (paged_view.py)
+            for b, owner in zip(live.tolist(), self._owner[live].tolist()):
+                self._holders.setdefault(b, {owner}).add(seq_id)
             self._sharing = True
 
     def _copy_on_write(self, row: int, seq_id: int, idx: int) -> None:
@@ -37,13 +37,22 @@ class PagedShareVerbs:
         self._drop_ref(np.asarray([old], np.int32), seq_id, fill)
 
     def _drop_ref(self, blocks: np.ndarray, seq_id: int, fills: np.ndarray) -> None:
-        """seq_id lets go of `blocks`: one reference each; those nobody holds go back. (A
-        block it owned that others still hold is marked in `_mixed`: it was shared.)"""
-        ref = self._ref
+        ref, shared = self._ref, self._holders
         ref[blocks] -= 1
         gone = ref[blocks] == 0
-        if gone.any():
-            self._give_back(blocks[gone], fills[gone])
+        zero = blocks[gone]
+        keep = blocks[~gone] if shared else blocks[:0]  # an entry's ref was >= 2: not 0
+        for b, own, one in zip(keep.tolist(), (self._owner[keep] == seq_id).tolist(),
+                               (ref[keep] == 1).tolist()):
+            holders = shared.get(b)
+            if holders is not None:
+                holders.discard(seq_id)
+                if own:
+                    self._owner[b] = min(holders)
+                if one:
+                    del shared[b]
+        if zero.size:
+            self._give_back(zero, fills[gone])
 
     def fork(self, parent_id: int, child_id: int) -> Admission:
         prow = self._rows.row(parent_id)
@@ -52,6 +61,7 @@ class PagedShareVerbs:
         self._attach(row, child_id, blocks)
         self._len[row] = self._len[prow]
         self._ref[blocks] += 1
-        self._mixed[blocks] = True
+        for b in blocks:
+            self._holders.setdefault(int(b), {int(self._owner[b])}).add(child_id)
         self._sharing = self._forked = True
         return self._answer(True, 0)

@@ -1,10 +1,4 @@
-"""PagedAllocator's views of its state: block tables and the block map (kvviz/alloc/paged.py).
-
-A shared block's owner is its lowest holder. Holders are not kept per block (a hit or a
-release would cost O(holders) in Python): a block ever shared is marked in `_mixed`, and
-`snapshot`, the only reader of owners, first gives each marked block its lowest holder from
-the block tables (`fix_owners`).
-"""
+"""PagedAllocator's views of its state: block tables and the block map (kvviz/alloc/paged.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,23 +19,6 @@ class PagedViewVerbs:
         out[np.arange(width)[None, :] >= self._nb[rows][:, None]] = 0
         return out
 
-    def fix_owners(self) -> None:
-        """Give each held block marked in `_mixed` its lowest holder as owner (from the block
-        tables); a block held once or not at all is unmarked. O(blocks held)."""
-        mixed, ref = self._mixed, self._ref
-        rows = np.flatnonzero(self._rows.seq_of_row >= 0)
-        if rows.size:
-            nb = self._nb[rows]
-            entries = self._table[rows, :int(nb.max())][np.arange(int(nb.max()))[None, :]
-                                                        < nb[:, None]]
-            seqs = np.repeat(self._rows.seq_of_row[rows], nb)
-            sel = mixed[entries]
-            low = np.full(self.num_blocks, np.iinfo(np.int64).max, np.int64)
-            np.minimum.at(low, entries[sel], seqs[sel])
-            held = np.flatnonzero(mixed & (ref > 0))
-            self._owner[held] = low[held]
-        mixed[ref <= 1] = False
-
     def snapshot(self) -> BlockMap:
         """Every block's state, copied. Fill levels: a held block is full unless it is at or
         past the end of its sequence's writes; only those (about one per sequence) are
@@ -49,8 +26,6 @@ class PagedViewVerbs:
         4 Hz on the engine thread (cost: docs/BENCHMARKS.md).
         """
         bs = self.block_size
-        if self._sharing:
-            self.fix_owners()
         owned = self._owner != FREE
         filled = np.where(owned, np.int32(bs), self._pool.content)  # cached-free: content
         rows = np.flatnonzero(self._rows.seq_of_row >= 0)

