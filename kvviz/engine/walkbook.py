@@ -245,9 +245,7 @@ class Book:
     def ops(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """replay_window's kind, seq and arg arrays."""
         seq = np.fromiter(self.seqs, np.int64, len(self.seqs))
-        kind = np.zeros(seq.size, np.int64)
-        if TAKE:
-            kind[:] = TAKE
+        kind = np.full(seq.size, TAKE, np.int64)
         arg = np.zeros(seq.size, np.int64)
         self._seq = seq
         self._adm = at = _spans(self.adm, self.adm_n)
