@@ -146,9 +146,9 @@ class SampleWriter:
                 self.error = msg[-1]
 
     def _send_loop(self) -> None:
-        """Writes each message to the pipe: blocks (without the GIL) while the child is busy."""
-        writer_process.lower_priority(self._nice)
-        broken = False
+        """Writes each message to the pipe: blocks (without the GIL) while the child is busy.
+        The first at the engine's priority (as the writer process writes it), then lower."""
+        broken, nice = False, self._nice
         while True:
             item = self._q.get()
             if item is None:
@@ -160,6 +160,9 @@ class SampleWriter:
             except OSError as exc:
                 broken = True
                 self.error = self.error or f"the store writer process is gone ({exc})"
+            if nice:
+                writer_process.lower_priority(nice)
+                nice = 0
 
     def _at_exit(self) -> None:
         """Exiting without close(): send what is queued, then end the pipe; the writer

@@ -188,12 +188,13 @@ def _error(exc: BaseException) -> tuple[str, str]:
 
 def main(spec: StoreSpec, rx, tx, nice: int = 0) -> None:
     """Entry point of the writer process: rx receives batches, tx reports back; `nice` is
-    added to its nice value (writer_nice(), read by the parent)."""
+    added to its nice value (writer_nice(), read by the parent) once the run's file and
+    first batch are written: on a loaded machine a new run shows up without waiting for
+    spare CPU, and the rest of it yields to the engine."""
     # Ctrl-C and `kill` of a process group reach this process too: the collector decides
     # when the run ends (close message), or its death does (end of the pipe).
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    lower_priority(nice)
     try:
         w = spec.open()
     except BaseException as exc:
@@ -232,6 +233,9 @@ def main(spec: StoreSpec, rx, tx, nice: int = 0) -> None:
             _reply(tx, ("error", *_error(exc)))
             continue
         _reply(tx, ("ack", written))
+        if nice:  # the file and the first sample at the engine's priority, then yield
+            lower_priority(nice)
+            nice = 0
 
 
 def _reply(tx, msg: tuple) -> None:

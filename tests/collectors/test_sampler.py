@@ -132,20 +132,28 @@ def _nice(tid: int) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no getpriority here")
-def test_the_writer_process_and_sender_thread_yield_to_the_engine(
+def test_the_writer_yields_to_the_engine_once_the_run_has_its_first_sample(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file and the first batch are written at the engine's priority (a new run shows
+    up promptly on a loaded machine); after it the writer process and the sender thread
+    run at WRITER_NICE lower, and the engine's own thread keeps its priority."""
     monkeypatch.delenv("KVVIZ_WRITER_NICE", raising=False)
+    out = tmp_path / "n.db"
+    col = collector(out)
     base = _nice(0)
     want = min(19, base + writer_process.WRITER_NICE)
-    sink = SampleWriter(StoreSpec(tmp_path / "n.db", {"lanes": []}))
+    sink = SampleWriter(StoreSpec(out, col.meta()))
     try:
-        assert _nice(sink._proc.pid) == want  # set before the child reported ready
-        tid = sink._thread.native_id  # the sender lowers itself as it starts
+        assert _nice(sink._proc.pid) == base  # ready: the file exists, nothing lowered yet
+        tid = sink._thread.native_id
+        assert _nice(tid) == base
+        sink.put(batches(col, 1)[0])
+        sink.sync()  # acked: the first batch is in the file
         end = time.monotonic() + 10
-        while _nice(tid) != want and time.monotonic() < end:
+        while (_nice(sink._proc.pid), _nice(tid)) != (want, want) and time.monotonic() < end:
             time.sleep(0.01)
-        assert _nice(tid) == want
-        assert _nice(0) == base  # the engine's own thread keeps its priority
+        assert (_nice(sink._proc.pid), _nice(tid)) == (want, want)
+        assert _nice(0) == base
     finally:
         sink.close("finished")
 
