@@ -41,7 +41,7 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     queue_bounds,
 )
 from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.stream import Stream, problem, summary
+from kvviz.node.kvevents.stream import Stream, digest, problem, summary
 from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
@@ -53,6 +53,7 @@ JOIN_TIMEOUT_S = 0.5
 POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
+FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
 
 
 class Subscriber:
@@ -71,7 +72,7 @@ class Subscriber:
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
         n = len(cfg.endpoints) * cfg.dp_ranks
-        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes)
+        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes, bool(cfg.replay))
         try:
             check_fd_limit(n)
             self.ctx.set(zmq.MAX_SOCKETS, max(1024, 3 * n + 64))
@@ -174,7 +175,7 @@ class Subscriber:
         if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
         elif last is not None:
-            if seq == last and payload == st.last_payload:
+            if seq == last and digest(payload) == st.last_digest:
                 return  # the same batch twice
             if seq <= last:
                 st.restarts += 1
@@ -183,17 +184,29 @@ class Subscriber:
             elif seq > last + 1:
                 self._fill(st, t, last + 1, seq - 1)
         self._ingest(st, seq, payload, topic, t, False)
-        st.last_seq, st.last_payload = seq, payload
+        st.last_seq, st.last_digest = seq, digest(payload)
 
     def _ingest(self, st: Stream, seq: int, payload: bytes, topic: bytes | None, t: float,
                 replayed: bool) -> None:
+        """Decode and apply (_apply), then record: the rows waiting (and SQLite's copies of
+        them in a flush) never coexist with a large decoded batch (docs/RELIABILITY.md)."""
+        if self.writer is not None and len(payload) >= FLUSH_FIRST:
+            self.writer.flush()
         try:
-            b = decode(payload)
+            counts = self._apply(st, payload, t)
         except Undecodable as exc:
             st.undecodable += 1
             st.last_error = str(exc)
             self._record(st, seq, t, None, payload[:RAW_KEPT], topic, replayed)
             return
+        if self.writer is not None:
+            self.writer.add_batch((st.sid, seq, t, *counts, int(replayed), "ok", topic,
+                                   payload))
+
+    def _apply(self, st: Stream, payload: bytes, t: float) -> tuple:
+        """Decode, count and apply one payload (the decoded batch lives only here); the
+        row's (ts, rank, events, stored, removed, cleared, unknown)."""
+        b = decode(payload)
         if st.first_t is None:
             st.first_t = t
         if st.encoding is None and b.encoding != "empty":
@@ -222,9 +235,7 @@ class Subscriber:
                 break
             self.model.apply(st.sid, rank, part, t)
         st.over_cap += self.model.over_cap - capped
-        if self.writer is not None:
-            self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
-                                   b.unknown, int(replayed), "ok", topic, payload))
+        return b.ts, rank, len(b.events), ns, nr, nc, b.unknown
 
     def _record(self, st: Stream, seq: int, t: float, rank: int | None, payload: bytes,
                 topic: bytes | None, replayed: bool) -> None:
@@ -267,7 +278,7 @@ class Subscriber:
         def take(ans: replay_wire.ReplayFrame) -> None:
             if st.join_seqs is not None and st.last_seq is None:
                 st.join_seqs[ans.seq] = hash(ans.payload)
-                st.last_payload = ans.payload
+                st.last_digest = digest(ans.payload)
             self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
             st.replayed_batches += 1
 
