@@ -13,19 +13,18 @@ ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a 
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
 whatever the publishers send in messages of a few frames (ZeroMQ caps each frame, not how
-many a message has: docs/RELIABILITY.md): frames and HWMs from endpoints.queue_bounds (the config's
-max_message_bytes, lowered when many streams share the budget), so the receive queues, the
-message in hand and a replay fetch's frames hold at most endpoints.RECEIVE_BUDGET bytes
-(a larger frame makes ZeroMQ drop
-the connection before it is buffered, counted as a disconnect; a full queue pushes back on
-TCP and the publisher drops, which the seqs show as gaps and lost batches); one message in
-hand decodes into at most decode.decoded_bound(its size) bytes, one decoded batch alive at
-a time (_apply); replays are bounded by
-kvviz.node.kvevents.replay.fetch, and a replay socket that failed is not asked again for
-REPLAY_BACKOFF_S, one that answered not before as long again as the answer took (so
-replays take at most half the time under a flood of gaps). `poll` returns within about
-POLL_BUDGET_S plus one message's handling; `should_stop` (set by the caller) ends a replay
-wait and a huge batch's model update (APPLY_SLICE events at a time).
+many a message has: docs/RELIABILITY.md): frames and HWMs from endpoints.queue_bounds (the
+config's max_message_bytes, lowered when many streams share the budget), so the receive
+queues, the message in hand and a replay fetch's frames hold at most
+endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop the connection before it is
+buffered, counted as a disconnect; a full queue pushes back on TCP and the publisher drops,
+which the seqs show as gaps and lost batches); one message in hand decodes into at most
+decode.decoded_bound(its size) bytes, one decoded batch alive at a time (_apply); replays
+are bounded by kvviz.node.kvevents.replay.fetch, and a replay socket that failed is not
+asked again for REPLAY_BACKOFF_S, one that answered not before as long again as the answer
+took (so replays take at most half the time under a flood of gaps). `poll` returns within
+about POLL_BUDGET_S plus one message's handling; `should_stop` (set by the caller) ends a
+replay wait and a huge batch's model update (APPLY_SLICE events at a time).
 """
 from __future__ import annotations
 
