@@ -240,15 +240,18 @@ def run_events(argv: list[str], *, signal_after_s: float | None = None,
            "pidfile": str(work / "pid")}
     (work / "job.json").write_text(json.dumps(job))
     try:
-        r = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER), str(work / "job.json")],
-                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=limit_s + 30)
+        try:
+            r = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER),
+                                str(work / "job.json")], env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=limit_s + 30)
+        except BaseException:  # the launcher was killed before its child ended: end it too
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((work / "pid").read_text()), signal.SIGKILL)
+            raise
+        if r.returncode != 0 or not r.stdout.strip():
+            raise AssertionError(f"the launcher failed (exit {r.returncode}): {r.stderr[-2000:]}")
         got = json.loads(r.stdout)
         text = (work / "err").read_text(errors="replace")
-    except BaseException:  # the launcher failed or hung: leave no child behind
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((work / "pid").read_text()), signal.SIGKILL)
-        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Outcome(got["code"], text, got["wall_s"], got["peak_rss_kb"] / 1024)
