@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents import model as model_mod
-from kvviz.node.kvevents.decode import MAX_DEPTH, Undecodable, decode
+from kvviz.node.kvevents.decode import MAX_DEPTH, STORED, Event, Undecodable, decode
 from kvviz.node.kvevents.endpoints import (
     MAX_MESSAGE_MB,
     RECEIVE_BUDGET,
@@ -188,6 +188,20 @@ def test_the_sockets_take_the_lowered_frame_cap(tmp_path):
                 for s in sub.streams} == {(frame, hwm)}
     finally:
         sub.close()
+
+
+def test_roots_token_ids_are_kept_within_one_budget_for_all_forests(monkeypatch):
+    """A block may claim millions of token ids (30 one-block batches of 4M took the model to
+    1 GB): the roots' token ids kept are bounded for the model, not per forest."""
+    monkeypatch.setattr(model_mod, "ROOT_TOKENS_KEPT", 5)
+    monkeypatch.setattr(model_mod, "ROOT_TOKEN_IDS_KEPT", 100)
+    m = CacheModel()
+    m.apply(1, 0, [Event(STORED, [1], None, [7] * 1000, 1000, "GPU", 0)], 0.0)
+    assert m.n_cached == 1 and not m.forests[next(iter(m.forests))].root_tokens
+    for k in range(10):  # a 16-token root in each of 10 forests (media)
+        m.apply(1, 0, [Event(STORED, [100 + k], None, [k] * 16, 16, f"m{k}", 0)], 0.0)
+    kept = [t for f in m.forests.values() for t in f.root_tokens.values()]
+    assert m.n_cached == 11 and len(kept) == 5 and sum(map(len, kept)) == 80
 
 
 def test_the_model_stops_growing_at_its_cap(monkeypatch):
