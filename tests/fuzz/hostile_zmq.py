@@ -4,16 +4,20 @@
 `HostileNode(pub, router)` binds both on free ports and serves from two threads of this
 process; `close()` stops and joins them. Each behaviour loops until stopped, so whatever
 kvviz does, it is the client that must give up. `run_events(...)` runs `kvviz events` as a
-child against it and returns its exit code, stderr, wall time and peak RSS (wait4's
-ru_maxrss of that child alone).
+child against it and returns its exit code, stderr, wall time and peak RSS (the child's own:
+wait4's ru_maxrss of it, started by a bare launcher, tests/fuzz/kvevents_launch.py).
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ import msgspec
 import zmq
 
 ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = Path(__file__).with_name("kvevents_launch.py")
 PUB_KINDS = ("silent", "garbage", "deep-array", "deep-map", "gaps", "flood", "big-topic",
              "big-batch", "worst-batch", "generic-bomb", "valid")
 ROUTER_KINDS = ("none", "silent", "flood", "big", "garbage", "valid")
@@ -214,42 +219,39 @@ class Outcome:
 
 def run_events(argv: list[str], *, signal_after_s: float | None = None,
                limit_s: float = 60.0, nofile: int | None = None,
-               ready: Path | None = None) -> Outcome:
+               ready: Path | None = None,
+               pause: tuple[float, float] | None = None) -> Outcome:
     """`python -m kvviz events ARGV` as a child: its exit code, stderr, time and peak RSS.
     With signal_after_s, SIGTERM is sent then (counted from when `ready` exists, when given:
     the recording, so a slow interpreter start on a loaded machine is not what is timed)
-    and wall_s counts from it. A child still running at limit_s is killed (SIGKILL, by its
-    PID) and reported as code -9."""
+    and wall_s counts from it. pause=(stop_s, run_s): until then, the child is stopped
+    (SIGSTOP) for stop_s every run_s, as a starved process would be. A child still running
+    at limit_s is killed (SIGKILL, by its PID) and reported as code -9.
+
+    The child is started by tests/fuzz/kvevents_launch.py, a bare interpreter, so that its
+    peak RSS (wait4's ru_maxrss) is its own and not this process's: a child forked by a
+    1 GB pytest worker reads 1 GB (that launcher's docstring says why)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("KVVIZ_PARENT_PID", None)
-
-    def limits() -> None:
-        if nofile is not None:
-            import resource
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    err_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvviz-events-{os.getpid()}.err"
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "kvviz", "events", *argv], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err, preexec_fn=limits)
-    start = t0 = time.monotonic()
-    signalled = False
-    while True:
-        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        now = time.monotonic()
-        if ready is not None and not ready.exists() and not signalled:
-            t0 = now  # the timed part starts once the recording exists
-        elif signal_after_s is not None and not signalled and now - t0 >= signal_after_s:
-            os.kill(proc.pid, signal.SIGTERM)
-            signalled, t0 = True, now
-        if now - start > limit_s:
-            os.kill(proc.pid, signal.SIGKILL)
-        time.sleep(0.01)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - t0
-    text = err_path.read_text(errors="replace")
-    err_path.unlink()
-    return Outcome(proc.returncode, text, wall, ru.ru_maxrss / 1024)
+    work = Path(tempfile.mkdtemp(prefix="kvviz-events-"))
+    job = {"argv": [sys.executable, "-m", "kvviz", "events", *argv], "limit_s": limit_s,
+           "signal_after_s": signal_after_s, "nofile": nofile, "pause": pause,
+           "ready": None if ready is None else str(ready), "stderr": str(work / "err"),
+           "pidfile": str(work / "pid")}
+    (work / "job.json").write_text(json.dumps(job))
+    try:
+        try:
+            r = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER),
+                                str(work / "job.json")], env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=limit_s + 30)
+        except BaseException:  # the launcher was killed before its child ended: end it too
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((work / "pid").read_text()), signal.SIGKILL)
+            raise
+        if r.returncode != 0 or not r.stdout.strip():
+            raise AssertionError(f"the launcher failed (exit {r.returncode}): {r.stderr[-2000:]}")
+        got = json.loads(r.stdout)
+        text = (work / "err").read_text(errors="replace")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Outcome(got["code"], text, got["wall_s"], got["peak_rss_kb"] / 1024)

@@ -14,8 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents import model as model_mod
-from kvviz.node.kvevents.decode import MAX_DEPTH, Undecodable, decode
-from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB, RECEIVE_BUDGET, queue_bounds
+from kvviz.node.kvevents.decode import MAX_DEPTH, STORED, Event, Undecodable, decode
+from kvviz.node.kvevents.endpoints import (
+    MAX_MESSAGE_MB,
+    RECEIVE_BUDGET,
+    queue_bounds,
+    reserved_frames,
+)
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
 from kvviz.store import kv_writer
@@ -147,14 +152,31 @@ def test_a_replay_wait_ends_when_should_stop_says_so(tmp_path):
         ctx.destroy(linger=0)
 
 
-@given(streams=st.integers(1, 65536), cap=st.integers(1024, MAX_MESSAGE_MB << 20))
-def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap):
-    """Each socket's HWM of messages plus the one being received, two frames each."""
-    hwm, frame = queue_bounds(streams, cap)
+@given(streams=st.integers(1, 65536), cap=st.integers(1024, MAX_MESSAGE_MB << 20),
+       replay=st.booleans())
+def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap, replay):
+    """Each socket's HWM of messages plus the one being received, two frames each, and the
+    frames held beside them (the message in hand; a replay fetch's queue and answer)."""
+    hwm, frame = queue_bounds(streams, cap, replay)
+    extra = reserved_frames(replay)
     assert 1 <= hwm <= 1000 and 1024 <= frame <= cap
-    assert streams * (hwm + 1) * 2 * frame <= RECEIVE_BUDGET
-    if streams * 4 * cap <= RECEIVE_BUDGET:
+    held = (streams * (hwm + 1) * 2 + extra) * frame
+    # at the 1 KiB frame floor (over ~65,000 streams) the reserve is a few KiB over
+    assert held <= RECEIVE_BUDGET or frame == 1024 and held <= RECEIVE_BUDGET + extra * 1024
+    if (streams * 4 + extra) * cap <= RECEIVE_BUDGET:
         assert frame == cap  # lowered only when the streams would not fit
+
+
+def test_one_stream_at_the_frame_cap_queues_what_the_budget_leaves():
+    """16 MiB frames: 16 fit in 256 MiB; 2 are the message in hand, 6 a replay fetch's."""
+    assert queue_bounds(1, 16 << 20) == (6, 16 << 20)  # (6 + 1) x 2 + 2 = 16 frames
+    assert queue_bounds(1, 16 << 20, replay=True) == (3, 16 << 20)  # (3 + 1) x 2 + 8
+    sub = Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000",),
+                                      replay=("tcp://127.0.0.1:20001",)))
+    try:
+        assert sub.streams[0].sock.getsockopt(zmq.RCVHWM) == 3
+    finally:
+        sub.close()
 
 
 def test_the_sockets_take_the_lowered_frame_cap(tmp_path):
@@ -166,6 +188,20 @@ def test_the_sockets_take_the_lowered_frame_cap(tmp_path):
                 for s in sub.streams} == {(frame, hwm)}
     finally:
         sub.close()
+
+
+def test_roots_token_ids_are_kept_within_one_budget_for_all_forests(monkeypatch):
+    """A block may claim millions of token ids (30 one-block batches of 4M took the model to
+    1 GB): the roots' token ids kept are bounded for the model, not per forest."""
+    monkeypatch.setattr(model_mod, "ROOT_TOKENS_KEPT", 5)
+    monkeypatch.setattr(model_mod, "ROOT_TOKEN_IDS_KEPT", 100)
+    m = CacheModel()
+    m.apply(1, 0, [Event(STORED, [1], None, [7] * 1000, 1000, "GPU", 0)], 0.0)
+    assert m.n_cached == 1 and not m.forests[next(iter(m.forests))].root_tokens
+    for k in range(10):  # a 16-token root in each of 10 forests (media)
+        m.apply(1, 0, [Event(STORED, [100 + k], None, [k] * 16, 16, f"m{k}", 0)], 0.0)
+    kept = [t for f in m.forests.values() for t in f.root_tokens.values()]
+    assert m.n_cached == 11 and len(kept) == 5 and sum(map(len, kept)) == 80
 
 
 def test_the_model_stops_growing_at_its_cap(monkeypatch):

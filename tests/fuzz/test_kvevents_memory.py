@@ -121,3 +121,49 @@ def test_many_streams_say_that_their_frame_cap_was_lowered(tmp_path):
     check_property("events", argv, res)
     assert res.code == 0, res.err
     assert "100 streams share the 256 MB receive budget: a frame over 0.64 MB" in res.err
+
+
+class _Alive:
+    """An event the model ignores (unknown kind) that notes when it is freed."""
+
+    kind, hashes, freed = 3, [], []
+
+    def __del__(self) -> None:
+        _Alive.freed.append(1)
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_one_decoded_batch_at_a_time_and_no_rows_beside_a_big_one(tmp_path, monkeypatch, big):
+    """A batch's row is added once its decoded form is gone (a flush it triggers never runs
+    beside it); the rows waiting are written before a payload of FLUSH_FIRST bytes decodes
+    (docs/RELIABILITY.md, "KV-event streams")."""
+    kv = KvEventWriter(sqlite3.connect(tmp_path / "k.db"))
+    sub = Subscriber(SubscriberConfig(("tcp://127.0.0.1:1",)), kv)
+    seen: dict[str, object] = {}
+
+    def decode_noting(payload):
+        seen["rows_waiting"] = len(kv._rows)
+        b = decode(payload)
+        return b._replace(events=[*b.events, _Alive()])
+
+    add = kv.add_batch
+
+    def add_noting(row):
+        seen["decoded_freed"] = bool(_Alive.freed)
+        add(row)
+
+    monkeypatch.setattr(sub_mod, "decode", decode_noting)
+    monkeypatch.setattr(kv, "add_batch", add_noting)
+    _Alive.freed.clear()
+    try:
+        s = sub.streams[0]
+        kv.add_batch((s.sid, 0, 0.0, 1.0, 0, 0, 0, 0, 0, 0, 0, "ok", b"", b"earlier"))
+        payload = worst_batch(sub_mod.FLUSH_FIRST + 64 if big else 1000)
+        assert (len(payload) >= sub_mod.FLUSH_FIRST) == big
+        sub.handle(s, [b"", seq_bytes(1), payload])
+        assert seen == {"rows_waiting": 0 if big else 1, "decoded_freed": True}
+        assert s.batches == 1 and s.removed_blocks > 0
+        kv.flush()
+        assert kv.conn.execute("SELECT COUNT(*) FROM kv_batches").fetchone() == (2,)
+    finally:
+        sub.close()

@@ -20,7 +20,7 @@ FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python
 # Python objects, which with the receive queues (256 MB) and the model keeps the process
 # under 1 GB (docs/RELIABILITY.md, "KV-event streams").
 MAX_MESSAGE_MB = 16
-RECEIVE_BUDGET = 256 << 20  # bytes all SUB queues may hold together (2 frames per message)
+RECEIVE_BUDGET = 256 << 20  # bytes of raw frames, all queues and messages in hand together
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -105,13 +105,26 @@ class QueueBounds(NamedTuple):
     frame_bytes: int  # the largest frame each socket takes (ZMQ_MAXMSGSIZE)
 
 
-def queue_bounds(streams: int, max_message_bytes: int) -> QueueBounds:
-    """What keeps all receive queues within RECEIVE_BUDGET: each SUB socket holds its HWM of
-    messages plus the one ZeroMQ is receiving, two frames each. Frames are capped at
-    max_message_bytes, lowered when many streams share the budget (at least an HWM of 1);
-    the HWM is what the budget leaves, within [1, 1000]."""
-    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * max(1, streams))))
-    hwm = RECEIVE_BUDGET // (2 * max(1, streams) * frame) - 1
+IN_HAND_FRAMES = 2  # the message being handled: its topic and its payload
+REPLAY_FRAMES = 6  # a replay fetch (one at a time): RCVHWM 1 + one being received + the
+# answer in hand, 2 large frames each (kvviz.node.kvevents.replay.fetch)
+
+
+def reserved_frames(replay: bool) -> int:
+    """Frames of the receive budget held beside the SUB queues: the message in hand, and a
+    replay fetch's when the streams have a replay socket."""
+    return IN_HAND_FRAMES + (REPLAY_FRAMES if replay else 0)
+
+
+def queue_bounds(streams: int, max_message_bytes: int, replay: bool = False) -> QueueBounds:
+    """What keeps every raw frame the process holds within RECEIVE_BUDGET: each SUB socket
+    holds its HWM of messages plus the one ZeroMQ is receiving, two frames each, beside
+    reserved_frames(replay). Frames are capped at max_message_bytes, lowered when many
+    streams share the budget (at least an HWM of 1); the HWM is what the budget leaves,
+    within [1, 1000]."""
+    n, extra = max(1, streams), reserved_frames(replay)
+    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * n + extra)))
+    hwm = (RECEIVE_BUDGET // frame - extra) // (2 * n) - 1
     return QueueBounds(max(1, min(1000, hwm)), frame)
 
 

@@ -6,10 +6,14 @@ ids, so the forest is exactly what the events say: BlockStored adds (a hash alre
 duplicate), BlockRemoved drops (an unknown hash is counted, never fatal), AllBlocksCleared
 empties. A removed block's children keep their parent hash (they show as orphans).
 
-Memory is bounded whatever a stream says: at most MAX_CACHED_BLOCKS cached blocks and
-MAX_FORESTS forests per model (about 0.4 KB per block); a BlockStored past either is not
-applied and its blocks are counted in `over_cap` (the model is then a lower bound: a node
-with more cached blocks than that is larger than any this view is built for).
+Memory: at most MAX_CACHED_BLOCKS cached blocks and MAX_FORESTS forests per model (about
+0.4 KB per block); a BlockStored past either is not applied and its blocks are counted in
+`over_cap` (the model is then a lower bound: a node with more cached blocks than that is
+larger than any this view is built for). Roots' token ids: ROOT_TOKENS_KEPT roots and
+ROOT_TOKEN_IDS_KEPT ids for all forests together (RootsKept). Per forest, not per model:
+EVICTIONS_KEPT evicted hashes and LIFETIMES_KEPT lifetimes, so many forests that churn
+keep more (docs/RELIABILITY.md, "KV-event streams"); the per-second timeline grows with
+the run.
 
 Invariants (tests/kvevents/test_model.py, below the caps):
   cached_tokens == sum(ntok[h] for h in parent); nkids[p] == #{cached h : parent[h] == p};
@@ -25,6 +29,7 @@ from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
 
 LIFETIMES_KEPT = 100_000  # most recent block lifetimes kept per forest
 ROOT_TOKENS_KEPT = 50_000  # first blocks whose token ids are kept (for seed/prefix diagnoses)
+ROOT_TOKEN_IDS_KEPT = 1 << 20  # token ids those keep, all forests of a model together (~40 MB)
 EVICTIONS_KEPT = 1_000_000  # evicted hashes remembered; past this, those evicted once go
 MAX_CACHED_BLOCKS = 1_000_000  # per model, all forests together (~400 MB)
 MAX_FORESTS = 1024  # (stream, dp rank, medium, group) combinations per model
@@ -37,9 +42,18 @@ class ForestKey(NamedTuple):
     group: int
 
 
+class RootsKept:
+    """What the forests of one model may still keep of their roots' token ids, together:
+    ROOT_TOKENS_KEPT roots and ROOT_TOKEN_IDS_KEPT token ids (a block may claim millions)."""
+
+    def __init__(self) -> None:
+        self.roots, self.tokens = ROOT_TOKENS_KEPT, ROOT_TOKEN_IDS_KEPT
+
+
 class Forest:
-    def __init__(self, index_tokens: bool = False) -> None:
+    def __init__(self, index_tokens: bool = False, kept: RootsKept | None = None) -> None:
         self.index_tokens = index_tokens  # keep by_tokens (prefix_hit_tokens); costs ~40%
+        self.kept = RootsKept() if kept is None else kept  # shared by a model's forests
         self.parent: dict[Any, Any] = {}  # cached hash -> parent hash (None: a root)
         self.ntok: dict[Any, int] = {}
         self.stored_t: dict[Any, float] = {}
@@ -74,11 +88,14 @@ class Forest:
                 stored_t[h] = t
                 nkids[p] = nkids.get(p, 0) + 1
                 self.cached_tokens += bs
-                if p is None and isinstance(token_ids, list) and len(
-                        self.root_tokens) < ROOT_TOKENS_KEPT:
+                kept = self.kept
+                if p is None and isinstance(token_ids, list) and kept.roots > 0 and \
+                        bs <= kept.tokens:
                     toks = tuple(token_ids[i * bs:(i + 1) * bs])
                     if all(type(x) is int for x in toks):  # a publisher may send anything
                         self.root_tokens[h] = toks
+                        kept.roots -= 1
+                        kept.tokens -= len(toks)
                 if self.index_tokens and isinstance(token_ids, list) and bs and \
                         len(token_ids) >= (i + 1) * bs:
                     try:  # a publisher may send anything as token ids
@@ -209,6 +226,7 @@ class CacheModel:
         self._last_seq: dict[int, int] = {}  # per stream: the last seq noted
         self.n_cached = 0  # cached blocks in all forests
         self.over_cap = 0  # stored blocks not applied: past MAX_CACHED_BLOCKS / MAX_FORESTS
+        self._kept = RootsKept()  # roots' token ids, for all forests together
 
     def forest(self, key: ForestKey) -> Forest | None:
         """The forest of `key`, created on first use (None past MAX_FORESTS)."""
@@ -216,7 +234,7 @@ class CacheModel:
         if f is None:
             if len(self.forests) >= MAX_FORESTS:
                 return None
-            f = self.forests[key] = Forest(self.index_tokens)
+            f = self.forests[key] = Forest(self.index_tokens, self._kept)
         return f
 
     def apply(self, stream: int, dp_rank: int | None, events: Iterable[Event], t: float) -> None:

@@ -60,12 +60,12 @@ def fetch(ctx: zmq.Context, endpoint: str, first: int, last: int, *, timeout_s: 
     """Ask the ROUTER at `endpoint` for every batch from `first`; hand those up to `last` (and
     of the topic, when one is given) to `take`, oldest first. Bounded: at most `timeout_s`
     in slices of SLICE_MS (should_stop() ends the wait between slices), MAX_BYTES of answer,
-    frames of at most `frame_bytes` (ZMQ_MAXMSGSIZE), a receive queue of 2 messages. The
+    frames of at most `frame_bytes` (ZMQ_MAXMSGSIZE), a receive queue of 1 message. The
     socket is closed on every path."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, frame_bytes)
-    sock.setsockopt(zmq.RCVHWM, 2)
+    sock.setsockopt(zmq.RCVHWM, 1)  # + 1 being received: docs/RELIABILITY.md
     got = taken = 0
     try:
         sock.connect(endpoint)

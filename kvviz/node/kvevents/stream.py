@@ -21,7 +21,9 @@ class Stream:
     monitor: zmq.Socket
     connected: bool = False
     last_seq: int | None = None
-    last_payload: bytes = b""
+    # (length, hash) of the last payload: the same batch twice is ignored without keeping it
+    # (a frame per stream would be up to 64 MB more alive: docs/RELIABILITY.md)
+    last_digest: tuple[int, int] = (0, hash(b""))
     encoding: str | None = None
     first_t: float | None = None
     batches: int = 0
@@ -44,6 +46,11 @@ class Stream:
     replay_after: float = 0.0  # monotonic time before which the replay socket is not asked
     joined: bool = False  # the join replay (everything from seq 0) was asked for
     join_seqs: dict | None = None  # seq -> hash(payload) of the batches the join replay gave
+
+
+def digest(payload: bytes) -> tuple[int, int]:
+    """What tells a payload from the stream's last one (its length and hash)."""
+    return len(payload), hash(payload)
 
 
 def problem(st: Stream, topic: str) -> tuple[bool, str] | None:

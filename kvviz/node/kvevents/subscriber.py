@@ -12,17 +12,19 @@ the batch has seq > 0. Every message is recorded raw; what does not decode is co
 ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a quiet one.
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
-whatever the publishers send: frames and HWMs from endpoints.queue_bounds (the config's
-max_message_bytes, lowered when many streams share the budget), so the SUB sockets' receive
-queues hold at most endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop
-the connection before it is buffered, counted as a disconnect; a full queue pushes back on
-TCP and the publisher drops, which the seqs show as gaps and lost batches); one message in
-hand decodes into at most decode.decoded_bound(its size) bytes; replays are bounded by
-kvviz.node.kvevents.replay.fetch, and a replay socket that failed is not asked again for
-REPLAY_BACKOFF_S, one that answered not before as long again as the answer took (so
-replays take at most half the time under a flood of gaps). `poll` returns within about
-POLL_BUDGET_S plus one message's handling; `should_stop` (set by the caller) ends a replay
-wait and a huge batch's model update (APPLY_SLICE events at a time).
+whatever the publishers send in messages of a few frames (ZeroMQ caps each frame, not how
+many a message has: docs/RELIABILITY.md): frames and HWMs from endpoints.queue_bounds (the
+config's max_message_bytes, lowered when many streams share the budget), so the receive
+queues, the message in hand and a replay fetch's frames hold at most
+endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop the connection before it is
+buffered, counted as a disconnect; a full queue pushes back on TCP and the publisher drops,
+which the seqs show as gaps and lost batches); one message in hand decodes into at most
+decode.decoded_bound(its size) bytes, one decoded batch alive at a time (_apply); replays
+are bounded by kvviz.node.kvevents.replay.fetch, and a replay socket that failed is not
+asked again for REPLAY_BACKOFF_S, one that answered not before as long again as the answer
+took (so replays take at most half the time under a flood of gaps). `poll` returns within
+about POLL_BUDGET_S plus one message's handling; `should_stop` (set by the caller) ends a
+replay wait and a huge batch's model update (APPLY_SLICE events at a time).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     queue_bounds,
 )
 from kvviz.node.kvevents.model import CacheModel
-from kvviz.node.kvevents.stream import Stream, problem, summary
+from kvviz.node.kvevents.stream import Stream, digest, problem, summary
 from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
@@ -53,6 +55,7 @@ JOIN_TIMEOUT_S = 0.5
 POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
+FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
 
 
 class Subscriber:
@@ -71,7 +74,7 @@ class Subscriber:
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
         n = len(cfg.endpoints) * cfg.dp_ranks
-        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes)
+        self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes, bool(cfg.replay))
         try:
             check_fd_limit(n)
             self.ctx.set(zmq.MAX_SOCKETS, max(1024, 3 * n + 64))
@@ -174,7 +177,7 @@ class Subscriber:
         if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
         elif last is not None:
-            if seq == last and payload == st.last_payload:
+            if seq == last and digest(payload) == st.last_digest:
                 return  # the same batch twice
             if seq <= last:
                 st.restarts += 1
@@ -183,17 +186,29 @@ class Subscriber:
             elif seq > last + 1:
                 self._fill(st, t, last + 1, seq - 1)
         self._ingest(st, seq, payload, topic, t, False)
-        st.last_seq, st.last_payload = seq, payload
+        st.last_seq, st.last_digest = seq, digest(payload)
 
     def _ingest(self, st: Stream, seq: int, payload: bytes, topic: bytes | None, t: float,
                 replayed: bool) -> None:
+        """Decode and apply (_apply), then record: the rows waiting (and SQLite's copies of
+        them in a flush) never coexist with a large decoded batch (docs/RELIABILITY.md)."""
+        if self.writer is not None and len(payload) >= FLUSH_FIRST:
+            self.writer.flush()
         try:
-            b = decode(payload)
+            counts = self._apply(st, payload, t)
         except Undecodable as exc:
             st.undecodable += 1
             st.last_error = str(exc)
             self._record(st, seq, t, None, payload[:RAW_KEPT], topic, replayed)
             return
+        if self.writer is not None:
+            self.writer.add_batch((st.sid, seq, t, *counts, int(replayed), "ok", topic,
+                                   payload))
+
+    def _apply(self, st: Stream, payload: bytes, t: float) -> tuple:
+        """Decode, count and apply one payload (the decoded batch lives only here); the
+        row's (ts, rank, events, stored, removed, cleared, unknown)."""
+        b = decode(payload)
         if st.first_t is None:
             st.first_t = t
         if st.encoding is None and b.encoding != "empty":
@@ -222,9 +237,7 @@ class Subscriber:
                 break
             self.model.apply(st.sid, rank, part, t)
         st.over_cap += self.model.over_cap - capped
-        if self.writer is not None:
-            self.writer.add_batch((st.sid, seq, t, b.ts, rank, len(b.events), ns, nr, nc,
-                                   b.unknown, int(replayed), "ok", topic, payload))
+        return b.ts, rank, len(b.events), ns, nr, nc, b.unknown
 
     def _record(self, st: Stream, seq: int, t: float, rank: int | None, payload: bytes,
                 topic: bytes | None, replayed: bool) -> None:
@@ -267,7 +280,7 @@ class Subscriber:
         def take(ans: replay_wire.ReplayFrame) -> None:
             if st.join_seqs is not None and st.last_seq is None:
                 st.join_seqs[ans.seq] = hash(ans.payload)
-                st.last_payload = ans.payload
+                st.last_digest = digest(ans.payload)
             self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)
             st.replayed_batches += 1
 
