@@ -74,8 +74,7 @@ def draw(r, lanes: list[str]) -> None:
     paused = " (paused)" if is_paused(r) else ""
     st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}{paused}. In a contiguous "
                "lane, neighbouring sequences alternate between a light and a dark shade.")
-    for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
-        live_lane.lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
+    live_lane.lanes(r, ready, t_now, (lo, hi), max_cells)
 
 
 def has_real_sample(r) -> bool:

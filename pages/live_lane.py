@@ -1,5 +1,5 @@
-"""The Live page's lane column: headline numbers, the latest refusals, the canvas heatmap
-(drag a range to zoom) and the lane's own KV events. Not a page."""
+"""The Live page's lanes side by side: each one's name, canvas heatmap (drag a range to
+zoom), headline numbers, latest refusals and own KV events. Not a page."""
 from __future__ import annotations
 
 from functools import partial
@@ -13,24 +13,40 @@ from pages import blockview, kvevents_live
 ZOOM_KEY = "live_zoom"
 
 
-def lane_column(col, r, lane: str, bm, t_now: float, zoom: tuple[float, float], max_cells: int,
-                i: int) -> None:
-    lo, hi = zoom
-    with col:
-        st.markdown(f"#### {lane}")
-        st.caption(lane_caption(lane))
-        last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
-        if not last.empty:
-            blockview.headline_metrics(last.iloc[-1])
-        latest_failures(r, lane)
-        start, stop = blockview.block_range(bm, lo, hi)
-        # A canvas that stays mounted and repaints (kvviz.viz.blockcanvas), not a plotly
-        # chart: Streamlit re-mounts a changed plotly figure every second in every tab.
-        key = f"live_heat_{i}"  # the callback holds the block count, not the map
-        blockview.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells,
-                                              title=lane), key=key,
-                               on_zoom=partial(zoom_to, key, bm.num_blocks))
-        kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
+def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float], max_cells: int) -> None:
+    """The lanes side by side, in three rows: names, heatmaps, then what changes height
+    every second (headline numbers, refusals, KV events). A heatmap thus stays where it is
+    under a still mouse, its hover box on the same block, and the maps line up."""
+    names = list(ready)
+    for col, lane in zip(st.columns(len(names)), names):
+        with col:
+            st.markdown(f"#### {lane}")
+            st.caption(lane_caption(lane))
+    for i, (col, lane) in enumerate(zip(st.columns(len(names)), names)):
+        with col:
+            lane_map(ready[lane][0], lane, zoom, max_cells, i)
+    for col, lane in zip(st.columns(len(names)), names):
+        with col:
+            lane_details(r, lane, ready[lane][0], t_now)
+
+
+def lane_map(bm, lane: str, zoom: tuple[float, float], max_cells: int, i: int) -> None:
+    """The lane's heatmap: a canvas that stays mounted and repaints (kvviz.viz.blockcanvas),
+    not a plotly chart (Streamlit re-mounts a changed plotly figure every second in every
+    tab). Drag a range on it to zoom."""
+    start, stop = blockview.block_range(bm, *zoom)
+    key = f"live_heat_{i}"  # the callback holds the block count, not the map
+    blockview.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells, title=lane),
+                              key=key, on_zoom=partial(zoom_to, key, bm.num_blocks))
+
+
+def lane_details(r, lane: str, bm, t_now: float) -> None:
+    """Under the heatmap: headline numbers, the latest refusals, the lane's KV events."""
+    last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
+    if not last.empty:
+        blockview.headline_metrics(last.iloc[-1])
+    latest_failures(r, lane)
+    kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
 
 
 def failure_text(ev) -> str:
