@@ -67,7 +67,7 @@ def draw(r, lanes: list[str]) -> None:
         st.info("Waiting for the first block map from the collector...",
                 icon=":material/hourglass_empty:")
         return
-    lo, hi = blockview.zoom(live_lane.ZOOM_KEY)
+    lo, hi = live_lane.zoom_slider()
     max_cells = blockview.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())

@@ -11,6 +11,7 @@ from kvviz.viz import blockcanvas as vc
 from pages import blockview, kvevents_live
 
 ZOOM_KEY = "live_zoom"
+ZOOM_ASKED = "live_zoom_asked"  # [asked, before, fresh]: a zoom made on a heatmap (zoom_slider)
 
 
 def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float], max_cells: int) -> None:
@@ -70,14 +71,33 @@ def latest_failures(r, lane: str) -> None:
                                                     last.itertuples()))
 
 
+def zoom_slider() -> tuple[float, float]:
+    """The zoom slider, which a zoom made on a heatmap sets. A tick the browser requested
+    before it had that run's slider still carries the range from before the zoom and would
+    undo it for a tick: until the browser sends the new range (or the user moves the slider
+    elsewhere), the old range is taken for such a stale request and the zoom kept."""
+    pending = st.session_state.get(ZOOM_ASKED)
+    if pending is not None:
+        asked, before, fresh = pending
+        now = tuple(st.session_state.get(ZOOM_KEY, (0.0, 100.0)))
+        if fresh:  # the run of the zoom itself: `now` is what the callback set
+            st.session_state[ZOOM_ASKED] = (asked, before, False)
+        elif now == before:
+            st.session_state[ZOOM_KEY] = asked
+        else:  # the browser shows the zoom, or the user moved the slider since
+            del st.session_state[ZOOM_ASKED]
+    return blockview.zoom(ZOOM_KEY)
+
+
 def zoom_to(key: str, num_blocks: int) -> None:
     """Callback: a range dragged on a heatmap becomes the zoom slider's range (% of the
     lane's capacity, widened to the slider's 0.5% steps); a double click shows everything."""
     z = st.session_state[key].zoom
     if not isinstance(z, dict):
         return
-    if z.get("reset"):
-        st.session_state[ZOOM_KEY] = (0.0, 100.0)
-        return
-    lo, hi = blockview.zoom_range(int(z["start"]), int(z["stop"]), num_blocks)
-    st.session_state[ZOOM_KEY] = (lo, hi)
+    asked = (0.0, 100.0) if z.get("reset") else blockview.zoom_range(
+        int(z["start"]), int(z["stop"]), num_blocks)
+    before = tuple(st.session_state.get(ZOOM_KEY, (0.0, 100.0)))
+    if asked != before:
+        st.session_state[ZOOM_ASKED] = (asked, before, True)
+    st.session_state[ZOOM_KEY] = asked
