@@ -67,15 +67,14 @@ def draw(r, lanes: list[str]) -> None:
         st.info("Waiting for the first block map from the collector...",
                 icon=":material/hourglass_empty:")
         return
-    lo, hi = blockview.zoom(live_lane.ZOOM_KEY)
+    lo, hi = live_lane.zoom_slider()
     max_cells = blockview.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())
     paused = " (paused)" if is_paused(r) else ""
     st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}{paused}. In a contiguous "
                "lane, neighbouring sequences alternate between a light and a dark shade.")
-    for i, (col, lane) in enumerate(zip(st.columns(len(ready)), ready)):
-        live_lane.lane_column(col, r, lane, ready[lane][0], t_now, (lo, hi), max_cells, i)
+    live_lane.lanes(r, ready, t_now, (lo, hi), max_cells)
 
 
 def has_real_sample(r) -> bool:

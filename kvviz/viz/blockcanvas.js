@@ -17,6 +17,10 @@
 // exclusive) that the page turns into its address-range slider; a double click sends
 // {reset: true}. The selection is drawn on an overlay canvas, the map is not repainted.
 //
+// Hover: the box names the cell under the mouse and is redrawn after every paint, from the
+// mouse's page position and where the canvas is at that moment, so it stays right under a
+// still mouse when the data changes or the canvas moves.
+//
 // The root element carries data-draws (paints so far), data-digest (a hash of the state
 // column) and data-rows / data-cols, for tests and benchmarks.
 
@@ -64,12 +68,15 @@ function setup(parent) {
   root.append(title, sub, plot, hint);
   parent.appendChild(root);
   const s = { root, title, sub, plot, canvas, overlay, tip, meta: null, cols: null,
-              mouse: null, width: 0, geo: null, draws: 0, drag: null, send: null };
-  canvas.addEventListener("mousemove", (e) => {
-    s.mouse = [e.offsetX, e.offsetY];
-    if (s.drag) { s.drag.i1 = cellAt(s, e.offsetX, e.offsetY, true); selection(s); }
+              mouse: null, // [clientX, clientY] while over the canvas
+              width: 0, geo: null, draws: 0, drag: null, send: null };
+  const track = (e) => {
+    s.mouse = [e.clientX, e.clientY];
+    if (s.drag) { s.drag.i1 = cellAt(s, ...at(s), true); selection(s); }
     hover(s);
-  });
+  };
+  canvas.addEventListener("mousemove", track);
+  canvas.addEventListener("mouseenter", track); // also when the canvas moves under the mouse
   canvas.addEventListener("mouseleave", () => { s.mouse = null; hover(s); });
   canvas.addEventListener("mousedown", (e) => {
     const i = e.button === 0 ? cellAt(s, e.offsetX, e.offsetY, false) : -1;
@@ -93,6 +100,14 @@ function setup(parent) {
   });
   s.resize.observe(root);
   return s;
+}
+
+// The mouse over the canvas, in canvas pixels, from where the canvas is now: a canvas that
+// moved or grew under a still mouse (the page's layout changed above it) gets no mousemove,
+// and the block under the mouse is then another one than at the last event.
+function at(s) {
+  const r = s.canvas.getBoundingClientRect();
+  return [s.mouse[0] - r.left, s.mouse[1] - r.top];
 }
 
 function cellAt(s, x, y, clamp) { // the cell index under (x, y); -1 outside unless clamped
@@ -253,7 +268,7 @@ function line(parent, parts) { // parts: [text, bold?] pairs; text only, never H
 function hover(s) {
   const { meta, geo: g, tip } = s;
   if (!s.mouse || !meta || !g || s.drag) { tip.hidden = true; return; }
-  const [x, y] = s.mouse;
+  const [x, y] = at(s);
   const i = cellAt(s, x, y, false);
   if (i < 0) { tip.hidden = true; return; }
   const label = meta.labels[s.cols.state[i]];

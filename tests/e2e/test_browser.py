@@ -67,6 +67,19 @@ def assert_no_error(page) -> None:
     assert boxes.count() == 0, boxes.first.inner_text()
 
 
+def block_named(tip) -> str:
+    """The block a hover box names ("block 36"), without its state."""
+    return tip.inner_text().split(":")[0]
+
+
+def repainted(page) -> None:
+    """Wait for the next repaint of the paged lane's heatmap (one a second; a loaded machine
+    with a browser test on each core has taken over 5 s)."""
+    draws = int(page.locator(".kvmap").nth(PAGED).get_attribute("data-draws"))
+    page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[{PAGED}].dataset.draws"
+                           f" > {draws}", timeout=15_000)
+
+
 def test_live_heatmap_renders_and_changes(browser, app):
     page = open_page(browser, app)
     settle(page, HEAT, timeout_ms=90_000)
@@ -80,17 +93,30 @@ def test_live_heatmap_renders_and_changes(browser, app):
         page.wait_for_timeout(200)
         changed = page.evaluate(DIGESTS) != before
     assert changed, "the Live heatmap did not change within 5 s"
-    # hover: the box names the block under the mouse, and stays through the next repaints
+    # hover: the box names the block under the mouse, and stays on it through the next
+    # repaints (the heatmap stays where it is while the numbers above it change)
     box = page.locator(HEAT).nth(PAGED).bounding_box()
     page.mouse.move(box["x"] + 120, box["y"] + 20)
     tip = page.locator(".kvmap-tip").nth(PAGED)
     tip.wait_for(state="visible", timeout=5_000)
-    assert tip.inner_text().startswith("block")
+    named = block_named(tip)
+    assert named.startswith("block ")
     assert "owner seq" in tip.inner_text() or "mostly" in tip.inner_text()
-    draws = int(page.locator(".kvmap").nth(PAGED).get_attribute("data-draws"))
-    page.wait_for_function(f"() => +document.querySelectorAll('.kvmap')[{PAGED}].dataset.draws"
-                           f" > {draws}", timeout=5_000)
-    assert tip.is_visible() and tip.inner_text().startswith("block")
+    for _ in range(3):
+        repainted(page)
+        assert tip.is_visible() and block_named(tip) == named
+    assert page.locator(HEAT).nth(PAGED).bounding_box() == box
+    # the heatmap moved under a still mouse (as by a box appearing above it): after the next
+    # repaint the box names the block now under the mouse, the one a fresh hover names
+    page.mouse.move(box["x"] + 120, box["y"] + 80)
+    tip.wait_for(state="visible", timeout=5_000)
+    page.locator(".kvmap").nth(PAGED).evaluate("(e) => { e.style.paddingTop = '30px'; }")
+    repainted(page)
+    moved = block_named(tip) if tip.is_visible() else "no box"
+    page.mouse.move(box["x"] + 121, box["y"] + 80)
+    page.mouse.move(box["x"] + 120, box["y"] + 80)
+    assert moved == block_named(tip) != named
+    page.locator(".kvmap").nth(PAGED).evaluate("(e) => { e.style.paddingTop = ''; }")
     # drag across cells: the page zooms to that address range; a double click undoes it
     sub = page.locator(".kvmap-sub").nth(PAGED)
     assert sub.inner_text().startswith("blocks 0-")
@@ -99,16 +125,20 @@ def test_live_heatmap_renders_and_changes(browser, app):
     page.mouse.move(box["x"] + 300, box["y"] + 60, steps=5)
     page.mouse.up()
     # zoomed: the subtitle names a range that starts past block 0 (a subtitle being redrawn,
-    # or a heatmap mounted again and not yet drawn, is not the zoom)
+    # or a heatmap mounted again and not yet drawn, is not the zoom), and keeps it through
+    # the next repaints (a tick requested before the zoom once undid it for a tick)
     page.wait_for_function(f"() => /^blocks [1-9]/.test(document.querySelectorAll("
-                           f"'.kvmap-sub')[{PAGED}].textContent)", timeout=10_000)
-    first = int(sub.inner_text().split()[1].split("-")[0].replace(",", ""))
-    assert first > 0, sub.inner_text()
+                           f"'.kvmap-sub')[{PAGED}]?.textContent)", timeout=10_000)
+    zoomed = sub.inner_text().split(";")[0]
+    assert int(zoomed.split()[1].split("-")[0].replace(",", "")) > 0, zoomed
+    for _ in range(2):
+        repainted(page)
+        assert sub.inner_text().split(";")[0] == zoomed
     assert page.get_by_text("Zoom: address range shown").count() == 1
     box = page.locator(HEAT).nth(PAGED).bounding_box()  # the zoom caption may move it
     page.mouse.dblclick(box["x"] + 150, box["y"] + 40)
     page.wait_for_function(f"() => document.querySelectorAll('.kvmap-sub')[{PAGED}]"
-                           ".textContent.startsWith('blocks 0-')", timeout=10_000)
+                           "?.textContent.startsWith('blocks 0-')", timeout=10_000)
     page.mouse.move(0, 0)
     settle(page, "text=Admission failures", 30_000)  # the history follows
     assert_no_error(page)  # live.png comes from test_browser_live.py's walk

@@ -28,6 +28,7 @@ STATUS = '[data-testid="stAlertContentSuccess"], [data-testid="stAlertContentWar
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 FRAG = re.compile(r"FRAGMENTATION at t = ([\d.]+) s: seq \d+ needs ([\d,]+) slots; free "
                   r"([\d,]+), largest hole ([\d,]+)")
+TOPS = "(cvs) => cvs.map(c => c.getBoundingClientRect().top)"  # each heatmap's top, px
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
 RESTARTED = ("text=/prefix sharing 0.5, .*; lanes contiguous:first-fit:pow2, "
              "paged:16:prefix$/")
@@ -117,6 +118,8 @@ def test_live_walk_as_a_new_user(tmp_path):
         while (maps := page.locator(HEAT).count()) < 3 and time.monotonic() < deadline:
             page.wait_for_timeout(100)
         assert maps == 3, f"{maps} maps"  # the demo's three lanes side by side
+        tops = page.locator(HEAT).evaluate_all(TOPS)
+        assert len(set(tops)) == 1, f"the lanes' heatmaps do not line up: tops {tops}"
         # the status box counts (it was frozen at the page's first draw)
         up = _up_s(page)
         page.wait_for_timeout(3000)
@@ -128,6 +131,11 @@ def test_live_walk_as_a_new_user(tmp_path):
         t, need, free, hole = float(m.group(1)), *(_num(g) for g in m.groups()[1:])
         assert t < 60 and free >= need > hole, m.group(0)
         page.wait_for_selector("text=/CAPACITY at t =/", timeout=30_000)
+        # the numbers and refusals under the maps changed height since the first map (more
+        # lines of refusals); the maps stayed put, so a hover box stays on its block
+        for _ in range(3):
+            assert page.locator(HEAT).evaluate_all(TOPS) == tops
+            page.wait_for_timeout(1000)
         # one vocabulary: the glossary's words, not the old mixed ones
         body = page.inner_text("body")
         for word in ("Slack", "Tail waste", "External fragmentation index", "Largest hole",
