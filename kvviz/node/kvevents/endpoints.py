@@ -17,10 +17,11 @@ IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the N
 FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
 FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python's own
 # The largest frame a subscriber takes: one such batch decodes into up to 16x its size in
-# Python objects, which with the receive queues (256 MB) and the model keeps the process
-# under 1 GB (docs/RELIABILITY.md, "KV-event streams").
+# Python objects, which with the receive queues (192 MB) and the model keeps the process
+# under 1 GB, 940 MB on paper (docs/RELIABILITY.md, "KV-event streams"; the memory guard,
+# kvviz.node.kvevents.guard, trips above that).
 MAX_MESSAGE_MB = 16
-RECEIVE_BUDGET = 256 << 20  # bytes of raw frames, all queues and messages in hand together
+RECEIVE_BUDGET = 192 << 20  # bytes of raw frames, all queues and messages in hand together
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:

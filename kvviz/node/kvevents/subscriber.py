@@ -42,6 +42,7 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     endpoint_for_rank,
     queue_bounds,
 )
+from kvviz.node.kvevents.guard import MemoryGuard, MemoryLimit
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.stream import Stream, digest, problem, summary
 from kvviz.store.kv_writer import KvEventWriter
@@ -60,8 +61,11 @@ FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written befo
 
 class Subscriber:
     def __init__(self, cfg: SubscriberConfig, writer: KvEventWriter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 guard: MemoryGuard | None = None) -> None:
         self.cfg = cfg
+        self.guard = guard if guard is not None and guard.enabled else None
+        self._closed = False
         self.writer = writer
         self.clock = clock
         self.t0 = clock()
@@ -73,6 +77,8 @@ class Subscriber:
         self._by_sock: dict[zmq.Socket, Stream] = {}
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
+        if self.guard is not None:
+            self.poller.register(self.guard.wake_fd, zmq.POLLIN)  # a trip wakes poll
         n = len(cfg.endpoints) * cfg.dp_ranks
         self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes, bool(cfg.replay))
         try:
@@ -119,7 +125,9 @@ class Subscriber:
         Returns after about POLL_BUDGET_S of handling (shared by the streams with messages),
         or when should_stop() says so."""
         n = 0
+        self._check_guard()
         ready = self.poller.poll(min(timeout_ms, SLICE_MS))
+        self._check_guard()
         share = POLL_BUDGET_S / max(1, sum(s in self._by_sock for s, _ in ready))
         for sock, _ in ready:
             st = self._by_sock.get(sock)
@@ -127,14 +135,27 @@ class Subscriber:
                 self._monitor_event(sock)
                 continue
             end = time.monotonic() + share  # each ready stream its share: no starving
-            while n < max_messages and time.monotonic() < end and not self.should_stop():
+            while n < max_messages and time.monotonic() < end and not self._halt():
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 self.handle(st, frames)
                 n += 1
+        self._check_guard()
         return n
+
+    def _halt(self) -> bool:
+        """should_stop(), or the memory guard tripped (kvviz.node.kvevents.guard)."""
+        return self.should_stop() or self.guard is not None and self.guard.tripped is not None
+
+    def _check_guard(self) -> None:
+        """A tripped guard: close the sockets (ZeroMQ frees what it buffered), tell the
+        guard, raise MemoryLimit naming the cause."""
+        if self.guard is not None and self.guard.tripped is not None:
+            self.close()
+            self.guard.released()
+            raise MemoryLimit(self.guard.tripped)
 
     def _monitor_event(self, mon: zmq.Socket) -> None:
         st = next(s for s in self.streams if s.monitor is mon)
@@ -232,7 +253,7 @@ class Subscriber:
         rank = st.dp_rank if b.dp_rank is None else b.dp_rank
         capped = self.model.over_cap
         for k, part in enumerate(pieces(b.events, APPLY_SLICE)):  # a huge batch yields
-            if k and self.should_stop():
+            if k and self._halt():
                 st.unapplied += 1
                 break
             self.model.apply(st.sid, rank, part, t)
@@ -257,7 +278,7 @@ class Subscriber:
         self._gap(st, t, "gap", first, last, missing == 0)
 
     def _may_replay(self, st: Stream) -> bool:
-        return time.monotonic() >= st.replay_after and not self.should_stop()
+        return time.monotonic() >= st.replay_after and not self._halt()
 
     def _join(self, st: Stream) -> None:
         """On first connecting: everything the replay buffer holds, from seq 0, so that a
@@ -288,7 +309,7 @@ class Subscriber:
         res = replay_wire.fetch(
             self.ctx, st.replay, first, last, frame_bytes=self.frame_bytes, topic=self._topic,
             timeout_s=self.cfg.replay_timeout_s if timeout_s is None else timeout_s,
-            should_stop=self.should_stop, take=take)
+            should_stop=self._halt, take=take)
         if not res.ok:
             st.last_error = res.error
         now = time.monotonic()
@@ -311,6 +332,9 @@ class Subscriber:
         return [summary(st, self.model) for st in self.streams]
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for st in self.streams:
             st.sock.disable_monitor()
             st.monitor.close()

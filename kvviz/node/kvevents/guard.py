@@ -1,0 +1,105 @@
+"""A memory guard for a process of its own that receives KV events (`kvviz events`,
+`kvviz attach --kv-events`): what the receive budget cannot bound, the frames of one message.
+
+ZeroMQ caps each frame (ZMQ_MAXMSGSIZE) and counts whole messages against RCVHWM, but it
+buffers a message in its I/O thread until all of its frames are in, and no socket option
+bounds how many a message has, so a publisher sending messages of many large frames would
+grow the process without a limit (docs/RELIABILITY.md, "KV-event streams"). The guard is a
+daemon thread that reads the process's resident memory (/proc/self/statm) every PERIOD_S:
+past TRIP_MB (above the legitimate worst case, 940 MB on paper) it records why in `tripped`
+and wakes the subscriber's poll (a byte on `wake_fd`), which closes its sockets (LINGER 0:
+ZeroMQ frees what it buffered) and raises MemoryLimit; the command then closes its recording
+with status error and prints its one error line. Last resort: past HARD_MB before the
+sockets were closed (the main thread held up, e.g. by a commit waiting on the disk), the
+guard writes the error line itself and ends the process (exit 2); what was committed stays
+in the recording (SQLite's WAL), whose status stays "running".
+
+Where /proc/self/statm cannot be read (not Linux) the guard is off (`enabled` False). It
+reads the whole process's memory, so only a command that runs alone in its process starts
+one: never the dashboard, nor a test process.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+
+MB = 1 << 20
+TRIP_MB = 960  # the paper sum of the bounds is 940 MB (docs/RELIABILITY.md)
+HARD_MB = 1000  # the guard ends the process itself, the sockets still open
+PERIOD_S = 0.02
+
+
+class MemoryLimit(ValueError):
+    """The guard tripped: the subscriber's sockets are closed; str() says why."""
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory (bytes), or None where /proc/self/statm is missing."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def why(rss: int, trip_mb: int, then: str = "the sockets were closed") -> str:
+    return (f"the process reached {rss // MB} MB (kvviz's limit is {trip_mb} MB) with the "
+            "node's messages held by ZeroMQ until all their frames arrive: messages of many "
+            f"frames? (kvviz takes topic, seq, payload); {then}")
+
+
+class MemoryGuard:
+    def __init__(self, *, trip_mb: int = TRIP_MB, hard_mb: int = HARD_MB,
+                 on_hard: Callable[[str], None] | None = None, period_s: float = PERIOD_S,
+                 read: Callable[[], int | None] = rss_bytes) -> None:
+        self.trip_mb, self.hard_mb, self.on_hard = trip_mb, hard_mb, on_hard
+        self.period_s, self.read = period_s, read
+        self.tripped: str | None = None
+        self.peak = 0
+        self.enabled = read() is not None
+        self._stop = threading.Event()
+        self._released = threading.Event()  # the sockets are closed: nothing more comes in
+        self.wake_fd, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="kvviz-memory-guard",
+                                        daemon=True)
+        if self.enabled:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            rss = self.read()
+            if rss is None:
+                return
+            self.peak = max(self.peak, rss)
+            if self.tripped is None and rss > self.trip_mb * MB:
+                self.tripped = why(rss, self.trip_mb)
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"!")
+            if self.tripped is not None and not self._released.is_set() and \
+                    rss > self.hard_mb * MB and self.on_hard is not None:
+                self.on_hard(why(rss, self.trip_mb, f"past {self.hard_mb} MB, kvviz ended "
+                                 "at once (the recording keeps what was committed)"))
+                return
+
+    def released(self) -> None:
+        """The subscriber closed its sockets: the last resort is off."""
+        self._released.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(1.0)
+        for fd in (self.wake_fd, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def exit_now(prog: str) -> Callable[[str], None]:
+    """The last resort: `prog: error: MESSAGE` on stderr, then the process ends (exit 2)."""
+    def end(message: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, f"{prog}: error: {message}\n".encode("utf-8", "replace"))
+        os._exit(2)
+    return end
