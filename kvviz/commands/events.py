@@ -100,8 +100,8 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
         if sub.frame_bytes < cfg.max_message_bytes:
             print(f"kvviz events: warning: {len(sub.streams)} streams share the "
                   f"{RECEIVE_BUDGET >> 20} MB receive budget: a frame over "
-                  f"{sub.frame_bytes / 2**20:.2f} MB drops its connection (--max-message-mb {args.max_message_mb:g} lowered)", file=sys.stderr,
-                  flush=True)
+                  f"{sub.frame_bytes / 2**20:.2f} MB drops its connection (--max-message-mb "
+                  f"{args.max_message_mb:g} lowered)", file=sys.stderr, flush=True)
         sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)
     except ValueError as exc:  # a stream that cannot be set up: one line, the run closed

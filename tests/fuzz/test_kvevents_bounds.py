@@ -168,13 +168,13 @@ def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap, repl
 
 
 def test_one_stream_at_the_frame_cap_queues_what_the_budget_leaves():
-    """16 MiB frames: 16 fit in 256 MiB; 2 are the message in hand, 6 a replay fetch's."""
-    assert queue_bounds(1, 16 << 20) == (6, 16 << 20)  # (6 + 1) x 2 + 2 = 16 frames
-    assert queue_bounds(1, 16 << 20, replay=True) == (3, 16 << 20)  # (3 + 1) x 2 + 8
+    """16 MiB frames: 12 fit in 192 MiB; 2 are the message in hand, 6 a replay fetch's."""
+    assert queue_bounds(1, 16 << 20) == (4, 16 << 20)  # (4 + 1) x 2 + 2 = 12 frames
+    assert queue_bounds(1, 16 << 20, replay=True) == (1, 16 << 20)  # (1 + 1) x 2 + 8
     sub = Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000",),
                                       replay=("tcp://127.0.0.1:20001",)))
     try:
-        assert sub.streams[0].sock.getsockopt(zmq.RCVHWM) == 3
+        assert sub.streams[0].sock.getsockopt(zmq.RCVHWM) == 1
     finally:
         sub.close()
 

@@ -49,6 +49,7 @@ from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
+KEPT_FRAMES = 4  # frames of a message read into Python; the rest are counted and dropped
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
 # The join replay (on connecting) holds up live messages while it waits: a short wait; a
 # join cut short leaves a gap that the first live batch fills from the replay socket.
@@ -57,6 +58,20 @@ POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
 FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
+
+
+def _recv(sock: zmq.Socket) -> tuple[list[bytes], int]:
+    """One message's first KEPT_FRAMES frames and how many it had: the rest are dropped as
+    they are read, so a message of many frames is not held whole a second time."""
+    frames = [sock.recv(zmq.NOBLOCK)]
+    count = 1
+    while sock.getsockopt(zmq.RCVMORE):
+        if count < KEPT_FRAMES:
+            frames.append(sock.recv())
+        else:
+            sock.recv(copy=False)
+        count += 1
+    return frames, count
 
 
 class Subscriber:
@@ -137,10 +152,10 @@ class Subscriber:
             end = time.monotonic() + share  # each ready stream its share: no starving
             while n < max_messages and time.monotonic() < end and not self._halt():
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames, count = _recv(sock)
                 except zmq.Again:
                     break
-                self.handle(st, frames)
+                self.handle(st, frames, count)
                 n += 1
         self._check_guard()
         return n
@@ -175,12 +190,14 @@ class Subscriber:
                                      f"{self.frame_bytes} bytes, or the publisher went away)")
                 st.connected = False
 
-    def handle(self, st: Stream, frames: list[bytes]) -> None:
+    def handle(self, st: Stream, frames: list[bytes], count: int | None = None) -> None:
+        """One message: its first frames (`count` of them in all, when more were dropped)."""
         t = self.clock() - self.t0
-        if len(frames) != 3 or len(frames[1]) != 8:
+        count = len(frames) if count is None else count
+        if count != 3 or len(frames[1]) != 8:
             st.undecodable += 1
-            st.last_error = f"a message of {len(frames)} frames, not [topic, seq, payload]"
-            self._record(st, -1, t, None, b"".join(frames[:4])[:RAW_KEPT],
+            st.last_error = f"a message of {count} frames, not [topic, seq, payload]"
+            self._record(st, -1, t, None, b"".join(f[:RAW_KEPT] for f in frames[:4])[:RAW_KEPT],
                          frames[0] if frames else None, False)
             return
         topic, seq_b, payload = frames
