@@ -13,7 +13,9 @@ ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a 
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
 whatever the publishers send in messages of a few frames (ZeroMQ caps each frame, not how
-many a message has: docs/RELIABILITY.md): frames and HWMs from endpoints.queue_bounds (the
+many a message has: a command's MemoryGuard, kvviz.node.kvevents.guard, wakes `poll`, which
+closes the sockets and raises MemoryLimit; a message's frames past KEPT_FRAMES are dropped as
+read): frames and HWMs from endpoints.queue_bounds (the
 config's max_message_bytes, lowered when many streams share the budget), so the receive
 queues, the message in hand and a replay fetch's frames hold at most
 endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop the connection before it is
