@@ -38,9 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help=at.rng(f"a message frame larger than this drops the connection before it is "
                   f"buffered (default and most {MAX_MB}; many streams share a "
                   f"{RECEIVE_BUDGET >> 20} MB receive budget, which may lower it). It bounds "
-                  "memory: the process stays under 1 GB whatever the publishers send, and "
-                  "ends with an error should ZeroMQ hold more (messages of many frames: "
-                  "docs/RELIABILITY.md)", MAX_MESSAGE_MB))
+                  "memory: the process stays under 1 GB whatever the publishers send (on "
+                  "Linux, messages of many frames that ZeroMQ would hold past that end the "
+                  "command with an error: docs/RELIABILITY.md)", MAX_MESSAGE_MB))
     a("--json", action="store_true", help="print one JSON object per stream when stopping")
     a("--quiet", action="store_true", help="no per-second status line")
 
