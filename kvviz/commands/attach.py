@@ -71,7 +71,7 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from kvviz.commands.scrape import open_store_sink
-    from kvviz.node.kvevents.guard import MemoryGuard, exit_now
+    from kvviz.node.kvevents.guard import MemoryGuard
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.node.scrape import Scraper, normalize_url
     from kvviz.runs import lifecycle
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             writer = sink.writer
             if cfg is not None:
                 kv = writer.kv_events()
-                guard = MemoryGuard(on_hard=exit_now("kvviz attach"))  # its own process
+                guard = MemoryGuard(prog="kvviz attach")  # its own process
                 sub = Subscriber(cfg, kv, guard=guard)
             scraper = Scraper(url, lambda s: (sink(s), state.scraped(s, url)),
                               interval_s=args.interval, timeout_s=args.timeout)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace, stop: list[str]) -> int:
     from kvviz.node.kvevents.endpoints import check_fd_limit
-    from kvviz.node.kvevents.guard import MemoryGuard, exit_now
+    from kvviz.node.kvevents.guard import MemoryGuard
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.runs import lifecycle
     from kvviz.store.writer import RunWriter
@@ -93,7 +93,7 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
     writer = RunWriter(out, _meta(args, t0))
     status, message, sub = "finished", "duration reached", None
     end = None if args.duration is None else time.monotonic() + args.duration
-    guard = MemoryGuard(on_hard=exit_now("kvviz events"))  # this process is the command's own
+    guard = MemoryGuard(prog="kvviz events")  # this process is the command's own
     try:
         kv = writer.kv_events()
         sub = Subscriber(cfg, kv, guard=guard)

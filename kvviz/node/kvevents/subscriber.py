@@ -37,7 +37,16 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvviz.node.kvevents import replay as replay_wire
-from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode, pieces
+from kvviz.node.kvevents.decode import (
+    CLEARED,
+    DECODED_PER_BYTE,
+    GENERIC_MAX_BYTES,
+    REMOVED,
+    STORED,
+    Undecodable,
+    decode,
+    pieces,
+)
 from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from here too
     SubscriberConfig,
     check_fd_limit,
@@ -60,6 +69,7 @@ POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
 FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
+assert FLUSH_FIRST > GENERIC_MAX_BYTES  # so one that large decodes on the typed path only
 
 
 def _recv(sock: zmq.Socket) -> tuple[list[bytes], int]:
@@ -170,8 +180,7 @@ class Subscriber:
         """A tripped guard: close the sockets (ZeroMQ frees what it buffered), tell the
         guard, raise MemoryLimit naming the cause."""
         if self.guard is not None and self.guard.tripped is not None:
-            self.close()
-            self.guard.released()
+            self.close(self.guard.released)  # released once the sockets are: growth ends
             raise MemoryLimit(self.guard.tripped)
 
     def _monitor_event(self, mon: zmq.Socket) -> None:
@@ -234,6 +243,10 @@ class Subscriber:
         them in a flush) never coexist with a large decoded batch (docs/RELIABILITY.md)."""
         if self.writer is not None and len(payload) >= FLUSH_FIRST:
             self.writer.flush()
+        if self.guard is not None and len(payload) >= FLUSH_FIRST and \
+                self.guard.would_pass(DECODED_PER_BYTE * len(payload)):  # typed path only
+            self._record(st, seq, t, None, payload, topic, replayed)  # kept whole, undecoded
+            self._check_guard()  # its decode would take the process past the limit
         try:
             counts = self._apply(st, payload, t)
         except Undecodable as exc:
@@ -350,7 +363,9 @@ class Subscriber:
         """One `--json` object per stream (kvviz.node.kvevents.stream.summary)."""
         return [summary(st, self.model) for st in self.streams]
 
-    def close(self) -> None:
+    def close(self, sockets_closed: Callable[[], None] = lambda: None) -> None:
+        """Close every socket (then call sockets_closed) and the context (which waits for
+        ZeroMQ's threads: 0.1-0.3 s after a message of many frames)."""
         if self._closed:
             return
         self._closed = True
@@ -358,5 +373,6 @@ class Subscriber:
             st.sock.disable_monitor()
             st.monitor.close()
             st.sock.close()
+        sockets_closed()
         self.ctx.destroy(linger=0)  # any socket left open would make term() wait forever
 
