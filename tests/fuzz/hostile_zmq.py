@@ -104,14 +104,17 @@ def _envelope(events: bytes, count: int) -> bytes:
 
 class HostileNode:
     def __init__(self, pub: str, router: str = "none", *, big_bytes: int = 20 << 20,
-                 flood_events: int = 100, frames: int = 64, valid_first: int = 0) -> None:
+                 flood_events: int = 100, frames: int = 64, valid_first: int = 0,
+                 interleave: bool = False) -> None:
         """many-frames: once a subscriber has subscribed (an XPUB socket sees it), `valid_first`
         valid batches, then messages of topic, seq and `frames` frames of `big_bytes` each
-        (zero-copy from one buffer: this process stays small)."""
+        (zero-copy from one buffer: this process stays small); with `interleave`, each after
+        a valid batch of big_bytes that decodes into the most objects (worst_batch)."""
         assert pub in PUB_KINDS and router in ROUTER_KINDS, (pub, router)
         self.pub_kind, self.router_kind = pub, router
         self.big_bytes, self.flood_events = big_bytes, flood_events
         self.frames, self.valid_first = frames, valid_first
+        self.worst = worst_batch(big_bytes) if interleave else None
         self.ctx = zmq.Context()
         self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.stop = threading.Event()
@@ -121,7 +124,7 @@ class HostileNode:
         self.subscribed = False
         self.pub = self.ctx.socket(zmq.XPUB if self.many else zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, 1 if self.many else 1000)
+        self.pub.setsockopt(zmq.SNDHWM, (8 if interleave else 1) if self.many else 1000)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.replay: str | None = None
@@ -183,6 +186,8 @@ class HostileNode:
         """One message of self.frames frames of big_bytes, every frame under the frame cap:
         ZeroMQ buffers all of them before it hands the message over."""
         try:
+            if self.worst is not None:
+                self.pub.send_multipart([b"", seq, self.worst], zmq.NOBLOCK, copy=False)
             self.pub.send_multipart([b"", seq] + [self.many] * self.frames, zmq.NOBLOCK,
                                     copy=False)
             self.sent += 1

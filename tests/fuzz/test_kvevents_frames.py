@@ -51,3 +51,29 @@ def test_messages_of_many_frames_end_with_one_error_under_the_ceiling(out_dir, f
     assert status == "error" and line == f"kvviz events: error: {message}"
     # what arrived before is recorded: the valid batches, in order, the first one included
     assert 1 <= len(seqs) <= VALID_FIRST and seqs == list(range(len(seqs))), seqs
+
+
+def test_many_frames_behind_batches_that_decode_longest_stay_under_the_ceiling(out_dir):
+    """Each 100-frame message behind a 16 MB batch of 2-byte hashes, whose decode holds the
+    GIL (and the guard's thread) while ZeroMQ keeps receiving: the guard trips before such a
+    decode would pass the limit, or its watcher process kills the command (SIGKILL) past
+    995 MB. Either way one error line, under the ceiling, what was committed readable."""
+    node = HostileNode("many-frames", big_bytes=JUST_UNDER, frames=100,
+                       valid_first=VALID_FIRST, interleave=True)
+    out = out_dir / "e.db"
+    try:
+        res = run_events(_argv(node, out, 30.0), limit_s=45)
+    finally:
+        node.close()
+    assert res.code in (2, -9), (res.code, res.stderr)
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("kvviz events: error: the process reached ") and CAUSE in line
+    assert res.peak_rss_mb < CEILING_MB and res.wall_s < 25, (res.peak_rss_mb, res.wall_s)
+    assert (out_dir / "keep.db").read_bytes() == SENTINEL
+    conn = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        status = conn.execute("SELECT status FROM run").fetchone()[0]
+    finally:
+        conn.close()
+    assert status == ("error" if res.code == 2 else "running")

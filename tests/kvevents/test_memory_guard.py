@@ -123,3 +123,39 @@ def test_the_last_resort_prints_one_line_and_exits_2():
     (line,) = r.stderr.splitlines()
     assert line.startswith("kvviz events: error: the process reached 300 MB") and \
         "kvviz ended at once" in line
+
+
+def test_a_decode_that_would_pass_the_limit_trips_it_first():
+    rss = Script(BASE_MB + 100)
+    g = MemoryGuard(trip_mb=1000, hard_mb=2000, read=Script(BASE_MB))
+    try:
+        g.read = rss
+        assert not g.would_pass(800 * MB) and g.tripped is None
+        assert g.would_pass(900 * MB) and "a 900 MB decode would have passed it" in g.tripped
+    finally:
+        g.close()
+
+
+def test_the_watcher_process_kills_a_command_whose_thread_cannot_run():
+    """The main thread holds the GIL (one long C call, as a decode does), so the guard's
+    thread cannot run; the watcher process (no GIL of ours) writes the line and kills."""
+    code = (
+        "from kvviz.node.kvevents import guard\n"
+        "g = guard.MemoryGuard(prog='kvviz events', trip_mb=10**6, hard_mb=10**6, "
+        "watch_mb=1)\n"
+        "sum(range(10**11))\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == -9 and time.monotonic() - t0 < 30, (r.returncode, r.stderr)
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("kvviz events: error: the process reached ") and \
+        "past 1 MB, kvviz was killed" in line
+
+
+def test_the_watcher_ends_with_the_guard():
+    g = MemoryGuard(prog="kvviz events", trip_mb=10**6, hard_mb=10**6, watch_mb=10**6)
+    w = g.watcher
+    assert w is not None and w.poll() is None
+    g.close()
+    assert w.poll() is not None and g.watcher is None
