@@ -11,14 +11,15 @@ and wakes the subscriber's poll (a byte on `wake_fd`), which closes its sockets 
 ZeroMQ frees what it buffered) and raises MemoryLimit; the command then closes its recording
 with status error and prints its one error line. Before a large payload decodes, the
 subscriber asks `would_pass` (RSS now plus what it may decode into), which trips the guard
-rather than let a decode that holds the GIL start near the limit. Last resort: past
-HARD_MB before the sockets were closed (the main thread held up, e.g. by a commit waiting
-on the disk), the guard writes the error line itself and ends the process (exit 2); what was committed stays
-in the recording (SQLite's WAL), whose status stays "running". The thread needs the GIL,
-which one payload's decode holds for a while (msgspec, in C) as ZeroMQ's I/O thread keeps
-receiving, so a command also starts a watcher process (WATCHER, a bare interpreter) that
-reads the command's RSS every WATCH_PERIOD_S without it: past WATCH_MB before the sockets
-were closed it writes the error line and kills the command (SIGKILL).
+rather than let a decode that holds the GIL start near the limit.
+
+Last resorts, before the sockets were closed: past HARD_MB (the main thread held up, e.g. by
+a commit waiting on the disk) the thread writes the error line itself and ends the process
+(exit 2). The thread needs the GIL, which one decode holds for a while (msgspec, in C) as
+ZeroMQ's I/O thread keeps receiving, so a command also starts a watcher process (WATCHER, a
+bare interpreter) that reads the command's RSS every WATCH_PERIOD_S without it: past
+WATCH_MB it writes the error line and kills the command (SIGKILL). Either way what was
+committed stays in the recording (SQLite's WAL), whose status stays "running".
 
 Where /proc/self/statm cannot be read (not Linux) the guard is off (`enabled` False). It
 reads the whole process's memory, so only a command that runs in a process of its own starts
