@@ -256,8 +256,9 @@ class Outcome:
 def run_events(argv: list[str], *, signal_after_s: float | None = None,
                limit_s: float = 60.0, nofile: int | None = None,
                ready: Path | None = None,
-               pause: tuple[float, float] | None = None) -> Outcome:
-    """`python -m kvviz events ARGV` as a child: its exit code, stderr, time and peak RSS.
+               pause: tuple[float, float] | None = None, command: str = "events") -> Outcome:
+    """`python -m kvviz events ARGV` (or another `command`) as a child: its exit code,
+    stderr, time and peak RSS.
     With signal_after_s, SIGTERM is sent then (counted from when `ready` exists, when given:
     the recording, so a slow interpreter start on a loaded machine is not what is timed)
     and wall_s counts from it. pause=(stop_s, run_s): until then, the child is stopped
@@ -270,7 +271,7 @@ def run_events(argv: list[str], *, signal_after_s: float | None = None,
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("KVVIZ_PARENT_PID", None)
     work = Path(tempfile.mkdtemp(prefix="kvviz-events-"))
-    job = {"argv": [sys.executable, "-m", "kvviz", "events", *argv], "limit_s": limit_s,
+    job = {"argv": [sys.executable, "-m", "kvviz", command, *argv], "limit_s": limit_s,
            "signal_after_s": signal_after_s, "nofile": nofile, "pause": pause,
            "ready": None if ready is None else str(ready), "stderr": str(work / "err"),
            "pidfile": str(work / "pid")}

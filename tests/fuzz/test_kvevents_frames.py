@@ -77,3 +77,33 @@ def test_many_frames_behind_batches_that_decode_longest_stay_under_the_ceiling(o
     finally:
         conn.close()
     assert status == ("error" if res.code == 2 else "running")
+
+
+def test_attach_gets_the_same_guard(out_dir):
+    """`kvviz attach --kv-events`: the same Subscriber in a process of its own; its run ends
+    `error` with the guard's message (attach's own summary line, exit 1)."""
+    from tests.node.fakes import FakeNode
+
+    web = FakeNode()
+    web.thread.start()
+    node = HostileNode("many-frames", big_bytes=JUST_UNDER, frames=100,
+                       valid_first=VALID_FIRST)
+    out = out_dir / "node.db"
+    try:
+        res = run_events([web.url("/metrics"), "--kv-events", node.endpoint, "--quiet",
+                          "--interval", "0.5", "--duration", "30", "--out", str(out)],
+                         limit_s=45, command="attach")
+    finally:
+        node.close()
+        web.server.shutdown()
+        web.server.server_close()
+    assert res.code == 1 and res.wall_s < 25, (res.code, res.wall_s, res.stderr)
+    assert res.peak_rss_mb < CEILING_MB, res.peak_rss_mb
+    (line,) = [ln for ln in res.stderr.splitlines() if CAUSE in ln]
+    assert line.startswith("kvviz attach: error: the process reached ")
+    conn = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    try:
+        status, message = conn.execute("SELECT status, status_message FROM run").fetchone()
+    finally:
+        conn.close()
+    assert status == "error" and CAUSE in message
