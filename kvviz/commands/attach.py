@@ -71,6 +71,7 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from kvviz.commands.scrape import open_store_sink
+    from kvviz.node.kvevents.guard import MemoryGuard
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.node.scrape import Scraper, normalize_url
     from kvviz.runs import lifecycle
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     stop: list[str] = []
     old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
            for s in (signal.SIGINT, signal.SIGTERM)}
-    sub = kv = None
+    sub = kv = guard = None
     state = _State()
     try:
         with open_store_sink(out, url, nvml=args.nvml, scrape=scrape_meta,
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             writer = sink.writer
             if cfg is not None:
                 kv = writer.kv_events()
-                sub = Subscriber(cfg, kv)
+                guard = MemoryGuard(prog="kvviz attach")  # its own process
+                sub = Subscriber(cfg, kv, guard=guard)
             scraper = Scraper(url, lambda s: (sink(s), state.scraped(s, url)),
                               interval_s=args.interval, timeout_s=args.timeout)
             try:
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, h)
         if sub is not None:
             sub.close()
+        if guard is not None:
+            guard.close()
     summary = {"recording": str(out), "status": status, "message": message,
                "scrapes": state.scrapes, "ok_scrapes": state.ok,
                "streams": sub.summary() if sub is not None else []}
@@ -178,6 +182,8 @@ def _status_line(elapsed: float, state: _State, sub) -> str:
 
 
 def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tuple[str, str]:
+    from kvviz.node.kvevents.guard import MemoryLimit
+
     start = time.monotonic()
     next_scrape = start
     last_commit = last_line = start
@@ -191,7 +197,10 @@ def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tup
                     state.last.status == "garbled":
                 return "error", f"{scraper.url} is not a node's /metrics ({state.last.message})"
         if sub is not None:
-            sub.poll(min(50, max(0, int((next_scrape - time.monotonic()) * 1000))))
+            try:
+                sub.poll(min(50, max(0, int((next_scrape - time.monotonic()) * 1000))))
+            except MemoryLimit as exc:  # the sockets are closed: the recording says why
+                return "error", str(exc)
         else:
             time.sleep(max(0.0, min(0.05, next_scrape - time.monotonic())))
         now = time.monotonic()

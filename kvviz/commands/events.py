@@ -13,6 +13,7 @@ from kvviz.core import limits as at
 from kvviz.core.errors import KvvizError
 from kvviz.core.safeio import printable
 from kvviz.node.kvevents.endpoints import MAX_MESSAGE_MB as MAX_MB
+from kvviz.node.kvevents.endpoints import RECEIVE_BUDGET
 
 HELP = "record the KV-cache event streams (ZeroMQ) of vLLM / SGLang / TensorRT-LLM nodes"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
@@ -35,9 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
       help=at.rng("stop after S seconds (default: until Ctrl-C / SIGTERM)", at.SECONDS))
     a("--max-message-mb", type=MAX_MESSAGE_MB, default=float(MAX_MB), metavar="MB",
       help=at.rng(f"a message frame larger than this drops the connection before it is "
-                  f"buffered (default and most {MAX_MB}; many streams share a 256 MB receive "
-                  "budget, which may lower it). It bounds memory: the process stays under "
-                  "1 GB whatever the publishers send (docs/RELIABILITY.md)", MAX_MESSAGE_MB))
+                  f"buffered (default and most {MAX_MB}; many streams share a "
+                  f"{RECEIVE_BUDGET >> 20} MB receive budget, which may lower it). It bounds "
+                  "memory: the process stays under 1 GB whatever the publishers send (on "
+                  "Linux, messages of many frames that ZeroMQ would hold past that end the "
+                  "command with an error: docs/RELIABILITY.md)", MAX_MESSAGE_MB))
     a("--json", action="store_true", help="print one JSON object per stream when stopping")
     a("--quiet", action="store_true", help="no per-second status line")
 
@@ -67,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace, stop: list[str]) -> int:
     from kvviz.node.kvevents.endpoints import check_fd_limit
+    from kvviz.node.kvevents.guard import MemoryGuard
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
     from kvviz.runs import lifecycle
     from kvviz.store.writer import RunWriter
@@ -89,14 +93,15 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
     writer = RunWriter(out, _meta(args, t0))
     status, message, sub = "finished", "duration reached", None
     end = None if args.duration is None else time.monotonic() + args.duration
+    guard = MemoryGuard(prog="kvviz events")  # this process is the command's own
     try:
         kv = writer.kv_events()
-        sub = Subscriber(cfg, kv)
+        sub = Subscriber(cfg, kv, guard=guard)
         if sub.frame_bytes < cfg.max_message_bytes:
-            print(f"kvviz events: warning: {len(sub.streams)} streams share the 256 MB receive "
-                  f"budget: a frame over {sub.frame_bytes / 2**20:.2f} MB drops its connection "
-                  f"(--max-message-mb {args.max_message_mb:g} lowered)", file=sys.stderr,
-                  flush=True)
+            print(f"kvviz events: warning: {len(sub.streams)} streams share the "
+                  f"{RECEIVE_BUDGET >> 20} MB receive budget: a frame over "
+                  f"{sub.frame_bytes / 2**20:.2f} MB drops its connection (--max-message-mb "
+                  f"{args.max_message_mb:g} lowered)", file=sys.stderr, flush=True)
         sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)
     except ValueError as exc:  # a stream that cannot be set up: one line, the run closed
@@ -110,7 +115,10 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
                 kv.set_stream(st.sid, st.encoding, st.first_t, summ)
             kv.flush()
             sub.close()
-        writer.close(status, message)
+        try:
+            writer.close(status, message)
+        finally:
+            guard.close()
         gc.freeze()  # the recording is closed: exit without a collection over the model
     if status == "error":
         print(f"kvviz events: error: {printable(message)}", file=sys.stderr)

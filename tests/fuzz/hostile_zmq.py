@@ -1,5 +1,6 @@
 """A hostile KV-event node for the tests and benchmarks: a PUB and a ROUTER replay socket on
-127.0.0.1 that misbehave on purpose until stopped (depth, size, floods, silence, garbage, gaps).
+127.0.0.1 that misbehave on purpose until stopped (depth, size, floods, silence, garbage, gaps,
+messages of many large frames).
 
 `HostileNode(pub, router)` binds both on free ports and serves from two threads of this
 process; `close()` stops and joins them. Each behaviour loops until stopped, so whatever
@@ -29,7 +30,7 @@ import zmq
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = Path(__file__).with_name("kvevents_launch.py")
 PUB_KINDS = ("silent", "garbage", "deep-array", "deep-map", "gaps", "flood", "big-topic",
-             "big-batch", "worst-batch", "generic-bomb", "valid")
+             "big-batch", "worst-batch", "generic-bomb", "many-frames", "valid")
 ROUTER_KINDS = ("none", "silent", "flood", "big", "garbage", "valid")
 END = (-1).to_bytes(8, "big", signed=True)
 
@@ -103,18 +104,27 @@ def _envelope(events: bytes, count: int) -> bytes:
 
 class HostileNode:
     def __init__(self, pub: str, router: str = "none", *, big_bytes: int = 20 << 20,
-                 flood_events: int = 100) -> None:
+                 flood_events: int = 100, frames: int = 64, valid_first: int = 0,
+                 interleave: bool = False) -> None:
+        """many-frames: once a subscriber has subscribed (an XPUB socket sees it), `valid_first`
+        valid batches, then messages of topic, seq and `frames` frames of `big_bytes` each
+        (zero-copy from one buffer: this process stays small); with `interleave`, each after
+        a valid batch of big_bytes that decodes into the most objects (worst_batch)."""
         assert pub in PUB_KINDS and router in ROUTER_KINDS, (pub, router)
         self.pub_kind, self.router_kind = pub, router
         self.big_bytes, self.flood_events = big_bytes, flood_events
+        self.frames, self.valid_first = frames, valid_first
+        self.worst = worst_batch(big_bytes) if interleave else None
         self.ctx = zmq.Context()
         self.ctx.linger = 0  # a context left to the GC must not wait on unsent messages
         self.stop = threading.Event()
         self.sent = 0
         self.events_sent = 0  # flood: events handed to the PUB socket (it drops past its HWM)
-        self.pub = self.ctx.socket(zmq.PUB)
+        self.many = b"m" * big_bytes if pub == "many-frames" else b""
+        self.subscribed = False
+        self.pub = self.ctx.socket(zmq.XPUB if self.many else zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, 1000)
+        self.pub.setsockopt(zmq.SNDHWM, (8 if interleave else 1) if self.many else 1000)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.replay: str | None = None
@@ -160,12 +170,38 @@ class HostileNode:
                 continue  # no pause
             elif kind == "big-topic":
                 self._send([topic, seq_bytes(i), batch(i)])
+            elif kind == "many-frames" and not self._subscribed():
+                self.stop.wait(0.02)
+                continue
+            elif kind == "many-frames" and i >= self.valid_first:
+                self._send_many(seq_bytes(i))
             elif kind in ("big-batch", "worst-batch", "generic-bomb"):
                 self._send([b"", seq_bytes(i), big])
             else:  # valid
                 self._send([b"", seq_bytes(i), batch(i)])
             i += 1
             self.stop.wait(0.02)
+
+    def _send_many(self, seq: bytes) -> None:
+        """One message of self.frames frames of big_bytes, every frame under the frame cap:
+        ZeroMQ buffers all of them before it hands the message over."""
+        try:
+            if self.worst is not None:
+                self.pub.send_multipart([b"", seq, self.worst], zmq.NOBLOCK, copy=False)
+            self.pub.send_multipart([b"", seq] + [self.many] * self.frames, zmq.NOBLOCK,
+                                    copy=False)
+            self.sent += 1
+        except zmq.Again:
+            self.stop.wait(0.01)
+
+    def _subscribed(self) -> bool:
+        """many-frames (an XPUB): whether a subscription has arrived."""
+        while not self.subscribed:
+            try:
+                self.subscribed = self.pub.recv(zmq.NOBLOCK)[:1] == b"\x01"
+            except zmq.Again:
+                break
+        return self.subscribed
 
     def _serve(self) -> None:
         rng = random.Random(1)
@@ -220,8 +256,9 @@ class Outcome:
 def run_events(argv: list[str], *, signal_after_s: float | None = None,
                limit_s: float = 60.0, nofile: int | None = None,
                ready: Path | None = None,
-               pause: tuple[float, float] | None = None) -> Outcome:
-    """`python -m kvviz events ARGV` as a child: its exit code, stderr, time and peak RSS.
+               pause: tuple[float, float] | None = None, command: str = "events") -> Outcome:
+    """`python -m kvviz events ARGV` (or another `command`) as a child: its exit code,
+    stderr, time and peak RSS.
     With signal_after_s, SIGTERM is sent then (counted from when `ready` exists, when given:
     the recording, so a slow interpreter start on a loaded machine is not what is timed)
     and wall_s counts from it. pause=(stop_s, run_s): until then, the child is stopped
@@ -234,7 +271,7 @@ def run_events(argv: list[str], *, signal_after_s: float | None = None,
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("KVVIZ_PARENT_PID", None)
     work = Path(tempfile.mkdtemp(prefix="kvviz-events-"))
-    job = {"argv": [sys.executable, "-m", "kvviz", "events", *argv], "limit_s": limit_s,
+    job = {"argv": [sys.executable, "-m", "kvviz", command, *argv], "limit_s": limit_s,
            "signal_after_s": signal_after_s, "nofile": nofile, "pause": pause,
            "ready": None if ready is None else str(ready), "stderr": str(work / "err"),
            "pidfile": str(work / "pid")}

@@ -17,7 +17,9 @@ from kvviz.node.kvevents import model as model_mod
 from kvviz.node.kvevents.decode import MAX_DEPTH, STORED, Event, Undecodable, decode
 from kvviz.node.kvevents.endpoints import (
     MAX_MESSAGE_MB,
+    MAX_STREAMS,
     RECEIVE_BUDGET,
+    check_fd_limit,
     queue_bounds,
     reserved_frames,
 )
@@ -152,7 +154,7 @@ def test_a_replay_wait_ends_when_should_stop_says_so(tmp_path):
         ctx.destroy(linger=0)
 
 
-@given(streams=st.integers(1, 65536), cap=st.integers(1024, MAX_MESSAGE_MB << 20),
+@given(streams=st.integers(1, MAX_STREAMS), cap=st.integers(1024, MAX_MESSAGE_MB << 20),
        replay=st.booleans())
 def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap, replay):
     """Each socket's HWM of messages plus the one being received, two frames each, and the
@@ -161,20 +163,25 @@ def test_the_receive_queues_fit_the_budget_whatever_the_flags(streams, cap, repl
     extra = reserved_frames(replay)
     assert 1 <= hwm <= 1000 and 1024 <= frame <= cap
     held = (streams * (hwm + 1) * 2 + extra) * frame
-    # at the 1 KiB frame floor (over ~65,000 streams) the reserve is a few KiB over
-    assert held <= RECEIVE_BUDGET or frame == 1024 and held <= RECEIVE_BUDGET + extra * 1024
+    assert held <= RECEIVE_BUDGET  # up to MAX_STREAMS, at the 1 KiB frame floor too
     if (streams * 4 + extra) * cap <= RECEIVE_BUDGET:
         assert frame == cap  # lowered only when the streams would not fit
 
 
+def test_more_streams_than_the_budget_holds_at_the_frame_floor_are_refused():
+    assert (MAX_STREAMS * 4 + reserved_frames(True)) * 1024 <= RECEIVE_BUDGET
+    with pytest.raises(ValueError, match=f"at most {MAX_STREAMS:,} share the 192 MB"):
+        check_fd_limit(MAX_STREAMS + 1)
+
+
 def test_one_stream_at_the_frame_cap_queues_what_the_budget_leaves():
-    """16 MiB frames: 16 fit in 256 MiB; 2 are the message in hand, 6 a replay fetch's."""
-    assert queue_bounds(1, 16 << 20) == (6, 16 << 20)  # (6 + 1) x 2 + 2 = 16 frames
-    assert queue_bounds(1, 16 << 20, replay=True) == (3, 16 << 20)  # (3 + 1) x 2 + 8
+    """16 MiB frames: 12 fit in 192 MiB; 2 are the message in hand, 6 a replay fetch's."""
+    assert queue_bounds(1, 16 << 20) == (4, 16 << 20)  # (4 + 1) x 2 + 2 = 12 frames
+    assert queue_bounds(1, 16 << 20, replay=True) == (1, 16 << 20)  # (1 + 1) x 2 + 8
     sub = Subscriber(SubscriberConfig(("tcp://127.0.0.1:20000",),
                                       replay=("tcp://127.0.0.1:20001",)))
     try:
-        assert sub.streams[0].sock.getsockopt(zmq.RCVHWM) == 3
+        assert sub.streams[0].sock.getsockopt(zmq.RCVHWM) == 1
     finally:
         sub.close()
 
@@ -252,12 +259,19 @@ class _Queue:
 
     def __init__(self, n: int | None) -> None:
         self.n, self.taken = n, 0
+        self.more: list[bytes] = []
 
-    def recv_multipart(self, _flags: int = 0) -> list[bytes]:
-        if self.n is not None and self.taken >= self.n:
-            raise zmq.Again()
-        self.taken += 1
-        return [b"", seq_bytes(self.taken), batch(self.taken)]
+    def recv(self, _flags: int = 0, copy: bool = True) -> bytes:
+        if not self.more:
+            if self.n is not None and self.taken >= self.n:
+                raise zmq.Again()
+            self.taken += 1
+            self.more = [b"", seq_bytes(self.taken), batch(self.taken)]
+        return self.more.pop(0)
+
+    def getsockopt(self, opt: int) -> int:
+        assert opt == zmq.RCVMORE
+        return int(bool(self.more))
 
 
 def test_a_flooding_stream_does_not_starve_a_quiet_one(tmp_path, monkeypatch):
@@ -268,7 +282,7 @@ def test_a_flooding_stream_does_not_starve_a_quiet_one(tmp_path, monkeypatch):
         sub._by_sock = {flood: a, quiet: b}
         monkeypatch.setattr(sub.poller, "poll", lambda _ms: [(flood, zmq.POLLIN),
                                                              (quiet, zmq.POLLIN)])
-        monkeypatch.setattr(sub, "handle", lambda st, frames: time.sleep(0.002))
+        monkeypatch.setattr(sub, "handle", lambda st, frames, n: time.sleep(0.002))
         t0 = time.monotonic()
         sub.poll(10)
         assert time.monotonic() - t0 < 0.5  # the budget holds against an endless queue

@@ -120,7 +120,7 @@ def test_many_streams_say_that_their_frame_cap_was_lowered(tmp_path):
     res = run_cli(argv)
     check_property("events", argv, res)
     assert res.code == 0, res.err
-    assert "100 streams share the 256 MB receive budget: a frame over 0.64 MB" in res.err
+    assert "100 streams share the 192 MB receive budget: a frame over 0.48 MB" in res.err
 
 
 class _Alive:

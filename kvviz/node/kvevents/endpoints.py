@@ -17,10 +17,11 @@ IPC_PATH_MAX = 107  # bytes of a Unix socket path (sun_path holds 108 with the N
 FDS_PER_STREAM = 5  # a SUB socket, its monitor pair, its connection (measured: about 4.1)
 FDS_SPARE = 64  # the recording, the context's threads, a replay request, Python's own
 # The largest frame a subscriber takes: one such batch decodes into up to 16x its size in
-# Python objects, which with the receive queues (256 MB) and the model keeps the process
-# under 1 GB (docs/RELIABILITY.md, "KV-event streams").
+# Python objects, which with the receive queues (192 MB) and the model keeps the process
+# under 1 GB, 940 MB on paper (docs/RELIABILITY.md, "KV-event streams"; the memory guard,
+# kvviz.node.kvevents.guard, trips above that).
 MAX_MESSAGE_MB = 16
-RECEIVE_BUDGET = 256 << 20  # bytes of raw frames, all queues and messages in hand together
+RECEIVE_BUDGET = 192 << 20  # bytes of raw frames, all queues and messages in hand together
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -83,7 +84,11 @@ def check_endpoint(endpoint: str) -> str:
 
 def check_fd_limit(streams: int) -> int:
     """The open files `streams` SUB sockets need, raising the soft RLIMIT_NOFILE to that
-    when the hard limit allows; ValueError (ulimit -n named) when it does not."""
+    when the hard limit allows; ValueError (ulimit -n named) when it does not, or when more
+    streams than MAX_STREAMS would take the receive queues past the budget."""
+    if streams > MAX_STREAMS:
+        raise ValueError(f"{streams} streams (endpoints x --dp-ranks): at most {MAX_STREAMS:,} "
+                         f"share the {RECEIVE_BUDGET >> 20} MB receive budget (1 KiB frames)")
     need = streams * FDS_PER_STREAM + FDS_SPARE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and need > soft:
@@ -110,6 +115,11 @@ REPLAY_FRAMES = 6  # a replay fetch (one at a time): RCVHWM 1 + one being receiv
 # answer in hand, 2 large frames each (kvviz.node.kvevents.replay.fetch)
 
 
+MIN_FRAME = 1024  # the frame cap is never lowered below this
+# more streams than this would hold more than RECEIVE_BUDGET at MIN_FRAME frames, HWM 1
+MAX_STREAMS = (RECEIVE_BUDGET // MIN_FRAME - IN_HAND_FRAMES - REPLAY_FRAMES) // 4
+
+
 def reserved_frames(replay: bool) -> int:
     """Frames of the receive budget held beside the SUB queues: the message in hand, and a
     replay fetch's when the streams have a replay socket."""
@@ -123,7 +133,7 @@ def queue_bounds(streams: int, max_message_bytes: int, replay: bool = False) -> 
     streams share the budget (at least an HWM of 1); the HWM is what the budget leaves,
     within [1, 1000]."""
     n, extra = max(1, streams), reserved_frames(replay)
-    frame = max(1024, min(max_message_bytes, RECEIVE_BUDGET // (4 * n + extra)))
+    frame = max(MIN_FRAME, min(max_message_bytes, RECEIVE_BUDGET // (4 * n + extra)))
     hwm = (RECEIVE_BUDGET // frame - extra) // (2 * n) - 1
     return QueueBounds(max(1, min(1000, hwm)), frame)
 

@@ -13,7 +13,9 @@ ZeroMQ connects lazily, so a socket monitor tells an unreachable address from a 
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"), which keep the process under about 1 GB
 whatever the publishers send in messages of a few frames (ZeroMQ caps each frame, not how
-many a message has: docs/RELIABILITY.md): frames and HWMs from endpoints.queue_bounds (the
+many a message has: a command's MemoryGuard, kvviz.node.kvevents.guard, wakes `poll`, which
+closes the sockets and raises MemoryLimit; a message's frames past KEPT_FRAMES are dropped as
+read): frames and HWMs from endpoints.queue_bounds (the
 config's max_message_bytes, lowered when many streams share the budget), so the receive
 queues, the message in hand and a replay fetch's frames hold at most
 endpoints.RECEIVE_BUDGET bytes (a larger frame makes ZeroMQ drop the connection before it is
@@ -35,19 +37,30 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvviz.node.kvevents import replay as replay_wire
-from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Undecodable, decode, pieces
+from kvviz.node.kvevents.decode import (
+    CLEARED,
+    DECODED_PER_BYTE,
+    GENERIC_MAX_BYTES,
+    REMOVED,
+    STORED,
+    Undecodable,
+    decode,
+    pieces,
+)
 from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from here too
     SubscriberConfig,
     check_fd_limit,
     endpoint_for_rank,
     queue_bounds,
 )
+from kvviz.node.kvevents.guard import MemoryGuard, MemoryLimit
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.stream import Stream, digest, problem, summary
 from kvviz.store.kv_writer import KvEventWriter
 
 END_SEQ = replay_wire.END_SEQ
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
+KEPT_FRAMES = 4  # frames of a message read into Python; the rest are counted and dropped
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
 # The join replay (on connecting) holds up live messages while it waits: a short wait; a
 # join cut short leaves a gap that the first live batch fills from the replay socket.
@@ -56,12 +69,30 @@ POLL_BUDGET_S = 0.1
 SLICE_MS = replay_wire.SLICE_MS
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
 FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
+assert FLUSH_FIRST > GENERIC_MAX_BYTES  # so one that large decodes on the typed path only
+
+
+def _recv(sock: zmq.Socket) -> tuple[list[bytes], int]:
+    """One message's first KEPT_FRAMES frames and how many it had: the rest are dropped as
+    they are read, so a message of many frames is not held whole a second time."""
+    frames = [sock.recv(zmq.NOBLOCK)]
+    count = 1
+    while sock.getsockopt(zmq.RCVMORE):
+        if count < KEPT_FRAMES:
+            frames.append(sock.recv())
+        else:
+            sock.recv(copy=False)
+        count += 1
+    return frames, count
 
 
 class Subscriber:
     def __init__(self, cfg: SubscriberConfig, writer: KvEventWriter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 guard: MemoryGuard | None = None) -> None:
         self.cfg = cfg
+        self.guard = guard if guard is not None and guard.enabled else None
+        self._closed = False
         self.writer = writer
         self.clock = clock
         self.t0 = clock()
@@ -73,6 +104,8 @@ class Subscriber:
         self._by_sock: dict[zmq.Socket, Stream] = {}
         self._topic = cfg.topic.encode()
         self.should_stop: Callable[[], bool] = lambda: False  # ends replay waits early
+        if self.guard is not None:
+            self.poller.register(self.guard.wake_fd, zmq.POLLIN)  # a trip wakes poll
         n = len(cfg.endpoints) * cfg.dp_ranks
         self._hwm, self.frame_bytes = queue_bounds(n, cfg.max_message_bytes, bool(cfg.replay))
         try:
@@ -119,7 +152,9 @@ class Subscriber:
         Returns after about POLL_BUDGET_S of handling (shared by the streams with messages),
         or when should_stop() says so."""
         n = 0
+        self._check_guard()
         ready = self.poller.poll(min(timeout_ms, SLICE_MS))
+        self._check_guard()
         share = POLL_BUDGET_S / max(1, sum(s in self._by_sock for s, _ in ready))
         for sock, _ in ready:
             st = self._by_sock.get(sock)
@@ -127,14 +162,26 @@ class Subscriber:
                 self._monitor_event(sock)
                 continue
             end = time.monotonic() + share  # each ready stream its share: no starving
-            while n < max_messages and time.monotonic() < end and not self.should_stop():
+            while n < max_messages and time.monotonic() < end and not self._halt():
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames, count = _recv(sock)
                 except zmq.Again:
                     break
-                self.handle(st, frames)
+                self.handle(st, frames, count)
                 n += 1
+        self._check_guard()
         return n
+
+    def _halt(self) -> bool:
+        """should_stop(), or the memory guard tripped (kvviz.node.kvevents.guard)."""
+        return self.should_stop() or self.guard is not None and self.guard.tripped is not None
+
+    def _check_guard(self) -> None:
+        """A tripped guard: close the sockets (ZeroMQ frees what it buffered), tell the
+        guard, raise MemoryLimit naming the cause."""
+        if self.guard is not None and self.guard.tripped is not None:
+            self.close(self.guard.released)  # released once the sockets are: growth ends
+            raise MemoryLimit(self.guard.tripped)
 
     def _monitor_event(self, mon: zmq.Socket) -> None:
         st = next(s for s in self.streams if s.monitor is mon)
@@ -154,12 +201,14 @@ class Subscriber:
                                      f"{self.frame_bytes} bytes, or the publisher went away)")
                 st.connected = False
 
-    def handle(self, st: Stream, frames: list[bytes]) -> None:
+    def handle(self, st: Stream, frames: list[bytes], count: int | None = None) -> None:
+        """One message: its first frames (`count` of them in all, when more were dropped)."""
         t = self.clock() - self.t0
-        if len(frames) != 3 or len(frames[1]) != 8:
+        count = len(frames) if count is None else count
+        if count != 3 or len(frames[1]) != 8:
             st.undecodable += 1
-            st.last_error = f"a message of {len(frames)} frames, not [topic, seq, payload]"
-            self._record(st, -1, t, None, b"".join(frames[:4])[:RAW_KEPT],
+            st.last_error = f"a message of {count} frames, not [topic, seq, payload]"
+            self._record(st, -1, t, None, b"".join(f[:RAW_KEPT] for f in frames[:4])[:RAW_KEPT],
                          frames[0] if frames else None, False)
             return
         topic, seq_b, payload = frames
@@ -194,6 +243,10 @@ class Subscriber:
         them in a flush) never coexist with a large decoded batch (docs/RELIABILITY.md)."""
         if self.writer is not None and len(payload) >= FLUSH_FIRST:
             self.writer.flush()
+        if self.guard is not None and len(payload) >= FLUSH_FIRST and \
+                self.guard.would_pass(DECODED_PER_BYTE * len(payload)):  # typed path only
+            self._record(st, seq, t, None, payload, topic, replayed)  # kept whole, undecoded
+            self._check_guard()  # its decode would take the process past the limit
         try:
             counts = self._apply(st, payload, t)
         except Undecodable as exc:
@@ -232,7 +285,7 @@ class Subscriber:
         rank = st.dp_rank if b.dp_rank is None else b.dp_rank
         capped = self.model.over_cap
         for k, part in enumerate(pieces(b.events, APPLY_SLICE)):  # a huge batch yields
-            if k and self.should_stop():
+            if k and self._halt():
                 st.unapplied += 1
                 break
             self.model.apply(st.sid, rank, part, t)
@@ -257,7 +310,7 @@ class Subscriber:
         self._gap(st, t, "gap", first, last, missing == 0)
 
     def _may_replay(self, st: Stream) -> bool:
-        return time.monotonic() >= st.replay_after and not self.should_stop()
+        return time.monotonic() >= st.replay_after and not self._halt()
 
     def _join(self, st: Stream) -> None:
         """On first connecting: everything the replay buffer holds, from seq 0, so that a
@@ -288,7 +341,7 @@ class Subscriber:
         res = replay_wire.fetch(
             self.ctx, st.replay, first, last, frame_bytes=self.frame_bytes, topic=self._topic,
             timeout_s=self.cfg.replay_timeout_s if timeout_s is None else timeout_s,
-            should_stop=self.should_stop, take=take)
+            should_stop=self._halt, take=take)
         if not res.ok:
             st.last_error = res.error
         now = time.monotonic()
@@ -310,10 +363,16 @@ class Subscriber:
         """One `--json` object per stream (kvviz.node.kvevents.stream.summary)."""
         return [summary(st, self.model) for st in self.streams]
 
-    def close(self) -> None:
+    def close(self, sockets_closed: Callable[[], None] = lambda: None) -> None:
+        """Close every socket (then call sockets_closed) and the context (which waits for
+        ZeroMQ's threads: 0.1-0.3 s after a message of many frames)."""
+        if self._closed:
+            return
+        self._closed = True
         for st in self.streams:
             st.sock.disable_monitor()
             st.monitor.close()
             st.sock.close()
+        sockets_closed()
         self.ctx.destroy(linger=0)  # any socket left open would make term() wait forever
 
