@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvviz.node.kvevents import subscriber as sub_mod
+from kvviz.node.kvevents import ingest as ingest_mod
 from kvviz.node.kvevents.decode import (
     GENERIC_MAX_BYTES,
     REMOVED,
@@ -83,7 +83,7 @@ def test_pieces_apply_as_the_whole_batch(evs, most):
 
 
 def test_a_huge_batch_yields_its_model_update_to_a_stop(tmp_path, monkeypatch):
-    monkeypatch.setattr(sub_mod, "APPLY_SLICE", 10)
+    monkeypatch.setattr(ingest_mod, "APPLY_SLICE", 10)
     kv = KvEventWriter(sqlite3.connect(tmp_path / "k.db"))
     sub = Subscriber(SubscriberConfig(("tcp://127.0.0.1:1",)), kv)
     try:
@@ -152,14 +152,14 @@ def test_one_decoded_batch_at_a_time_and_no_rows_beside_a_big_one(tmp_path, monk
         seen["decoded_freed"] = bool(_Alive.freed)
         add(row)
 
-    monkeypatch.setattr(sub_mod, "decode", decode_noting)
+    monkeypatch.setattr(ingest_mod, "decode", decode_noting)
     monkeypatch.setattr(kv, "add_batch", add_noting)
     _Alive.freed.clear()
     try:
         s = sub.streams[0]
         kv.add_batch((s.sid, 0, 0.0, 1.0, 0, 0, 0, 0, 0, 0, 0, "ok", b"", b"earlier"))
-        payload = worst_batch(sub_mod.FLUSH_FIRST + 64 if big else 1000)
-        assert (len(payload) >= sub_mod.FLUSH_FIRST) == big
+        payload = worst_batch(ingest_mod.FLUSH_FIRST + 64 if big else 1000)
+        assert (len(payload) >= ingest_mod.FLUSH_FIRST) == big
         sub.handle(s, [b"", seq_bytes(1), payload])
         assert seen == {"rows_waiting": 0 if big else 1, "decoded_freed": True}
         assert s.batches == 1 and s.removed_blocks > 0
