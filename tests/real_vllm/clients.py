@@ -25,13 +25,13 @@ class Lossy(Subscriber):
         super().__init__(*a, **kw)
         self.drop: set = set()
 
-    def handle(self, st, frames):
+    def handle(self, st, frames, count=None):
         if len(frames) == 3 and len(frames[1]) == 8:
             seq = int.from_bytes(frames[1], "big", signed=True)
             if seq in self.drop:
                 self.drop.discard(seq)
                 return
-        super().handle(st, frames)
+        super().handle(st, frames, count)
 
 
 class LossyLive(Subscriber):
@@ -41,11 +41,11 @@ class LossyLive(Subscriber):
         super().__init__(*a, **kw)
         self.live = 0
 
-    def handle(self, st, frames):
+    def handle(self, st, frames, count=None):
         self.live += 1
         if self.live in (2, 3, 4):
             return
-        super().handle(st, frames)
+        super().handle(st, frames, count)
 
 
 def subscriber(srv, cls=Subscriber) -> Subscriber:
