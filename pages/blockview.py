@@ -22,10 +22,13 @@ def headline_metrics(row) -> None:
     st.html(theme.headline_html(vt.headline(row)))
 
 
+WHOLE = (0.0, 100.0)  # the zoom slider's range that shows every block
+
+
 def zoom(key: str) -> tuple[float, float]:
     """Address range to show, in % of each lane's capacity (so lanes stay aligned)."""
     return st.slider("Zoom: address range shown (% of each lane's capacity)", 0.0, 100.0,
-                     (0.0, 100.0), step=0.5, key=key)
+                     WHOLE, step=0.5, key=key)
 
 
 def zoom_range(start: int, stop: int, num_blocks: int) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from kvviz.viz import blockcanvas as vc
 from pages import blockview, kvevents_live
 
 ZOOM_KEY = "live_zoom"
-ZOOM_ASKED = "live_zoom_asked"  # [asked, before, fresh]: a zoom made on a heatmap (zoom_slider)
+ZOOM_ASKED = "live_zoom_asked"  # (asked, before, fresh): a zoom made on a heatmap (zoom_slider)
 
 
 def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float], max_cells: int) -> None:
@@ -79,7 +79,7 @@ def zoom_slider() -> tuple[float, float]:
     pending = st.session_state.get(ZOOM_ASKED)
     if pending is not None:
         asked, before, fresh = pending
-        now = tuple(st.session_state.get(ZOOM_KEY, (0.0, 100.0)))
+        now = tuple(st.session_state.get(ZOOM_KEY, blockview.WHOLE))
         if fresh:  # the run of the zoom itself: `now` is what the callback set
             st.session_state[ZOOM_ASKED] = (asked, before, False)
         elif now == before:
@@ -95,9 +95,9 @@ def zoom_to(key: str, num_blocks: int) -> None:
     z = st.session_state[key].zoom
     if not isinstance(z, dict):
         return
-    asked = (0.0, 100.0) if z.get("reset") else blockview.zoom_range(
+    asked = blockview.WHOLE if z.get("reset") else blockview.zoom_range(
         int(z["start"]), int(z["stop"]), num_blocks)
-    before = tuple(st.session_state.get(ZOOM_KEY, (0.0, 100.0)))
+    before = tuple(st.session_state.get(ZOOM_KEY, blockview.WHOLE))
     if asked != before:
         st.session_state[ZOOM_ASKED] = (asked, before, True)
     st.session_state[ZOOM_KEY] = asked

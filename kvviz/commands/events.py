@@ -104,7 +104,8 @@ def _record(args: argparse.Namespace, stop: list[str]) -> int:
                   f"{args.max_message_mb:g} lowered)", file=sys.stderr, flush=True)
         sub.should_stop = lambda: bool(stop) or end is not None and time.monotonic() >= end
         status, message = _loop(args, sub, kv, writer, stop)
-    except ValueError as exc:  # a stream that cannot be set up: one line, the run closed
+    except ValueError as exc:  # a stream that cannot be set up, or the memory guard tripped
+        # (MemoryLimit, the sockets closed): one line, the run closed
         status, message = "error", str(exc)
     except BaseException as exc:
         status, message = "error", f"{type(exc).__name__}: {exc}"

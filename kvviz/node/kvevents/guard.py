@@ -57,8 +57,11 @@ def rss_bytes() -> int | None:
         return None
 
 
-def why(rss: int, trip_mb: int, then: str = "the sockets were closed") -> str:
-    return (f"the process reached {rss // MB} MB (kvviz's limit is {trip_mb} MB) with the "
+def why(rss: int | str, trip_mb: int, then: str = "the sockets were closed") -> str:
+    """The error's text; rss in bytes, or a text put in place of its MB (the watcher's
+    "{mb}", filled in when it trips)."""
+    mb = rss if isinstance(rss, str) else rss // MB
+    return (f"the process reached {mb} MB (kvviz's limit is {trip_mb} MB) with the "
             "node's messages held by ZeroMQ until all their frames arrive: messages of many "
             f"frames? (kvviz takes topic, seq, payload); {then}")
 
@@ -112,9 +115,8 @@ class MemoryGuard:
                 self._watch(prog, watch_mb + extra)
 
     def _watch(self, prog: str, watch_mb: int) -> None:
-        line = f"{prog}: error: " + why(1 << 40, self.trip_mb, f"past {watch_mb} MB, kvviz "
-                                        "was killed (the recording keeps what was committed)"
-                                        ).replace(str(1 << 20), "{mb}", 1)
+        line = f"{prog}: error: " + why("{mb}", self.trip_mb, f"past {watch_mb} MB, kvviz "
+                                        "was killed (the recording keeps what was committed)")
         try:
             self.watcher = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", WATCHER, str(os.getpid()),
