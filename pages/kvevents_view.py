@@ -11,7 +11,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
-from kvviz.store import kv_reader
+from kvviz.store import kv_reader, liveness
 from kvviz.viz import kvevents as vk
 from pages import kvevents_waiting as kw
 from pages import recording, widgets
@@ -52,7 +52,19 @@ GAPS_SHOWN = 1_000  # rows of the gap table listed (all are counted)
 
 def is_live(run: str) -> bool:
     with kv_reader.connect(directory.resolve_run(directory.runs_dir(), run)) as conn:
-        return kv_reader.run_state(conn)[1] == "running"
+        return kv_reader.run_state(conn).status == "running"
+
+
+def status_note(state: kv_reader.RunState) -> None:
+    """Say how the recording ended when that was not by itself: killed, or an error."""
+    if state.status == liveness.STOPPED_UNEXPECTEDLY:
+        st.warning("This recording stopped unexpectedly: it still says running, but its "
+                   "writer stopped committing long ago (it was killed: by its memory guard's "
+                   "last resort, the OOM killer, SIGKILL). What it committed is intact and "
+                   "shown below.", icon=":material/warning:")
+    elif state.status == "error":
+        st.error(f"This recording ended with an error: {md(state.message or 'no message')}",
+                 icon=":material/error:")
 
 
 def model_of(run: str, conn, counts: dict | None = None):
@@ -112,6 +124,8 @@ def panel(run: str) -> None:
             partial = kv_reader.timeline_is_partial(conn)
             model, read, total, t_last, at_least = model_of(run, conn, counts)
             end_s = kw.end_of_stream(conn, timeline)
+            state = kv_reader.run_state(conn)
+        status_note(state)
         cap_note(read, total, t_last, at_least)
         window_note(partial, counts)
         names = {s["stream_id"]: f"{s['endpoint']} (rank {s['dp_rank']})" for s in streams}

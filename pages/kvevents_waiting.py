@@ -60,7 +60,7 @@ def scraped_gauges(run: str) -> Gauges | None:
 def end_of_stream(conn, timeline: list[tuple]) -> float:
     """The stream's "now" in its own seconds: the wall clock for a recording still written,
     else just past its last batch."""
-    created, status = kv_reader.run_state(conn)
+    created, status, _ = kv_reader.run_state(conn)
     if status == "running" and created is not None:
         return time.time() - float(created)
     return max((float(s) + 1 for _, s, _, _ in timeline), default=0.0)

@@ -8,6 +8,7 @@
     reader.py      RunReader (pandas DataFrames, BlockMaps), also while the writer runs
     kv_writer.py   the kv_* tables (KV-event streams as received): KvEventWriter
     kv_reader.py   the kv_* tables read back in bounded slices (streams, counts, batches)
+    liveness.py    a "running" run whose writer stopped committing: "stopped unexpectedly"
 
 Import the module you need (`from kvviz.store.reader import RunReader`); this package's
 __init__ imports nothing, so the writer process never loads pandas.

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import NamedTuple
+
+from kvviz.store import liveness
 
 WINDOW = 200_000  # batches (and gap rows) an aggregate reads at most: the newest ones
 SUMMED = ("batches", "events", "stored_blocks", "removed_blocks", "cleared",
@@ -34,13 +37,31 @@ def has_kv_events(conn: sqlite3.Connection) -> bool:
                 .fetchall())
 
 
-def run_state(conn: sqlite3.Connection) -> tuple[float | None, str]:
-    """(created_unix, status) of the run header; ValueError when the row is missing."""
-    row = conn.execute("SELECT created_unix, status FROM run").fetchone()
+class RunState(NamedTuple):
+    created: float | None  # run.created_unix
+    status: str  # the status to show (liveness.shown_state)
+    message: str  # run.status_message: why it stopped, for "error" and "stopped"
+
+
+def run_state(conn: sqlite3.Connection) -> RunState:
+    """The run header as shown: a recording whose writer was killed (status still "running",
+    no commit for liveness.stale_after) says "stopped unexpectedly". ValueError when the row
+    is missing or its metadata is not a JSON object."""
+    row = conn.execute("SELECT created_unix, status, heartbeat_unix, meta, status_message "
+                       "FROM run").fetchone()
     if row is None:
         raise ValueError("the run header row is missing: not a complete kvviz recording")
     created = row[0] if isinstance(row[0], (int, float)) else None
-    return created, row[1]
+    beat = row[2] if isinstance(row[2], (int, float)) else None
+    try:
+        meta = json.loads(row[3]) if isinstance(row[3], str) else None
+    except (ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        raise ValueError("the run header's meta is not a JSON object: not a complete kvviz "
+                         "recording")
+    return RunState(created, liveness.shown_state(str(row[1]), beat, meta),
+                    row[4] if isinstance(row[4], str) else "")
 
 
 def streams(conn: sqlite3.Connection) -> list[dict]:

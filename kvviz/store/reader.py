@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,15 +13,13 @@ import pandas as pd
 from kvviz.core.blockmap import BlockMap
 from kvviz.core.errors import StoreError
 from kvviz.store import checks as check
-from kvviz.store import event_frames, map_reader, schema, summary
+from kvviz.store import event_frames, liveness, map_reader, schema, summary
 from kvviz.store.contents import kv_events
 from kvviz.store.schema import BLOB_COLS, EVENT_COLS, MAP_COLS, NODE_COLS, SAMPLE_COLS, where
 
 SAMPLE_NUMERIC = ("sample_id", *(c for c in SAMPLE_COLS if c != "lane"))
 EVENT_NUMERIC = tuple(c for c in EVENT_COLS if c not in ("lane", "kind", "reason"))
 NODE_TEXT = ("url", "status", "message", "engine")
-STALE_S = 30.0  # a "running" run whose heartbeat is older: its writer was killed
-STOPPED_UNEXPECTEDLY = "stopped unexpectedly"
 
 
 class RunReader:
@@ -73,17 +70,14 @@ class RunReader:
 
     @property
     def state(self) -> str:
-        """The status to show: "stopped unexpectedly" for a run that still says "running"
-        but whose writer has not committed for stale_after_s (it was killed)."""
-        if self.status == "running" and self.heartbeat is not None and (
-                time.time() - self.heartbeat > self.stale_after_s):
-            return STOPPED_UNEXPECTEDLY
-        return self.status
+        """The status to show (liveness.shown_state): "stopped unexpectedly" for a run that
+        still says "running" but whose writer has not committed for stale_after_s."""
+        return liveness.shown_state(self.status, self.heartbeat, self.meta)
 
     @property
     def stale_after_s(self) -> float:
         """STALE_S, or 3 sampling periods of a slower collector or scrape (from meta)."""
-        return summary.stale_after(self.meta, STALE_S)
+        return liveness.stale_after(self.meta)
 
     def lanes(self) -> list[str]:
         """The run header's lanes, then any other lane that has samples. Cost: one index

@@ -68,16 +68,3 @@ def _span(q: Query, where: str, table: str) -> tuple[int, float]:
     what = f"{where}: table {table} column 't'"
     return int(n), float(check.number(hi, what)) - float(check.number(lo, what))
 
-
-def stale_after(meta: dict, least: float) -> float:
-    """`least` seconds, or 3 sampling periods of a slower collector or scrape (from meta):
-    how long a running recording may go without a commit before its writer counts as killed."""
-    periods = []
-    collector, scrape = meta.get("collector"), meta.get("scrape")
-    hz = collector.get("hz") if isinstance(collector, dict) else None
-    if isinstance(hz, (int, float)) and hz > 0:
-        periods.append(1.0 / hz)
-    every = scrape.get("interval_s") if isinstance(scrape, dict) else None
-    if isinstance(every, (int, float)) and every > 0:
-        periods.append(float(every))
-    return max([least, *(3 * p for p in periods)])

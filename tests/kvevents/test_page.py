@@ -161,3 +161,44 @@ def test_an_attach_recording_uses_its_own_scrapes_without_asking(kv_runs):
     text = " ".join(_texts(at))
     assert "this recording's own scrapes" in " ".join(c.value for c in at.caption)
     assert "3 requests wait" in text and "6 requests wait" not in text
+
+
+def _age_heartbeat(path: Path, seconds: float) -> None:
+    import sqlite3
+    import time
+
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE run SET heartbeat_unix = ?", (time.time() - seconds,))
+    db.close()
+
+
+def test_a_recording_whose_writer_was_killed_is_not_followed_and_says_so(kv_runs):
+    from kvviz.store import kv_reader
+    from kvviz.store.liveness import STALE_S, STOPPED_UNEXPECTEDLY
+    from pages import kvevents_view
+
+    w = write_kv_recording(kv_runs / "dead.db", free_base_port(2), close=False)
+    w.commit()  # committed, never closed: what a SIGKILLed `kvviz events` leaves
+    try:
+        assert kvevents_view.is_live("dead.db")
+        _age_heartbeat(kv_runs / "dead.db", STALE_S + 5)
+        with kv_reader.connect(kv_runs / "dead.db") as conn:
+            assert kv_reader.run_state(conn).status == STOPPED_UNEXPECTEDLY
+        assert not kvevents_view.is_live("dead.db")
+        at = page(PAGE)
+        no_exception(at)
+        assert any("stopped unexpectedly" in x.value for x in at.warning)
+        assert "2 batches lost" in " ".join(_texts(at))  # what it committed is shown
+    finally:
+        w.close()
+
+
+def test_a_recording_that_ended_in_an_error_shows_its_message_as_text(kv_runs):
+    w = write_kv_recording(kv_runs / "err.db", free_base_port(2), close=False)
+    w.close("error", "memory guard: RSS 951 MB past 950 MB **not markdown**")
+    at = page(PAGE)
+    no_exception(at)
+    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    assert any("ended with an error" in e and "RSS 951 MB" in e for e in shown)
+    assert any(r"\*\*not markdown\*\*" in e.value for e in at.error)  # escaped, not bold

@@ -6,7 +6,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from kvviz.store.reader import STALE_S, STOPPED_UNEXPECTEDLY, RunReader
+from kvviz.store.liveness import STALE_S, STOPPED_UNEXPECTEDLY
+from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 
 
