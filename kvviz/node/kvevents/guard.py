@@ -19,7 +19,8 @@ a commit waiting on the disk) the thread writes the error line itself and ends t
 ZeroMQ's I/O thread keeps receiving, so a command also starts a watcher process (WATCHER, a
 bare interpreter) that reads the command's RSS every WATCH_PERIOD_S without it: past
 WATCH_MB it writes the error line and kills the command (SIGKILL). Either way what was
-committed stays in the recording (SQLite's WAL), whose status stays "running".
+committed stays in the recording (SQLite's WAL), whose status stays "running" (readers show
+it as "stopped unexpectedly" once its heartbeat is stale: kvviz/store/liveness.py).
 
 Where /proc/self/statm cannot be read (not Linux) the guard is off (`enabled` False). It
 reads the whole process's memory, so only a command that runs in a process of its own starts
