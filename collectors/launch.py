@@ -68,7 +68,15 @@ def build(c: CollectorConfig):
         workload = WorkloadConfig(
             preset=c.workload, num_requests=c.requests, rate=c.rate, arrival=c.arrival,
             max_seq_len=max_seq_len, prefix_share=c.prefix_sharing, seed=c.seed)
-    engine = EngineConfig(max_num_seqs=c.max_num_seqs, max_seq_len=max_seq_len)
+    try:
+        engine = EngineConfig(max_num_seqs=c.max_num_seqs, max_seq_len=max_seq_len,
+                              max_batched_tokens=c.max_num_batched_tokens,
+                              enable_chunked_prefill=c.enable_chunked_prefill,
+                              watermark=c.watermark)
+    except ValueError as exc:  # "field: why": each knob alone is checked already, so a check
+        field, _, why = str(exc).partition(": ")  # of them together (chunked prefill off)
+        flag = {"max_batched_tokens": "--max-num-batched-tokens"}.get(field, f"--{field}")
+        raise KvvizError(f"{flag.replace('_', '-')}: {why}") from None
     kv_factory = None
     if c.mode == "real":
         try:

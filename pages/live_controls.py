@@ -48,8 +48,9 @@ def config_text(c: CollectorConfig) -> str:
     """The running settings in one line (the form below shows the same values)."""
     src = f"trace {c.trace}" if c.trace else f"workload {c.workload}"
     share = f", prefix sharing {c.prefix_sharing:g}" if c.prefix_sharing else ""
-    return (f"Running: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}, "
-            f"{c.capacity_tokens:,} slots per lane, mode {c.mode}; lanes "
+    mark = f", watermark {c.watermark:g}" if c.watermark else ""
+    return (f"Running: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}"
+            f"{mark}, {c.capacity_tokens:,} slots per lane, mode {c.mode}; lanes "
             + ", ".join(s.label for s in c.lanes))
 
 
@@ -100,7 +101,7 @@ def settings_form() -> None:
     coll = democollector.collector()
     cfg = running_config(coll)
     k = f"_{st.session_state.get(FORM_FOR)}"  # new widgets, with its values, for each new run
-    with st.expander("Collector settings: workload, lanes, prefix sharing, rate"):
+    with st.expander("Collector settings: workload, lanes, prefix sharing, rate, limits"):
         st.caption("One collector serves every open tab: **Start changes what every viewer "
                    "sees**, and their settings forms then show the new values.")
         with st.form(f"collector_form{k}", border=False):
@@ -127,6 +128,10 @@ def settings_form() -> None:
             seqs = c3.number_input("Batch limit (running sequences)", 1, 4096,
                                    int(cfg.max_num_seqs), key=f"live_seqs{k}",
                                    help="max_num_seqs: a full batch refuses with POLICY")
+            mark = c2.slider("Watermark (paged lanes)", 0.0, 0.99, float(cfg.watermark), 0.01,
+                             key=f"live_mark{k}", help="vLLM's watermark: the share of a "
+                             "paged lane's blocks kept free when admitting while others run; "
+                             "a request it turns away is refused with POLICY")
             traces = ["(synthetic workload)"] + [t.name for t in
                                                  directory.list_traces(directory.runs_dir())]
             now = next((t for t in traces if cfg.trace and cfg.trace.endswith("/" + t)),
@@ -138,12 +143,12 @@ def settings_form() -> None:
             start = st.form_submit_button("Start / restart with these settings (every tab)",
                                           type="primary")
     if start:
-        submit(coll, workload, mode, lanes, share, rate, int(seqs),
+        submit(coll, workload, mode, lanes, share, rate, int(seqs), float(mark),
                None if trace == traces[0] else trace)
 
 
 def submit(coll: jobs.Collector, workload: str, mode: str, lanes: list[str], share: float,
-           rate: float, seqs: int, trace: str | None) -> None:
+           rate: float, seqs: int, mark: float, trace: str | None) -> None:
     if not lanes:
         st.error("Settings: pick at least one lane.")
         return
@@ -155,7 +160,7 @@ def submit(coll: jobs.Collector, workload: str, mode: str, lanes: list[str], sha
         path = None if trace is None else directory.resolve_trace(directory.runs_dir(), trace)
         config = jobs.demo_config(mode=mode, workload=workload, lanes=parse_lanes(lanes),
                                   prefix_sharing=share, rate=rate, max_num_seqs=seqs,
-                                  trace=path and str(path))
+                                  watermark=mark, trace=path and str(path))
     except (ValueError, KvvizError) as exc:
         st.error(f"Settings: {md(exc)}")
         return

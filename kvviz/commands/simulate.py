@@ -38,7 +38,6 @@ from kvviz.traces.args import (
 HELP = ("simulate allocators on a synthetic workload or a trace (sim mode, no tensors); "
         "every lane is scheduled by vLLM 0.32's rules, contiguous lanes are kvviz's own model")
 STEP_MS = at.float_range(0.0, 1e6, lo_open=True)
-WATERMARK = at.float_range(0.0, 1.0, hi_open=True)
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,26 +110,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("simulated time per engine step (default 20)", STEP_MS))
     c.add_argument("--max-num-seqs", type=at.MAX_NUM_SEQS, default=256, metavar="N",
-                   help=at.rng("running-batch limit, vLLM's max_num_seqs (default 256)",
-                               at.MAX_NUM_SEQS))
+                   help=at.rng(at.MAX_NUM_SEQS_HELP, at.MAX_NUM_SEQS))
     c.add_argument("--max-num-batched-tokens", "--max-batched-tokens", dest="max_batched_tokens",
                    type=at.BATCHED_TOKENS, default=8192, metavar="N",
-                   help=at.rng("tokens computed per step, vLLM's max_num_batched_tokens: running "
-                               "requests' decodes first, then prefill chunks (default 8192)",
-                               at.BATCHED_TOKENS))
+                   help=at.rng(at.BATCHED_TOKENS_HELP, at.BATCHED_TOKENS))
     c.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
-                   default=True,
-                   help="split prompts over steps when the token budget is short (vLLM's "
-                        "default, on); --no-enable-chunked-prefill makes a prompt wait for a "
-                        "step with budget for all of it (then --max-num-batched-tokens must be "
-                        ">= --max-seq-len)")
+                   default=True, help=at.CHUNKED_PREFILL_HELP)
     c.add_argument("--enable-prefix-caching", action="store_true",
                    help="one paged lane that caches every full block by its content (the "
                         "lane spec paged:N:prefix does the same); off by default here, on in "
                         "vLLM")
-    c.add_argument("--watermark", type=WATERMARK, default=0.0,
-                   help=at.rng("share of paged blocks kept free when admitting while others "
-                               "run, vLLM's watermark (default 0.0)", WATERMARK))
+    c.add_argument("--watermark", type=at.WATERMARK, default=0.0,
+                   help=at.rng(at.WATERMARK_HELP, at.WATERMARK))
     c.add_argument("--engine", choices=("jump", "step"), default="jump",
                    help="kept for scripts: both step the one scheduling rule (vLLM 0.32's, "
                         "docs/FIDELITY.md) and skip idle time")

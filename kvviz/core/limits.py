@@ -140,6 +140,7 @@ PREFIX_TOKENS = int_range(1, 2**24)
 MAX_BLOCKS = 2**24  # blocks (or contiguous cells) per lane: every BlockMap has one entry each
 RATE = float_range(0.0, 1e9, lo_open=True, allow_inf=True)
 SHARE = float_range(0.0, 1.0)
+WATERMARK = float_range(0.0, 1.0, hi_open=True)  # vLLM's watermark: a share of the blocks
 SECONDS = float_range(0.0, 1e9, lo_open=True)  # a duration or an interval
 TIMEOUT = float_range(0.0, 3600.0, lo_open=True)
 THREADS = int_range(1, 4096)
@@ -168,3 +169,13 @@ LANE_HELP = ("an allocator lane, repeatable: contiguous[:PLACEMENT[:RESERVE]] or
              "paged:BLOCK[:prefix]; all lanes see one request stream (default the Live demo's "
              "three: contiguous:first-fit:pow2, whose holes of many sizes show FRAGMENTATION, "
              "contiguous:first-fit:max, which can only run out, and paged:16)")
+# vLLM 0.32's scheduler knobs, under its names, one text each (kvviz/engine/scheduler.py).
+MAX_NUM_SEQS_HELP = "running-batch limit, vLLM's max_num_seqs (default 256)"
+BATCHED_TOKENS_HELP = ("tokens computed per step, vLLM's max_num_batched_tokens: running "
+                       "requests' decodes first, then prefill chunks (default 8192)")
+CHUNKED_PREFILL_HELP = ("split prompts over steps when the token budget is short (vLLM's "
+                        "default, on); --no-enable-chunked-prefill makes a prompt wait for a "
+                        "step with budget for all of it (then --max-num-batched-tokens must be "
+                        ">= --max-seq-len)")
+WATERMARK_HELP = ("share of paged blocks kept free when admitting while others run, vLLM's "
+                  "watermark; a request it turns away is refused with POLICY (default 0)")

@@ -43,7 +43,8 @@ MAX_STEPS = at.int_range(1, 10**12)
 # field -> the range of its flag (None allowed where the field's default is None)
 RANGES = {"requests": at.REQUESTS, "rate": at.RATE, "prefix_sharing": at.SHARE,
           "capacity_tokens": at.CAPACITY_TOKENS, "max_seq_len": at.MAX_SEQ_LEN,
-          "max_num_seqs": at.MAX_NUM_SEQS, "seed": at.SEED, "duration": at.SECONDS,
+          "max_num_seqs": at.MAX_NUM_SEQS, "max_num_batched_tokens": at.BATCHED_TOKENS,
+          "watermark": at.WATERMARK, "seed": at.SEED, "duration": at.SECONDS,
           "steps_per_s": STEPS_PER_S, "max_steps": MAX_STEPS, "hz": HZ,
           "blockmap_budget_mb": BUDGET_MB, "metrics_port": PORT, "torch_threads": TORCH_THREADS,
           "torch_snapshot_every": at.SECONDS}
@@ -52,7 +53,8 @@ CHOICES = {"mode": ("real", "sim"), "device": ("auto", "cpu", "cuda"),
            "kv_events_format": ("vllm", "sglang"), "trace_format": (None, *FORMATS),
            "model": (None, *MODEL_PRESETS)}
 TEXT = ("trace", "model_filter", "out", "metrics_address", "kv_events", "kv_events_replay")
-SWITCHES = ("skip_bad_rows", "loop", "overwrite", "quiet", "audit", "kv_events_record")
+SWITCHES = ("skip_bad_rows", "loop", "overwrite", "quiet", "audit", "kv_events_record",
+            "enable_chunked_prefill")
 TRACE_FIELDS = {"trace_format": "fmt", "limit": "limit", "start_s": "start_s",
                 "duration_s": "duration_s", "time_scale": "time_scale",
                 "skip_bad_rows": "skip_bad_rows", "model_filter": "model_filter"}
@@ -82,7 +84,10 @@ class CollectorConfig:
         default_factory=lambda: DEFAULT_LANES)
     capacity_tokens: int = at.DEFAULT_CAPACITY_TOKENS
     max_seq_len: int | None = None  # None: 2048, or a trace's longest request
-    max_num_seqs: int = 256
+    max_num_seqs: int = 256  # the scheduler's knobs, under vLLM's names (core.config.EngineConfig)
+    max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
+    watermark: float = 0.0
     seed: int = 0
     duration: float | None = None  # seconds; None: until stopped or the workload is exhausted
     steps_per_s: float = 20.0  # 0 = no pacing

@@ -69,8 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--max-seq-len", type=at.MAX_SEQ_LEN, help=at.rng(
       "clip prompt+output to this (default 2048; with --trace, its longest request)",
       at.MAX_SEQ_LEN))
-    a("--max-num-seqs", type=at.MAX_NUM_SEQS,
-      help=at.rng("running-batch limit (default 256)", at.MAX_NUM_SEQS))
+    a("--max-num-seqs", type=at.MAX_NUM_SEQS, metavar="N",
+      help=at.rng(at.MAX_NUM_SEQS_HELP, at.MAX_NUM_SEQS))
+    a("--max-num-batched-tokens", type=at.BATCHED_TOKENS, metavar="N",
+      help=at.rng(at.BATCHED_TOKENS_HELP, at.BATCHED_TOKENS))
+    a("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+      help=at.CHUNKED_PREFILL_HELP)
+    a("--watermark", type=at.WATERMARK, help=at.rng(at.WATERMARK_HELP, at.WATERMARK))
     a("--seed", type=at.SEED, help=at.rng("workload seed (default 0)", at.SEED))
     a("--duration", type=at.SECONDS, metavar="S", help=at.rng(
       "seconds (default: until stopped with Ctrl-C / SIGTERM, or the workload is exhausted)",

@@ -70,6 +70,28 @@ def test_a_step_bound_ends_the_run_at_that_step_however_fast_the_machine(tmp_pat
     assert (last.step == 37).all() and (last.waiting > 0).all()  # stopped midway
 
 
+def test_the_scheduler_knobs_reach_the_engine_under_vllms_names(tmp_path: Path) -> None:
+    """--watermark turns the head away with POLICY where the same stream without it runs into
+    memory (CAPACITY, preemptions); the budget and chunked prefill land in the run's engine
+    (a prompt waiting for a step with budget for all of it is POLICY too)."""
+    runs = {}
+    for name, flags in {"plain": ["--watermark", "0"], "mark": ["--watermark", "0.3"],
+                        "budget": ["--max-num-batched-tokens", "2048",
+                                   "--no-enable-chunked-prefill"]}.items():
+        out = tmp_path / f"{name}.db"
+        assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "300",
+                       "--max-steps", "400", "--lane", "paged:16", *flags) == 0
+        r = RunReader(out)
+        runs[name] = (r.meta["engine"], r.samples().iloc[-1])
+    plain, mark, budget = runs["plain"], runs["mark"], runs["budget"]
+    assert plain[0]["watermark"] == 0.0 and mark[0]["watermark"] == 0.3
+    assert (budget[0]["max_batched_tokens"], budget[0]["enable_chunked_prefill"]) == (2048, False)
+    assert (plain[0]["max_batched_tokens"], plain[0]["enable_chunked_prefill"]) == (8192, True)
+    assert plain[1].admit_failures_policy == 0 and plain[1].admit_failures_capacity > 0
+    assert mark[1].admit_failures_policy > 0 and mark[1].preemptions < plain[1].preemptions
+    assert budget[1].admit_failures_policy > 0
+
+
 def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
     out = tmp_path / "loop.db"
     assert collect(*FAST_SIM, "--out", str(out), "--rate", "inf", "--requests", "20",
@@ -88,6 +110,10 @@ def test_loop_keeps_ids_unique(tmp_path: Path) -> None:
     (["--max-steps", "0"], "--max-steps"),
     (["--arrival", "sometimes"], "arrival"),
     (["--capacity-tokens", "4", "--lane", "paged:16"], "--capacity-tokens: lane paged:16: 4"),
+    (["--watermark", "1"], "--watermark: must be in [0, 1)"),
+    (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens: must be in"),
+    (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "1000"],
+     "--max-num-batched-tokens: 1000 is below max_seq_len 2048"),
 ])
 def test_bad_flags_exit_2_without_a_file(tmp_path: Path, capsys, argv, words) -> None:
     out = tmp_path / "bad.db"

@@ -58,7 +58,9 @@ def test_simulate_and_collect_share_every_default(flag: str) -> None:
     assert got["simulate"] == got["collect"], f"{flag}: defaults differ: {got}"
 
 
-@pytest.mark.parametrize("flag", ["--rate", "--capacity-tokens", "--model", "--lane"])
+@pytest.mark.parametrize("flag", ["--rate", "--capacity-tokens", "--model", "--lane",
+                                  "--max-num-seqs", "--max-num-batched-tokens",
+                                  "--enable-chunked-prefill", "--watermark"])
 def test_the_demo_flags_have_one_help_text(flag: str) -> None:
     helps = {cmd: a.help for cmd, a in SHARED[flag].items()}
     assert len(set(helps.values())) == 1, f"{flag}: --help differs: {helps}"

@@ -23,7 +23,7 @@ def _form(at, rec: str):
     return {"lanes": at.multiselect(key=f"live_lanes{k}"), "share": at.slider(
         key=f"live_share{k}"), "rate": at.number_input(key=f"live_rate{k}"),
         "seqs": at.number_input(key=f"live_seqs{k}"), "workload": at.selectbox(
-        key=f"live_workload{k}")}
+        key=f"live_workload{k}"), "mark": at.slider(key=f"live_mark{k}")}
 
 
 def _start_button(at):
@@ -48,13 +48,18 @@ def test_the_form_shows_what_runs_and_who_started_it(runs):
     assert "from another tab (Start)" in text
     assert "Start changes what every viewer sees" in text
     assert "lanes contiguous:best-fit:exact, paged:32" in text
+    assert f["mark"].value == 0.0 and "watermark" not in text  # vLLM's default
     f["rate"].set_value(3.0)
+    f["mark"].set_value(0.25)
     _start_button(at).click().run()
     no_exception(at)
     assert democollector.collector().config.rate == 3.0
+    assert democollector.collector().config.watermark == 0.25
     assert "from this tab (Start)" in _captions(at)
+    assert "watermark 0.25" in _captions(at)
     new = democollector.collector().status().recording
     assert new != rec and _form(at, new)["rate"].value == 3.0
+    assert _form(at, new)["mark"].value == 0.25
 
 
 def test_a_prefix_lane_from_the_form_shares_blocks_and_hits(runs):
