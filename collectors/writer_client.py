@@ -96,7 +96,7 @@ class SampleWriter:
         data_r, self._data = ctx.Pipe(duplex=False)
         writer_process.widen(self._data)
         self._back, back_w = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=writer_process.main,
+        self._proc = ctx.Process(target=writer_process.child,
                                  args=(spec, data_r, back_w, self._nice),
                                  name="kvviz-store-writer", daemon=True)
         self._proc.start()
