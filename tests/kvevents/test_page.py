@@ -163,26 +163,17 @@ def test_an_attach_recording_uses_its_own_scrapes_without_asking(kv_runs):
     assert "3 requests wait" in text and "6 requests wait" not in text
 
 
-def _age_heartbeat(path: Path, seconds: float) -> None:
-    import sqlite3
-    import time
-
-    db = sqlite3.connect(path)
-    with db:
-        db.execute("UPDATE run SET heartbeat_unix = ?", (time.time() - seconds,))
-    db.close()
-
-
 def test_a_recording_whose_writer_was_killed_is_not_followed_and_says_so(kv_runs):
     from kvviz.store import kv_reader
     from kvviz.store.liveness import STALE_S, STOPPED_UNEXPECTEDLY
     from pages import kvevents_view
+    from tests.store.test_stale_run import age_heartbeat
 
     w = write_kv_recording(kv_runs / "dead.db", free_base_port(2), close=False)
     w.commit()  # committed, never closed: what a SIGKILLed `kvviz events` leaves
     try:
         assert kvevents_view.is_live("dead.db")
-        _age_heartbeat(kv_runs / "dead.db", STALE_S + 5)
+        age_heartbeat(kv_runs / "dead.db", STALE_S + 5)
         with kv_reader.connect(kv_runs / "dead.db") as conn:
             assert kv_reader.run_state(conn).status == STOPPED_UNEXPECTEDLY
         assert not kvevents_view.is_live("dead.db")
