@@ -118,8 +118,8 @@ except KvvizError as exc:
     st.error(f"Cannot use this trace: {md(exc)}")
     st.stop()
 workload = loaded.workload
-st.caption(f"{len(workload)} requests, {workload.total_output_tokens} output tokens; "
-           f"KV capacity {request.capacity_tokens} slots; step {loaded.engine.step_ms:g} ms "
+st.caption(f"{len(workload):,} requests, {workload.total_output_tokens:,} output tokens; "
+           f"KV capacity {request.capacity_tokens:,} slots; step {loaded.engine.step_ms:g} ms "
            "simulated.")
 if loaded.upload is not None:
     show_detected(loaded.upload)

@@ -60,7 +60,7 @@ def span_text(s: SpanShares) -> str:
     def fmt(shares: dict[str, float]) -> str:
         return " · ".join(f"{k} {shares[k]:.1%}" for k in SHARE_KEYS)
 
-    head = (f"{s.steps} steps, under memory pressure in {s.pressure_steps} "
+    head = (f"{s.steps:,} steps, under memory pressure in {s.pressure_steps:,} "
             f"({s.pressure_steps / s.steps:.1%}). Mean over all steps: {fmt(s.all_steps)}. ")
     if s.pressure is None:
         return head + f"Over memory-pressure steps: {NEVER}."
