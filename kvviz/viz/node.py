@@ -80,9 +80,12 @@ def _headlines(r: dict) -> list[Headline]:
         Headline("KV usage", _fmt(None if usage is None else 100 * usage, ".1f", "%"),
                  USAGE_DEFINITION),
         Headline("KV capacity (blocks)", _fmt(_num(r.get("num_gpu_blocks")), ",.0f"),
-                 f"blocks of {_fmt(_num(r.get('block_size')), '.0f')} slots"),
+                 f"the engine's num_gpu_blocks, of {_fmt(_num(r.get('block_size')), '.0f')} "
+                 "slots each; vLLM keeps one of them (block 0, its null block) back, so one "
+                 "block fewer per engine holds KV"),
         Headline("KV capacity (tokens)", _fmt(_num(r.get("kv_capacity_tokens")), ",.0f"),
-                 "slots in the KV pool: blocks x block size"),
+                 "slots that can hold KV: vLLM's usable blocks (num_gpu_blocks - 1 per engine) "
+                 "x block size; SGLang's max_total_num_tokens"),
         Headline("Running", _fmt(_num(r.get("num_running")), ",.0f"),
                  "requests whose KV is resident"),
         Headline("Waiting", _fmt(_num(r.get("num_waiting")), ",.0f"),

@@ -139,3 +139,20 @@ def test_headlines_and_segment_table(snap):
     assert list(t["largest free block MiB"])[0] == 4.0 and list(t["pool"]) == ["large", "small"]
     assert t["ext. fragmentation"].between(0, 1).all()
     assert vs.human_bytes(512) == "512 B" and vs.human_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_the_capacity_headlines_say_how_blocks_and_tokens_differ_for_vllm():
+    """vLLM's num_gpu_blocks counts its null block; the tokens count only blocks that hold KV,
+    so blocks x block size is one block per engine more than the tokens: both say so."""
+    import dataclasses
+
+    from kvviz.node.promtext import sample_from_text
+    from tests.node.fakes import VLLM_TEXT
+
+    s = sample_from_text(VLLM_TEXT, url="http://n/metrics", time=100.0)
+    heads = {h.label: h for h in vn.headlines(dataclasses.asdict(s))}
+    blocks, tokens = heads["KV capacity (blocks)"], heads["KV capacity (tokens)"]
+    engines = 2  # the fixture's two engines
+    assert int(blocks.value.replace(",", "")) * 16 - int(tokens.value.replace(",", "")) == (
+        engines * 16)
+    assert "null block" in blocks.help and "num_gpu_blocks - 1" in tokens.help
