@@ -12,7 +12,7 @@ from kvviz.node.kvevents import diagnose
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.store import kv_reader
-from pages import kvevents_view, widgets
+from pages import kvevents_view, recording, widgets
 from pages import kvevents_waiting as kw
 
 RUN_KEY = "kvviz_node_run"  # the Node tab's picked recording (pages/node.py)
@@ -55,33 +55,34 @@ def has_events(run: str) -> bool:
 @st.fragment(run_every=2.0)
 def events_panel(run: str) -> None:
     """The recording's own KV-event stream: the same node as its scrapes."""
-    st.markdown("**KV events** (this recording: the same node)")
-    path = directory.resolve_run(directory.runs_dir(), run)
-    with kv_reader.connect(path) as conn:
-        streams = kv_reader.streams(conn)
-        counts = kv_reader.stream_counts(conn)
-        timeline = kv_reader.timeline(conn)
-        model = kvevents_view.model_of(run, conn, counts)[0]
-        end_s = kw.end_of_stream(conn, timeline)
-    for s in streams:
-        c = counts.get(s["stream_id"], {})
-        st.text(f"{s['endpoint']}: {c.get('batches') or 0:,} batches "
-                f"({c.get('replayed_batches') or 0:,} from the replay buffer), "
-                f"{c.get('gaps') or 0} gaps, {c.get('lost_batches') or 0} batches lost")
-    cols = st.columns(2)
-    sid = [s["stream_id"] for s in streams]
-    blocks = sum(model.cached_blocks(i) for i in sid)
-    cols[0].metric("Cached blocks", f"{blocks:,}",
-                   help="the prefix cache rebuilt from the events (evictable blocks included)")
-    cols[1].metric("Cached tokens", f"{sum(model.cached_tokens(i) for i in sid):,}")
-    recent = diagnose.recent_counts(timeline, end_s, kw.WINDOW_S)
-    from kvviz.store.reader import RunReader
+    with recording.guard(f"Reading {md(run)}'s KV events"):  # a fragment rerun: its own guard
+        st.markdown("**KV events** (this recording: the same node)")
+        path = directory.resolve_run(directory.runs_dir(), run)
+        with kv_reader.connect(path) as conn:
+            streams = kv_reader.streams(conn)
+            counts = kv_reader.stream_counts(conn)
+            timeline = kv_reader.timeline(conn)
+            model = kvevents_view.model_of(run, conn, counts)[0]
+            end_s = kw.end_of_stream(conn, timeline)
+        for s in streams:
+            c = counts.get(s["stream_id"], {})
+            st.text(f"{s['endpoint']}: {c.get('batches') or 0:,} batches "
+                    f"({c.get('replayed_batches') or 0:,} from the replay buffer), "
+                    f"{c.get('gaps') or 0} gaps, {c.get('lost_batches') or 0} batches lost")
+        cols = st.columns(2)
+        sid = [s["stream_id"] for s in streams]
+        blocks = sum(model.cached_blocks(i) for i in sid)
+        cols[0].metric("Cached blocks", f"{blocks:,}",
+                       help="the prefix cache rebuilt from the events (evictable blocks included)")
+        cols[1].metric("Cached tokens", f"{sum(model.cached_tokens(i) for i in sid):,}")
+        recent = diagnose.recent_counts(timeline, end_s, kw.WINDOW_S)
+        from kvviz.store.reader import RunReader
 
-    r = RunReader(path)
-    try:
-        rows = r.node_samples(last=kw.SCRAPES_KEPT).to_dict("records")
-    finally:
-        r.close()
-    for line in diagnose.usage_and_waiting(model, diagnose.gauges_from_scrapes(rows), recent,
-                                           kw.WINDOW_S):
-        st.text(line)
+        r = RunReader(path)
+        try:
+            rows = r.node_samples(last=kw.SCRAPES_KEPT).to_dict("records")
+        finally:
+            r.close()
+        for line in diagnose.usage_and_waiting(model, diagnose.gauges_from_scrapes(rows), recent,
+                                               kw.WINDOW_S):
+            st.text(line)

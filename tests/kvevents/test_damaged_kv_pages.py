@@ -1,5 +1,6 @@
-"""A hand-edited KV-event recording on the Node page's KV events tab and on Live (a
-collector's own run): a view, or one st.error naming what is wrong; never an exception box."""
+"""A hand-edited KV-event recording on the Node page's KV events tab, beside an attach
+recording's scrapes and on Live (a collector's own run): a view, or one st.error naming what
+is wrong; never an exception box."""
 from __future__ import annotations
 
 import re
@@ -15,7 +16,7 @@ from hypothesis import strategies as hs
 ROOT = Path(__file__).resolve().parents[2]
 from kvviz.commands.cli import main  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
-from tests.kvevents.recordings import write_kv_recording  # noqa: E402
+from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
 from tests.pages.apptest_fixtures import use_collector  # noqa: E402
 from tests.pages.pagehelpers import no_exception, page  # noqa: E402
 
@@ -30,15 +31,16 @@ VALUES = hs.one_of(hs.none(), hs.integers(-2**63, 2**63 - 1), hs.floats(),
 def clean(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("kvclean")
     write_kv_recording(d / "ev.db", free_base_port(2))
+    write_attach_recording(d / "att.db", free_base_port(2))
     assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
                  "--lane", "paged:16:prefix", "--prefix-sharing", "0.8", "--rate", "100",
                  "--duration", "1", "--kv-events-record", "--out", str(d / "own.db")]) == 0
-    return {"node": d / "ev.db", "live": d / "own.db"}
+    return {"node": d / "ev.db", "attach": d / "att.db", "live": d / "own.db"}
 
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=hs.sampled_from(["node", "live"]), table=hs.sampled_from(sorted(COLUMNS)),
+@given(which=hs.sampled_from(["node", "attach", "live"]), table=hs.sampled_from(sorted(COLUMNS)),
        data=hs.data(), value=VALUES)
 def test_a_hand_edited_kv_recording_shows_a_view_or_an_error(clean, tmp_path_factory,
                                                              monkeypatch, which, table, data,
@@ -54,7 +56,7 @@ def test_a_hand_edited_kv_recording_shows_a_view_or_an_error(clean, tmp_path_fac
             db.execute(f"UPDATE {table} SET {col} = ? WHERE rowid IN (1, 2)", (value,))
         except sqlite3.IntegrityError:  # NOT NULL or a duplicate key: SQLite refuses it
             assume(False)
-    if which == "node":
+    if which in ("node", "attach"):
         at = page("pages/node.py")
     else:
         at = page("pages/live.py", run="own.db")
@@ -71,3 +73,17 @@ def test_text_in_seq_is_one_error_naming_the_row_and_column(clean, tmp_path, mon
     no_exception(at)
     shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]  # escaped Markdown
     assert any("kv_batches row 3: seq 'x' is not a number" in e for e in shown), shown
+
+
+def test_a_damaged_attach_recording_is_one_error_beside_its_scrapes(clean, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    st.cache_resource.clear()
+    shutil.copy(clean["attach"], tmp_path / "att.db")
+    with sqlite3.connect(tmp_path / "att.db") as db:
+        db.execute("UPDATE kv_batches SET seq = 'x' WHERE batch_id = 3")
+    at = page("pages/node.py")
+    no_exception(at)
+    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    assert any("att.db's KV events" in e and "kv_batches row 3" in e for e in shown), shown
+    assert any(m.label == "KV usage" for m in at.metric)  # the scrapes beside it still show
