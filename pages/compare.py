@@ -7,7 +7,13 @@ import streamlit as st
 
 from kvviz.core.config import LENGTH_PRESETS
 from kvviz.core.errors import KvvizError
-from kvviz.engine.compare import CompareRequest, SyntheticWorkload, UploadedTrace
+from kvviz.engine.compare import (
+    CompareRequest,
+    SchedulerLimits,
+    SyntheticWorkload,
+    UploadedTrace,
+    engine_for,
+)
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import compare as vc
 from kvviz.viz import outcome as vo
@@ -46,6 +52,7 @@ def workload_inputs() -> CompareRequest:
                                10_000.0, 20.0, disabled=upload is not None)
         seed = st.number_input("Seed", 0, 2**31 - 1, 0, disabled=upload is not None)
         capacity = st.number_input("KV capacity (slots)", 256, 4_000_000, 16_384, step=1024)
+        limits = scheduler_inputs()
     if upload is None and kind == "Trace file":
         st.info("Upload a trace in the sidebar, or switch to a synthetic workload.")
         st.stop()
@@ -53,7 +60,31 @@ def workload_inputs() -> CompareRequest:
         source = UploadedTrace(upload[0], upload[1], int(max_len), bool(skip))
     else:
         source = SyntheticWorkload(preset, int(n), float(rate), int(seed))
-    return CompareRequest(source, int(capacity))
+    return CompareRequest(source, int(capacity), limits=limits)
+
+
+def scheduler_inputs() -> SchedulerLimits:
+    """vLLM's scheduler knobs, set to your deployment's (vLLM's defaults until changed)."""
+    d = SchedulerLimits()
+    with st.expander("Scheduler (vLLM's limits)"):
+        seqs = st.number_input("Batch limit (max_num_seqs)", 1, 4096, d.max_num_seqs,
+                               help="running requests at most; a full batch refuses with POLICY")
+        budget = st.number_input("Token budget per step (max_num_batched_tokens)", 1,
+                                 1_000_000, d.max_num_batched_tokens, step=1024,
+                                 help="tokens computed per step: running decodes first, then "
+                                      "prefill chunks")
+        chunked = st.checkbox("Chunked prefill", d.enable_chunked_prefill,
+                              help="off: a prompt waits for a step with budget for all of it")
+        mark = st.slider("Watermark", 0.0, 0.99, d.watermark, 0.01,
+                         help="share of a paged lane's blocks kept free when admitting while "
+                              "others run; a request it turns away is refused with POLICY")
+    return SchedulerLimits(int(seqs), int(budget), bool(chunked), float(mark))
+
+
+def limits_text(lim: SchedulerLimits) -> str:
+    return (f"batch limit {lim.max_num_seqs:,}, {lim.max_num_batched_tokens:,} tokens per step"
+            f", chunked prefill {'on' if lim.enable_chunked_prefill else 'off'}, watermark "
+            f"{lim.watermark:g}")
 
 
 def show_detected(up) -> None:
@@ -118,9 +149,16 @@ except KvvizError as exc:
     st.error(f"Cannot use this trace: {md(exc)}")
     st.stop()
 workload = loaded.workload
+try:
+    engine_for(request, loaded)
+except ValueError as exc:  # "max_batched_tokens: why": the limits cannot run together
+    field, _, why = str(exc).partition(": ")
+    knob = {"max_batched_tokens": "token budget per step (max_num_batched_tokens)"}
+    st.error(f"Scheduler limits: {md(knob.get(field, field))}: {md(why)}")
+    st.stop()
 st.caption(f"{len(workload):,} requests, {workload.total_output_tokens:,} output tokens; "
            f"KV capacity {request.capacity_tokens:,} slots; step {loaded.engine.step_ms:g} ms "
-           "simulated.")
+           f"simulated; {limits_text(request.limits)}.")
 if loaded.upload is not None:
     show_detected(loaded.upload)
 tab_lanes, tab_advisor = st.tabs(["Allocators", "Block-size advisor"])

@@ -1,7 +1,8 @@
 """One workload through several allocator lanes: the Compare page's simulation.
 
-A `CompareRequest` names the workload (synthetic, or an uploaded trace), the KV capacity and the
-lanes; `compare` runs it and returns one summary per lane. Uploaded bytes are validated here
+A `CompareRequest` names the workload (synthetic, or an uploaded trace), the KV capacity, the
+scheduler's limits (vLLM's knobs) and the lanes; `compare` runs it and returns one summary per
+lane. Uploaded bytes are validated here
 (size, suffix, rows) and parsed in a resource-limited child (kvviz/traces/sandboxed.py).
 """
 from __future__ import annotations
@@ -42,10 +43,21 @@ class UploadedTrace:
 
 
 @dataclass(frozen=True)
+class SchedulerLimits:
+    """The scheduler's knobs every lane runs under, vLLM's names and defaults
+    (core.config.EngineConfig checks them, with the workload's max_seq_len: engine_for)."""
+    max_num_seqs: int = ENGINE.max_num_seqs
+    max_num_batched_tokens: int = ENGINE.max_batched_tokens
+    enable_chunked_prefill: bool = ENGINE.enable_chunked_prefill
+    watermark: float = ENGINE.watermark
+
+
+@dataclass(frozen=True)
 class CompareRequest:
     workload: SyntheticWorkload | UploadedTrace
     capacity_tokens: int
     lanes: tuple[str, ...] = ()  # lane labels (LaneSpec.parse), run in this order
+    limits: SchedulerLimits = SchedulerLimits()
 
 
 class Upload(NamedTuple):
@@ -104,13 +116,24 @@ def load_workload(source: SyntheticWorkload | UploadedTrace) -> LoadedWorkload:
     return LoadedWorkload(generate(cfg), ENGINE, None)
 
 
+def engine_for(request: CompareRequest, loaded: LoadedWorkload) -> EngineConfig:
+    """The engine the request's lanes run under: the loaded workload's (its max_seq_len) with
+    the request's scheduler limits. ValueError "field: why" (EngineConfig's field names, e.g.
+    max_batched_tokens below max_seq_len with chunked prefill off)."""
+    lim = request.limits
+    return replace(loaded.engine, max_num_seqs=lim.max_num_seqs,
+                   max_batched_tokens=lim.max_num_batched_tokens,
+                   enable_chunked_prefill=lim.enable_chunked_prefill, watermark=lim.watermark)
+
+
 def compare(request: CompareRequest, *, loaded: LoadedWorkload | None = None,
             progress: Callable[[int, int], None] | None = None) -> CompareResult:
     """Run the request's workload through each of its lanes (same requests, same simulated
     times). `loaded`: load_workload(request.workload), when the caller already has it.
-    `progress(done, total)` is called as requests finish. Raises ValueError on a bad lane label."""
+    `progress(done, total)` is called as requests finish. Raises ValueError on a bad lane label
+    or scheduler limits that cannot run (engine_for)."""
     loaded = loaded or load_workload(request.workload)
+    engine = engine_for(request, loaded)
     sim = Simulation(loaded.workload, [LaneSpec.parse(lane) for lane in request.lanes],
-                     CacheConfig(capacity_tokens=request.capacity_tokens), loaded.engine)
-    return CompareResult(request.lanes, tuple(sim.run(progress=progress)),
-                         loaded.engine.step_ms)
+                     CacheConfig(capacity_tokens=request.capacity_tokens), engine)
+    return CompareResult(request.lanes, tuple(sim.run(progress=progress)), engine.step_ms)

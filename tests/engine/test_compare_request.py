@@ -47,6 +47,31 @@ def test_a_trace_runs_under_its_own_max_seq_len() -> None:
     assert clipped.engine.max_seq_len == 1024 and clipped.workload.clipped == 3
 
 
+def test_the_scheduler_limits_are_the_lanes_engine() -> None:
+    """A request's limits reach every lane: the same run as a Simulation under that engine,
+    and a tighter batch limit or a watermark changes what the paged lane does."""
+    from dataclasses import replace
+
+    from kvviz.core.config import EngineConfig
+
+    loaded = cmp.load_workload(SMALL)
+    assert cmp.engine_for(cmp.CompareRequest(SMALL, 4096), loaded) == loaded.engine  # vLLM's
+    tight = cmp.SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=2048,
+                                enable_chunked_prefill=False, watermark=0.1)
+    got = cmp.compare(cmp.CompareRequest(SMALL, 4096, ("paged:16",), tight)).summaries[0]
+    engine = EngineConfig(max_num_seqs=4, max_batched_tokens=2048, enable_chunked_prefill=False,
+                          watermark=0.1, max_seq_len=loaded.engine.max_seq_len)
+    direct = Simulation(loaded.workload, [LaneSpec.parse("paged:16")],
+                        CacheConfig(capacity_tokens=4096), engine).run()[0]
+    for key in ("steps", "finished", "preemptions", "admit_failures"):
+        assert got[key] == direct[key]
+    plain = cmp.compare(cmp.CompareRequest(SMALL, 4096, ("paged:16",))).summaries[0]
+    assert got["steps"] > plain["steps"]  # 4 at a time take longer than 256
+    with pytest.raises(ValueError, match="^max_batched_tokens: 100 is below max_seq_len"):
+        cmp.compare(cmp.CompareRequest(SMALL, 4096, ("paged:16",), replace(
+            tight, max_num_batched_tokens=100)))
+
+
 def test_a_bad_lane_is_one_value_error() -> None:
     with pytest.raises(ValueError, match="paged:zero"):
         cmp.compare(cmp.CompareRequest(SMALL, 4096, ("paged:zero",)))

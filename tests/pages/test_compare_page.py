@@ -49,6 +49,25 @@ def test_loads_with_tabs_and_no_results_yet(at: AppTest) -> None:
     assert not at.get("plotly_chart")
 
 
+def test_the_scheduler_limits_reach_every_lane_and_a_bad_pair_is_one_error(at: AppTest) -> None:
+    assert "batch limit 256, 8,192 tokens per step, chunked prefill on, watermark 0" in (
+        at.caption[0].value)  # vLLM's defaults
+    button(at, "Run comparison").click().run()
+    before = at.dataframe[0].value.set_index("lane")
+    next(n for n in at.number_input if n.label.startswith("Batch limit")).set_value(4)
+    at.run()
+    assert "batch limit 4," in at.caption[0].value
+    after = at.dataframe[0].value.set_index("lane")
+    assert (after["mean batch"] <= 4).all() and (before["mean batch"] > 4).any()
+    next(c for c in at.checkbox if c.label == "Chunked prefill").set_value(False)
+    next(n for n in at.number_input if n.label.startswith("Token budget")).set_value(1000)
+    at.run()
+    assert not at.exception
+    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    assert any("token budget per step (max_num_batched_tokens): 1000 is below max_seq_len"
+               in e for e in shown), shown
+
+
 def test_run_comparison_draws_figures_and_table(at: AppTest) -> None:
     lanes = at.multiselect[0].value
     button(at, "Run comparison").click().run()
