@@ -11,7 +11,8 @@ import importlib
 
 from kvviz.settings import flags as collector_flags
 
-HELP = "run the engine live (real KV tensors or sim) and record block maps, metrics, events"
+HELP = ("run the engine live (real KV tensors or sim) and record block maps, metrics, events; "
+        "every lane is scheduled by vLLM 0.32's rules, contiguous lanes are kvviz's own model")
 ENTRY = "collectors.launch"  # its run(CollectorConfig) -> exit code records one run
 
 add_arguments = collector_flags.add_arguments
