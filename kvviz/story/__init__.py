@@ -79,8 +79,9 @@ def build_story() -> list[Step]:
         "A contiguous allocator gives each request one range of adjacent slots. Nobody knows "
         "how long an answer will be, so each range is sized for the request's maximum: "
         "A has written 5 slots of 8, B 9 of 12, C 6 of 8. The dark blue part is **used** (KV "
-        "written); the pale blue part is **reserved**: held for the request, not yet "
-        "written.", line=c.snapshot()))
+        "written); the pale blue part is **slack**: held for the request, not yet written. "
+        "What the answer still writes is reserved; what it never writes, because it ends "
+        "short of the maximum, is **internal** waste.", line=c.snapshot()))
     c.release(1)
     steps.append(Step(
         "finish", "B finishes",

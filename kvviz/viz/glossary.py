@@ -33,8 +33,9 @@ TERMS: dict[str, str] = {
                      "prompt, stored once",
     "shared savings": "slots that prefix sharing saved: for each shared block, (refcount - 1) "
                       "x its written slots",
-    "prefix hit rate": "prompt tokens served from the prefix cache / prompt tokens admitted "
-                       "(vLLM's prefix_cache_hits / prefix_cache_queries)",
+    "prefix hit rate": "tokens served from the prefix cache / tokens looked up, over every "
+                       "admission, a preempted request's resumption included (vLLM's "
+                       "prefix_cache_hits / prefix_cache_queries)",
     "CAPACITY": "admission failure: fewer free slots in total than the request needs "
                 "(rounded to blocks): a true out-of-memory",
     "FRAGMENTATION": "admission failure: enough free slots in total, but no hole large "
