@@ -48,7 +48,8 @@ def prefix_step() -> Step:
     text = (
         f"E and F start with the same {PREFIX}-token system prompt. With a prefix cache, "
         f"F does not write those {PREFIX} tokens again: its block table points at E's blocks "
-        f"{', '.join(map(str, both))} (purple, **shared prefix**: two holders, refcount 2), "
+        f"{', '.join(map(str, both))} (purple, **shared prefix**: two holders, refcount 2; "
+        "labelled E+1, E and one more), "
         f"and F takes only one block of its own. {hit_f} of F's 10 prompt tokens came from "
         "the cache. When E and F finish, the shared blocks are free but keep their content "
         f"(green, **cached**: blocks {', '.join(map(str, kept))}); G arrives with the same "

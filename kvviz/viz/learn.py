@@ -101,7 +101,9 @@ def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
     for seq, first, last in runs:  # one label per range (contiguous) or per block (paged)
         x = ((first + last + 1) * bs - 1) / 2
         shared = not bm.contiguous and int(bm.refcount[first]) > 1
-        text = (f"<b>{names[seq]}</b> + {int(bm.refcount[first]) - 1} more (shared)" if shared
+        # a shared block names its first holder and how many more (the hover lists the state);
+        # short, so that it fits one block of the narrowest line drawn here
+        text = (f"<b>{names[seq]}</b>+{int(bm.refcount[first]) - 1}" if shared
                 else f"<b>{names[seq]}</b>")
         fig.add_annotation(x=x, y=LABEL_Y, text=text, showarrow=False,
                            font=dict(color=theme.TITLE_COLOUR, size=15))
