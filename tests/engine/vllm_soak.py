@@ -1,0 +1,93 @@
+"""A longer, wider fidelity soak than the vLLM tier (tests/engine/test_vllm_tier.py): random
+streams for SECONDS, each run through vLLM 0.32's own scheduler (the tier's reference process)
+and through kvviz twice: the Lane stepped one step at a time, compared per step (scheduled
+tokens, preemptions, finishes, hits, running order, block ids, KV events), and the whole
+Simulation (its fast paths), compared on the totals (steps, preemptions, finishes).
+
+    KVVIZ_VLLM_VENV=... python -m tests.engine.vllm_soak [SECONDS]      (default 600)
+
+Wider than the tier's hypothesis streams: block sizes 1-32, up to 60 requests, prompts up to
+300 and outputs up to 120 tokens, caches from just enough to 400 blocks more, up to 32
+sequences, watermarks up to 0.5, prompts sharing chains or repeating earlier ones exactly.
+Prints the count, or the first stream that differs and how. Not part of the test run."""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+from hypothesis import strategies as st
+
+from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
+from kvviz.engine import Simulation
+from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, workload
+
+
+@st.composite
+def streams(draw):
+    bs = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+    n = draw(st.integers(1, 60))
+    prefix, chunked = draw(st.booleans()), draw(st.booleans())
+    prompt = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 120), min_size=n, max_size=n))
+    arrival = sorted(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
+    chains = None
+    if prefix:  # chain ids from a small pool: prompts share leading blocks
+        chains = [[draw(st.integers(0, 3)) * 10 + j for j in range(-(-p // 16))]
+                  for p in prompt]
+        mode = draw(st.integers(0, 2))
+        for i in range(n):
+            if mode == 1:  # one shared block, then the request's own
+                chains[i] = chains[i][:1] + [1000 + 100 * i + j
+                                             for j in range(len(chains[i]) - 1)]
+            elif mode == 2 and i and draw(st.booleans()):  # an earlier prompt, exactly
+                k = draw(st.integers(0, i - 1))
+                prompt[i], chains[i] = prompt[k], list(chains[k])
+    w = workload(arrival, prompt, output, chains)
+    need = max(-(-(p + o - 1) // bs) for p, o in zip(prompt, output))
+    blocks = need + draw(st.integers(0, draw(st.sampled_from([2, 10, 60, 400]))))
+    seqs = draw(st.integers(1, 32))
+    budget = (draw(st.integers(max(8, seqs), 600)) if chunked
+              else draw(st.integers(max(seqs, *(p + o + 1 for p, o in zip(prompt, output))),
+                                    900)))  # vLLM: >= max_num_seqs and >= max_model_len
+    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
+               "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
+               "watermark": draw(st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.2, 0.5]))}
+
+
+def check(srv: VllmServer, w, kw: dict) -> None:
+    c = case(w, **kw)
+    ref = srv.run(c)
+    assert_same(run_kvviz(w, c), ref, f"soak {kw}")
+    eng = EngineConfig(max_num_seqs=c["max_num_seqs"],
+                       max_batched_tokens=c["max_num_batched_tokens"],
+                       watermark=c["watermark"], enable_chunked_prefill=c["enable_chunked_prefill"],
+                       step_ms=1000.0, max_seq_len=c["max_model_len"])
+    sim = Simulation(w, [LaneSpec("paged", kw["block_size"], prefix_caching=kw["prefix"])],
+                     CacheConfig(capacity_tokens=c["num_blocks"] * kw["block_size"]), eng)
+    got = sim.run()[0]
+    want = (ref["steps"][-1]["step"], sum(len(y["preempted"]) for y in ref["steps"]), len(w))
+    assert (got["steps"], got["preemptions"], got["finished"]) == want, (kw, got, want)
+
+
+def main() -> int:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 600.0
+    warnings.simplefilter("ignore")  # .example() outside a test: hypothesis warns
+    gen, srv, n, end = streams(), VllmServer(), 0, time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            check(srv, *gen.example())
+            n += 1
+            if n % 100 == 0:
+                print(f"{n} streams equal", flush=True)
+    except AssertionError as exc:
+        print(f"after {n} equal streams, one differs: {exc}"[:4000])
+        return 1
+    finally:
+        srv.close()
+    print(f"{n} streams in {seconds:.0f} s: kvviz equals vLLM {srv.version} on every one")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
