@@ -55,7 +55,7 @@ def has_events(run: str) -> bool:
 @st.fragment(run_every=2.0)
 def events_panel(run: str) -> None:
     """The recording's own KV-event stream: the same node as its scrapes."""
-    with recording.guard(f"Reading {md(run)}'s KV events"):  # a fragment rerun: its own guard
+    with recording.guard(f"Reading {run}'s KV events"):  # a fragment rerun: its own guard
         st.markdown("**KV events** (this recording: the same node)")
         path = directory.resolve_run(directory.runs_dir(), run)
         with kv_reader.connect(path) as conn:

@@ -21,11 +21,12 @@ READ_ERRORS = (KvvizError, sqlite3.Error, OSError, ValueError, KeyError, IndexEr
 
 @contextmanager
 def guard(what: str) -> Iterator[None]:
-    """Show a read error as st.error with its reason; the rest of the page keeps working."""
+    """Show a read error as st.error with its reason; the rest of the page keeps working.
+    `what` is plain text (it names a file of the runs directory): shown escaped, as the reason."""
     try:
         yield
     except READ_ERRORS as exc:
-        st.error(f"{what}: {md(exc)}", icon=":material/error:")
+        st.error(f"{md(what)}: {md(exc)}", icon=":material/error:")
 
 
 @contextmanager

@@ -87,3 +87,16 @@ def test_a_damaged_attach_recording_is_one_error_beside_its_scrapes(clean, tmp_p
     shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
     assert any("att.db's KV events" in e and "kv_batches row 3" in e for e in shown), shown
     assert any(m.label == "KV usage" for m in at.metric)  # the scrapes beside it still show
+
+
+def test_a_file_name_in_a_read_error_is_text_not_markdown(clean, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    st.cache_resource.clear()
+    name = "**loud**_ev_.db"
+    shutil.copy(clean["node"], tmp_path / name)
+    with sqlite3.connect(tmp_path / name) as db:
+        db.execute("UPDATE kv_batches SET seq = 'x' WHERE batch_id = 3")
+    at = page("pages/node.py")
+    no_exception(at)
+    raw = [e.value for e in at.error if "kv_batches row 3" in re.sub(r"\\(.)", r"\1", e.value)]
+    assert raw and all(r"\*\*loud\*\*\_ev\_\.db" in e for e in raw), raw
