@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, workload
+from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, streams, workload
 
 pytestmark = pytest.mark.vllm
 
@@ -97,34 +96,6 @@ def test_watermark(vllm):
     w = _stream(5, 40, 5, 100, 60)
     _check(vllm, w, "watermark", num_blocks=40, max_num_seqs=10, max_num_batched_tokens=128,
            watermark=0.1)
-
-
-@st.composite
-def streams(draw):
-    bs = draw(st.sampled_from([4, 8, 16]))
-    n = draw(st.integers(1, 24))
-    prefix = draw(st.booleans())
-    chunked = draw(st.booleans())
-    prompt = draw(st.lists(st.integers(1, 90), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 50), min_size=n, max_size=n))
-    arrival = sorted(draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)))
-    chains = None
-    if prefix:  # chain ids drawn from a small pool, so prompts share leading blocks
-        chains = [[draw(st.integers(0, 2)) * 10 + j for j in range(-(-p // 16))]
-                  for p in prompt]
-        if draw(st.booleans()):
-            for i in range(n):
-                chains[i] = chains[i][:1] + [1000 + 100 * i + j for j in range(len(chains[i]) - 1)]
-    w = workload(arrival, prompt, output, chains)
-    need = max(-(-(p + o - 1) // bs) for p, o in zip(prompt, output))
-    blocks = draw(st.integers(need, need + 40))
-    seqs = draw(st.integers(1, 8))
-    budget = (draw(st.integers(max(8, seqs), 200)) if chunked
-              else draw(st.integers(max(seqs, *(p + o + 1 for p, o in zip(prompt, output))),
-                                    300)))  # vLLM: >= max_num_seqs and >= max_model_len
-    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
-               "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
-               "watermark": draw(st.sampled_from([0.0, 0.0, 0.05, 0.2]))}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from kvviz.alloc import make_allocator
 from kvviz.core.config import EngineConfig, LaneSpec
@@ -191,3 +192,42 @@ def assert_same(kv: dict, ref: dict, label: str) -> None:
     assert lane.preemptions == sum(len(y["preempted"]) for y in b), label
     assert lane.done == sum(len(y["finished"]) for y in b) == len(lane.w), label
     assert lane.step_no == b[-1]["step"], label
+
+
+@st.composite
+def streams(draw, *, sizes=(4, 8, 16), most=24, prompt_hi=90, output_hi=50, arrive_hi=12,
+            extra_blocks=(40,), seqs_hi=8, budget_hi=200, whole_budget_hi=300,
+            watermarks=(0.0, 0.0, 0.05, 0.2), groups=3, chain_modes=(0, 1)):
+    """A random stream and its case settings (`case`'s keywords): block size from `sizes`, up
+    to `most` requests, caches from just enough to `extra_blocks` more; with prefix caching,
+    chain ids from `groups` shared prompts (chain mode 1: one shared block, then the request's
+    own; 2: some requests repeat an earlier prompt exactly). The vLLM tier draws the defaults;
+    the soak (tests/engine/vllm_soak.py) wider ones."""
+    bs = draw(st.sampled_from(sizes))
+    n = draw(st.integers(1, most))
+    prefix, chunked = draw(st.booleans()), draw(st.booleans())
+    prompt = draw(st.lists(st.integers(1, prompt_hi), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, output_hi), min_size=n, max_size=n))
+    arrival = sorted(draw(st.lists(st.integers(1, arrive_hi), min_size=n, max_size=n)))
+    chains = None
+    if prefix:  # chain ids drawn from a small pool, so prompts share leading blocks
+        chains = [[draw(st.integers(0, groups - 1)) * 10 + j for j in range(-(-p // 16))]
+                  for p in prompt]
+        mode = draw(st.sampled_from(chain_modes))
+        for i in range(n):
+            if mode == 1:
+                chains[i] = chains[i][:1] + [1000 + 100 * i + j
+                                             for j in range(len(chains[i]) - 1)]
+            elif mode == 2 and i and draw(st.booleans()):
+                k = draw(st.integers(0, i - 1))
+                prompt[i], chains[i] = prompt[k], list(chains[k])
+    w = workload(arrival, prompt, output, chains)
+    need = max(-(-(p + o - 1) // bs) for p, o in zip(prompt, output))
+    blocks = need + draw(st.integers(0, draw(st.sampled_from(extra_blocks))))
+    seqs = draw(st.integers(1, seqs_hi))
+    budget = (draw(st.integers(max(8, seqs), budget_hi)) if chunked
+              else draw(st.integers(max(seqs, *(p + o + 1 for p, o in zip(prompt, output))),
+                                    whole_budget_hi)))  # vLLM: >= max_num_seqs, max_model_len
+    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
+               "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
+               "watermark": draw(st.sampled_from(watermarks))}

@@ -16,43 +16,14 @@ import sys
 import time
 import warnings
 
-from hypothesis import strategies as st
-
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.engine import Simulation
-from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, workload
+from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, streams
 
-
-@st.composite
-def streams(draw):
-    bs = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
-    n = draw(st.integers(1, 60))
-    prefix, chunked = draw(st.booleans()), draw(st.booleans())
-    prompt = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 120), min_size=n, max_size=n))
-    arrival = sorted(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
-    chains = None
-    if prefix:  # chain ids from a small pool: prompts share leading blocks
-        chains = [[draw(st.integers(0, 3)) * 10 + j for j in range(-(-p // 16))]
-                  for p in prompt]
-        mode = draw(st.integers(0, 2))
-        for i in range(n):
-            if mode == 1:  # one shared block, then the request's own
-                chains[i] = chains[i][:1] + [1000 + 100 * i + j
-                                             for j in range(len(chains[i]) - 1)]
-            elif mode == 2 and i and draw(st.booleans()):  # an earlier prompt, exactly
-                k = draw(st.integers(0, i - 1))
-                prompt[i], chains[i] = prompt[k], list(chains[k])
-    w = workload(arrival, prompt, output, chains)
-    need = max(-(-(p + o - 1) // bs) for p, o in zip(prompt, output))
-    blocks = need + draw(st.integers(0, draw(st.sampled_from([2, 10, 60, 400]))))
-    seqs = draw(st.integers(1, 32))
-    budget = (draw(st.integers(max(8, seqs), 600)) if chunked
-              else draw(st.integers(max(seqs, *(p + o + 1 for p, o in zip(prompt, output))),
-                                    900)))  # vLLM: >= max_num_seqs and >= max_model_len
-    return w, {"block_size": bs, "num_blocks": blocks, "max_num_seqs": seqs,
-               "max_num_batched_tokens": budget, "chunked": chunked, "prefix": prefix,
-               "watermark": draw(st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.2, 0.5]))}
+WIDE = {"sizes": (1, 2, 4, 8, 16, 32), "most": 60, "prompt_hi": 300, "output_hi": 120,
+        "arrive_hi": 40, "extra_blocks": (2, 10, 60, 400), "seqs_hi": 32, "budget_hi": 600,
+        "whole_budget_hi": 900, "watermarks": (0.0, 0.0, 0.01, 0.05, 0.2, 0.5), "groups": 4,
+        "chain_modes": (0, 1, 2)}  # tests.engine.vllm_ref.streams's ranges, wider
 
 
 def check(srv: VllmServer, w, kw: dict) -> None:
@@ -73,7 +44,7 @@ def check(srv: VllmServer, w, kw: dict) -> None:
 def main() -> int:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 600.0
     warnings.simplefilter("ignore")  # .example() outside a test: hypothesis warns
-    gen, srv, n, end = streams(), VllmServer(), 0, time.monotonic() + seconds
+    gen, srv, n, end = streams(**WIDE), VllmServer(), 0, time.monotonic() + seconds
     try:
         while time.monotonic() < end:
             check(srv, *gen.example())

@@ -63,40 +63,32 @@ def test_a_hand_edited_kv_recording_shows_a_view_or_an_error(clean, tmp_path_fac
     no_exception(at)
 
 
-def test_text_in_seq_is_one_error_naming_the_row_and_column(clean, tmp_path, monkeypatch):
+def _text_in_seq(clean, tmp_path, monkeypatch, which: str, name: str):
+    """The Node page over recording `which` copied as `name`, its batch 3's seq made text;
+    returns the page and its errors with Markdown's escapes removed."""
     monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
     st.cache_resource.clear()
-    shutil.copy(clean["node"], tmp_path / "ev.db")
-    with sqlite3.connect(tmp_path / "ev.db") as db:
+    shutil.copy(clean[which], tmp_path / name)
+    with sqlite3.connect(tmp_path / name) as db:
         db.execute("UPDATE kv_batches SET seq = 'x' WHERE batch_id = 3")
     at = page("pages/node.py")
     no_exception(at)
-    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]  # escaped Markdown
+    return at, [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+
+
+def test_text_in_seq_is_one_error_naming_the_row_and_column(clean, tmp_path, monkeypatch):
+    _, shown = _text_in_seq(clean, tmp_path, monkeypatch, "node", "ev.db")
     assert any("kv_batches row 3: seq 'x' is not a number" in e for e in shown), shown
 
 
 def test_a_damaged_attach_recording_is_one_error_beside_its_scrapes(clean, tmp_path,
                                                                     monkeypatch):
-    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
-    st.cache_resource.clear()
-    shutil.copy(clean["attach"], tmp_path / "att.db")
-    with sqlite3.connect(tmp_path / "att.db") as db:
-        db.execute("UPDATE kv_batches SET seq = 'x' WHERE batch_id = 3")
-    at = page("pages/node.py")
-    no_exception(at)
-    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    at, shown = _text_in_seq(clean, tmp_path, monkeypatch, "attach", "att.db")
     assert any("att.db's KV events" in e and "kv_batches row 3" in e for e in shown), shown
     assert any(m.label == "KV usage" for m in at.metric)  # the scrapes beside it still show
 
 
 def test_a_file_name_in_a_read_error_is_text_not_markdown(clean, tmp_path, monkeypatch):
-    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
-    st.cache_resource.clear()
-    name = "**loud**_ev_.db"
-    shutil.copy(clean["node"], tmp_path / name)
-    with sqlite3.connect(tmp_path / name) as db:
-        db.execute("UPDATE kv_batches SET seq = 'x' WHERE batch_id = 3")
-    at = page("pages/node.py")
-    no_exception(at)
+    at, _ = _text_in_seq(clean, tmp_path, monkeypatch, "node", "**loud**_ev_.db")
     raw = [e.value for e in at.error if "kv_batches row 3" in re.sub(r"\\(.)", r"\1", e.value)]
     assert raw and all(r"\*\*loud\*\*\_ev\_\.db" in e for e in raw), raw
