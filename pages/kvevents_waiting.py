@@ -57,10 +57,10 @@ def scraped_gauges(run: str) -> Gauges | None:
     return diagnose.gauges_from_scrapes(rows)
 
 
-def end_of_stream(conn, timeline: list[tuple]) -> float:
-    """The stream's "now" in its own seconds: the wall clock for a recording still written,
-    else just past its last batch."""
-    created, status, _ = kv_reader.run_state(conn)
+def end_of_stream(state: kv_reader.RunState, timeline: list[tuple]) -> float:
+    """The stream's "now" in its own seconds (`state`: kv_reader.run_state's): the wall clock
+    for a recording still written, else just past its last batch."""
+    created, status, _ = state
     if status == "running" and created is not None:
         return time.time() - float(created)
     return max((float(s) + 1 for _, s, _, _ in timeline), default=0.0)

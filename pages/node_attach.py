@@ -63,7 +63,7 @@ def events_panel(run: str) -> None:
             counts = kv_reader.stream_counts(conn)
             timeline = kv_reader.timeline(conn)
             model = kvevents_view.model_of(run, conn, counts)[0]
-            end_s = kw.end_of_stream(conn, timeline)
+            end_s = kw.end_of_stream(kv_reader.run_state(conn), timeline)
         for s in streams:
             c = counts.get(s["stream_id"], {})
             st.text(f"{s['endpoint']}: {c.get('batches') or 0:,} batches "
