@@ -21,6 +21,7 @@ from kvviz.core.config import CacheConfig, EngineConfig, WorkloadConfig, model_f
 from kvviz.core.errors import KvvizError
 from kvviz.core.workload import clip_workload
 from kvviz.settings import flags as collector_flags
+from kvviz.settings import memory
 from kvviz.settings.collector import CollectorConfig
 from kvviz.traces.args import load_trace_args, resolve_max_seq_len, trace_line
 
@@ -76,6 +77,9 @@ def build(c: CollectorConfig):
     except ValueError as exc:  # each knob alone is checked already: only the budget against
         # max_seq_len with chunked prefill off remains (as kvviz simulate says it)
         raise KvvizError("--max-num-batched-tokens: " + str(exc).split(": ", 1)[-1]) from None
+    requests = len(trace) if trace is not None else c.requests
+    memory.check(memory.need(c.lanes, c.capacity_tokens, requests,
+                             model if c.mode == "real" else None, device), c.memory_budget_mb)
     kv_factory = None
     if c.mode == "real":
         try:

@@ -27,6 +27,8 @@ from kvviz.core.config import (
 from kvviz.core.errors import KvvizError
 from kvviz.core.workload import clip_workload, dump_trace, generate, is_kvviz_trace
 from kvviz.engine import Simulation
+from kvviz.settings import memory
+from kvviz.settings.collector import MEMORY_BUDGET_MB
 from kvviz.traces.args import (
     add_trace_arguments,
     load_trace_args,
@@ -120,6 +122,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one paged lane that caches every full block by its content (the "
                         "lane spec paged:N:prefix does the same); off by default here, on in "
                         "vLLM")
+    c.add_argument("--memory-budget-mb", type=MEMORY_BUDGET_MB, default=None, metavar="MB",
+                   help=at.rng("memory the whole run may take (every lane's blocks, the "
+                               "requests), checked before the simulation starts (default: 80%% "
+                               "of the memory available now)", MEMORY_BUDGET_MB))
     c.add_argument("--watermark", type=at.WATERMARK, default=0.0,
                    help=at.rng(at.WATERMARK_HELP, at.WATERMARK))
     c.add_argument("--engine", choices=("jump", "step"), default="jump",
@@ -161,6 +167,8 @@ def run(a: argparse.Namespace) -> int:
         save = safeio.check_output(a.save_trace, "--save-trace", overwrite=a.overwrite,
                                    is_ours=is_kvviz_trace, kind_name="kvviz trace")
     cache = CacheConfig(a.capacity_tokens, model_for(a.model, real_on_cpu=False))
+    if not a.trace:  # before the workload is generated; a trace is counted once read
+        memory.check(memory.need(lanes, a.capacity_tokens, a.requests), a.memory_budget_mb)
     w, info, max_seq_len = workload_from_args(a, show_progress=not a.json)
     try:
         engine = EngineConfig(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens,
@@ -168,6 +176,7 @@ def run(a: argparse.Namespace) -> int:
                               enable_chunked_prefill=a.enable_chunked_prefill)
     except ValueError as exc:
         raise KvvizError("--max-num-batched-tokens: " + str(exc).split(": ", 1)[-1]) from None
+    memory.check(memory.need(lanes, a.capacity_tokens, len(w)), a.memory_budget_mb)
     if save is not None:
         save_trace(w, str(save))
     sim = Simulation(w, lanes, cache, engine, advance=a.engine)

@@ -40,6 +40,7 @@ BUDGET_MB = at.float_range(0.0, 2.0**20)
 PORT = at.int_range(1, 65535)
 TORCH_THREADS = at.int_range(0, 4096)
 MAX_STEPS = at.int_range(1, 10**12)
+MEMORY_BUDGET_MB = at.float_range(1.0, 2.0**24)  # kvviz/settings/memory.py checks the total
 # field -> the range of its flag (None allowed where the field's default is None)
 RANGES = {"requests": at.REQUESTS, "rate": at.RATE, "prefix_sharing": at.SHARE,
           "capacity_tokens": at.CAPACITY_TOKENS, "max_seq_len": at.MAX_SEQ_LEN,
@@ -47,7 +48,7 @@ RANGES = {"requests": at.REQUESTS, "rate": at.RATE, "prefix_sharing": at.SHARE,
           "watermark": at.WATERMARK, "seed": at.SEED, "duration": at.SECONDS,
           "steps_per_s": STEPS_PER_S, "max_steps": MAX_STEPS, "hz": HZ,
           "blockmap_budget_mb": BUDGET_MB, "metrics_port": PORT, "torch_threads": TORCH_THREADS,
-          "torch_snapshot_every": at.SECONDS}
+          "torch_snapshot_every": at.SECONDS, "memory_budget_mb": MEMORY_BUDGET_MB}
 CHOICES = {"mode": ("real", "sim"), "device": ("auto", "cpu", "cuda"),
            "workload": tuple(LENGTH_PRESETS), "arrival": ("poisson", "bursty"),
            "kv_events_format": ("vllm", "sglang"), "trace_format": (None, *FORMATS),
@@ -97,6 +98,7 @@ class CollectorConfig:
     out: str | None = None  # None: runs/<UTC time>.db
     overwrite: bool = False
     blockmap_budget_mb: float = 200.0
+    memory_budget_mb: float | None = None  # the whole run's memory; None: 80% of available
     quiet: bool = False
     audit: bool = False
     metrics_port: int | None = None

@@ -20,6 +20,7 @@ from kvviz.settings.collector import (
     BUDGET_MB,
     HZ,
     MAX_STEPS,
+    MEMORY_BUDGET_MB,
     PORT,
     STEPS_PER_S,
     TORCH_THREADS,
@@ -95,6 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
            "file, device, FIFO, symlink or directory is never replaced")
     a("--blockmap-budget-mb", type=BUDGET_MB, help=at.rng(
       "block-map bytes kept per run; older maps are thinned (default 200)", BUDGET_MB))
+    a("--memory-budget-mb", type=MEMORY_BUDGET_MB, metavar="MB", help=at.rng(
+      "memory the whole run may take (every lane's metadata, real mode's K/V pools, the "
+      "requests), checked before anything is allocated (default: 80%% of the memory "
+      "available now)", MEMORY_BUDGET_MB))
     a("--quiet", action="store_true", help="no per-second status line")
     a("--audit", action=argparse.BooleanOptionalAction,
       help="real mode: at every sample check the K/V pools against the block tables and the "
