@@ -23,6 +23,7 @@ from kvviz.core.workload import clip_workload
 from kvviz.settings import flags as collector_flags
 from kvviz.settings import memory
 from kvviz.settings.collector import CollectorConfig
+from kvviz.store import liveness
 from kvviz.traces.args import load_trace_args, resolve_max_seq_len, trace_line
 
 PROG = "kvviz collect"  # errors and --help name the command both ways of starting it read
@@ -43,8 +44,14 @@ def out_path(cfg: CollectorConfig) -> Path:
     except OSError as exc:
         raise KvvizError(f"--out {shown}: cannot create directory "
                          f"{safeio.printable(out.parent)} ({exc.strerror or exc})") from None
-    return safeio.check_output(out, "--out", overwrite=cfg.overwrite,
-                               is_ours=safeio.is_kvviz_recording, kind_name="kvviz recording")
+    out = safeio.check_output(out, "--out", overwrite=cfg.overwrite,
+                              is_ours=safeio.is_kvviz_recording, kind_name="kvviz recording")
+    if cfg.overwrite and out.exists() and out.stat().st_size:
+        why = liveness.live_writer(out)
+        if why:
+            raise KvvizError(f"--out {shown}: {why}; --overwrite never replaces a recording "
+                             "being written (stop that run first, or choose another name)")
+    return out
 
 
 def build(c: CollectorConfig):

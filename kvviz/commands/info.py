@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from kvviz.core import safeio
+from kvviz.store.liveness import STOPPED_UNEXPECTEDLY, age_text
 
 HELP = "summarize a recording: lanes, duration, samples, admission failures, status"
 # what reading a hand-edited recording can raise besides StoreError (wrong types, deep JSON)
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = _say
     msg = f" ({s['status_message']})" if s["status_message"] else ""
-    out(f"{s['path']}: {s['status']}{msg}")
+    out(f"{s['path']}: {s.get('state', s['status'])}{msg}")
     kv = s.get("kv_events") or {}
     if s["mode"] == "node":
         held = (f"{s['node_samples']} scrapes ({s.get('node_samples_ok', 0)} ok) of "
@@ -78,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
         out("  " + kv_line(kv))
     age = s["heartbeat_age_s"]
-    if s["status"] == "running" and isinstance(age, (int, float)):
-        out(f"  last heartbeat {age:.1f} s ago"
-            + (" (writer probably killed)" if age > 10 else ""))
+    if s["status"] in ("running", STOPPED_UNEXPECTEDLY) and isinstance(age, (int, float)):
+        out(f"  last heartbeat {age_text(time.time() - age)}"
+            + (" (writer probably killed)" if abs(age) > 10 else ""))
     for name, lane in s["lanes"].items():
         f = lane["failures"]
         mib = lane["blockmap_bytes"] / 2**20 if isinstance(lane["blockmap_bytes"], int) else None
