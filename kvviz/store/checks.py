@@ -23,6 +23,10 @@ INFLATE_CAP = 1 << 30  # no stored blob inflates past 1 GiB: a larger one is dam
 SQL_TYPES = {"INTEGER": {"integer"}, "REAL": {"real", "integer"}, "TEXT": {"text"},
              "BLOB": {"blob"}}
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_OWNER = (1 << 31) - 2  # an owner is -1 (free) or a sequence id
+# run.meta lane fields: (key, lowest, highest), checked when present
+LANE_RANGES = (("block_size", 1, (1 << 31) - 1), ("num_blocks", 0, 1 << 24),
+               ("capacity_tokens", 1, ((1 << 31) - 1) << 24))
 
 
 def _kind(v: object) -> str:
@@ -66,7 +70,21 @@ def meta(raw: object, where: str) -> dict:
         if "name" in lane and not isinstance(lane["name"], str):
             raise StoreError(f"{where}: run metadata lanes[{i}].name must be text, got "
                              f"{_kind(lane['name'])}")
+        for key, lo, hi in LANE_RANGES:  # the verifier's bounds (kvviz/verify/trust.py)
+            if key in lane and not (isinstance(lane[key], int) and not isinstance(
+                    lane[key], bool) and lo <= lane[key] <= hi):
+                raise StoreError(f"{where}: run metadata lanes[{i}].{key} must be an integer "
+                                 f"in {lo}..{hi}, got {lane[key]!r:.60}")
     return m
+
+
+def owners(owner: np.ndarray, what: str) -> None:
+    """StoreError when a map's owners leave -1 (free) and 0..MAX_OWNER (the verifier's
+    range: a sequence id whose id + 1 still fits int32)."""
+    if owner.size and (int(owner.min()) < -1 or int(owner.max()) > MAX_OWNER):
+        bad = np.flatnonzero((owner < -1) | (owner > MAX_OWNER))
+        raise StoreError(f"{what}: {bad.size} owners are outside -1 (free) and 0..{MAX_OWNER} "
+                         f"(first: block {int(bad[0])}, owner {int(owner[bad[0]])})")
 
 
 def number(v: object, what: str, *, integer: bool = False, lo: float | None = None,

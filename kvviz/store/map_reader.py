@@ -83,6 +83,7 @@ def decode_row(r: dict, where: str) -> tuple[BlockMap, float]:
                              buddy=bool(r["buddy"]), encoding=r["encoding"])
     except Exception as exc:  # noqa: BLE001 - ValueError, TypeError, zlib.error, ...
         raise StoreError(f"{what} is damaged: {type(exc).__name__}: {exc}") from None
+    check.owners(bm.owner, what)
     return bm, t
 
 

@@ -7,6 +7,7 @@ import sys
 
 from kvviz.verify.core import Report, Unreadable, verify
 from kvviz.verify.rows import MAX_EVENTS
+from kvviz.verify.trust import printable
 
 HOLDS = (("samples", "samples"), ("events", "engine events"), ("node_samples", "scrapes"),
          ("kv_streams", "KV-event streams"), ("kv_batches", "KV-event batches"),
@@ -32,7 +33,7 @@ def summary(rep: Report) -> str:
         lines.append(f"  MISMATCH {m}")
     if rep.mismatch_count > len(rep.mismatches):
         lines.append(f"  ... and {rep.mismatch_count - len(rep.mismatches)} more")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rep = verify(args.path, args.max_events)
     except Unreadable as exc:
-        print(f"kvviz verify: error: {exc}", file=sys.stderr)
+        print(f"kvviz verify: error: {printable(exc)}", file=sys.stderr)
         return 2
     try:
         print(json.dumps(rep.as_dict(), indent=1) if args.json else summary(rep), flush=True)

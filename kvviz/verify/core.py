@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvviz.verify import checks, decode, rows, streams
+from kvviz.verify import checks, decode, rows, streams, trust
 from kvviz.verify import events as engine_events
 from kvviz.verify.header import Unreadable, meta_of, open_db, tables
 from kvviz.verify.replay import LaneReplay
@@ -97,6 +97,8 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
                 rows.columns(db, table)
         events = engine_events.load(db, rep, chunked, max_events)
         lanes = {ln.get("name"): ln for ln in meta.get("lanes", [])}
+        for where, what in trust.meta_lanes(meta):
+            rep.bad(where, what)
         names = []
         for (lane,) in db.execute("SELECT DISTINCT lane FROM samples"):
             if isinstance(lane, str):
@@ -221,7 +223,7 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
                      meta["capacity_tokens"])
         row = maps.pop(s["sample_id"], None)
         if row is not None:
-            _map(rep, where, s, db, row, replay, tabs.get(s["sample_id"]))
+            _map(rep, where, s, db, row, replay, tabs.get(s["sample_id"]), meta)
     for sid in maps:
         rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
     if k < len(events):  # written with a sample, an event never is past its lane's last one
@@ -249,7 +251,7 @@ def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple)
 
 
 def _map(rep: Report, where: str, s: dict, db: sqlite3.Connection, row: dict,
-         replay: LaneReplay, tab: dict | None) -> None:
+         replay: LaneReplay, tab: dict | None, lane: dict) -> None:
     """Check one block map (and its block tables) against the sample and the replay; `row`
     and `tab` are _typed rows, their blobs read here when their lengths fit."""
     rep.same(where, "map t/step", (row["t"], row["step"]), (s["t"], s["step"]))
@@ -266,6 +268,8 @@ def _map(rep: Report, where: str, s: dict, db: sqlite3.Connection, row: dict,
     rep.lanes[s["lane"]]["maps_decoded"] = rep.lanes[s["lane"]].get("maps_decoded", 0) + 1
     rep.checks += 1
     for msg in checks.invariants(m):
+        rep.bad(where, msg)
+    for msg in trust.owners(m.planes["owner"]) + trust.map_vs_lane(row, lane):
         rep.bad(where, msg)
     got = checks.metrics(m)
     for name, want in got.items():

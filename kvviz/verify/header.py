@@ -5,7 +5,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from kvviz.verify import rows
+from kvviz.verify import rows, trust
 
 APP_ID = 0x6B76767A
 MAX_META_DEPTH = 64  # kvviz writes 3 levels
@@ -18,8 +18,9 @@ class Unreadable(Exception):
 def open_db(path: Path) -> tuple[sqlite3.Connection, int]:
     """A read-only connection inside one read transaction (a consistent snapshot, also of a
     recording whose writer is still running: WAL mode), and the format version."""
-    if not path.is_file():
-        raise Unreadable(f"{path}: no such file")
+    why = trust.path_problem(path)
+    if why:
+        raise Unreadable(f"{path}: {why}")
     with path.open("rb") as fh:
         head = fh.read(100)
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
@@ -41,6 +42,10 @@ def open_db(path: Path) -> tuple[sqlite3.Connection, int]:
         db.close()
         raise Unreadable(f"{path}: run.format_version holds {rows.shown(row[1])}, not a "
                          "format version")
+    why = trust.version_problem(int(row[1]))
+    if why:
+        db.close()
+        raise Unreadable(f"{path}: {why}")
     return db, int(row[1])
 
 
