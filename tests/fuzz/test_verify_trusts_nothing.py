@@ -116,10 +116,11 @@ def test_a_lane_block_size_out_of_range_is_a_mismatch_and_refused(tmp_path, valu
         assert res.code == 2 and "block_size" in res.err
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=hs.sampled_from(["block_size", "num_blocks", "capacity_tokens"]),
-       value=hs.one_of(hs.integers(-2**70, 2**70), hs.floats(allow_nan=True), hs.text(max_size=5),
-                       hs.none(), hs.booleans()))
+       value=hs.one_of(hs.integers(-2**70, 2**70), hs.floats(allow_nan=True),
+                       hs.text(max_size=5), hs.none(), hs.booleans()))
 def test_lane_fields_of_any_value_are_checked_or_in_range(tmp_path_factory, key, value):
     rec = make_recording(tmp_path_factory.mktemp("v") / "r.db")
     with sqlite3.connect(rec) as db:
