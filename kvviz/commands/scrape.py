@@ -15,6 +15,7 @@ from kvviz.core import limits as at
 from kvviz.core import safeio
 from kvviz.core.errors import KvvizError
 
+GIVE_UP = 12  # failed scrapes in a row that end an unbounded run (a dead node)
 HELP = "scrape a vLLM/SGLang node's Prometheus /metrics (KV usage, queue, preemptions)"
 
 
@@ -27,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                at.SECONDS))
     p.add_argument("--count", type=at.COUNT, default=None, metavar="N",
                    help=at.rng("stop after N samples", at.COUNT))
+    p.add_argument("--give-up", type=at.COUNT, default=GIVE_UP, metavar="N", help=at.rng(
+        f"without --count or --duration: stop after N failed scrapes in a row (default "
+        f"{GIVE_UP}: a minute at the default interval)", at.COUNT))
     p.add_argument("--timeout", type=at.TIMEOUT, default=3.0, metavar="S",
                    help=at.rng("give up on one scrape after this many seconds (default 3)",
                                at.TIMEOUT))
@@ -143,7 +147,9 @@ def _is_scrape_log(path: Path) -> bool:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    from kvviz.node.gauges import percent
+
+    return percent(x)
 
 
 def _num(x: float | None, fmt: str = "{:g}") -> str:
@@ -165,7 +171,7 @@ def format_line(s) -> str:
                     f"{hit_text} since start")
     return (f"{stamp} ok {s.engine} kv {_pct(s.kv_usage)}{slots} run {_num(s.num_running)} "
             f"wait {_num(s.num_waiting)} preempt {_num(s.preemptions_total)}{rate} "
-            f"prefix hit {hit_text}")
+            f"prefix hit {hit_text}" + (f"; {s.message}" if s.message else ""))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,10 +192,20 @@ def run(args: argparse.Namespace) -> int:
         stopped_by.append(signal.Signals(signum).name)
         stop.set()
 
+    unbounded = args.count is None and args.duration is None
+    failed: list[int] = [0]  # failed scrapes in a row
+    if unbounded and not args.quiet and sys.stderr.isatty():  # errors stay one line
+        print(f"kvviz scrape: scraping {safeio.printable(url)} every {args.interval:g} s until "
+              f"Ctrl-C (or SIGTERM); gives up after {args.give_up} failed scrapes in a row",
+              file=sys.stderr, flush=True)
+
     with _open_out(args, url) as recorder:
         def sink(sample) -> None:
             nonlocal ok
             ok += sample.ok
+            failed[0] = 0 if sample.ok else failed[0] + 1
+            if unbounded and failed[0] >= args.give_up:
+                stop.set()
             if recorder is not None:
                 recorder(sample)
             if not args.quiet:
@@ -210,8 +226,12 @@ def run(args: argparse.Namespace) -> int:
         if stopped_by and isinstance(recorder, StoreSink):
             recorder.status, recorder.message = "stopped", (
                 lifecycle.stop_reason() or f"stopped by {stopped_by[0]}")
+    gave_up = unbounded and failed[0] >= args.give_up and not stopped_by
+    why = f" (gave up after {failed[0]} failed scrapes in a row)" if gave_up else ""
     if not ok:
-        print(f"kvviz scrape: no successful scrape of {safeio.printable(url)} in {n} tries",
-              file=sys.stderr)
+        print(f"kvviz scrape: no successful scrape of {safeio.printable(url)} in {n} tries"
+              + why, file=sys.stderr)
         return 1
+    if gave_up:
+        print(f"kvviz scrape: warning: the node stopped answering{why}", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
 from kvviz.core.errors import KvvizError
+from kvviz.node import gauges
 from kvviz.node.known_metrics import Engine, engine_of_series
 from kvviz.node.servers import PoolRow, sglang_fields, sglang_pools, vllm_fields, vllm_pools
 
@@ -121,14 +122,14 @@ def parse_series(text: str) -> list[tuple[str, Labels, float]]:
 
 def sample_from_text(text: str, *, url: str, time: float) -> NodeSample:
     """Parse one /metrics body into an ok NodeSample (raises GarbledMetricsError)."""
-    series = parse_series(text)
+    series, problems = gauges.check(parse_series(text))
     by_name: dict[str, Rows] = {}
     for name, labels, value in series:
         by_name.setdefault(name, []).append((labels, value))
     engine = _detect_engine(by_name)
     values = {"vllm": vllm_fields, "sglang": sglang_fields}.get(engine, lambda _: {})(by_name)
     raw = {series_key(n, lab): v for n, lab, v in series}
-    message = "" if series else "no series exported"
+    message = gauges.message(problems) or ("" if series else "no series exported")
     return NodeSample(time=time, url=url, status=NodeStatus.OK, message=message, engine=engine,
                       raw=raw, **values)
 
@@ -148,7 +149,7 @@ def pool_rows(raw: dict[str, float]) -> list[PoolRow]:
     """The node's KV pools (vLLM engines, SGLang attention-DP ranks) from a sample's `raw`."""
     text = "\n".join(f"{k} {v!r}" for k, v in raw.items() if v is not None)
     by_name: dict[str, Rows] = {}
-    for name, labels, value in parse_series(text):
+    for name, labels, value in gauges.check(parse_series(text))[0]:
         by_name.setdefault(name, []).append((labels, value))
     engine = _detect_engine(by_name)
     pools = {"vllm": vllm_pools, "sglang": sglang_pools}.get(engine)

@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvviz.node.gauges import percent
 from kvviz.node.servers import USAGE_DEFINITION
 from kvviz.viz import theme
 from kvviz.viz.timeseries import Headline
@@ -77,7 +78,7 @@ def _headlines(r: dict) -> list[Headline]:
     hit = _num(r.get("prefix_hit_rate_interval"))
     hit = since if hit is None else hit
     return [
-        Headline("KV usage", _fmt(None if usage is None else 100 * usage, ".1f", "%"),
+        Headline("KV usage", percent(usage, none=NOT_EXPORTED),
                  USAGE_DEFINITION),
         Headline("KV capacity (blocks)", _fmt(_num(r.get("num_gpu_blocks")), ",.0f"),
                  f"the engine's num_gpu_blocks, of {_fmt(_num(r.get('block_size')), '.0f')} "
@@ -92,11 +93,11 @@ def _headlines(r: dict) -> list[Headline]:
                  "requests queued, preempted ones included"),
         Headline("Preemptions/s", _fmt(_num(r.get("preemptions_per_s")), ",.2f"),
                  "running requests evicted for lack of a free block, over the last interval"),
-        Headline("Prefix hit rate", _fmt(None if hit is None else 100 * hit, ".1f", "%"),
+        Headline("Prefix hit rate", percent(hit, none=NOT_EXPORTED),
                  "prefix-cache hits / lookups over the last scrape interval (since start "
                  "until there are two scrapes)"),
         Headline("Prefix hit rate (since start)",
-                 _fmt(None if since is None else 100 * since, ".1f", "%"),
+                 percent(since, none=NOT_EXPORTED),
                  "the engine's cumulative counters since it started: a prefix-cache reset "
                  "does not reset them, so this mixes in what came before"),
     ]
@@ -172,7 +173,7 @@ def fleet_table(nodes: list) -> pd.DataFrame:
         rows.append({
             "job": n.job, "instance": n.instance, "engine": n.engine,
             "up": {True: "up", False: "down"}.get(n.up, NOT_EXPORTED),
-            "KV usage": NOT_EXPORTED if n.kv_usage is None else f"{100 * n.kv_usage:.1f}%",
+            "KV usage": percent(n.kv_usage, none=NOT_EXPORTED),
             "used / capacity (slots)": (f"{used:,.0f} / {cap:,.0f}" if used is not None and cap
                                         else NOT_EXPORTED),
             "ext. fragmentation": (NOT_EXPORTED if n.fragmentation is None
