@@ -2,8 +2,10 @@
 together into ONE recording (mode "node" with kv_* tables), so the two are known to belong to
 one node and the dashboard may combine them (docs/NODE.md).
 
-Everything runs on one thread: the subscriber is polled between scrapes (a scrape that takes
-its whole timeout leaves events queued in ZeroMQ, never lost). A status line a second on
+The scrape runs in a process of its own (kvviz/node/scrape_child.py: its own memory limit,
+series cap and deadline), so a hostile /metrics can neither block the subscriber's polling nor
+count against the KV-event memory guard; SIGTERM and --duration end attach at once, whatever a
+scrape is doing. A status line a second on
 stderr; a change of state (the node stops answering, answers again, an events endpoint that is
 not a KV-event publisher) is one line of its own. The recording keeps what arrived.
 Exit 0 after a run with at least one successful scrape, 1 when none succeeded or the events
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from kvviz.commands.scrape import open_store_sink
     from kvviz.node.kvevents.guard import MemoryGuard
     from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
-    from kvviz.node.scrape import Scraper, normalize_url
+    from kvviz.node.scrape import normalize_url
+    from kvviz.node.scrape_child import ChildScraper
     from kvviz.runs import lifecycle
 
     url = normalize_url(args.url)
@@ -107,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
                 kv = writer.kv_events()
                 guard = MemoryGuard(prog="kvviz attach")  # its own process
                 sub = Subscriber(cfg, kv, guard=guard)
-            scraper = Scraper(url, lambda s: (sink(s), state.scraped(s, url)),
-                              interval_s=args.interval, timeout_s=args.timeout)
+            scraper = ChildScraper(url, lambda s: (sink(s), state.scraped(s, url)),
+                                   interval_s=args.interval, timeout_s=args.timeout)
             try:
                 status, message = _loop(args, scraper, sub, kv, writer, state, stop)
             finally:
+                scraper.close()  # a scrape in flight is abandoned at once
                 if sub is not None:
                     for st, summ in zip(sub.streams, sub.summary()):
                         kv.set_stream(st.sid, st.encoding, st.first_t, summ)  # type: ignore
@@ -190,19 +194,19 @@ def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tup
     warned: set[int] = set()
     while True:
         now = time.monotonic()
-        if now >= next_scrape:
-            scraper.step()
+        if now >= next_scrape and scraper.begin():  # the scrape runs in its own process
             next_scrape = max(next_scrape + args.interval, time.monotonic())
-            if state.scrapes == 1 and state.last is not None and not state.last.ok and \
-                    state.last.status == "garbled":
-                return "error", f"{scraper.url} is not a node's /metrics ({state.last.message})"
+        scraper.collect()
         if sub is not None:
             try:
                 sub.poll(min(50, max(0, int((next_scrape - time.monotonic()) * 1000))))
             except MemoryLimit as exc:  # the sockets are closed: the recording says why
                 return "error", str(exc)
         else:
-            time.sleep(max(0.0, min(0.05, next_scrape - time.monotonic())))
+            scraper.collect(max(0.0, min(0.05, next_scrape - time.monotonic())))
+        if state.scrapes == 1 and state.last is not None and not state.last.ok and \
+                state.last.status == "garbled":
+            return "error", f"{scraper.url} is not a node's /metrics ({state.last.message})"
         now = time.monotonic()
         if kv is not None and now - last_commit >= COMMIT_S:
             kv.flush()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
@@ -12,6 +13,8 @@ from kvviz.node.servers import PoolRow, sglang_fields, sglang_pools, vllm_fields
 
 Labels = dict[str, str]
 Rows = list[tuple[Labels, float]]
+MAX_SERIES = 50_000  # series one scrape may hold; a vLLM node with 8 DP engines has ~5,000
+_SAMPLE_LINE = re.compile(r"^[ \t]*[^#\s]", re.MULTILINE)
 
 
 class GarbledMetricsError(KvvizError):
@@ -107,6 +110,12 @@ def parse_series(text: str) -> list[tuple[str, Labels, float]]:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
+    n = text.count("\n") + 1 - text.count("\n#") - text.startswith("#")  # >= sample lines
+    if n > MAX_SERIES:  # then count exactly, still before anything is built for them
+        n = sum(1 for _ in _SAMPLE_LINE.finditer(text))
+    if n > MAX_SERIES:
+        raise GarbledMetricsError(f"{n:,} series, more than kvviz reads ({MAX_SERIES:,}: a "
+                                  "serving node exports a few thousand)")
     out: list[tuple[str, Labels, float]] = []
     try:
         for family in text_string_to_metric_families(text):

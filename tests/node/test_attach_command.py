@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 
 from kvviz.commands.cli import main
 from kvviz.node.kvevents.rebuild import load_model
@@ -92,10 +93,15 @@ def test_a_url_that_is_not_a_node_is_one_line(fake_node, tmp_path, capsys):
 def test_a_node_that_stops_answering_is_said_once_and_the_recording_keeps_its_scrapes(
         fake_node, tmp_path, capsys):
     out = tmp_path / "node.db"
-    stopper = threading.Timer(1.2, lambda: (fake_node.server.shutdown(),
-                                            fake_node.server.server_close()))
+    def stop_after_two_answers() -> None:  # the scrape's process may take a second to start
+        while fake_node.hits.get("/metrics", 0) < 2:
+            time.sleep(0.02)
+        fake_node.server.shutdown()
+        fake_node.server.server_close()
+
+    stopper = threading.Thread(target=stop_after_two_answers, daemon=True)
     stopper.start()
-    rc = main(["attach", fake_node.url("/metrics"), "--interval", "0.3", "--duration", "3",
+    rc = main(["attach", fake_node.url("/metrics"), "--interval", "0.3", "--duration", "4",
                "--timeout", "0.5", "--out", str(out), "--quiet"])
     stopper.join()
     err = capsys.readouterr().err
