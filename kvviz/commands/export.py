@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+from kvviz.commands.export_blocks import BLOCKS_HELP
 from kvviz.core import safeio
 
 HELP = "export a recording's tables to Parquet or CSV"
@@ -30,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN.db", help="a recording written by kvviz collect")
     p.add_argument("--parquet", metavar="DIR", default=None, help="write DIR/<table>.parquet")
     p.add_argument("--csv", metavar="DIR", default=None, help="write DIR/<table>.csv")
+    p.add_argument("--blocks", default="auto", metavar="WHICH", help=BLOCKS_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="replace files of an earlier export in DIR (run.json, <table>.parquet "
                         "or .csv); no other file is ever replaced")
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
+    args.blocks_choice = blocks.parse_choice(args.blocks)
     safeio.check_input_file(args.run, "recording")
     try:
         r = RunReader(args.run)
@@ -128,7 +131,8 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
     if r.has_table("kv_batches"):  # KV-event streams (kvviz/store/kv_writer.py)
         for name in KV_TABLES:
             tables[name] = r.table(name)
-    index = blocks.index_of(r)
+    n_blocks = r.blockmap_blocks()
+    index, left_out = blocks.choose(blocks.index_of(r), args.blocks_choice, n_blocks)
     header = {"status": r.status, "status_message": r.status_message,
               "format_version": r.format_version, "meta": r.meta}
     try:
@@ -139,7 +143,6 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
     jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
     first = {**tables, "blocks": pd_columns(blocks.COLUMNS)}
     plans = [(fmt, out, _targets(out, fmt, first, args.overwrite)) for fmt, out in jobs]
-    n_blocks = r.blockmap_blocks()
     for fmt, out, paths in plans:
         safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
         for name, df in tables.items():
@@ -152,12 +155,15 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
                 data = df.drop(columns=[c for c in binary if c in df.columns])
                 safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
                     tmp, index=False), f"{name}.csv")
-        safeio.atomic_write(paths["blocks"], lambda tmp, fmt=fmt: blocks.write(
-            r, index, tmp, fmt), f"blocks.{fmt}")
+        written: list[int] = []
+        safeio.atomic_write(paths["blocks"], lambda tmp, fmt=fmt, w=written: w.append(
+            blocks.write(r, index, tmp, fmt)), f"blocks.{fmt}")
+        n_blocks = written[0] if written else n_blocks
         shown = safeio.printable(out)
         rows = [f"{k} ({len(v)} rows)" for k, v in tables.items()]
         print(f"{shown}: {', '.join(rows)}, blocks ({n_blocks} rows: {len(index)} block maps "
-              "decoded) + run.json")
+              "decoded"
+              + (f"; {left_out}" if left_out else "") + ") + run.json")
     kv = r.kv_counts()
     if kv:
         print("  " + kv_line(kv))

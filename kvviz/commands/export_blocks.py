@@ -4,6 +4,10 @@ Columns sample_id, lane, t, step, block (address order, 0..num_blocks-1), owner,
 allocated, refcount, cached: the five planes of docs/FORMAT.md as plain columns, so pandas,
 DuckDB or Polars query them without knowing the encoding. Written map by map (one Parquet row
 group or one CSV append per map), so memory holds one map whatever the recording's length.
+
+`--blocks` chooses the maps (`choose`): `all`, `none` (the table is written with its header
+only), `thin:N` (every Nth kept map of each lane, and each lane's last), or `auto` (the
+default: all while the table stays within AUTO_ROWS rows, else thinned just enough to fit).
 """
 from __future__ import annotations
 
@@ -11,6 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+AUTO_ROWS = 2_000_000  # blocks rows `auto` writes at most (~80 MB of CSV)
+BLOCKS_HELP = ("which block maps the blocks table decodes: all, none, thin:N (every Nth map "
+               "of each lane, and its last) or auto (default: all up to "
+               f"{AUTO_ROWS:,} rows, else thinned to fit)")
 COLUMNS = ("sample_id", "lane", "t", "step", "block", "owner", "filled", "allocated",
            "refcount", "cached")
 
@@ -50,15 +58,17 @@ def index_of(reader) -> list[tuple]:
                     rows["t"].astype("float64").tolist(), rows["step"].astype("int64").tolist()))
 
 
-def write(reader, index, tmp: Path, fmt: str) -> None:
-    """The blocks table into `tmp` as Parquet or CSV."""
+def write(reader, index, tmp: Path, fmt: str) -> int:
+    """The blocks table into `tmp` as Parquet or CSV; returns its rows."""
+    rows = 0
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         with pq.ParquetWriter(tmp, _schema()) as out:
             for batch in _batches(reader, index):
                 out.write_batch(batch)
-        return
+                rows += batch.num_rows
+        return rows
     import pyarrow.csv as pcsv
 
     with open(tmp, "wb") as fh:  # a plain header line, as pandas writes one (export's check)
@@ -67,3 +77,46 @@ def write(reader, index, tmp: Path, fmt: str) -> None:
                 include_header=False)) as out:
             for batch in _batches(reader, index):
                 out.write_batch(batch)
+                rows += batch.num_rows
+    return rows
+
+
+def parse_choice(text: str) -> tuple[str, int]:
+    """`--blocks` text -> (kind, N); ValueError naming what is accepted."""
+    kind, _, n = text.partition(":")
+    if kind in ("all", "none", "auto") and not n:
+        return kind, 1
+    if kind == "thin" and n.isdigit() and 1 <= int(n) <= 10**9 and len(n) <= 10:
+        return kind, int(n)
+    raise ValueError(f"--blocks {text[:40]!r}: expected all, none, auto or thin:N with N in "
+                     "1..1000000000")
+
+
+def thin(index: list[tuple], every: int) -> list[tuple]:
+    """Every `every`th map of each lane, in sample_id order, each lane's last kept too."""
+    if every <= 1:
+        return list(index)
+    seen: dict[str, int] = {}
+    last = {lane: sid for sid, lane, _t, _s in index}
+    out = []
+    for row in index:
+        k = seen.get(row[1], 0)
+        seen[row[1]] = k + 1
+        if k % every == 0 or last[row[1]] == row[0]:
+            out.append(row)
+    return out
+
+
+def choose(index: list[tuple], choice: tuple[str, int], rows: int) -> tuple[list[tuple], str]:
+    """(the maps to decode, a note saying what was left out: "" for all of them)."""
+    kind, n = choice
+    if kind == "none":
+        return [], f"left out ({len(index)} block maps, --blocks none)"
+    if kind == "auto":
+        n = -(-rows // AUTO_ROWS) if rows > AUTO_ROWS else 1
+    chosen = thin(index, n)
+    if len(chosen) == len(index):
+        return chosen, ""
+    why = (f"the whole table would be {rows:,} rows; --blocks all writes it"
+           if kind == "auto" else f"--blocks thin:{n}")
+    return chosen, f"every {n}th block map of each lane ({why})"
