@@ -170,13 +170,14 @@ def _full(db: sqlite3.Connection, table: str, row: dict, cap: int) -> dict:
 
 def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: list[dict],
           stride: int, with_tables: bool) -> None:
-    samples = list(engine_events.table_rows(
-        db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,)))
+    n_samples = db.execute("SELECT COUNT(*) FROM samples WHERE lane = ?", (lane,)).fetchone()[0]
+    samples = engine_events.table_rows(  # one row at a time: memory does not grow with them
+        db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,))
     maps = _typed(db, rep, "blockmaps", lane)
     tabs = _typed(db, rep, "block_tables", lane) if with_tables else {}
     for sid in set(tabs) - set(maps):
         rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
-    stats = {"samples": len(samples), "maps": len(maps), "events": len(events)}
+    stats = {"samples": n_samples, "maps": len(maps), "events": len(events)}
     rep.lanes[lane] = stats
     top = max((r["idx"] for r in maps.values()), default=0)
     for r in maps.values():  # retention
