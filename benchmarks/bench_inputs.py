@@ -4,6 +4,7 @@
     python benchmarks/bench_inputs.py pickles [--only SUBSTRING] [--json]
     python benchmarks/bench_inputs.py traces [--rows 1000000] [--repeats 3] [--json]
     python benchmarks/bench_inputs.py floods [--seconds 10] [--only SUBSTRING] [--json]
+    python benchmarks/bench_inputs.py round3 [--seconds 4] [--only SUBSTRING] [--json]
 
 events: KV-event subscriber throughput, events/s decoded, applied to the prefix-cache model
   and written to a recording (kv_batches rows, WAL, a commit every 0.5 s of wall time), in
@@ -27,6 +28,11 @@ floods: `kvviz events` recording a hostile node (benchmarks/floods.py: floods, 1
   SIGTERM --seconds after its recording exists: its peak RSS and the time from SIGTERM to
   exit. Targets: peak RSS under 1 GB, exit within 1 s of SIGTERM. Without --json: the table
   of docs/RELIABILITY.md.
+round3: runs whose memory cannot fit (refused before anything is allocated) and `kvviz attach`
+  against a hostile /metrics (tests/fuzz/hostile_http.py), each a child started by the bare
+  launcher: its exit, its own peak RSS, and the time from SIGTERM (sent --seconds after its
+  recording exists) to its exit, or from its start for a run that ends by itself. Targets:
+  one error line and exit 2 for the refusals; exit within 1 s of SIGTERM.
 """
 from __future__ import annotations
 
@@ -267,22 +273,40 @@ def floods(a, tmp: Path) -> None:
                   f"({r['ok_rows']:,} decoded) |")
 
 
+def round3(a, tmp: Path) -> None:
+    import floods as fl
+
+    rows = [fl.run_round3(name, a.seconds, tmp) for name in fl.ROUND3 if a.only in name]
+    if a.json:
+        for r in rows:
+            harness.emit(a, r)
+        return
+    print("| input | exit | peak RSS | time | status | last line |")
+    print("|---|---:|---:|---:|---|---|")
+    for r in rows:
+        print(f"| {r['input']} | {r['exit']} | {r['peak_rss_mb']} MB | {r['seconds']:.2f} s "
+              f"({r['timed']}) | {r['status'] or 'no file'} | {r['stderr'][:120]} |")
+
+
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
-    ap.add_argument("case", choices=["events", "pickles", "traces", "floods"])
+    ap.add_argument("case", choices=["events", "pickles", "traces", "floods", "round3"])
     ap.add_argument("--events", type=int, default=400_000, help="events: events sent")
     ap.add_argument("--batch", type=int, default=100, help="events: events per batch")
     ap.add_argument("--port", type=int, default=47557, help="events: first of 4 ports")
     ap.add_argument("--only", default="", help="pickles, floods: inputs whose name contains "
                     "this")
     ap.add_argument("--rows", type=int, default=1_000_000, help="traces: rows per file")
-    ap.add_argument("--seconds", type=float, default=10.0, help="floods: SIGTERM after this")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="floods, round3: SIGTERM after this (default 10, round3 4)")
     a = ap.parse_args()
+    if a.seconds is None:
+        a.seconds = 4.0 if a.case == "round3" else 10.0
     if a.quick:
         a.events, a.rows, a.repeats, a.seconds = 4_000, 20_000, 1, 2.0
     with tempfile.TemporaryDirectory() as d:
-        {"events": events, "pickles": pickles, "traces": traces, "floods": floods}[a.case](
-            a, Path(d))
+        {"events": events, "pickles": pickles, "traces": traces, "floods": floods,
+         "round3": round3}[a.case](a, Path(d))
 
 
 if __name__ == "__main__":

@@ -64,3 +64,56 @@ def run(name: str, seconds: float, tmp: Path) -> dict:
             "rows": rows, "ok_rows": ok, "messages_sent": node.sent,
             "offered_events_per_s": None if offered is None else round(offered),
             "stderr": res.stderr.strip()[-200:]}
+
+
+# Round 3 (issue 40): runs that must be refused before anything is allocated, and attach
+# against a hostile /metrics. name -> (command, argv with {out} and {url}, SIGTERM after (s)
+# or None: the run ends by itself)
+PAGED_1 = [a for _ in range(20) for a in ("--lane", "paged:1")]
+ROUND3 = {
+    "collect --mode sim, 20 x --lane paged:1 at --capacity-tokens 16777216": (
+        "collect", ["--mode", "sim", "--capacity-tokens", "16777216", *PAGED_1,
+                    "--duration", "15", "--out", "{out}"], None),
+    "collect --mode real --model llama-3-8b --capacity-tokens 1000000": (
+        "collect", ["--mode", "real", "--model", "llama-3-8b", "--capacity-tokens",
+                    "1000000", "--duration", "15", "--out", "{out}"], None),
+    "simulate --requests 10000000 --rate inf": (
+        "simulate", ["--requests", "10000000", "--rate", "inf"], None),
+    "attach, /metrics of 1.6M tiny series (17 MB), SIGTERM": (
+        "attach", ["{url}/metrics", "--timeout", "30", "--out", "{out}", "--quiet"], True),
+    "attach, /metrics of 45,000 series of long labels (27 MB, ~40 s to parse), SIGTERM": (
+        "attach", ["{url}/heavy", "--timeout", "30", "--out", "{out}", "--quiet"], True),
+    "attach, /metrics dripped a byte every 0.2 s, SIGTERM": (
+        "attach", ["{url}/drip", "--timeout", "30", "--out", "{out}", "--quiet"], True),
+    "attach --duration 5, the 27 MB body": (
+        "attach", ["{url}/heavy", "--timeout", "30", "--duration", "5", "--out", "{out}",
+                   "--quiet"], None),
+}
+
+
+def run_round3(name: str, seconds: float, tmp: Path) -> dict:
+    """One ROUND3 row: the child's exit, peak RSS (its own) and the time from SIGTERM to its
+    exit (or from its start, for a run that ends by itself), and its recording's status."""
+    from tests.fuzz.hostile_http import Hostile
+    from tests.fuzz.hostile_zmq import run_events
+
+    command, argv, term = ROUND3[name]
+    node = Hostile() if command == "attach" else None
+    out = tmp / f"r3-{abs(hash(name))}.db"
+    argv = [a.format(out=out, url=node.url if node else "") for a in argv]
+    try:
+        res = run_events(argv, signal_after_s=seconds if term else None, limit_s=180,
+                         ready=out if term else None, command=command)
+    finally:
+        if node is not None:
+            node.server.shutdown()
+            node.server.server_close()
+    status = None
+    if out.exists():
+        conn = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+        status = conn.execute("SELECT status FROM run").fetchone()[0]
+        conn.close()
+    return {"bench": "round3", "input": name, "exit": res.code,
+            "peak_rss_mb": round(res.peak_rss_mb), "seconds": round(res.wall_s, 2),
+            "timed": "SIGTERM to exit" if term else "start to exit", "status": status,
+            "stderr": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else ""}
