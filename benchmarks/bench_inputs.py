@@ -5,6 +5,7 @@
     python benchmarks/bench_inputs.py traces [--rows 1000000] [--repeats 3] [--json]
     python benchmarks/bench_inputs.py floods [--seconds 10] [--only SUBSTRING] [--json]
     python benchmarks/bench_inputs.py round3 [--seconds 4] [--only SUBSTRING] [--json]
+    python benchmarks/bench_inputs.py round3 --only export [--samples 1000000]
 
 events: KV-event subscriber throughput, events/s decoded, applied to the prefix-cache model
   and written to a recording (kv_batches rows, WAL, a commit every 0.5 s of wall time), in
@@ -276,16 +277,7 @@ def floods(a, tmp: Path) -> None:
 def round3(a, tmp: Path) -> None:
     import floods as fl
 
-    rows = [fl.run_round3(name, a.seconds, tmp) for name in fl.ROUND3 if a.only in name]
-    if a.json:
-        for r in rows:
-            harness.emit(a, r)
-        return
-    print("| input | exit | peak RSS | time | status | last line |")
-    print("|---|---:|---:|---:|---|---|")
-    for r in rows:
-        print(f"| {r['input']} | {r['exit']} | {r['peak_rss_mb']} MB | {r['seconds']:.2f} s "
-              f"({r['timed']}) | {r['status'] or 'no file'} | {r['stderr'][:120]} |")
+    fl.round3_table(a, tmp, harness.emit)
 
 
 def main() -> None:
@@ -297,6 +289,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="pickles, floods: inputs whose name contains "
                     "this")
     ap.add_argument("--rows", type=int, default=1_000_000, help="traces: rows per file")
+    ap.add_argument("--samples", type=int, default=1_000_000,
+                    help="round3 --only export: sample rows of the recording exported")
     ap.add_argument("--seconds", type=float, default=None,
                     help="floods, round3: SIGTERM after this (default 10, round3 4)")
     a = ap.parse_args()

@@ -117,3 +117,51 @@ def run_round3(name: str, seconds: float, tmp: Path) -> dict:
             "peak_rss_mb": round(res.peak_rss_mb), "seconds": round(res.wall_s, 2),
             "timed": "SIGTERM to exit" if term else "start to exit", "status": status,
             "stderr": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else ""}
+
+
+def big_recording(path: Path, samples: int) -> Path:
+    """A recording of `samples` sample rows (~23 h of the default demo at 10^6): a small real
+    run whose last sample row is repeated with later times and steps, in one SQL statement."""
+    from tests.fuzz.hostile import make_recording
+
+    make_recording(path)
+    with sqlite3.connect(path) as conn:
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(samples)")][1:]
+        rest = ", ".join(c for c in cols if c not in ("t", "step"))
+        conn.execute(f"""WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n
+                         WHERE i < ?) INSERT INTO samples (t, step, {rest})
+                         SELECT s.t + n.i * 0.25, s.step + n.i, {', '.join(
+                             f's.{c}' for c in cols if c not in ('t', 'step'))}
+                         FROM n, (SELECT * FROM samples ORDER BY sample_id DESC LIMIT 1) s""",
+                     (samples,))
+    return path
+
+
+def run_export(samples: int, tmp: Path) -> dict:
+    """`kvviz export --csv` of big_recording(samples): exit, the child's peak RSS, wall time."""
+    from tests.fuzz.hostile_zmq import run_events
+
+    rec = big_recording(tmp / f"big-{samples}.db", samples)
+    res = run_events([str(rec), "--csv", str(tmp / f"big-{samples}-csv"), "--blocks", "none"],
+                     limit_s=600, command="export")
+    return {"bench": "round3", "input": f"export --csv of {samples:,} samples", "exit": res.code,
+            "peak_rss_mb": round(res.peak_rss_mb), "seconds": round(res.wall_s, 2),
+            "timed": "start to exit", "status": None,
+            "stderr": res.stderr.strip().splitlines()[-1][:300] if res.stderr.strip() else ""}
+
+
+def round3_table(a, tmp: Path, emit) -> None:
+    """bench_inputs.py round3: the rows (--only, --samples, --seconds), as JSON lines or the
+    Markdown table of docs/RELIABILITY.md."""
+    rows = [run_round3(name, a.seconds, tmp) for name in ROUND3 if a.only in name]
+    if "export" in a.only:  # a long recording: minutes to build and export, so asked for
+        rows.append(run_export(a.samples, tmp))
+    if a.json:
+        for r in rows:
+            emit(a, r)
+        return
+    print("| input | exit | peak RSS | time | status | last line |")
+    print("|---|---:|---:|---:|---|---|")
+    for r in rows:
+        print(f"| {r['input']} | {r['exit']} | {r['peak_rss_mb']} MB | {r['seconds']:.2f} s "
+              f"({r['timed']}) | {r['status'] or 'no file'} | {r['stderr'][:120]} |")

@@ -120,17 +120,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, r, blocks) -> int:
+    from kvviz.commands import export_tables as xt
+    from kvviz.store import chunks
     from kvviz.store.contents import kv_line
     from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
     r.refuse_oversized_blobs()  # from lengths alone, before any blob is read
-    tables = {"samples": r.samples(), "events": r.events(), "device_memory": r.device_memory(),
-              "blockmaps": r.table("blockmaps")}
+    events = r.events()  # whole: its chunks decode into one frame
+
+    def whole(df):
+        return lambda: iter([df])
+
+    sources: dict[str, xt.Pieces] = {
+        "samples": lambda: chunks.samples(r), "events": whole(events),
+        "device_memory": whole(r.device_memory()),
+        "blockmaps": lambda: chunks.table(r, "blockmaps")}
     if r.has_table("node_samples"):  # a node recording (kvviz scrape --out)
-        tables["node_samples"] = r.table("node_samples")
+        sources["node_samples"] = lambda: chunks.table(r, "node_samples")
     if r.has_table("kv_batches"):  # KV-event streams (kvviz/store/kv_writer.py)
         for name in KV_TABLES:
-            tables[name] = r.table(name)
+            sources[name] = lambda name=name: chunks.table(r, name)
+    first = {name: next(src()) for name, src in sources.items()}  # columns, checks start
     n_blocks = r.blockmap_blocks()
     index, left_out = blocks.choose(blocks.index_of(r), args.blocks_choice, n_blocks)
     header = {"status": r.status, "status_message": r.status_message,
@@ -141,37 +151,47 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
         raise ValueError(f"{safeio.printable(args.run)}: run metadata cannot be written as "
                          f"JSON ({type(exc).__name__})") from None
     jobs = [(fmt, _outdir(d)) for fmt, d in (("parquet", args.parquet), ("csv", args.csv)) if d]
-    first = {**tables, "blocks": pd_columns(blocks.COLUMNS)}
-    plans = [(fmt, out, _targets(out, fmt, first, args.overwrite)) for fmt, out in jobs]
-    for fmt, out, paths in plans:
-        safeio.write_text_atomic(paths["run.json"], header_text, "run.json")
-        for name, df in tables.items():
-            if fmt == "parquet":
-                safeio.atomic_write(paths[name], lambda tmp, df=df: df.to_parquet(
-                    tmp, engine="pyarrow", index=False), f"{name}.parquet")
-            else:
-                binary = {"kv_batches": BLOB_COLS + KV_BLOB_COLS,
-                          "node_samples": ("raw_zlib",)}.get(name, BLOB_COLS)
-                data = df.drop(columns=[c for c in binary if c in df.columns])
-                safeio.atomic_write(paths[name], lambda tmp, data=data: data.to_csv(
-                    tmp, index=False), f"{name}.csv")
-        written: list[int] = []
-        safeio.atomic_write(paths["blocks"], lambda tmp, fmt=fmt, w=written: w.append(
-            blocks.write(r, index, tmp, fmt)), f"blocks.{fmt}")
-        n_blocks = written[0] if written else n_blocks
-        shown = safeio.printable(out)
-        rows = [f"{k} ({len(v)} rows)" for k, v in tables.items()]
-        print(f"{shown}: {', '.join(rows)}, blocks ({n_blocks} rows: {len(index)} block maps "
-              "decoded"
-              + (f"; {left_out}" if left_out else "") + ") + run.json")
+    plans = [(fmt, out, _targets(out, fmt, {**first, "blocks": pd_columns(blocks.COLUMNS)},
+                                 args.overwrite)) for fmt, out in jobs]
+    try:
+        done = _write(plans, sources, header_text, blocks, r, index, xt, BLOB_COLS)
+    except OSError as exc:
+        raise safeio.PathError(f"{safeio.printable(exc.filename or args.run)}: cannot write "
+                               f"({exc.strerror or exc})") from None
+    for out, counts, n_rows in done:
+        rows = [f"{k} ({v} rows)" for k, v in counts.items()]
+        print(f"{safeio.printable(out)}: {', '.join(rows)}, blocks ({n_rows} rows: "
+              f"{len(index)} block maps decoded" + (f"; {left_out}" if left_out else "")
+              + ") + run.json")
     kv = r.kv_counts()
     if kv:
         print("  " + kv_line(kv))
-    if "node_samples" in tables:
-        nodes = tables["node_samples"]
-        ok = int((nodes["status"] == "ok").sum()) if "status" in nodes else 0
-        print(f"  node scrapes: {len(nodes)} ({ok} ok)")
+    if "node_samples" in sources:
+        nodes = r._q("SELECT COUNT(*), COALESCE(SUM(status = 'ok'), 0) FROM node_samples")[0]
+        print(f"  node scrapes: {nodes[0]} ({nodes[1]} ok)")
     return 0
+
+
+def _write(plans, sources, header_text, blocks, r, index, xt, blob_cols) -> list:
+    """Every file of every format staged, then all of them put in place at once."""
+    with xt.Staged() as staged:  # nothing replaced unless every file is complete
+        done = []
+        for fmt, out, paths in plans:
+            tmp = staged.new(paths["run.json"])
+            tmp.write_text(header_text, encoding="utf-8")
+            counts = {}
+            for name, src in sources.items():
+                tmp = staged.new(paths[name])
+                if fmt == "parquet":
+                    counts[name] = xt.write_parquet(tmp, src(), xt.declared_types(r, name))
+                else:
+                    binary = {"kv_batches": blob_cols + KV_BLOB_COLS,
+                              "node_samples": ("raw_zlib",)}.get(name, blob_cols)
+                    counts[name] = xt.write_csv(tmp, src(), binary)
+            n_blocks = blocks.write(r, index, staged.new(paths["blocks"]), fmt)
+            done.append((out, counts, n_blocks))
+        staged.commit()
+    return done
 
 
 def pd_columns(names: tuple[str, ...]):
