@@ -143,11 +143,19 @@ class ChildScraper(Scraper):
 
 
 def _limit(mb: int) -> None:
+    """RLIMIT_DATA of `mb`, and (Linux) SIGKILL when the parent dies, whatever this is doing."""
     try:
         import resource
 
         resource.setrlimit(resource.RLIMIT_DATA, (mb << 20, mb << 20))
     except (ImportError, ValueError, OSError):
+        pass
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, TypeError):
         pass
 
 
