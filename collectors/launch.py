@@ -86,7 +86,8 @@ def build(c: CollectorConfig):
         raise KvvizError("--max-num-batched-tokens: " + str(exc).split(": ", 1)[-1]) from None
     requests = len(trace) if trace is not None else c.requests
     memory.check(memory.need(c.lanes, c.capacity_tokens, requests,
-                             model if c.mode == "real" else None, device), c.memory_budget_mb)
+                             model if c.mode == "real" else None, device), c.memory_budget_mb,
+                 device_free=_cuda_free() if device == "cuda" and c.mode == "real" else None)
     kv_factory = None
     if c.mode == "real":
         try:
@@ -123,6 +124,16 @@ def build(c: CollectorConfig):
 
         torch_snapshots.attach(collector, c.torch_snapshot_every)
     return collector
+
+
+def _cuda_free() -> int | None:
+    """Free bytes of the current CUDA device (None when torch cannot say)."""
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001 - not knowing is not an error: the host check stands
+        return None
 
 
 def run(settings: CollectorConfig) -> int:

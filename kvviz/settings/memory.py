@@ -3,7 +3,8 @@
 `collect` and `simulate` add up what their lanes, pools and requests will hold (`need`) and
 compare the total with a limit (`check`): the `--memory-budget-mb` flag when given, else
 80% of the memory the machine has available now (/proc/meminfo's MemAvailable). K/V pools
-on a CUDA device are checked against that device's free memory instead. Past the limit the
+on a CUDA device are checked against that device's free memory instead (collectors/launch.py
+asks torch for it: this module imports no torch). Past the limit the
 run is one error naming the total, its parts and the limit, before a pool or a lane exists,
 so the OOM killer never decides.
 
@@ -78,16 +79,6 @@ def available_bytes() -> int | None:
     return None
 
 
-def cuda_free_bytes() -> int | None:
-    """Free memory of the current CUDA device (None without torch or CUDA)."""
-    try:
-        import torch
-
-        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - any failure to ask means "unknown", never a crash
-        return None
-
-
 def mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MB" if n < 10 * 2**20 else f"{n / 2**20:,.0f} MB"
 
@@ -96,7 +87,7 @@ def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
           available: int | None = None, device_free: int | None = None) -> None:
     """KvvizError naming the total and the limit when `n` does not fit: the budget if given,
     else AVAILABLE_SHARE of `available` (read now when None); device pools against
-    `device_free`. No limit known (no /proc/meminfo, no budget): nothing is refused."""
+    `device_free` (the caller asks torch; None: not checked). No limit known (no /proc/meminfo, no budget): nothing is refused."""
     shown = ", ".join(f"{what} {mb(b)}" for what, b in n.parts if b)
     available = available_bytes() if available is None else available
     limits = []
@@ -114,9 +105,9 @@ def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
                 f"the run needs {mb(n.host)} of memory in total ({shown}), more than the "
                 f"limit of {mb(limit)} ({whose}); use less capacity, fewer lanes, larger "
                 "blocks or fewer requests" + (f", or raise {flag}" if more else ""))
-    if n.device:
-        free = cuda_free_bytes() if device_free is None else device_free
-        if free is not None and n.device > free:
+    if n.device and device_free is not None:  # the caller asks the device (torch)
+        free = device_free
+        if n.device > free:
             raise KvvizError(f"the run's K/V pools need {mb(n.device)} on the CUDA device, "
                              f"more than its {mb(free)} free; use less capacity or fewer "
                              "lanes")
