@@ -8,8 +8,8 @@ asks torch for it: this module imports no torch). Past the limit the
 run is one error naming the total, its parts and the limit, before a pool or a lane exists,
 so the OOM killer never decides.
 
-The per-block figures are measured peaks with a margin (docs/RELIABILITY.md, "Round 3";
-benchmarks/bench_inputs.py memory): a paged lane's metadata ~88 bytes a block and a
+The per-block figures are measured peaks with a margin (docs/RELIABILITY.md, "Round 3":
+`/usr/bin/time -f %M kvviz collect --mode sim --lane paged:1 --capacity-tokens N`): a paged lane's metadata ~88 bytes a block and a
 contiguous lane's ~37 bytes a cell at 4M blocks in a 5 s run, grown to ~141 bytes a block
 over a longer run (the recording's buffers); a request ~1.5 KB in the engine.
 """
