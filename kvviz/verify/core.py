@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,17 +51,6 @@ class Report:
                 "mismatches": self.mismatches}
 
 
-def _age(beat: object) -> str:
-    """", last commit N s ago" (or "in the future"); "" for no finite heartbeat."""
-    if isinstance(beat, bool) or not isinstance(beat, (int, float)) or beat != beat:
-        return ""
-    age = time.time() - beat
-    if abs(age) == float("inf"):
-        return ""
-    return (f", last commit in the future (by {-age:.3g} s)" if age < -1.0
-            else f", last commit {max(0.0, age):.1f} s ago")
-
-
 def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
     """Raises Unreadable when the file cannot be read as a recording at all."""
     path = Path(path)
@@ -76,7 +64,7 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         if rep.status == "running":
             rep.live = True
             beat = run.get("heartbeat_unix")
-            age = _age(beat)
+            age = trust.age(beat)
             rep.note = ("a live recording (status running" + age + "): verified one "
                         "consistent snapshot, what was committed when the check began")
         rep.contents.update(streams.kv_events(db, rep, have))

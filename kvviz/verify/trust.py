@@ -8,8 +8,10 @@ against their ranges (docs/FORMAT.md, "Bounds"): a value outside is a mismatch.
 """
 from __future__ import annotations
 
+import math
 import os
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,12 @@ def owners(owner: np.ndarray) -> list[str]:
     i = int(np.flatnonzero(bad)[0])
     return [f"{int(bad.sum())} owners are outside -1 (free) and 0..{MAX_OWNER} (first: block "
             f"{i}, owner {int(owner[i])})"]
+
+
+def age(beat: object) -> str:
+    """", last commit N s ago" (or "in the future"); "" for no finite heartbeat."""
+    if isinstance(beat, bool) or not isinstance(beat, (int, float)) or not math.isfinite(beat):
+        return ""
+    ago = time.time() - beat
+    return (f", last commit in the future (by {-ago:.3g} s)" if ago < -1.0
+            else f", last commit {max(0.0, ago):.1f} s ago")
