@@ -9,9 +9,10 @@ run is one error naming the total, its parts and the limit, before a pool or a l
 so the OOM killer never decides.
 
 The per-block figures are measured peaks with a margin (docs/RELIABILITY.md, "Round 3":
-`/usr/bin/time -f %M kvviz collect --mode sim --lane paged:1 --capacity-tokens N`): a paged lane's metadata ~88 bytes a block and a
-contiguous lane's ~37 bytes a cell at 4M blocks in a 5 s run, grown to ~141 bytes a block
-over a longer run (the recording's buffers); a request ~1.5 KB in the engine.
+`/usr/bin/time -f %M kvviz collect --mode sim --lane paged:1 --capacity-tokens N`): a paged
+lane's metadata ~88 bytes a block and a contiguous lane's ~37 bytes a cell at 4M blocks in a
+5 s run, grown to ~141 bytes a block over a longer run (the recording's buffers); a request
+~1.7 KB in the engine (200,000 at once: 383 MB).
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
           available: int | None = None, device_free: int | None = None) -> None:
     """KvvizError naming the total and the limit when `n` does not fit: the budget if given,
     else AVAILABLE_SHARE of `available` (read now when None); device pools against
-    `device_free` (the caller asks torch; None: not checked). No limit known (no /proc/meminfo, no budget): nothing is refused."""
+    `device_free` (the caller asks torch; None: not checked). No limit known (no
+    /proc/meminfo, no budget): nothing is refused."""
     shown = ", ".join(f"{what} {mb(b)}" for what, b in n.parts if b)
     available = available_bytes() if available is None else available
     limits = []
