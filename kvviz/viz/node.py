@@ -46,6 +46,17 @@ def _num(v: object) -> float | None:
     return None if math.isnan(f) else f
 
 
+def fraction(y: np.ndarray) -> np.ndarray:
+    """NaN (not drawn) where a stored value is no fraction 0..1 (an older recording's gauge
+    that the node reported wrong: kvviz/node/gauges.py drops them as they are read now)."""
+    return np.where((y >= 0) & (y <= 1), y, np.nan)
+
+
+def count(y: np.ndarray) -> np.ndarray:
+    """NaN (not drawn) where a stored count is negative or not finite."""
+    return np.where(np.isfinite(y) & (y >= 0), y, np.nan)
+
+
 def col(df: pd.DataFrame, name: str) -> np.ndarray:
     """float64 column (NaN where missing or not a number)."""
     if name not in df:
@@ -124,13 +135,15 @@ def node_figure(df: pd.DataFrame) -> go.Figure:
                             marker=dict(size=4), line=dict(color=colour, width=2),
                             hovertemplate=f"{name} %{{y:,.2f}} at %{{x:.1f}} s<extra></extra>")
 
-    line(100 * col(df, "kv_usage"), "KV usage %", 1, theme.lane_colour(0))
-    line(col(df, "num_running"), "running", 2, theme.lane_colour(2))
-    line(col(df, "num_waiting"), "waiting", 2, theme.lane_colour(1))
-    line(col(df, "preemptions_per_s"), "preemptions/s", 3, theme.FAILURE_COLOURS["CAPACITY"])
-    line(100 * col(df, "prefix_hit_rate_interval"), "hit rate (interval) %", 4,
+    line(100 * fraction(col(df, "kv_usage")), "KV usage %", 1, theme.lane_colour(0))
+    line(count(col(df, "num_running")), "running", 2, theme.lane_colour(2))
+    line(count(col(df, "num_waiting")), "waiting", 2, theme.lane_colour(1))
+    line(count(col(df, "preemptions_per_s")), "preemptions/s", 3,
+         theme.FAILURE_COLOURS["CAPACITY"])
+    line(100 * fraction(col(df, "prefix_hit_rate_interval")), "hit rate (interval) %", 4,
          theme.lane_colour(3))
-    line(100 * col(df, "prefix_hit_rate"), "hit rate (since start) %", 4, theme.lane_colour(5))
+    line(100 * fraction(col(df, "prefix_hit_rate")), "hit rate (since start) %", 4,
+         theme.lane_colour(5))
     for status, colour in STATUS_COLOURS.items():
         mask = (df["status"] == status).to_numpy() if "status" in df else ok & False
         if status == "ok" or not mask.any():

@@ -110,3 +110,17 @@ def test_percent_is_a_percentage_of_a_fraction_or_says_invalid(x):
         assert text.endswith("%") and not text.startswith("-")
     else:
         assert text.startswith("invalid (")
+
+
+def test_stored_values_outside_their_meaning_are_not_drawn():
+    import pandas as pd
+
+    from kvviz.viz.node import node_figure
+
+    df = pd.DataFrame({"t": [0.0, 1.0, 2.0], "status": ["ok"] * 3,
+                       "kv_usage": [0.5, -7.5, 1e308], "num_running": [3, -4, 2]})
+    fig = node_figure(df)
+    usage = next(tr for tr in fig.data if tr.name == "KV usage %")
+    running = next(tr for tr in fig.data if tr.name == "running")
+    assert [y for y in usage.y if y == y] == [50.0]
+    assert [y for y in running.y if y == y] == [3.0, 2.0]
