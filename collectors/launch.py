@@ -58,8 +58,8 @@ def build(c: CollectorConfig):
     """The collector a (validated) config describes: the device resolved, the model shape
     chosen, a trace read, the optional exporters attached. No file is created here."""
     device = "cpu"
-    if c.mode == "real" or c.device == "cuda":
-        has_cuda = cuda_available()
+    if c.device == "cuda" or (c.mode == "real" and c.device == "auto"):  # --device cpu: no
+        has_cuda = cuda_available()  # torch import before the memory check
         if c.device == "cuda" and not has_cuda:
             raise KvvizError("--device cuda: no CUDA device is available")
         device = "cuda" if c.device == "cuda" or (c.device == "auto" and has_cuda) else "cpu"
