@@ -2,20 +2,27 @@
 benchmarks/floods.py's round-3 rows), served by threads of this process on 127.0.0.1."""
 from __future__ import annotations
 
+import functools
 import http.server
 import threading
 import time
 
-TINY = "".join(f"s{i} 1\n" for i in range(1_600_000)).encode()  # ~17 MB of series
-_LABELS = ",".join(f'l{j}="{"x" * 90}{{i}}"' for j in range(6))
-# 45,000 series (under the cap) of long labels, ~27 MB: ~40 s to parse on a loaded 2-core VM
-HEAVY = "".join("vllm:num_requests_running{" + _LABELS.replace("{i}", str(i)) + "} 1\n"
-                for i in range(45_000)).encode()
+
+@functools.cache
+def body(path: str) -> bytes | None:
+    """/metrics: 1.6M tiny series (~17 MB); /heavy: 45,000 series (under the cap) of long
+    labels (~27 MB, ~40 s to parse on a loaded 2-core VM); built once, when first asked."""
+    if path == "/metrics":
+        return "".join(f"s{i} 1\n" for i in range(1_600_000)).encode()
+    if path == "/heavy":
+        labels = ",".join(f'l{j}="{"x" * 90}{{i}}"' for j in range(6))
+        return "".join("vllm:num_requests_running{" + labels.replace("{i}", str(i)) + "} 1\n"
+                       for i in range(45_000)).encode()
+    return None
 
 
 class Hostile:
-    """/metrics: TINY at once; /heavy: HEAVY at once; /drip: a body one byte every 0.2 s,
-    forever."""
+    """/metrics and /heavy: `body` at once; /drip: a body one byte every 0.2 s, forever."""
 
     def __init__(self) -> None:
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -26,11 +33,11 @@ class Hostile:
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain")
-                    body = {"/metrics": TINY, "/heavy": HEAVY}.get(self.path)
-                    if body is not None:
-                        self.send_header("Content-Length", str(len(body)))
+                    data = body(self.path)
+                    if data is not None:
+                        self.send_header("Content-Length", str(len(data)))
                         self.end_headers()
-                        self.wfile.write(body)
+                        self.wfile.write(data)
                         return
                     self.end_headers()
                     while True:
