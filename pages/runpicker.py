@@ -13,7 +13,7 @@ from pages.recording import lanes_of
 
 LIVE = "live collector"
 RUN_KEY = "kvviz_run"
-LANES_SHOWN = 3  # lanes shown side by side until the user picks (the demo has three)
+LANES_SHOWN = 4  # lanes shown until the user picks: all a Live collector runs (its max)
 
 
 class Selection(NamedTuple):

@@ -80,9 +80,8 @@ def test_live_heatmap_data_is_the_recordings_block_map(runs):
         bms = [r.latest_blockmap(lane)[0] for lane in lanes]
     finally:
         r.close()
-    max_cells = blockview.aligned_max_cells(bms, 0.0, 100.0)
     for (meta, cells), bm, lane in zip(shown, bms, lanes):
-        grid = vh.blockmap_cells(bm, max_cells=max_cells)
+        grid = vh.blockmap_cells(bm, max_cells=blockview.lane_max_cells(bm, 0.0, 100.0))
         assert meta["title"] == lane
         assert (meta["rows"], meta["cols"], meta["run"]) == (grid.rows, grid.cols, grid.run)
         state = cells["state"].to_numpy()

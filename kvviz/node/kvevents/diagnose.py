@@ -248,7 +248,7 @@ def _waiting(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
 
 
 def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
-    w, run = g.num_waiting, g.num_running
+    w = g.num_waiting
     if g.kv_usage is None:
         msg = f"{w} requests wait; the node reports no KV usage, so memory cannot be ruled out."
     elif g.kv_usage >= LOW_USAGE:
