@@ -124,10 +124,12 @@ def history(run: str | None, lanes: list[str], is_live: bool) -> None:
 
 sel = runpicker.sidebar("pages/live.py")
 st.title("Live KV cache")
-st.caption("Each square is a block of KV memory in address order (a contiguous lane's square "
-           "is one slot). A contiguous allocator gives every sequence one range and refuses "
-           "with FRAGMENTATION when the free slots add up but no hole is large enough; a paged "
-           "one hands out any free block. Words: the glossary in the sidebar.")
+st.caption("Each square is a cell of KV memory in address order: one block (one slot in a "
+           "contiguous lane) or, for a wide range, a run of them; each map's subtitle says how "
+           "many, and zooming in re-bins down to one. A contiguous allocator gives every "
+           "sequence one range and refuses with FRAGMENTATION when the free slots add up but no "
+           "hole is large enough; a paged one hands out any free block. Words: the glossary in "
+           "the sidebar.")
 if sel.live:
     democollector.collector().ensure_started()
     live_controls.show()

@@ -21,8 +21,8 @@ from kvviz.traces.overview import overview
 from kvviz.viz import cellstate, theme
 
 PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)"),
-          ("internal_share", "Internal (never written)"), ("free_share", "Free"))
+SHARES = (("used_share", "Used"), ("reserved_share", "Slack: reserved (will be written)"),
+          ("internal_share", "Slack: internal (never written)"), ("free_share", "Free"))
 SHARE_COLOURS = (theme.STATES[cellstate.USED].colour, theme.STATES[cellstate.RESERVED].colour,
                  "#d1495b", theme.STATES[cellstate.FREE].colour)
 FAILURES = ("capacity", "fragmentation", "policy")
