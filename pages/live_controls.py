@@ -50,7 +50,8 @@ def config_text(c: CollectorConfig, running: bool = True) -> str:
     src = f"trace {c.trace}" if c.trace else f"workload {c.workload}"
     share = f", prefix sharing {c.prefix_sharing:g}" if c.prefix_sharing else ""
     mark = f", watermark {c.watermark:g}" if c.watermark else ""
-    return (f"{'Running' if running else 'Last run'}: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}"
+    head = "Running" if running else "Last run"
+    return (f"{head}: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}"
             f"{mark}, {c.capacity_tokens:,} slots per lane, mode {c.mode}; lanes "
             + ", ".join(s.label for s in c.lanes))
 
