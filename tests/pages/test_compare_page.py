@@ -87,6 +87,8 @@ def test_bad_trace_shows_error_naming_line_and_field(at: AppTest, uploads) -> No
     msg = re.sub(r"\\(.)", r"\1", at.error[0].value)  # shown as plain text: escaped Markdown
     assert "bad.csv: line 3: column 'prompt_tokens': not a valid value" in msg
     assert not at.tabs  # nothing else runs on a bad trace
+    # the page's own control, not the command line's flag
+    assert '"Skip unusable rows" in the sidebar' in msg and "--" not in msg
 
 
 def test_good_trace_is_used(at: AppTest, uploads) -> None:
