@@ -174,6 +174,19 @@ def test_the_live_page_touches_the_viewer_file(runs):
     assert viewer.stat().st_mtime > time.time() - 60
 
 
+def test_other_pages_do_not_keep_the_demo_recording(runs):
+    """Replay with the live collector picked reads it, but does not push its idle stop back:
+    the demo does not fill runs/ while the user is on other pages."""
+    at = page("pages/live.py")
+    no_exception(at)
+    viewer = democollector.collector().viewer
+    os.utime(viewer, (0, 0))
+    democollector.collector()._touched = 0.0
+    replay = page("pages/replay.py")
+    no_exception(replay)
+    assert viewer.stat().st_mtime == 0
+
+
 def test_the_status_box_stops_and_restarts_the_collector(runs):
     at = page("app.py")
     rerun_until(at, lambda a: any("Collector running" in s.value for s in a.success))
