@@ -126,7 +126,7 @@ def lanes_legend_html(lanes: list[str]) -> str:
     return series_legend_html([(lane, lane_colour(i), "line") for i, lane in enumerate(lanes)])
 
 
-def headline_html(items: list, min_rem: float = 6.0) -> str:
+def headline_html(items: list, min_rem: float = 5.5) -> str:
     """A grid of (label, value, help) headline numbers; help on hover, and each number is
     focusable with the help as its accessible description (st.metric's help icon was
     reachable by keyboard; this keeps that). As many to a row as fit at `min_rem` wide each
