@@ -46,15 +46,16 @@ def block_range(bm, lo: float, hi: float) -> tuple[int, int]:
 
 
 LANE_MAX_CELLS = 4_096  # 64 x 64 cells: readable in a quarter of a 1,280 px window
+PLOTLY_MAX_CELLS = 1_024  # Replay's plotly maps draw a gap around each cell: 32 x 32
 
 
-def lane_max_cells(bm, lo: float, hi: float) -> int:
+def lane_max_cells(bm, lo: float, hi: float, cap: int = LANE_MAX_CELLS) -> int:
     """The cells for a lane's map at zoom (lo, hi): one per block (a slot in a contiguous
     lane) once the range holds LANE_MAX_CELLS or fewer, else LANE_MAX_CELLS. Each lane at
     its own finest unit: zooming in re-bins to finer cells down to one slot or block per
     cell (every lane shows the same % of its capacity, so the ranges stay side by side)."""
     a, b = block_range(bm, lo, hi)
-    return max(1, min(LANE_MAX_CELLS, b - a))
+    return max(1, min(cap, b - a))
 
 
 def blockmap_canvas(data: dict, key: str, on_zoom=None) -> None:

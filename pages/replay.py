@@ -81,7 +81,7 @@ def lane_map(lane: str, got, t: float, zoom: tuple[float, float], i: int,
         return None
     bm, t_map = got
     start, stop = blockview.block_range(bm, *zoom)
-    max_cells = blockview.lane_max_cells(bm, *zoom)
+    max_cells = blockview.lane_max_cells(bm, *zoom, cap=blockview.PLOTLY_MAX_CELLS)
     fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells,
                              title=f"{lane} @ {t_map:.2f} s")
     text = None

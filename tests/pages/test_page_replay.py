@@ -32,7 +32,7 @@ def check_heatmaps_match(at, runs, t: float) -> None:
     for spec, (bm, t_map) in zip(specs, got):
         z = decode(spec["data"][0]["z"])
         assert z.dtype == np.int8
-        cells = blockview.lane_max_cells(bm, 0.0, 100.0)
+        cells = blockview.lane_max_cells(bm, 0.0, 100.0, cap=blockview.PLOTLY_MAX_CELLS)
         assert (z == vh.blockmap_cells(bm, max_cells=cells).state).all()
         assert f"@ {t_map:.2f} s" in spec["layout"]["title"]["text"]
 
