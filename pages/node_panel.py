@@ -16,6 +16,7 @@ from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
+from kvviz.viz import theme
 from pages import kvevents_waiting as kw
 from pages import recording
 
@@ -23,10 +24,9 @@ LIVE_SCRAPES = 1800  # scrapes drawn while a recording grows (an hour at the def
 WAITED = "kvviz_node_waited"  # the recording this session waited for (it did not exist yet)
 
 
-def metrics_rows(heads: list, per_row: int = 4) -> None:
-    for i in range(0, len(heads), per_row):
-        for cell, h in zip(st.columns(per_row), heads[i:i + per_row]):
-            cell.metric(h.label, h.value, help=h.help)
+def metrics_rows(heads: list) -> None:
+    """Headline numbers in a grid that wraps at any width: no label or value cut short."""
+    st.html(theme.headline_html([(h.label, h.value, h.help) for h in heads], min_rem=7.5))
 
 
 @st.fragment(run_every=2.0)

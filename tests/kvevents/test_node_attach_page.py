@@ -16,7 +16,7 @@ from tests.kvevents.recordings import write_attach_recording
 from tests.kvevents.schema_pub import SchemaPublisher, payload
 from tests.kvevents.schema_pub import store as stored
 from tests.node.fakes import FakeNode
-from tests.pages.pagehelpers import no_exception, page, rerun_until
+from tests.pages.pagehelpers import no_exception, page, rerun_until, tiles
 
 PAGE = "pages/node.py"
 
@@ -40,7 +40,7 @@ def test_an_attach_recording_shows_its_scrapes_and_its_events_side_by_side(runs)
     no_exception(at)
     assert at.selectbox(key="node_pick").value == "node-attach.db"
     assert "(this recording: the same node)" in " ".join(m.value for m in at.markdown)
-    labels = {m.label: m.value for m in at.metric}
+    labels = tiles(at)
     assert labels["Running"] == "2" and int(labels["Cached blocks"].replace(",", "")) > 0
     assert "3 requests wait" in _texts(at)
 
@@ -127,7 +127,7 @@ def test_the_scrape_column_and_the_events_beside_it_read_one_instant(runs):
     write_attach_recording(runs / "node-attach.db", free_base_port(2), waiting=3)
     at = page(PAGE)
     no_exception(at)
-    labels = {m.label: m.value for m in at.metric}
+    labels = tiles(at)
     assert labels["KV usage"] == "2.0%"
     said = re.findall(r"KV usage (?:is only|is|at) (\d+)%", _texts(at))
     assert said and set(said) == {"2"}, said
