@@ -37,6 +37,12 @@ if not dashboard_host_ok(host, server_address=st.get_option("server.address"),
              "reach it through that name on purpose, start it with "
              "`--server.allowedHosts NAME` (README, Security).", icon=":material/gpp_bad:")
     st.stop()
+# A lane's whole name in the sidebar's chips ("contiguous:first-fit:pow2" and "...:max" would
+# both read "contiguous:first-fit:..."): the chip wraps its text instead of cutting it.
+st.html("<style>[data-testid=stMultiSelectTagsContainer] span:has(> span[title])"
+        "{height:auto;max-width:100%}[data-testid=stMultiSelectTagsContainer] span[title]"
+        "{white-space:normal;overflow-wrap:anywhere;text-overflow:clip;line-height:1.2;"
+        "padding:2px 0}</style>")
 st.sidebar.markdown("**kvviz**: KV-cache fragmentation observatory")
 with st.sidebar.expander("Glossary: the words every page uses", icon=":material/menu_book:"):
     st.markdown(glossary.markdown())

@@ -7,7 +7,6 @@ import math
 import streamlit as st
 
 from kvviz.viz import blockcanvas, theme
-from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 
 # The Live page's heatmap renderer: registered once per process, as this module is imported
@@ -46,10 +45,17 @@ def block_range(bm, lo: float, hi: float) -> tuple[int, int]:
     return start, max(start + 1, int(hi / 100 * n))
 
 
-def aligned_max_cells(bms: list, lo: float, hi: float) -> int:
-    """One cell count for every lane, so a cell covers the same slots side by side."""
-    spans = [block_range(bm, lo, hi) for bm in bms]
-    return max(1, min(vh.DEFAULT_MAX_CELLS, *(b - a for a, b in spans)))
+LANE_MAX_CELLS = 4_096  # 64 x 64 cells: readable in a quarter of a 1,280 px window
+PLOTLY_MAX_CELLS = 1_024  # Replay's plotly maps draw a gap around each cell: 32 x 32
+
+
+def lane_max_cells(bm, lo: float, hi: float, cap: int = LANE_MAX_CELLS) -> int:
+    """The cells for a lane's map at zoom (lo, hi): one per block (a slot in a contiguous
+    lane) once the range holds LANE_MAX_CELLS or fewer, else LANE_MAX_CELLS. Each lane at
+    its own finest unit: zooming in re-bins to finer cells down to one slot or block per
+    cell (every lane shows the same % of its capacity, so the ranges stay side by side)."""
+    a, b = block_range(bm, lo, hi)
+    return max(1, min(cap, b - a))
 
 
 def blockmap_canvas(data: dict, key: str, on_zoom=None) -> None:

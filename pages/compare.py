@@ -140,13 +140,28 @@ def allocators_tab(request: CompareRequest) -> None:
     st.dataframe(vc.display_table(df), hide_index=True)
 
 
+# The trace readers speak the command line's flags; the page names its own controls instead.
+PAGE_WORDS = ((" (--skip-bad-rows skips and counts such rows)",
+               ' (tick "Skip unusable rows" in the sidebar to skip and count such rows)'),
+              (" (--trace-format forces one)", ""),
+              ("--max-seq-len", '"Max sequence length"'),
+              ("--skip-bad-rows", '"Skip unusable rows"'))
+
+
+def page_words(message: str) -> str:
+    """An upload error in the page's words: its controls, not `kvviz simulate`'s flags."""
+    for cli, page in PAGE_WORDS:
+        message = message.replace(cli, page)
+    return message
+
+
 enter_through_app("pages/compare.py")
 st.title("Compare allocators")
 request = workload_inputs()
 try:
     loaded = data.loaded(request.workload)
 except KvvizError as exc:
-    st.error(f"Cannot use this trace: {md(exc)}")
+    st.error(f"Cannot use this trace: {md(page_words(str(exc)))}")
     st.stop()
 workload = loaded.workload
 try:

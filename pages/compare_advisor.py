@@ -2,6 +2,8 @@
 kernel side timed by `kvviz bench` (kvviz.runs.advisor). Not a page."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import streamlit as st
@@ -9,8 +11,24 @@ import streamlit as st
 from kvviz.core.errors import KvvizError
 from kvviz.engine.compare import CompareRequest
 from kvviz.runs import advisor, kernelbench
+from kvviz.runs.status import RUNNING
 from kvviz.viz import compare as vc
 from pages import compare_data as data
+from pages import democollector
+
+
+@contextmanager
+def collector_paused(coll) -> Iterator[None]:
+    """The demo collector paused while the block runs (when it runs and is not paused
+    already), resumed after, whatever happens."""
+    pause = coll.status().state == RUNNING and not coll.control().paused
+    if pause:
+        coll.set_paused(True)
+    try:
+        yield
+    finally:
+        if pause:
+            coll.set_paused(False)
 
 
 def advisor_tab(request: CompareRequest) -> None:
@@ -23,9 +41,14 @@ def advisor_tab(request: CompareRequest) -> None:
     command = kernelbench.bench_command(device)
     kernel = kernelbench.load_cached(kernelbench.cache_key(command))
     label = "Measure kernel time again" if kernel else "Measure kernel time on this machine"
+    coll = democollector.collector()
+    if coll.status().state == RUNNING:
+        st.caption("The Live demo collector is running: measuring pauses it (it would compete "
+                   "for the CPU and slow every timing), and resumes it after.")
     if st.button(label):
         with st.spinner("Timing decode attention for block sizes 1..256, 3 rounds of 20 runs "
-                        "each (one to a few minutes; longer on a busy machine)"):
+                        "each (one to a few minutes; longer on a busy machine)"), \
+                collector_paused(coll):
             try:
                 kernel = kernelbench.measure(command, refresh=True)
                 st.session_state.pop("advisor_bench_error", None)

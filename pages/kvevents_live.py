@@ -13,6 +13,7 @@ from kvviz.node.kvevents import diagnose, rebuild
 from kvviz.node.kvevents.diagnose import Gauges
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.store import kv_reader
+from kvviz.viz import theme
 
 STATE = "kvviz_live_kvevents"  # (recording path, last batch id, CacheModel) of this session
 RATE_WINDOW_S = 10  # stores and evictions per second over this many seconds
@@ -68,12 +69,13 @@ def lane_events(r, lane: str, bm, sample, t_now: float) -> None:
     again = sum(sum(f.restores.values()) for f in mine.forests.values())
     st.markdown("##### KV events of this lane")
     s_in, r_in = _recent(model, sid, t_now, RATE_WINDOW_S)
-    cells = st.columns(4)
-    for c, (label, value) in zip(cells, [("cached blocks", f"{cached:,}"),
-                                         ("cached tokens", f"{tokens:,}"),
-                                         ("stored / s", f"{s_in / RATE_WINDOW_S:.1f}"),
-                                         ("evicted / s", f"{r_in / RATE_WINDOW_S:.1f}")]):
-        c.metric(label, value)
+    per_s = f"blocks a second over the last {RATE_WINDOW_S} s"
+    st.html(theme.headline_html([  # a grid that wraps: no value cut short in a narrow lane
+        ("Cached blocks", f"{cached:,}", "blocks the stream says are cached (evictable "
+                                         "ones included)"),
+        ("Cached tokens", f"{tokens:,}", "tokens in those blocks"),
+        ("Stored / s", f"{s_in / RATE_WINDOW_S:.1f}", per_s + " announced stored"),
+        ("Evicted / s", f"{r_in / RATE_WINDOW_S:.1f}", per_s + " announced removed")]))
     roots = sum(1 for f in mine.forests.values() for p in f.parent.values() if p is None)
     st.caption(f"{roots:,} prompts' first blocks cached; {again:,} blocks stored again after "
                f"an eviction (recomputed). The same stream `kvviz collect --kv-events` publishes "

@@ -67,9 +67,15 @@ def end_of_stream(state: kv_reader.RunState, timeline: list[tuple]) -> float:
 
 
 def waiting_section(model, timeline: list[tuple], end_s: float, gauges: Gauges | None) -> None:
-    st.subheader("Usage looks low: why are requests waiting?")
+    """"Why are requests waiting?" when the node's latest scrape has some waiting; otherwise
+    the cache beside KV usage under its own heading (and no question nobody asked)."""
+    waiting = gauges is not None and bool(gauges.num_waiting)
+    st.subheader("Usage looks low: why are requests waiting?" if waiting
+                 else "Cached blocks and KV usage")
     recent = diagnose.recent_counts(timeline, end_s, WINDOW_S)
     lines = diagnose.usage_and_waiting(model, gauges, recent, WINDOW_S)
-    for line in lines or ["Nothing to explain: no request waits and no heavy recompute."]:
+    none = ("No request waits in the node's latest scrape." if gauges is not None
+            else "No node gauges: whether requests wait is not known.")
+    for line in lines or [none]:
         st.text(line)
     st.caption(LIMITS)

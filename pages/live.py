@@ -7,7 +7,6 @@ from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import theme
 from pages import (
-    blockview,
     democollector,
     live_controls,
     live_history,
@@ -31,15 +30,20 @@ def live_run(run: str | None, is_live: bool) -> str | None:
     return run
 
 
-def show(run: str | None, lanes: list[str], is_live: bool, draw_fn) -> None:
-    """Open the recording and call draw_fn(reader, lanes it has), errors as st.error."""
+def show(run: str | None, lanes: list[str], is_live: bool, draw_fn, note: bool = False) -> None:
+    """Open the recording and call draw_fn(reader, lanes it has), errors as st.error; `note`:
+    say when some of its lanes are not drawn."""
     run = live_run(run, is_live)
     with recording.reader(run) as r:
         if r is None:
             return
         with recording.guard(f"Reading {run}"):
             known = r.lanes()
-            draw_fn(r, [ln for ln in lanes if ln in known] or known[:runpicker.LANES_SHOWN])
+            drawn = [ln for ln in lanes if ln in known] or known[:runpicker.LANES_SHOWN]
+            if note and len(drawn) < len(known):  # never a lane left out without a word
+                st.caption(f"{len(drawn)} of the recording's {len(known)} lanes drawn: pick "
+                           "others under Lanes in the sidebar.")
+            draw_fn(r, drawn)
 
 
 @st.fragment(run_every=PANEL_EVERY_S)
@@ -47,7 +51,7 @@ def panel(run: str | None, lanes: list[str], is_live: bool) -> None:
     """Every second: the heatmaps and headline numbers."""
     if is_live:
         democollector.collector().touch_viewer()  # a tab watches: no idle stop (KVVIZ_IDLE_STOP_S)
-    show(run, lanes, is_live, draw)
+    show(run, lanes, is_live, draw, note=True)
 
 
 def draw(r, lanes: list[str]) -> None:
@@ -68,13 +72,12 @@ def draw(r, lanes: list[str]) -> None:
                 icon=":material/hourglass_empty:")
         return
     lo, hi = live_lane.zoom_slider()
-    max_cells = blockview.aligned_max_cells([bm for bm, _ in ready.values()], lo, hi)
     st.html(theme.legend_html())
     t_now = max(t for _, t in ready.values())
     paused = " (paused)" if is_paused(r) else ""
-    st.caption(f"t = {t_now:.1f} s; status: {r.state or 'unknown'}{paused}. In a contiguous "
+    st.caption(f"t = {t_now:.2f} s; status: {r.state or 'unknown'}{paused}. In a contiguous "
                "lane, neighbouring sequences alternate between a light and a dark shade.")
-    live_lane.lanes(r, ready, t_now, (lo, hi), max_cells)
+    live_lane.lanes(r, ready, t_now, (lo, hi))
 
 
 def has_real_sample(r) -> bool:
@@ -121,10 +124,12 @@ def history(run: str | None, lanes: list[str], is_live: bool) -> None:
 
 sel = runpicker.sidebar("pages/live.py")
 st.title("Live KV cache")
-st.caption("Each square is a block of KV memory in address order (a contiguous lane's square "
-           "is one slot). A contiguous allocator gives every sequence one range and refuses "
-           "with FRAGMENTATION when the free slots add up but no hole is large enough; a paged "
-           "one hands out any free block. Words: the glossary in the sidebar.")
+st.caption("Each square is a cell of KV memory in address order: one block (one slot in a "
+           "contiguous lane) or, for a wide range, a run of them; each map's subtitle says how "
+           "many, and zooming in re-bins down to one. A contiguous allocator gives every "
+           "sequence one range and refuses with FRAGMENTATION when the free slots add up but no "
+           "hole is large enough; a paged one hands out any free block. Words: the glossary in "
+           "the sidebar.")
 if sel.live:
     democollector.collector().ensure_started()
     live_controls.show()

@@ -44,12 +44,14 @@ def origin_text(origin: jobs.Origin | None, session: str | None) -> str:
     return f"Started {at} {who} ({origin.how})."
 
 
-def config_text(c: CollectorConfig) -> str:
-    """The running settings in one line (the form below shows the same values)."""
+def config_text(c: CollectorConfig, running: bool = True) -> str:
+    """The collector's settings in one line (the form below shows the same values): "Running:"
+    while it runs, "Last run:" once it stopped."""
     src = f"trace {c.trace}" if c.trace else f"workload {c.workload}"
     share = f", prefix sharing {c.prefix_sharing:g}" if c.prefix_sharing else ""
     mark = f", watermark {c.watermark:g}" if c.watermark else ""
-    return (f"Running: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}"
+    head = "Running" if running else "Last run"
+    return (f"{head}: {src}{share}, {c.rate:g} arrivals/s, batch limit {c.max_num_seqs}"
             f"{mark}, {c.capacity_tokens:,} slots per lane, mode {c.mode}; lanes "
             + ", ".join(s.label for s in c.lanes))
 
@@ -72,7 +74,7 @@ def status_panel() -> None:
     ctl = coll.control()
     running = s.state == RUNNING
     st.caption(md(origin_text(coll.origin, session)) + " " + md(config_text(
-        running_config(coll))))
+        running_config(coll), running)))
     c1, c2, c3 = st.columns([1, 1, 6])
     if ctl.paused:
         if c1.button("Resume", key="collector_resume", icon=":material/play_arrow:",

@@ -14,7 +14,7 @@ ZOOM_KEY = "live_zoom"
 ZOOM_ASKED = "live_zoom_asked"  # (asked, before, fresh): a zoom made on a heatmap (zoom_slider)
 
 
-def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float], max_cells: int) -> None:
+def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float]) -> None:
     """The lanes side by side, in three rows: names, heatmaps, then what changes height
     every second (headline numbers, refusals, KV events). A heatmap thus stays where it is
     under a still mouse, its hover box on the same block, and the maps line up."""
@@ -25,17 +25,18 @@ def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float], max_cells: in
             st.caption(lane_caption(lane))
     for i, (col, lane) in enumerate(zip(st.columns(len(names)), names)):
         with col:
-            lane_map(ready[lane][0], lane, zoom, max_cells, i)
+            lane_map(ready[lane][0], lane, zoom, i)
     for col, lane in zip(st.columns(len(names)), names):
         with col:
             lane_details(r, lane, ready[lane][0], t_now)
 
 
-def lane_map(bm, lane: str, zoom: tuple[float, float], max_cells: int, i: int) -> None:
+def lane_map(bm, lane: str, zoom: tuple[float, float], i: int) -> None:
     """The lane's heatmap: a canvas that stays mounted and repaints (kvviz.viz.blockcanvas),
     not a plotly chart (Streamlit re-mounts a changed plotly figure every second in every
     tab). Drag a range on it to zoom."""
     start, stop = blockview.block_range(bm, *zoom)
+    max_cells = blockview.lane_max_cells(bm, *zoom)
     key = f"live_heat_{i}"  # the callback holds the block count, not the map
     blockview.blockmap_canvas(vc.canvas_data(bm, start, stop, max_cells=max_cells, title=lane),
                               key=key, on_zoom=partial(zoom_to, key, bm.num_blocks))

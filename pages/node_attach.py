@@ -12,10 +12,11 @@ from kvviz.node.kvevents import diagnose
 from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory, jobs
 from kvviz.store import kv_reader
-from pages import kvevents_view, recording, widgets
+from pages import kvevents_model, recording, widgets
 from pages import kvevents_waiting as kw
 
 RUN_KEY = "kvviz_node_run"  # the Node tab's picked recording (pages/node.py)
+PENDING = "kvviz_node_pending"  # a recording a start just created: the picker moves to it
 
 
 @st.cache_resource(show_spinner=False)
@@ -38,10 +39,11 @@ def attach_controls() -> None:
         every = c4.number_input("Every (s)", 0.5, 600.0, 2.0, key="att_every")
         if st.button("Start attach", key="att_start", icon=":material/link:"):
             try:
-                st.session_state[RUN_KEY] = job.start(url, ev, rp, topic, every).name
+                run = job.start(url, ev, rp, topic, every).name
+                st.session_state[RUN_KEY] = st.session_state[PENDING] = run
             except (KvvizError, ValueError, OSError) as exc:
                 st.error(f"Cannot attach: {md(exc)}", icon=":material/error:")
-        widgets.job_status("Attach", job, "att")
+        widgets.job_status("Attach", job, "att", hide_idle=True)
 
 
 def has_events(run: str) -> bool:
@@ -52,17 +54,25 @@ def has_events(run: str) -> bool:
         return False
 
 
-@st.fragment(run_every=2.0)
-def events_panel(run: str) -> None:
-    """The recording's own KV-event stream: the same node as its scrapes."""
-    with recording.guard(f"Reading {run}'s KV events"):  # a fragment rerun: its own guard
+def node_config(meta: dict) -> int | None:
+    """The node's max-num-seqs when its recording knows it (meta `node_config`, as read from
+    the node), else None."""
+    v = (meta.get("node_config") or {}).get("max_num_seqs") if isinstance(
+        meta.get("node_config"), dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def events_panel(run: str, rows: list[dict], meta: dict) -> None:
+    """The recording's own KV-event stream (the same node as its scrapes), beside the scrapes
+    `rows` that the scrape column drew (pages/node_panel.py: one read, one instant)."""
+    with recording.guard(f"Reading {run}'s KV events"):
         st.markdown("**KV events** (this recording: the same node)")
         path = directory.resolve_run(directory.runs_dir(), run)
         with kv_reader.connect(path) as conn:
             streams = kv_reader.streams(conn)
             counts = kv_reader.stream_counts(conn)
             timeline = kv_reader.timeline(conn)
-            model = kvevents_view.model_of(run, conn, counts)[0]
+            model = kvevents_model.model_of(run, conn, counts)[0]
             end_s = kw.end_of_stream(kv_reader.run_state(conn), timeline)
         for s in streams:
             c = counts.get(s["stream_id"], {})
@@ -72,17 +82,16 @@ def events_panel(run: str) -> None:
         cols = st.columns(2)
         sid = [s["stream_id"] for s in streams]
         blocks = sum(model.cached_blocks(i) for i in sid)
+        doubt = sum(model.unconfirmed_blocks(i) for i in sid)
         cols[0].metric("Cached blocks", f"{blocks:,}",
-                       help="the prefix cache rebuilt from the events (evictable blocks included)")
+                       help="the prefix cache rebuilt from the events (evictable blocks "
+                            "included); after a lost batch only blocks stored since, or "
+                            "re-announced, count")
         cols[1].metric("Cached tokens", f"{sum(model.cached_tokens(i) for i in sid):,}")
+        if doubt:
+            st.caption(f"{doubt:,} more blocks were cached before a lost batch and not seen "
+                       "since: not counted (the lost batch may have evicted them).")
         recent = diagnose.recent_counts(timeline, end_s, kw.WINDOW_S)
-        from kvviz.store.reader import RunReader
-
-        r = RunReader(path)
-        try:
-            rows = r.node_samples(last=kw.SCRAPES_KEPT).to_dict("records")
-        finally:
-            r.close()
-        for line in diagnose.usage_and_waiting(model, diagnose.gauges_from_scrapes(rows), recent,
-                                               kw.WINDOW_S):
+        gauges = diagnose.gauges_from_scrapes(rows, node_config(meta))
+        for line in diagnose.usage_and_waiting(model, gauges, recent, kw.WINDOW_S):
             st.text(line)

@@ -51,6 +51,13 @@ WIDTHS = {"time (s)": 70, "lane": 210, "request": 70, "class": 125, "need": 70,
           "free in total": 110, "largest hole": 100, "free ≥ need": 90}  # px: nothing cut off
 
 
+def lane_width(table) -> int:
+    """px for the lane column: its longest name whole (about 8 px a character at the
+    table's font, and the cell's padding)."""
+    longest = max((len(str(x)) for x in table["lane"]), default=0) if len(table) else 0
+    return max(WIDTHS["lane"], 8 * longest + 28)
+
+
 def shown_table(table):
     """The failure table with human headers; the yes/no column as text, so that the only
     checkbox column is the row selection."""
@@ -59,53 +66,84 @@ def shown_table(table):
     return out.rename(columns=TABLE_HEADERS)
 
 
-def lane_at(col, lane: str, got, rows, t: float, cells: tuple, i: int,
-            failure: fm.Failure | None = None) -> None:
-    with col:
-        # lane names come from the recording: shown as text, never Markdown (links, images)
-        st.markdown(f"#### {md(lane)}")
-        st.caption(md(lane_caption(lane)))
-        if not rows.empty:
-            blockview.headline_metrics(rows.iloc[-1])
-        if got is None:
-            st.info(f"No block map kept at or before {t:.2f} s")
-            return
-        bm, t_map = got
-        lo, hi, max_cells = cells
-        start, stop = blockview.block_range(bm, lo, hi)
-        fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells,
-                                 title=f"{lane} @ {t_map:.2f} s")
-        if failure is not None:
-            mark = fm.mark_failure(fig, bm, failure, start, stop, max_cells=max_cells)
-            late = "" if abs(t_map - failure.t) < 1e-9 else (
-                f" The map shown was sampled at {t_map:.2f} s, not at the failure: its holes "
-                "may differ from the ones the request met.")
-            st.warning(mark.text + late, icon=":material/block:")
-        st.plotly_chart(fig, key=f"replay_heat_{i}", config={"displayModeBar": False},
-                        theme=None)  # styled by the builder (kvviz.viz.theme.plain)
+def lane_head(lane: str) -> None:
+    # lane names come from the recording: shown as text, never Markdown (links, images)
+    st.markdown(f"#### {md(lane)}")
+    st.caption(md(lane_caption(lane)))
+
+
+def lane_map(lane: str, got, t: float, zoom: tuple[float, float], i: int,
+             failure: fm.Failure | None) -> str | None:
+    """The lane's map at or before t; returns the failure's mark text (drawn under the maps,
+    so that the maps stay side by side at one height)."""
+    if got is None:
+        st.info(f"No block map kept at or before {t:.2f} s")
+        return None
+    bm, t_map = got
+    start, stop = blockview.block_range(bm, *zoom)
+    max_cells = blockview.lane_max_cells(bm, *zoom, cap=blockview.PLOTLY_MAX_CELLS)
+    fig = vh.blockmap_figure(bm, start, stop, max_cells=max_cells,
+                             title=f"{lane} @ {t_map:.2f} s")
+    text = None
+    if failure is not None:
+        mark = fm.mark_failure(fig, bm, failure, start, stop, max_cells=max_cells)
+        late = "" if abs(t_map - failure.t) < 1e-9 else (
+            f" The map and the numbers of this lane are those sampled at {t_map:.2f} s, "
+            "before the failure: its holes may differ from the ones the request met.")
+        text = mark.text + late
+    st.plotly_chart(fig, key=f"replay_heat_{i}", config={"displayModeBar": False},
+                    theme=None)  # styled by the builder (kvviz.viz.theme.plain)
+    return text
+
+
+def lanes_at(r, lanes: list[str], t: float, zoom: tuple[float, float], failures: list) -> None:
+    """The lanes side by side in three rows (names, maps, numbers): the maps line up, and a
+    lane's numbers are of the instant its map was sampled (one instant per lane)."""
+    maps = [r.blockmap_at(lane, t) for lane in lanes]
+    for col, lane in zip(st.columns(len(lanes)), lanes):
+        with col:
+            lane_head(lane)
+    marks = []
+    for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
+        with col:
+            marks.append(lane_map(lane, maps[i], t, zoom, i, failures[i]))
+    for col, lane, got, mark in zip(st.columns(len(lanes)), lanes, maps, marks):
+        with col:
+            rows = r.sample_at(lane, t if got is None else got[1])
+            if not rows.empty:
+                blockview.headline_metrics(rows.iloc[-1])
+            if mark:
+                st.warning(mark, icon=":material/block:")
 
 
 def scrub(run: str, lanes: list[str], t0: float, t1: float, step: float) -> None:
-    if st.session_state.get(PLAYING):
+    playing = bool(st.session_state.get(PLAYING))
+    c1, c2 = st.columns([1, 5])
+    if c1.button("Pause" if playing else "Play", key="replay_play",
+                 icon=":material/pause:" if playing else ":material/play_arrow:"):
+        # handled before any advance: a Pause stops time where the user saw it
+        st.session_state[PLAYING] = not playing
+        if not playing and st.session_state.get(T, t0) >= t1:
+            st.session_state[T] = t0
+        st.rerun(scope="app")
+    c2.caption(f"{t1 - t0:,.1f} s recorded. Play advances {step * 10:.2f} s every half "
+               "second.")
+    if playing:
         nxt = st.session_state.get(T, t0) + step * 10
         st.session_state[PLAYING] = nxt < t1
         st.session_state[T] = min(nxt, t1)
     st.session_state[T] = min(max(float(st.session_state.get(T, t1)), t0), t1)
     t = st.slider("Time (s)", t0, t1, step=step, key=T, format="%.2f")
-    lo, hi = blockview.zoom("replay_zoom")
+    zoom = blockview.zoom("replay_zoom")
     with recording.reader(run) as r:
         if r is None:
             return
         with recording.guard(f"Reading {run}"):
             # Seeks only: the maps and samples at t, 1,000 thinned points per lane for the
             # over-time chart; the cost does not grow with the recording.
-            maps = [r.blockmap_at(lane, t) for lane in lanes]
-            have = [g[0] for g in maps if g is not None]
-            cells = (lo, hi, blockview.aligned_max_cells(have, lo, hi) if have else 1)
             st.html(theme.legend_html())
-            for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
-                lane_at(col, lane, maps[i], r.sample_at(lane, t), t, cells, i,
-                        picked_failure(lane, t, (t0, t1), step))
+            lanes_at(r, lanes, t, zoom,
+                     [picked_failure(lane, t, (t0, t1), step) for lane in lanes])
             st.plotly_chart(vt.over_time_figure(r.samples_thinned(1000, lanes), lanes,
                                                 mark_t=t),
                             key="replay_time", theme=None)
@@ -129,16 +167,8 @@ def page(r, run: str, lanes: list[str]) -> None:
                                  newest_first=False)
     table = table[table["lane"].isin(lanes)].reset_index(drop=True)
     jump_to_selected_failure(table)
-    c1, c2 = st.columns([1, 5])
+    st.caption(f"Status {r.state or 'unknown'}.")
     playing = bool(st.session_state.get(PLAYING))
-    if c1.button("Pause" if playing else "Play", icon=":material/pause:" if playing
-                 else ":material/play_arrow:"):
-        st.session_state[PLAYING] = not playing
-        if not playing and st.session_state.get(T, t0) >= t1:
-            st.session_state[T] = t0
-        st.rerun()
-    c2.caption(f"{t1 - t0:,.1f} s recorded; status {r.state or 'unknown'}. Play advances "
-               f"{step * 10:.2f} s every half second.")
     st.fragment(scrub, run_every=0.5 if playing else None)(run, lanes, t0, t1, step)
     st.subheader(f"Admission failures ({total:,})")
     shown = "" if total <= FEED_MAX else f"The latest {FEED_MAX:,} of all lanes are listed. "
@@ -146,10 +176,11 @@ def page(r, run: str, lanes: list[str]) -> None:
                "refused request on its lane's map. " + " · ".join(
                    f"**{k}**: {v}" for k, v in theme.FAILURE_MEANING.items()))
     cc = st.column_config
+    widths = {**WIDTHS, "lane": lane_width(table)}
     st.dataframe(shown_table(table), key=TABLE, on_select="rerun", selection_mode="single-row",
                  hide_index=True, height=300, width="stretch",
                  column_config={k: cc.NumberColumn(format="%.2f", width=w) if k == "time (s)"
-                                else cc.Column(width=w) for k, w in WIDTHS.items()})
+                                else cc.Column(width=w) for k, w in widths.items()})
 
 
 sel = runpicker.sidebar("pages/replay.py")

@@ -13,7 +13,7 @@ from pages.recording import lanes_of
 
 LIVE = "live collector"
 RUN_KEY = "kvviz_run"
-LANES_SHOWN = 3  # lanes shown side by side until the user picks (the demo has three)
+LANES_SHOWN = 4  # lanes shown until the user picks: all a Live collector runs (its max)
 
 
 class Selection(NamedTuple):
@@ -39,8 +39,8 @@ def sidebar(page: str) -> Selection:
         help="The demo collector's recording, or any recording in the runs directory.")
     st.session_state[RUN_KEY] = choice
     is_live = choice == LIVE
-    if is_live:
-        collector().touch_viewer()  # someone looks at the live collector (its idle stop)
+    if is_live and page == "pages/live.py":  # Live watches it; elsewhere it idles to a stop
+        collector().touch_viewer()
     run = collector().status().recording if is_live else choice
     lanes = lanes_of(run)
     if is_live and not lanes:  # the collector has not written its header yet (first open)

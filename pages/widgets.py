@@ -60,17 +60,22 @@ def status_text(title: str, s: JobStatus, age_s: float | None) -> str:
     return head
 
 
-def job_status(title: str, job, key: str, every_s: float = 1.0) -> None:
+def job_status(title: str, job, key: str, every_s: float = 1.0, hide_idle: bool = False) -> None:
     """The status box of `job` (job_status_box), redrawn every `every_s` seconds so its
-    uptime and last write are read afresh at each refresh, not when the page was opened."""
-    st.fragment(run_every=every_s)(job_status_box)(title, job, key)
+    uptime and last write are read afresh at each refresh, not when the page was opened.
+    hide_idle: draw nothing for a job never started (no "not started" box with greyed
+    buttons above a form that starts it)."""
+    st.fragment(run_every=every_s)(job_status_box)(title, job, key, hide_idle=hide_idle)
 
 
-def job_status_box(title: str, job, key: str, restart=None) -> JobStatus:
+def job_status_box(title: str, job, key: str, restart=None,
+                   hide_idle: bool = False) -> JobStatus:
     """Draw the status box of `job` (a kvviz.runs.jobs job) with its Stop and Restart
     buttons (keys <key>_stop, <key>_restart); a press acts and reruns the page. `restart`
-    (no arguments) replaces job.restart."""
+    (no arguments) replaces job.restart; hide_idle: nothing for a job never started."""
     s = job.status()
+    if hide_idle and s.state == NOT_STARTED:
+        return s
     text = status_text(title, s, last_write_age(s.recording))
     if s.state == RUNNING:
         st.success(text, icon=":material/radio_button_checked:")
@@ -82,7 +87,9 @@ def job_status_box(title: str, job, key: str, restart=None) -> JobStatus:
         st.info(text, icon=":material/info:")
     else:  # stopped unexpectedly
         st.warning(text, icon=":material/warning:")
-    if s.last_message:  # code, not an expander: the box may sit in one (KV events)
+    if s.last_message and s.state == RUNNING:  # its progress line: small text, not a log
+        st.caption(md(s.last_message.strip().splitlines()[-1]))
+    elif s.last_message:  # why it stopped: code, not an expander (the box may sit in one)
         st.code(s.last_message, language=None)
     stop, again = st.columns(2)
     if stop.button("Stop", key=f"{key}_stop", icon=":material/stop:",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -91,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command's exit code; an error is one line `kvviz CMD: error: ...` (exit 2)."""
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # here, where a reader gone away is caught below
+        return code
+    except BrokenPipeError:  # `kvviz info RUN | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141  # 128 + SIGPIPE, as a tool the pipe ended would exit
     except (KvvizError, ValueError) as exc:
         print(f"kvviz {args.command}: error: {printable(exc)}", file=sys.stderr)
         return 2

@@ -21,8 +21,8 @@ from kvviz.traces.overview import overview
 from kvviz.viz import cellstate, theme
 
 PAGED_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-SHARES = (("used_share", "Used"), ("reserved_share", "Reserved (will be written)"),
-          ("internal_share", "Internal (never written)"), ("free_share", "Free"))
+SHARES = (("used_share", "Used"), ("reserved_share", "Slack: reserved (will be written)"),
+          ("internal_share", "Slack: internal (never written)"), ("free_share", "Free"))
 SHARE_COLOURS = (theme.STATES[cellstate.USED].colour, theme.STATES[cellstate.RESERVED].colour,
                  "#d1495b", theme.STATES[cellstate.FREE].colour)
 FAILURES = ("capacity", "fragmentation", "policy")
@@ -170,6 +170,14 @@ def throughput_figure(df: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Throughput on the same workload", _lane_height(len(lanes)))
 
 
+def kernel_axis_top(kernel: Sequence[KernelPoint]) -> float | None:
+    """The kernel panel's y-axis top when some p10-p90 bar reaches far above the medians
+    (3x the largest median or contiguous time): that top, else None (the axis fits all)."""
+    lines = max(max(k.paged_ms for k in kernel), max(k.contiguous_ms for k in kernel))
+    top = 3.0 * lines
+    return top if lines > 0 and max(k.high for k in kernel) > top else None
+
+
 def advisor_figure(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] | None,
                    advice: Advice | None) -> go.Figure:
     """Block size on x: tail waste (top), failures and preemptions (middle), kernel time."""
@@ -200,6 +208,13 @@ def advisor_figure(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] 
                         name="contiguous kernel (no block table)", mode="lines",
                         line=dict(color="#888888", dash="dash"), row=3, col=1)
         fig.update_yaxes(title="ms", rangemode="tozero", row=3, col=1)
+        top = kernel_axis_top(kernel)
+        if top is not None:  # a noisy run's p90 would flatten every median to the axis
+            fig.update_yaxes(range=[0, top], row=3, col=1)
+            fig.add_annotation(text=f"bars cut at {top:,.2f} ms (p90 up to "
+                                    f"{max(k.high for k in kernel):,.1f} ms: a noisy run)",
+                               xref="x3 domain", yref="y3 domain", x=1, y=1, showarrow=False,
+                               xanchor="right", yanchor="bottom", font=dict(size=11))
     fig.update_yaxes(tickformat=".0%", row=1, col=1)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
     fig.update_xaxes(title="block size (slots)", row=rows, col=1)

@@ -11,22 +11,28 @@ from __future__ import annotations
 # term -> one-line definition, in the order a newcomer meets them
 TERMS: dict[str, str] = {
     "slot": "the KV cache of one token (one position of one sequence)",
-    "block": "the unit an allocator hands out: a paged allocator's block of N slots, or a "
-             "contiguous allocator's cell of slots",
+    "block": "the unit an allocator hands out: a paged allocator's block of N slots, or one "
+             "slot in a contiguous allocator",
+    "cell": "one square of a block map: one block (one slot in a contiguous lane) when the "
+            "range shown is small enough, else a run of them; the map's subtitle says how "
+            "many (\"1 cell = 16 slots\"), and zooming in re-bins down to one",
     "capacity": "all slots of a lane; every share below is a share of capacity",
     "used": "slots holding KV written by a live sequence (a shared block counted once)",
-    "slack": "slots allocated to a sequence but not written yet; splits into reserved and "
-             "internal when the final lengths are known",
-    "reserved": "the part of slack that will be written before its sequence ends",
-    "internal": "the part of slack that will never be written (reserved beyond the final "
-                "length): internal fragmentation",
+    "slack": "slots allocated to a sequence but not written yet = reserved + internal "
+             "(the split needs the final lengths: Compare and the CLI show it)",
+    "reserved": "slack that will be written before its sequence ends",
+    "internal": "slack that will never be written (held beyond the final length): internal "
+                "fragmentation",
     "free": "slots no sequence holds",
     "cached": "free blocks that still hold a prefix a new request can reuse",
     "hole": "a run of adjacent free slots",
     "largest hole": "the longest run of adjacent free slots: the largest request a "
                     "contiguous allocator can place now",
     "external fragmentation index": "1 - largest hole / free: 0 = all free slots in one "
-                                    "hole, near 1 = free slots shattered into small holes",
+                                    "hole, near 1 = free slots shattered into small holes. "
+                                    "Paged lanes show 0 by design: any free block serves any "
+                                    "request, so their free blocks never need to be adjacent "
+                                    "(their waste is tail waste, not holes)",
     "tail waste": "unwritten slots in sequences' partly written last blocks, as a share of "
                   "capacity",
     "shared prefix": "a block read by several sequences at once (refcount > 1): their common "

@@ -76,7 +76,7 @@ def _runs(owner: np.ndarray) -> list[tuple[int, int, int]]:
 def slot_line_figure(bm: BlockMap, names: Mapping[int, str], *, title: str = "",
                      table: np.ndarray | None = None, table_owner: int | None = None,
                      tail_owner: int | None = None) -> go.Figure:
-    """One row of slots coloured by owner (pale = reserved, not written; grey = free).
+    """One row of slots coloured by owner (pale = slack, not written; grey = free).
 
     Paged maps get block borders and block ids; contiguous maps get their holes labelled.
     `table` draws `table_owner`'s block table above the line with an arrow per entry.

@@ -57,8 +57,11 @@ def span_shares(samples: pd.DataFrame, lane: str) -> SpanShares | None:
 
 def span_text(s: SpanShares) -> str:
     """One caption: the pressure steps with their fraction, then both averages."""
-    def fmt(shares: dict[str, float]) -> str:
-        return " · ".join(f"{k} {shares[k]:.1%}" for k in SHARE_KEYS)
+    def fmt(shares: dict[str, float]) -> str:  # the glossary's words: slack = reserved + internal
+        slack = shares["reserved"] + shares["internal"]
+        return (f"used {shares['used']:.1%} · slack {slack:.1%} (reserved "
+                f"{shares['reserved']:.1%}, internal {shares['internal']:.1%}) · free "
+                f"{shares['free']:.1%}")
 
     head = (f"{s.steps:,} steps, under memory pressure in {s.pressure_steps:,} "
             f"({s.pressure_steps / s.steps:.1%}). Mean over all steps: {fmt(s.all_steps)}. ")

@@ -126,10 +126,12 @@ def lanes_legend_html(lanes: list[str]) -> str:
     return series_legend_html([(lane, lane_colour(i), "line") for i, lane in enumerate(lanes)])
 
 
-def headline_html(items: list, per_row: int = 4) -> str:
-    """A grid of (label, value, help) headline numbers, `per_row` to a row; help on hover,
-    and each number is focusable with the help as its accessible description (st.metric's
-    help icon was reachable by keyboard; this keeps that).
+def headline_html(items: list, min_rem: float = 5.5) -> str:
+    """A grid of (label, value, help) headline numbers; help on hover, and each number is
+    focusable with the help as its accessible description (st.metric's help icon was
+    reachable by keyboard; this keeps that). As many to a row as fit at `min_rem` wide each
+    (a narrow lane column wraps to more rows instead of drawing values over each other);
+    a value never wraps or is cut.
 
     One HTML element instead of eight st.metric widgets: the Live page redraws these every
     second in every tab, and the browser's cost grows with the number of elements.
@@ -139,9 +141,10 @@ def headline_html(items: list, per_row: int = 4) -> str:
         cells.append(
             f'<div title="{escape(help_)}" tabindex="0" role="group" '
             f'aria-label="{escape(label)}: {escape(value)}" aria-description="{escape(help_)}" '
-            f'style="padding:2px 0;cursor:help">'
-            f'<div style="font-size:0.78rem;color:#555"><span style="border-bottom:1px '
-            f'dotted #999">{escape(label)}</span></div>'
-            f'<div style="font-size:1.45rem;line-height:1.3">{escape(value)}</div></div>')
-    return (f'<div style="display:grid;grid-template-columns:repeat({per_row},1fr);'
-            f'gap:2px 12px;margin:4px 0 8px">' + "".join(cells) + "</div>")
+            f'style="padding:2px 0;cursor:help;min-width:0">'
+            f'<div style="font-size:0.78rem;color:#555;line-height:1.2"><span '
+            f'style="border-bottom:1px dotted #999">{escape(label)}</span></div>'
+            f'<div style="font-size:1.35rem;line-height:1.3;white-space:nowrap">'
+            f'{escape(value)}</div></div>')
+    return (f'<div style="display:grid;grid-template-columns:repeat(auto-fill,minmax('
+            f'{min_rem}rem,1fr));gap:4px 12px;margin:4px 0 8px">' + "".join(cells) + "</div>")

@@ -40,8 +40,7 @@ def headline(row: pd.Series | dict) -> list[Headline]:
         Headline("Free", f"{_num(row, 'free_tokens') / cap:.0%}", _share("free")),
         Headline("Largest hole", f"{int(_num(row, 'largest_hole_tokens')):,}",
                  f"slots: {define('largest hole')}"),
-        Headline("External fragmentation index", f"{_num(row, 'external_frag_index'):.2f}",
-                 define("external fragmentation index")),
+        _frag_headline(row),
         Headline("Failures C/F/P",
                  f"{fails['CAPACITY']}/{fails['FRAGMENTATION']}/{fails['POLICY']}",
                  "admission failures by class: CAPACITY / FRAGMENTATION / POLICY"),
@@ -50,6 +49,14 @@ def headline(row: pd.Series | dict) -> list[Headline]:
         Headline("Tokens/s", f"{_num(row, 'tokens_per_s'):,.0f}", "decode throughput"),
         *_prefix_headline(row),
     ]
+
+
+def _frag_headline(row: pd.Series | dict) -> Headline:
+    """The index, with "(0 for paged)" in the label of a paged lane: 0 there by design."""
+    paged = str(row.get("lane", "")).startswith("paged")
+    return Headline("External fragmentation index" + (" (0 for paged)" if paged else ""),
+                    f"{_num(row, 'external_frag_index'):.2f}",
+                    define("external fragmentation index"))
 
 
 def _share(term: str) -> str:

@@ -2,6 +2,7 @@
 events side by side."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -15,7 +16,7 @@ from tests.kvevents.recordings import write_attach_recording
 from tests.kvevents.schema_pub import SchemaPublisher, payload
 from tests.kvevents.schema_pub import store as stored
 from tests.node.fakes import FakeNode
-from tests.pages.pagehelpers import no_exception, page, rerun_until
+from tests.pages.pagehelpers import no_exception, page, rerun_until, tiles
 
 PAGE = "pages/node.py"
 
@@ -39,7 +40,7 @@ def test_an_attach_recording_shows_its_scrapes_and_its_events_side_by_side(runs)
     no_exception(at)
     assert at.selectbox(key="node_pick").value == "node-attach.db"
     assert "(this recording: the same node)" in " ".join(m.value for m in at.markdown)
-    labels = {m.label: m.value for m in at.metric}
+    labels = tiles(at)
     assert labels["Running"] == "2" and int(labels["Cached blocks"].replace(",", "")) > 0
     assert "3 requests wait" in _texts(at)
 
@@ -77,8 +78,13 @@ def test_the_form_starts_an_attach_job_that_records_both(runs):
         at.text_input(key="att_ev").input(ep)
         at.text_input(key="att_rp").input(rp)
         at.number_input(key="att_every").set_value(0.5)
+        assert not any("not started" in i.value for i in at.info)  # no idle boxes above
         at.button(key="att_start").click().run()
         no_exception(at)
+        # the status says running: nothing beside it may say there is no recording
+        shown = " ".join(i.value for i in at.info)
+        assert "No node recording yet" not in shown, shown
+        assert at.selectbox(key="node_pick").value.startswith("node-")
 
         def both(a) -> bool:
             runs_ = sorted(runs.glob("node-*.db"))
@@ -102,3 +108,26 @@ def test_the_form_starts_an_attach_job_that_records_both(runs):
         pub.close()
         node.server.shutdown()
         node.server.server_close()
+
+
+@pytest.mark.parametrize("waiting", [0, 3])
+def test_the_waiting_question_is_asked_only_when_requests_wait(runs, waiting):
+    write_attach_recording(runs / "node-attach.db", free_base_port(2), waiting=waiting)
+    at = page(PAGE)
+    no_exception(at)
+    heads = [h.value for h in at.subheader]
+    asked = "Usage looks low: why are requests waiting?" in heads
+    assert asked == (waiting > 0), heads
+    assert (("Cached blocks and KV usage" in heads) == (waiting == 0)), heads
+
+
+def test_the_scrape_column_and_the_events_beside_it_read_one_instant(runs):
+    """The KV usage headline and the events column's usage sentence come from the same scrape
+    (one read per redraw): 2% of 1,000 blocks is 20 in use on both."""
+    write_attach_recording(runs / "node-attach.db", free_base_port(2), waiting=3)
+    at = page(PAGE)
+    no_exception(at)
+    labels = tiles(at)
+    assert labels["KV usage"] == "2.0%"
+    said = re.findall(r"KV usage (?:is only|is|at) (\d+)%", _texts(at))
+    assert said and set(said) == {"2"}, said

@@ -36,7 +36,7 @@ def test_waiting_at_the_max_num_seqs_limit_with_low_usage_is_a_scheduler_limit()
     g = Gauges(kv_usage=0.3, num_gpu_blocks=1000, num_running=8, num_waiting=5, max_running=8)
     msg = usage_and_waiting(_model(100), g, recent=(40, 0))[-1]
     assert msg.startswith("5 requests wait while KV usage is only 30%")
-    assert "limit of 8 (max-num-seqs)" in msg and "stalled" not in msg
+    assert "max-num-seqs of 8" in msg and "binds" in msg and "stalled" not in msg
 
 
 def test_stalled_stores_while_requests_wait_say_admission_has_stalled():
@@ -117,3 +117,24 @@ def test_when_the_engine_says_capacity_memory_is_not_ruled_out_at_low_usage():
     (msg,) = [m for m in usage_and_waiting(_model(41), g) if "wait" in m]
     assert "memory is not what holds them back" not in msg
     assert "30 blocks free" in msg and "wait for capacity" in msg
+
+
+def test_waiting_for_capacity_at_max_num_seqs_names_that_limit_not_cannot_tell():
+    """8 running, 8 waiting "for capacity" (vLLM's reason), usage 35%, max-num-seqs 8 in the
+    node's config: the limit is named, not "the gauges cannot tell which"."""
+    g = Gauges(kv_usage=0.35, num_gpu_blocks=72, usable_blocks=71, num_running=8,
+               num_waiting=8, max_running=8, waiting_capacity=8, waiting_deferred=0)
+    msg = usage_and_waiting(_model(10), g)[-1]
+    assert "max-num-seqs of 8" in msg and "binds" in msg and "cannot tell" not in msg
+    below = g.__class__(**{**g.__dict__, "num_running": 5})
+    assert "cannot tell" in usage_and_waiting(_model(10), below)[-1]
+
+
+def test_recent_preemptions_say_their_window_beside_the_latest_interval_rate():
+    rows = [{"status": "ok", "t": float(t), "kv_usage": 0.35, "num_running": 8,
+             "num_waiting": 8, "preemptions_total": float(t), "preemptions_per_s": 0.0}
+            for t in range(47)]
+    g = gauges_from_scrapes(rows)
+    msg = usage_and_waiting(_model(10), g)[-1]
+    assert "46 running request(s) over the last 46 s" in msg
+    assert "latest interval alone: 0.00/s, the Preemptions/s figure" in msg

@@ -91,3 +91,15 @@ def shown(el) -> str:
     """An st.error / st.warning body as the reader sees it: remote and recording text is
     escaped for Markdown (kvviz.node.trust.plain_markdown), so drop the backslashes."""
     return re.sub(r"\\(.)", r"\1", el.value)
+
+
+def tiles(at: AppTest) -> dict[str, str]:
+    """label -> value of every headline tile drawn (kvviz.viz.theme.headline_html), and of every
+    st.metric, so a test reads a number whichever way the page draws it."""
+    import html as _html
+    out = {m.label: m.value for m in at.get("metric")}
+    for h in at.get("html"):
+        for label in re.findall(r'aria-label="([^"]*)"', str(h.proto.body)):
+            name, _, value = _html.unescape(label).partition(": ")
+            out[name] = value
+    return out

@@ -87,6 +87,8 @@ def test_bad_trace_shows_error_naming_line_and_field(at: AppTest, uploads) -> No
     msg = re.sub(r"\\(.)", r"\1", at.error[0].value)  # shown as plain text: escaped Markdown
     assert "bad.csv: line 3: column 'prompt_tokens': not a valid value" in msg
     assert not at.tabs  # nothing else runs on a bad trace
+    # the page's own control, not the command line's flag
+    assert '"Skip unusable rows" in the sidebar' in msg and "--" not in msg
 
 
 def test_good_trace_is_used(at: AppTest, uploads) -> None:
@@ -219,3 +221,38 @@ def test_a_trace_with_an_arrival_a_billion_seconds_in_runs_to_the_end(at: AppTes
     assert not at.exception and not at.error
     table = next(d.value for d in at.dataframe if "steps to finish" in d.value)
     assert (table["steps to finish"] > 5 * 10**10).all()  # past 1e9 s
+
+
+def test_measuring_kernel_time_pauses_a_running_demo_collector_and_resumes_it():
+    from types import SimpleNamespace
+
+    from kvviz.runs.status import RUNNING
+    from pages.compare_advisor import collector_paused
+
+    class Coll:
+        def __init__(self, state, paused):
+            self.state, self.paused, self.calls = state, paused, []
+
+        def status(self):
+            return SimpleNamespace(state=self.state)
+
+        def control(self):
+            return SimpleNamespace(paused=self.paused)
+
+        def set_paused(self, p):
+            self.calls.append(p)
+            self.paused = p
+
+    running = Coll(RUNNING, False)
+    with pytest.raises(RuntimeError), collector_paused(running):
+        assert running.paused
+        raise RuntimeError("the measurement failed")
+    assert running.calls == [True, False] and not running.paused
+    already = Coll(RUNNING, True)  # paused by the user: stays paused
+    with collector_paused(already):
+        pass
+    assert already.calls == [] and already.paused
+    stopped = Coll("stopped", False)
+    with collector_paused(stopped):
+        pass
+    assert stopped.calls == []

@@ -50,10 +50,10 @@ def test_a_gap_heavy_stream_says_what_it_lost(runs):
 
 def large_recording_on_the_tab(runs, monkeypatch):
     """The tab on 60 batches of 100 stored blocks, with a cap of 3,000 read 4 batches at a time."""
-    from pages import kvevents_view
+    from pages import kvevents_model
 
-    monkeypatch.setattr(kvevents_view, "EVENT_CAP", 3_000)
-    monkeypatch.setattr(kvevents_view, "STEP", 4)  # 4 batches of 100 blocks at a time
+    monkeypatch.setattr(kvevents_model, "EVENT_CAP", 3_000)
+    monkeypatch.setattr(kvevents_model, "STEP", 4)  # 4 batches of 100 blocks at a time
     blocks = [(k, payload([store([10_000 * k + j for j in range(100)], None, 16,
                                  tokens=list(range(1600)))])) for k in range(60)]
     _record(runs / "big.db", blocks)

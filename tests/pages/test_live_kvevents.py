@@ -3,6 +3,7 @@ the collector recorded for that lane (forest numbers, rates, diagnoses); other l
 without a stream show none."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kvviz.commands.cli import main
@@ -31,8 +32,9 @@ def test_a_prefix_lane_shows_its_event_stream_beside_its_block_map(runs: Path):
     assert len(canvases(at)) == 2
     heads = [m.value for m in at.markdown if "KV events of this lane" in m.value]
     assert len(heads) == 1  # the prefix lane only
-    metrics = {m.label: m.value for m in at.get("metric")}
-    assert int(metrics["cached blocks"].replace(",", "")) > 0
+    html = " ".join(str(h.proto.body) for h in at.get("html"))
+    got = re.search(r'aria-label="Cached blocks: ([\d,]+)"', html)
+    assert got and int(got.group(1).replace(",", "")) > 0, html[:400]
     # all 1,000 requests arrive at once: the cache fills, the rest wait; 1,500 steps (not a
     # wall-clock span) end the run with about a seventh of them finished, on any machine
     text = _texts(at)

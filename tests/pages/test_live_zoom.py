@@ -72,3 +72,24 @@ def test_a_zoom_to_the_range_shown_leaves_nothing_pending(state):
     live_lane.zoom_to(KEY, 512)
     assert live_lane.ZOOM_ASKED not in state
     assert run(state) == FULL
+
+
+def test_zooming_in_re_bins_each_lane_down_to_one_slot_or_block_a_cell():
+    """Every narrower range gives finer cells, down to one slot (contiguous) or one block
+    (paged) per cell; a coarse lane beside does not hold a fine one back."""
+    from kvviz.core.blockmap import empty_blockmap
+    from kvviz.viz import blockcanvas as vc
+
+    contiguous = empty_blockmap(16_384, 1, label="contiguous:first-fit:pow2", contiguous=True)
+    paged256 = empty_blockmap(64, 256, label="paged:256")
+    runs = []
+    for lo, hi in [(0.0, 100.0), (0.0, 50.0), (0.0, 20.0)]:
+        a, b = blockview.block_range(contiguous, lo, hi)
+        meta = vc.canvas_data(contiguous, a, b,
+                              max_cells=blockview.lane_max_cells(contiguous, lo, hi))["meta"]
+        runs.append(meta["run"])
+        coarse = blockview.lane_max_cells(paged256, lo, hi)
+        assert coarse == blockview.block_range(paged256, lo, hi)[1] - \
+            blockview.block_range(paged256, lo, hi)[0]  # one block a cell, always
+    assert runs == sorted(runs, reverse=True) and len(set(runs)) == len(runs)
+    assert runs[-1] == 1 and "1 cell = 1 slot" in meta["subtitle"]

@@ -18,7 +18,15 @@ from kvviz.runs import directory, process
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 from tests.node.fakes import FakeNode
-from tests.pages.pagehelpers import decode, figures, heatmaps, no_exception, page, rerun_until
+from tests.pages.pagehelpers import (
+    decode,
+    figures,
+    heatmaps,
+    no_exception,
+    page,
+    rerun_until,
+    tiles,
+)
 from tests.torchsnap.snaps import dumps, make_snapshot
 
 PAGE = "pages/node.py"
@@ -83,7 +91,7 @@ def test_engine_recordings_are_not_listed_and_a_node_recording_is_drawn(node_run
     at = page(PAGE)
     no_exception(at)
     assert at.selectbox(key="node_pick").options == ["node-a.db"]  # rec.db is an engine run
-    values = {m.label: m.value for m in at.get("metric")}
+    values = tiles(at)
     assert values["KV usage"] == "40.0%" and values["KV capacity (blocks)"] == "1,000"
     assert values["KV capacity (tokens)"] == "16,000" and values["Preemptions/s"] == "0.50"
     assert any("Last scrape: **ok**" in s.value for s in at.success)
@@ -159,7 +167,7 @@ def test_snapshot_summary_and_heatmap(node_runs, uploads):
     uploads.put(SNAP, "snap.pickle", dumps(make_snapshot()))
     at.run()
     no_exception(at)
-    values = {m.label: m.value for m in at.get("metric")}
+    values = tiles(at)
     assert values["Allocated"] == "10.0 MiB" and values["Inactive holes"] == "11.0 MiB"
     assert values["Largest hole"] == "4.0 MiB" and values["External fragmentation"] == "0.64"
     (hm,) = heatmaps(at)

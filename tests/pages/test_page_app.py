@@ -80,9 +80,8 @@ def test_live_heatmap_data_is_the_recordings_block_map(runs):
         bms = [r.latest_blockmap(lane)[0] for lane in lanes]
     finally:
         r.close()
-    max_cells = blockview.aligned_max_cells(bms, 0.0, 100.0)
     for (meta, cells), bm, lane in zip(shown, bms, lanes):
-        grid = vh.blockmap_cells(bm, max_cells=max_cells)
+        grid = vh.blockmap_cells(bm, max_cells=blockview.lane_max_cells(bm, 0.0, 100.0))
         assert meta["title"] == lane
         assert (meta["rows"], meta["cols"], meta["run"]) == (grid.rows, grid.cols, grid.run)
         state = cells["state"].to_numpy()
@@ -173,6 +172,19 @@ def test_the_live_page_touches_the_viewer_file(runs):
     democollector.collector()._touched = 0.0  # let the next touch through at once
     at.run()
     assert viewer.stat().st_mtime > time.time() - 60
+
+
+def test_other_pages_do_not_keep_the_demo_recording(runs):
+    """Replay with the live collector picked reads it, but does not push its idle stop back:
+    the demo does not fill runs/ while the user is on other pages."""
+    at = page("pages/live.py")
+    no_exception(at)
+    viewer = democollector.collector().viewer
+    os.utime(viewer, (0, 0))
+    democollector.collector()._touched = 0.0
+    replay = page("pages/replay.py")
+    no_exception(replay)
+    assert viewer.stat().st_mtime == 0
 
 
 def test_the_status_box_stops_and_restarts_the_collector(runs):

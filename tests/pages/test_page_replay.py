@@ -27,14 +27,13 @@ def maps_at(runs, t: float):
 
 def check_heatmaps_match(at, runs, t: float) -> None:
     got = maps_at(runs, t)
-    bms = [g[0] for g in got]
-    max_cells = blockview.aligned_max_cells(bms, 0.0, 100.0)
     specs = heatmaps(at)
     assert len(specs) == 2
     for spec, (bm, t_map) in zip(specs, got):
         z = decode(spec["data"][0]["z"])
         assert z.dtype == np.int8
-        assert (z == vh.blockmap_cells(bm, max_cells=max_cells).state).all()
+        cells = blockview.lane_max_cells(bm, 0.0, 100.0, cap=blockview.PLOTLY_MAX_CELLS)
+        assert (z == vh.blockmap_cells(bm, max_cells=cells).state).all()
         assert f"@ {t_map:.2f} s" in spec["layout"]["title"]["text"]
 
 

@@ -12,7 +12,7 @@ from kvviz.node.promtext import sample_from_text
 from kvviz.runs import directory, process
 from kvviz.store.writer import RunWriter
 from tests.node.fakes import FIXTURES
-from tests.pages.pagehelpers import no_exception, page
+from tests.pages.pagehelpers import no_exception, page, tiles
 
 NODE = "pages/node.py"
 PIXEL = "![p](http://attacker.example/pixel) [link](http://attacker.example/) <img src=x>"
@@ -119,7 +119,7 @@ def test_pools_and_prefix_caching_off_are_shown(node_runs):
 def test_vllm_v0_prefix_caching_off_shows_off(node_runs):
     write_node_run(node_runs / "node-v0.db", "", (FIXTURES / "vllm_v0_metrics.txt").read_text())
     at = page(NODE)
-    values = {m.label: m.value for m in at.get("metric")}
+    values = tiles(at)
     assert values["Prefix hit rate"] == "off"
 
 

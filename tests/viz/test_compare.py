@@ -113,3 +113,17 @@ def test_advisor_figure_rows_and_highlight() -> None:
 def test_failure_axis_never_shows_negative_counts(summaries) -> None:
     assert vc.failures_figure(vc.summary_frame(summaries, STEP_MS)).layout.xaxis.rangemode \
         == "nonnegative"
+
+
+def test_a_noisy_kernel_bar_does_not_flatten_the_medians() -> None:
+    """One p90 of 5,000 ms beside medians of ~10 ms: the kernel axis stops at 3x the largest
+    line and says where the bars were cut; quiet timings keep the axis that fits them."""
+    memory = [MemoryPoint(b, b / 1000, 0.0, 3, 1, 10) for b in (1, 4, 16)]
+    noisy = [KernelPoint(1, 12.0, 9.0, 10.0, 14.0), KernelPoint(4, 10.0, 9.0, 8.0, 5000.0),
+             KernelPoint(16, 9.5, 9.0, 9.0, 10.0)]
+    fig = vc.advisor_figure(memory, noisy, None)
+    assert tuple(fig.layout.yaxis3.range) == pytest.approx((0, 36.0))
+    assert any("bars cut at 36.00 ms" in a.text for a in fig.layout.annotations)
+    quiet = [k._replace(paged_p90=k.paged_ms + 1) for k in noisy]
+    assert vc.kernel_axis_top(quiet) is None
+    assert vc.advisor_figure(memory, quiet, None).layout.yaxis3.range is None

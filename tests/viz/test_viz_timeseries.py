@@ -84,11 +84,11 @@ def test_thin_keeps_the_last_sample_of_each_time_bucket_per_lane():
 
 def test_headline_html_escapes_and_describes_each_number():
     from kvviz.viz.theme import headline_html
-    html = headline_html([("Largest <hole>", "12 tok", 'biggest "run" of free slots')], per_row=4)
+    html = headline_html([("Largest <hole>", "12 tok", 'biggest "run" of free slots')])
     assert "Largest &lt;hole&gt;" in html and "<hole>" not in html
     assert 'tabindex="0"' in html and 'aria-label="Largest &lt;hole&gt;: 12 tok"' in html
     assert 'title="biggest &quot;run&quot; of free slots"' in html
-    assert "repeat(4,1fr)" in html
+    assert "repeat(auto-fill,minmax(" in html and "white-space:nowrap" in html  # wraps, never cut
 
 
 def test_live_figures_carry_their_style_and_fixed_margins():

@@ -45,6 +45,7 @@ class Gauges:
     waiting_deferred: int | None = None
     preempted_recent: int | None = None
     recent_s: float | None = None  # seconds the recent scrapes span
+    preempt_rate: float | None = None  # preemptions/s over the latest interval (Node headline)
 
 
 def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) -> Gauges | None:
@@ -67,7 +68,8 @@ def gauges_from_scrapes(rows: Sequence[dict], max_running: int | None = None) ->
                   _num(last.get("num_running"), int), _num(last.get("num_waiting"), int),
                   max_running, flat, cap // bs if cap and bs else None,
                   _num(last.get("num_waiting_capacity"), int),
-                  _num(last.get("num_waiting_deferred"), int), recent, span)
+                  _num(last.get("num_waiting_deferred"), int), recent, span,
+                  _num(last.get("preemptions_per_s"), float))
 
 
 def _num(v, kind):
@@ -228,6 +230,10 @@ def _engine_says(g: Gauges) -> str:
                    "constraints (LoRA budget, KV transfer).")
     if g.preempted_recent:
         over = f" over the last {g.recent_s:.0f} s of scrapes" if g.recent_s else ""
+        if g.preempt_rate is not None:
+            over += (f" ({g.preempted_recent / g.recent_s:.2f}/s on average; the latest "
+                     f"interval alone: {g.preempt_rate:.2f}/s, the Preemptions/s figure)"
+                     if g.recent_s else "")
         out.append(f"It preempted {g.preempted_recent} running request(s){over} "
                    "(vllm:num_preemptions, /metrics): a preemption happens only when a running "
                    "request needs a block and none is free, so memory did run out; a preempted "
@@ -242,7 +248,7 @@ def _waiting(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
 
 
 def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -> str:
-    w, run = g.num_waiting, g.num_running
+    w = g.num_waiting
     if g.kv_usage is None:
         msg = f"{w} requests wait; the node reports no KV usage, so memory cannot be ruled out."
     elif g.kv_usage >= LOW_USAGE:
@@ -259,19 +265,17 @@ def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -
         free = round((1 - g.kv_usage) * g.usable_blocks) if g.usable_blocks else None
         have = f" ({free:,} blocks free)" if free is not None else ""
         msg = (f"{w} requests wait with KV usage at {g.kv_usage:.0%}{have}, and the engine "
-               "says they wait for capacity: a waiting request may need more free blocks "
-               "than there are (a long prompt is admitted only when all its blocks fit), or a "
-               "scheduler limit (max-num-seqs, max-num-batched-tokens) holds it; the gauges "
-               "cannot tell which.")
+               "says they wait for capacity: ")
+        msg += _binding_limit(g) or (
+            "a waiting request may need more free blocks than there are (a long prompt is "
+            "admitted only when all its blocks fit), or a scheduler limit (max-num-seqs, "
+            "max-num-batched-tokens) holds it; the gauges cannot tell which.")
     else:
         msg = (f"{w} requests wait while KV usage is only {g.kv_usage:.0%}: memory is not "
                "what holds them back")
-        if g.max_running and run is not None and run >= g.max_running:
-            msg += (f"; {run} requests run, the scheduler's limit of {g.max_running} "
-                    "(max-num-seqs): admission waits for a running request to finish.")
-        elif g.running_flat and run:
-            msg += (f"; {run} requests have run in every recent scrape, a flat maximum, as a "
-                    f"max-num-seqs style limit of {run} would give.")
+        limit = _binding_limit(g)
+        if limit:
+            msg += "; " + limit
         else:
             msg += ("; a scheduler limit (max-num-seqs, max-num-batched-tokens, the prefill "
                     "budget) is the likely cause.")
@@ -279,6 +283,21 @@ def _kvviz_reading(g: Gauges, recent: tuple[int, int] | None, window_s: float) -
         msg += (f" No block was stored in the last {window_s:.0f} s: no new full block of "
                 "prompt or output was computed, so admission has stalled, not slowed.")
     return msg
+
+
+def _binding_limit(g: Gauges) -> str:
+    """The scheduler limit that binds, named from the node's config (max_running) or, without
+    it, from a flat running count; "" when neither says."""
+    run = g.num_running
+    if g.max_running and run is not None and run >= g.max_running:
+        return (f"{run} requests run, the node's max-num-seqs of {g.max_running} (its config): "
+                "that limit binds, and admission waits for a running request to finish.")
+    if g.max_running and run is not None:
+        return ""
+    if g.running_flat and run:
+        return (f"{run} requests have run in every recent scrape, a flat maximum, as a "
+                f"max-num-seqs of {run} would give: that limit most likely binds.")
+    return ""
 
 
 def _recompute(gpu: list[Forest], g: Gauges) -> list[str]:

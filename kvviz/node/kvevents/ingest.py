@@ -97,7 +97,7 @@ class Ingest:
             self._record(st, seq, t, None, payload, topic, replayed)  # kept whole, undecoded
             self._check_guard()  # its decode would take the process past the limit
         try:
-            counts = self._apply(st, payload, t)
+            counts = self._apply(st, seq, payload, t)
         except Undecodable as exc:
             st.undecodable += 1
             st.last_error = str(exc)
@@ -107,10 +107,13 @@ class Ingest:
             self.writer.add_batch((st.sid, seq, t, *counts, int(replayed), "ok", topic,
                                    payload))
 
-    def _apply(self, st: Stream, payload: bytes, t: float) -> tuple:
+    def _apply(self, st: Stream, seq: int, payload: bytes, t: float) -> tuple:
         """Decode, count and apply one payload (the decoded batch lives only here); the
-        row's (ts, rank, events, stored, removed, cleared, unknown)."""
+        row's (ts, rank, events, stored, removed, cleared, unknown). A seq that skips some
+        makes the blocks cached before it unconfirmed (CacheModel.note_seq), as a rebuild
+        from the recording does (kvviz.node.kvevents.rebuild)."""
         b = decode(payload)
+        self.model.note_seq(st.sid, seq)
         if st.first_t is None:
             st.first_t = t
         if st.encoding is None and b.encoding != "empty":

@@ -6,6 +6,12 @@ ids, so the forest is exactly what the events say: BlockStored adds (a hash alre
 duplicate), BlockRemoved drops (an unknown hash is counted, never fatal), AllBlocksCleared
 empties. A removed block's children keep their parent hash (they show as orphans).
 
+A lost batch (a seq the stream skipped that no replay filled) may have removed any block
+cached before it: those blocks become *unconfirmed* and are not counted; one is counted
+again when the stream re-announces it (vLLM 0.32 sends BlockStored for a prefix-cache hit),
+and a removal of one is a known removal. So the counts are of blocks whose store was seen
+since the last loss, or that the stream has since proven live: never more than the node holds.
+
 Memory: at most MAX_CACHED_BLOCKS cached blocks and MAX_FORESTS forests per model (about
 0.4 KB per block); a BlockStored past either is not applied and its blocks are counted in
 `over_cap` (the model is then a lower bound: a node with more cached blocks than that is
@@ -26,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
+from kvviz.node.kvevents.shape import ForestShape
 
 LIFETIMES_KEPT = 100_000  # most recent block lifetimes kept per forest
 ROOT_TOKENS_KEPT = 50_000  # first blocks whose token ids are kept (for seed/prefix diagnoses)
@@ -50,7 +57,7 @@ class RootsKept:
         self.roots, self.tokens = ROOT_TOKENS_KEPT, ROOT_TOKEN_IDS_KEPT
 
 
-class Forest:
+class Forest(ForestShape):
     def __init__(self, index_tokens: bool = False, kept: RootsKept | None = None) -> None:
         self.index_tokens = index_tokens  # keep by_tokens (prefix_hit_tokens); costs ~40%
         self.kept = RootsKept() if kept is None else kept  # shared by a model's forests
@@ -67,6 +74,7 @@ class Forest:
         self.lifetimes: list[float] = []
         self.block_size = 0
         self.by_tokens: dict[tuple, Any] = {}  # (parent hash, hash of the block's tokens) -> h
+        self.unconfirmed: dict[Any, tuple[Any, int, float]] = {}  # h -> (parent, ntok, t)
         self._tok_key: dict[Any, tuple] = {}  # h -> its by_tokens key
 
     def store(self, hashes: list, parent: Any, token_ids: list | None, block_size: int,
@@ -80,6 +88,12 @@ class Forest:
         for i, h in enumerate(hashes):
             if h in cached:
                 self.duplicates += 1
+            elif h in self.unconfirmed:  # re-announced: live after all
+                self.duplicates += 1
+                _p, n, t0 = self.unconfirmed.pop(h)
+                cached[h], ntok[h], stored_t[h] = p, n, t0
+                nkids[p] = nkids.get(p, 0) + 1
+                self.cached_tokens += n
             else:
                 if h in self.evictions:
                     self.restores[h] += 1
@@ -111,7 +125,13 @@ class Forest:
         for h in hashes:
             p = self.parent.pop(h, _MISSING)
             if p is _MISSING:
-                self.unknown_removals += 1
+                doubted = self.unconfirmed.pop(h, None)
+                if doubted is None:
+                    self.unknown_removals += 1
+                else:
+                    self.removed += 1
+                    self.evictions[h] += 1
+                    self._tok_key.pop(h, None)
                 continue
             self.removed += 1
             self.evictions[h] += 1
@@ -137,8 +157,19 @@ class Forest:
         self.evictions = defaultdict(int, hot)
         self.restores = defaultdict(int, {h: n for h, n in self.restores.items() if h in hot})
 
+    def doubt(self) -> None:
+        """A batch was lost: every cached block becomes unconfirmed (module doc)."""
+        for h, p in self.parent.items():
+            self.unconfirmed[h] = (p, self.ntok[h], self.stored_t[h])
+        self.parent.clear()
+        self.ntok.clear()
+        self.stored_t.clear()
+        self.nkids.clear()
+        self.cached_tokens = 0
+
     def clear(self) -> None:
         self.cleared += 1
+        self.unconfirmed.clear()
         self.parent.clear()
         self.ntok.clear()
         self.stored_t.clear()
@@ -146,28 +177,6 @@ class Forest:
         self.by_tokens.clear()
         self._tok_key.clear()
         self.cached_tokens = 0
-
-    # ---- derived --------------------------------------------------------------------------
-    def depths(self) -> dict[Any, int]:
-        """Depth of every cached block (1 = a root or an orphan whose parent is not cached)."""
-        out: dict[Any, int] = {}
-        n = len(self.parent)
-        for h in self.parent:
-            chain = []
-            x = h
-            while x not in out:
-                chain.append(x)
-                p = self.parent.get(x)
-                if p is None or p not in self.parent or len(chain) > n:  # a root, or a cycle
-                    out[x] = 1
-                    chain.pop()
-                    break
-                x = p
-            d = out[x]
-            for y in reversed(chain):
-                d += 1
-                out[y] = d
-        return out
 
     def prefix_hit_tokens(self, prompt: Sequence[int], block_size: int = 0) -> int:
         """Prompt tokens a vLLM-style engine finds cached (needs index_tokens): the longest
@@ -185,29 +194,6 @@ class Forest:
                 break
             p, n = h, n + 1
         return n * bs
-
-    def median_lifetime(self) -> float | None:
-        """Median seconds from store to eviction of the recent evictions (None: none yet)."""
-        if not self.lifetimes:
-            return None
-        return sorted(self.lifetimes)[len(self.lifetimes) // 2]
-
-    def divergence_depths(self) -> list[int]:
-        """Depths (in blocks) at which cached prompts diverge: each cached block with >= 2
-        cached children contributes its depth."""
-        d = self.depths()
-        return [d[p] for p, k in self.nkids.items() if p in d and k >= 2]
-
-    def subtree_blocks(self) -> dict[Any, int]:
-        """Cached blocks in each cached block's subtree (itself included): how much cached
-        content depends on that prefix (its reuse)."""
-        d = self.depths()
-        size = dict.fromkeys(self.parent, 1)
-        for h in sorted(self.parent, key=d.__getitem__, reverse=True):
-            p = self.parent[h]
-            if p in size and p != h:
-                size[p] += size[h]
-        return size
 
 
 _MISSING = object()
@@ -275,13 +261,27 @@ class CacheModel:
 
     def note_seq(self, stream: int, seq: int) -> bool:
         """Note the sequence number of the stream's next batch; True (and restart()) when it
-        does not follow the last one noted: its publisher restarted."""
+        does not follow the last one noted: its publisher restarted. A seq past the next one
+        is a loss (lost()): the batches between were never applied."""
         last = self._last_seq.get(stream)
         self._last_seq[stream] = seq
         if last is not None and seq <= last:
             self.restart(stream)
             return True
+        if last is not None and seq > last + 1:
+            self.lost(stream)
         return False
+
+    def lost(self, stream: int) -> None:
+        """Batches of the stream were lost: its cached blocks become unconfirmed."""
+        for k, f in self.forests.items():
+            if k.stream == stream:
+                self.n_cached -= len(f.parent)
+                f.doubt()
+
+    def unconfirmed_blocks(self, stream: int) -> int:
+        """Blocks cached before a lost batch and not re-announced since (not counted)."""
+        return sum(len(f.unconfirmed) for _, f in self.of_stream(stream))
 
     def restart(self, stream: int) -> None:
         """The stream's publisher restarted: its caches are empty (not a cleared event)."""

@@ -9,6 +9,11 @@ then an end marker with seq -1. Two answer layouts exist (after the DEALER's emp
 
 Both are read. With an empty topic a 0.32 answer is `[b"", b"", seq, payload]` as received;
 only the first empty frame is the delimiter.
+
+The ROUTER drops what does not fit its send queue (ZeroMQ's high-water mark, 1,000 messages by
+default): a long answer read by a slow subscriber arrives with holes. A hole ends that answer
+(nothing after it is taken, so batches are applied in seq order) and the next one is asked for
+from the missing seq, while the time lasts; a seq the buffer no longer holds is lost.
 """
 from __future__ import annotations
 
@@ -52,48 +57,85 @@ class Fetched(NamedTuple):
     got: int  # answers handed to `take`
     error: str  # why it stopped short ("" when ok)
     timed_out: bool = False  # it stopped at timeout_s (or should_stop), not on an error
+    asked: int = 1  # requests sent (more than 1: an answer had a hole, asked again)
+    skipped: int = 0  # seqs after the first taken that no answer held (lost to the buffer)
+
 
 
 def fetch(ctx: zmq.Context, endpoint: str, first: int, last: int, *, timeout_s: float,
           frame_bytes: int, topic: bytes, should_stop: Callable[[], bool],
           take: Callable[[ReplayFrame], None]) -> Fetched:
     """Ask the ROUTER at `endpoint` for every batch from `first`; hand those up to `last` (and
-    of the topic, when one is given) to `take`, oldest first. Bounded: at most `timeout_s`
-    in slices of SLICE_MS (should_stop() ends the wait between slices), MAX_BYTES of answer,
-    frames of at most `frame_bytes` (ZMQ_MAXMSGSIZE), a receive queue of 1 message. The
-    socket is closed on every path."""
+    of the topic, when one is given) to `take`, oldest first and in seq order. An answer with
+    a hole is cut there and asked again from the missing seq (module doc). Bounded: at most
+    `timeout_s` for all requests together, in slices of SLICE_MS (should_stop() ends the wait
+    between slices), MAX_BYTES of answer in all, frames of at most `frame_bytes`
+    (ZMQ_MAXMSGSIZE), a receive queue of 1 message."""
+    deadline = time.monotonic() + timeout_s
+    budget = [0]  # bytes taken, all requests together
+    got = asked = skipped = 0
+    want = first  # the next seq to take
+    while True:
+        asked += 1
+        res, want, held = _one_request(ctx, endpoint, want, last, deadline, frame_bytes, topic,
+                                       should_stop, take, budget, asked > 1)
+        got += res.got
+        skipped += held
+        if res.error != "hole" or want > last:
+            return res._replace(got=got, asked=asked, skipped=skipped)
+
+
+def _one_request(ctx: zmq.Context, endpoint: str, want: int, last: int, deadline: float,
+                 frame_bytes: int, topic: bytes, should_stop: Callable[[], bool],
+                 take: Callable[[ReplayFrame], None], budget: list[int], retry: bool
+                 ) -> tuple[Fetched, int, int]:
+    """One request from `want`: (its Fetched, error "hole" when it was cut at a missing seq;
+    the next seq wanted; on a `retry`, the seqs skipped because the buffer's oldest is now past
+    `want`)."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, frame_bytes)
     sock.setsockopt(zmq.RCVHWM, 1)  # + 1 being received: docs/RELIABILITY.md
-    got = taken = 0
+    got = skipped = 0
+    first_answer = True
     try:
         sock.connect(endpoint)
-        sock.send_multipart(request(first), zmq.NOBLOCK)
-        deadline = time.monotonic() + timeout_s
+        sock.send_multipart(request(want), zmq.NOBLOCK)
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or should_stop():
                 return Fetched(False, got, f"replay from {endpoint}: no end marker in time",
-                               True)
+                               True), want, skipped
             if not sock.poll(min(SLICE_MS, int(left * 1000) + 1)):
                 continue
             fr = sock.recv_multipart()
-            taken += sum(map(len, fr))
-            if taken > MAX_BYTES:
+            budget[0] += sum(map(len, fr))
+            if budget[0] > MAX_BYTES:
                 return Fetched(False, got, f"replay from {endpoint}: answer larger than "
-                                           f"{MAX_BYTES} bytes")
+                                           f"{MAX_BYTES} bytes"), want, skipped
             ans = parse_answer(fr)
             if ans is None:
-                return Fetched(False, got, f"replay from {endpoint}: a malformed answer")
+                return Fetched(False, got, f"replay from {endpoint}: a malformed answer"), \
+                    want, skipped
             if ans.seq == END_SEQ:
-                return Fetched(True, got, "")
+                return Fetched(True, got, ""), want, skipped
+            if ans.seq < want:
+                continue
+            if ans.seq > want:
+                if not first_answer:  # dropped on the way: ask again from `want`
+                    return Fetched(False, got, "hole"), want, skipped
+                if retry:  # the buffer let go of them since the first request
+                    skipped = min(ans.seq, last + 1) - want
+                want = ans.seq
+            first_answer = False
+            if ans.seq > last:
+                continue
+            want = ans.seq + 1
             if ans.topic and topic and not ans.topic.startswith(topic):
                 continue
-            if first <= ans.seq <= last:
-                take(ans)
-                got += 1
+            take(ans)
+            got += 1
     except zmq.ZMQError as exc:
-        return Fetched(False, got, f"replay from {endpoint}: {exc.strerror}")
+        return Fetched(False, got, f"replay from {endpoint}: {exc.strerror}"), want, skipped
     finally:
         sock.close()

@@ -79,6 +79,7 @@ def summary(st: Stream, model: CacheModel) -> dict:
             "batches": st.batches, "events": st.events, "stored_blocks": st.stored_blocks,
             "removed_blocks": st.removed_blocks, "cleared": st.cleared,
             "cached_blocks": model.cached_blocks(st.sid),
+            "unconfirmed_blocks": model.unconfirmed_blocks(st.sid),
             "cached_tokens": model.cached_tokens(st.sid),
             "re_announced_blocks": sum(f.duplicates for _, f in model.of_stream(st.sid)),
             "gaps": st.gaps, "replayed_batches": st.replayed_batches,

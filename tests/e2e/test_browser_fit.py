@@ -1,0 +1,88 @@
+"""Live at the widths people use, with 3 and 4 lanes: every lane a recording holds is drawn,
+no headline or KV-event tile is drawn over another, no value is cut ("1…"), and the
+sidebar's lane chips each show their whole name."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvviz.commands.cli import main
+from tests.e2e.appserver import CHROMIUM, launch, serve, settle
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.xdist_group("app"),
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
+sync_api = pytest.importorskip("playwright.sync_api")
+
+THREE = ["contiguous:first-fit:pow2", "contiguous:first-fit:max", "paged:16"]
+FOUR = ["contiguous:first-fit:pow2", "contiguous:buddy:pow2", "paged:16", "paged:16:prefix"]
+TILES = "[role=group][aria-description]"  # kvviz.viz.theme.headline_html's tiles
+# (tile boxes that overlap another tile of their grid, values wider than their tile)
+FIT = """() => {
+  const bad = [];
+  for (const grid of new Set([...document.querySelectorAll('TILES')].map(t => t.parentElement))) {
+    const boxes = [...grid.children].map(t => t.getBoundingClientRect());
+    boxes.forEach((a, i) => boxes.slice(i + 1).forEach(b => {
+      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 &&
+          b.top < a.bottom - 1) bad.push('overlap ' + grid.children[i].ariaLabel);
+    }));
+    for (const t of grid.children) {
+      const v = t.lastElementChild;
+      if (v.scrollWidth > v.clientWidth + 1 || v.getBoundingClientRect().right >
+          t.getBoundingClientRect().right + 12) bad.push('cut ' + t.ariaLabel);
+    }
+  }
+  return bad;
+}""".replace("TILES", TILES)
+CHIPS = ("() => [...document.querySelectorAll('[data-testid=stMultiSelectTagsContainer] "
+         "span[title]')].filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.title)")
+
+
+def _record(path: Path, lanes: list[str]) -> None:
+    flags = [x for lane in lanes for x in ("--lane", lane)]
+    if any(lane.endswith(":prefix") for lane in lanes):
+        flags += ["--prefix-sharing", "0.5", "--kv-events-record"]
+    assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
+                 *flags, "--max-steps", "1500", "--out", str(path)]) == 0
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory) -> Iterator[str]:
+    runs = tmp_path_factory.mktemp("runs")
+    _record(runs / "three.db", THREE)
+    _record(runs / "four.db", FOUR)
+    with serve(runs, log=runs / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(app) -> Iterator:
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("run, lanes, width", [("three.db", THREE, 1280),
+                                               ("four.db", FOUR, 1280),
+                                               ("four.db", FOUR, 1500),
+                                               ("three.db", THREE, 1920)])
+def test_every_lane_drawn_and_no_tile_over_another(browser, app, run, lanes, width):
+    page = browser.new_page(viewport={"width": width, "height": 1600})
+    page.goto(app)
+    page.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
+    page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").first.click(force=True)
+    page.get_by_role("option", name=run).click(force=True)
+    settle(page, f"text=Showing recording {run}")
+    settle(page, f"{TILES}[aria-label^='Tokens/s']")
+    heads = page.eval_on_selector_all("h4", "els => els.map(e => e.innerText)")
+    assert [h for h in heads if h in lanes] == lanes
+    assert page.evaluate(FIT) == []
+    if "paged:16:prefix" in lanes:  # the lane's KV-event tiles: whole numbers, never "1…"
+        cached = page.locator(f"{TILES}[aria-label^='Cached blocks: ']").first
+        assert "…" not in cached.inner_text()
+    assert page.evaluate(CHIPS) == []
+    page.close()
