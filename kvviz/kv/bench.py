@@ -86,11 +86,24 @@ def time_runs(fns: dict, device: torch.device | str, repeats: int, warmup: int =
     return runs
 
 
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (/proc/cpuinfo), else platform's guess."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _environment(device: torch.device) -> dict:
+    """Where a figure was measured: the CPU's model name always, the GPU's on CUDA."""
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-           "machine": platform.machine()}
-    if device.type == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(device)
+           "machine": platform.machine(), "cpu": cpu_model()}
+    env["device_name"] = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                          else env["cpu"])
     return env
 
 
@@ -140,7 +153,11 @@ def spread_stats(runs: list[float]) -> dict:
 
 
 def _timed(cfg: AttentionBench) -> tuple[dict, dict, float, int]:
-    """({paged: [ms], contiguous: [ms]}, backends, max |paged - contiguous|, K/V bytes)."""
+    """({paged: [ms], contiguous: [ms][, same_kernel: [ms]]}, backends, max |paged -
+    contiguous|, K/V bytes). same_kernel: the contiguous layout through the paged path's
+    backend, timed when the two backends differ, so that paged / same_kernel is the cost of
+    the indirection alone (the same instructions, only the table lookup and the block order
+    differ)."""
     dev = torch.device(cfg.device)
     x = attention_inputs(cfg)
 
@@ -153,12 +170,21 @@ def _timed(cfg: AttentionBench) -> tuple[dict, dict, float, int]:
                                            x["context_lens"], backend=cfg.contiguous_backend,
                                            check_values=check)
 
-    diff = (paged(True).float() - contiguous(True).float()).abs().max().item()
-    runs = time_runs({"paged": paged, "contiguous": contiguous}, dev, cfg.repeats, cfg.warmup)
+    def same_kernel(check=False):
+        return contiguous_decode_attention(x["q"], x["k_pool"], x["v_pool"], x["starts"],
+                                           x["context_lens"], backend=cfg.backend,
+                                           check_values=check)
+
+    backends = {"backend": get_backend(cfg.backend, dev).name,
+                "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name}
+    fns = {"paged": paged, "contiguous": contiguous}
+    if backends["backend"] != backends["contiguous_backend"]:
+        fns["same_kernel"] = same_kernel
+    diff = max((paged(True).float() - fn(True).float()).abs().max().item()
+               for name, fn in fns.items() if name != "paged")
+    runs = time_runs(fns, dev, cfg.repeats, cfg.warmup)
     kv_bytes = 2 * x["k_pool"].numel() * x["k_pool"].element_size()
-    return runs, {"backend": get_backend(cfg.backend, dev).name,
-                  "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name}, \
-        diff, kv_bytes
+    return runs, backends, diff, kv_bytes
 
 
 def _result(cfg: AttentionBench, runs: dict, backends: dict, diff: float, kv_bytes: int,
@@ -179,7 +205,18 @@ def _result(cfg: AttentionBench, runs: dict, backends: dict, diff: float, kv_byt
         "paged_spread": round(p["spread"], 4), "contiguous_spread": round(c["spread"], 4),
         "noisy": max(p["spread"], c["spread"]) > NOISY_SPREAD,
         "kv_bytes": kv_bytes, "max_abs_diff": diff, **_environment(torch.device(cfg.device)),
+        **_same_kernel(runs, p["ms"]),
     }
+
+
+def _same_kernel(runs: dict, paged_ms: float) -> dict:
+    """The contiguous layout through the paged backend, when it was timed."""
+    if "same_kernel" not in runs:
+        return {}
+    s = spread_stats(runs["same_kernel"])
+    return {"same_kernel_ms": round(s["ms"], 4), "same_kernel_ms_p10": round(s["p10"], 4),
+            "same_kernel_ms_p90": round(s["p90"], 4), "same_kernel_spread": round(s["spread"], 4),
+            "indirection_ratio": round(paged_ms / s["ms"], 4)}
 
 
 def bench_attention(cfg: AttentionBench) -> dict:
@@ -201,8 +238,8 @@ def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES, rounds: int 
         for bs in sizes:
             runs, backends, diff, kv_bytes = _timed(replace(cfg, block_size=bs))
             if bs not in pooled:
-                pooled[bs] = [{"paged": [], "contiguous": []}, backends, diff, kv_bytes]
-            for k in ("paged", "contiguous"):
+                pooled[bs] = [{k: [] for k in runs}, backends, diff, kv_bytes]
+            for k in runs:
                 pooled[bs][0][k] += runs[k]
             pooled[bs][2] = max(pooled[bs][2], diff)
     for bs in sizes:
