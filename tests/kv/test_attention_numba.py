@@ -4,8 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvviz.kv import contiguous_decode_attention, get_backend, paged_decode_attention
-from kvviz.kv import attention_numba
+from kvviz.kv import (
+    attention_numba,
+    contiguous_decode_attention,
+    get_backend,
+    paged_decode_attention,
+)
 from tests.kv.kvref import assert_close, contiguous_case, paged_case
 
 pytest.importorskip("numba")
