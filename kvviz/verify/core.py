@@ -11,7 +11,7 @@ import numpy as np
 from kvviz.verify import checks, decode, rows, streams
 from kvviz.verify import events as engine_events
 from kvviz.verify.header import Unreadable, meta_of, open_db, tables
-from kvviz.verify.replay import LaneReplay
+from kvviz.verify.replay import PARTIAL_SINCE, LaneReplay
 
 MAX_LISTED = 200  # mismatches kept in the report (all are counted)
 
@@ -102,7 +102,7 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
             by_lane.setdefault(e["lane"], []).append(e)
         for lane in names:
             _lane(db, rep, lane, lanes.get(lane, {}), by_lane.get(lane, []), stride,
-                  "block_tables" in have)
+                  "block_tables" in have, version)
         for lane in sorted({str(e["lane"]) for e in events} - set(names)):
             rep.bad(f"{lane} events", "events of a lane that has no samples")
         rep.contents.update(samples=sum(s["samples"] for s in rep.lanes.values()),
@@ -157,7 +157,7 @@ def _full(db: sqlite3.Connection, table: str, row: dict, cap: int) -> dict:
 
 
 def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: list[dict],
-          stride: int, with_tables: bool) -> None:
+          stride: int, with_tables: bool, version: int) -> None:
     samples = list(engine_events.table_rows(
         db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,)))
     maps = _typed(db, rep, "blockmaps", lane)
@@ -174,7 +174,8 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
                     "and it is not the lane's newest")
     engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
     chunked = engine.get("enable_chunked_prefill") is not False  # vLLM's default: on
-    replay, k, prev, last_t = LaneReplay(lane, chunked), 0, (0.0, 0), float("-inf")
+    bounds = chunked and version < PARTIAL_SINCE  # no partial events: bounds only
+    replay, k, prev, last_t = LaneReplay(lane, bounds), 0, (0.0, 0), float("-inf")
     last_step = None
     for s in samples:
         where = f"{lane} sample {s['sample_id']} (step {rows.shown(s['step'], 20)})"
