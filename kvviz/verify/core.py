@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvviz.verify import checks, decode, rows, streams
+from kvviz.verify import checks, decode, rows, stored, streams
 from kvviz.verify import events as engine_events
 from kvviz.verify.header import Unreadable, meta_of, open_db, tables
 from kvviz.verify.replay import PARTIAL_SINCE, LaneReplay
@@ -97,6 +97,9 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         if not rows._fits(stride, "int") or stride < 1:
             rep.bad("run", f"blockmap_stride {rows.shown(stride)} is not a positive integer")
             stride = 1
+        rep.checks += 1
+        for msg in stored.collector(meta):
+            rep.bad("run", msg)
         by_lane: dict = {}
         for e in events:
             by_lane.setdefault(e["lane"], []).append(e)
@@ -166,12 +169,9 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
         rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
     stats = {"samples": len(samples), "maps": len(maps), "events": len(events)}
     rep.lanes[lane] = stats
-    top = max((r["idx"] for r in maps.values()), default=0)
-    for r in maps.values():  # retention
-        rep.checks += 1
-        if r["idx"] % stride and r["idx"] != top:
-            rep.bad(f"{lane} map idx {r['idx']}", f"kept although idx % stride {stride} != 0 "
-                    "and it is not the lane's newest")
+    rep.checks += 1
+    for msg in stored.retention([r["idx"] for r in maps.values()], stride):
+        rep.bad(f"{lane} retention", msg)
     engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
     chunked = engine.get("enable_chunked_prefill") is not False  # vLLM's default: on
     bounds = chunked and version < PARTIAL_SINCE  # no partial events: bounds only
