@@ -57,7 +57,7 @@ class LaneReplay:
             # a preempted one sampled nothing in the step that preempted it, a finished one
             # sampled its last token in its last step (so that step was no partial one)
             most = line.advance(step if kind == "finished" else step - 1)
-            if kind == "finished" and line.step != step:
+            if kind == "finished" and not most:  # its last step was a partial one
                 self.problems.append(f"event {ev['event_id']}: sequence {seq} finished at step "
                                      f"{step}, a step that sampled nothing for it")
             self.done_tokens += most
