@@ -5,7 +5,8 @@ paged layout with a single block of `capacity` slots and a table of one entry, s
 layouts run the same instructions and differ only by the table lookup and where the blocks
 lie: the measured gap between them is the cost of the indirection, nothing else.
 
-    prange over sequences b (a sequence's tokens are read in order, all heads at once)
+    for sequences b of this thread's range (torch's thread count of ranges with about equal
+    tokens; the kernel runs without the GIL), each read in order, all heads at once:
       for each tile of TILE tokens:
         pos = start[b] + t;  row = (table[b, pos // bs], pos % bs)     no copy of the row
         s[h, t] = q[b, h] . K[row, h // group] * scale                [H, TILE]
@@ -18,16 +19,19 @@ Scores, softmax and the accumulator are float32. 16-bit caches go to the torch b
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from kvviz.kv.attention_backend import DecodeMeta
 
 TILE = 32  # tokens scored before one softmax rescale; the [H, TILE] scores stay in L1
+MIN_TOKENS = 4096  # per thread: below that a thread costs more than it saves
 AHEAD = 4  # with small blocks, rows are prefetched this many tokens before they are read
 PREFETCH_BLOCK_BYTES = 16 << 10  # blocks up to this size (per pool) are prefetched by hand:
 # a random 4 KiB row is over before the hardware prefetcher has found the stream
@@ -55,16 +59,17 @@ def _prefetch_row(pool, tables, b, pos, bs, row_bytes):  # pragma: no cover - co
         _prefetch(base + line)
 
 
-@njit(parallel=True, fastmath=True, cache=True, boundscheck=False)
-def _decode(q, k, v, tables, starts, lens, scale, out, ahead):  # pragma: no cover - compiled
-    """q, out [B, H, D] f32; k, v [blocks, bs, kvh, D] f32; tables int32 [B, M];
-    starts, lens int64 [B]. Token t of sequence b: pos = starts[b] + t in block
-    tables[b, pos // bs] at offset pos % bs. ahead > 0: prefetch rows that many tokens early."""
+@njit(nogil=True, fastmath=True, cache=True, boundscheck=False)
+def _decode(q, k, v, tables, starts, lens, scale, out, ahead, lo, hi):  # pragma: no cover
+    """Sequences lo..hi-1. q, out [B, H, D] f32; k, v [blocks, bs, kvh, D] f32; tables int32
+    [B, M]; starts, lens int64 [B]. Token t of sequence b: pos = starts[b] + t in block
+    tables[b, pos // bs] at offset pos % bs. ahead > 0: prefetch rows that many tokens early.
+    Runs without the GIL: threads take disjoint ranges of sequences."""
     batch, heads, dim = q.shape
     bs, kvh = k.shape[1], k.shape[2]
     group = heads // kvh
     row_bytes = kvh * k.strides[2]
-    for b in prange(batch):
+    for b in range(lo, hi):
         n, start = lens[b], starts[b]
         qs = np.empty((heads, dim), np.float32)
         for h in range(heads):
@@ -151,9 +156,35 @@ def _run(q, k, v, tables: np.ndarray, starts: np.ndarray, context_lens, meta: De
     out = torch.empty(q.shape, dtype=torch.float32)
     block_bytes = k.shape[1] * k.shape[2] * k.stride(2) * k.element_size()
     ahead = AHEAD if block_bytes <= PREFETCH_BLOCK_BYTES else 0
-    _decode(q.numpy(), k.numpy(), v.numpy(), tables, starts, lens.astype(np.int64, copy=False),
+    args = (q.numpy(), k.numpy(), v.numpy(), tables, starts, lens.astype(np.int64, copy=False),
             np.float32(meta.scale), out.numpy(), ahead)
+    cuts = _split(args[5], torch.get_num_threads())
+    rest = [_pool(len(cuts) - 2).submit(_decode, *args, lo, hi)
+            for lo, hi in zip(cuts[1:-1], cuts[2:])]
+    _decode(*args, 0, cuts[1])  # the first range in this thread
+    for f in rest:
+        f.result()
     return out
+
+
+def _split(lens: np.ndarray, threads: int) -> list[int]:
+    """Cut points of at most `threads` consecutive ranges of sequences with about equal
+    tokens (a small batch gets fewer ranges: MIN_TOKENS each at least)."""
+    total = int(lens.sum())
+    parts = max(1, min(threads, len(lens), total // MIN_TOKENS))
+    if parts == 1:
+        return [0, len(lens)]
+    at = np.searchsorted(np.cumsum(lens), total * np.arange(1, parts) / parts) + 1
+    return sorted({0, *np.minimum(at, len(lens)).tolist(), len(lens)})
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    if n not in _pools:
+        _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="kvviz-attn")
+    return _pools[n]
 
 
 def _torch():

@@ -1,6 +1,7 @@
 """Numba backend (CPU, reads blocks in place) vs per-sequence SDPA on gathered K/V."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -67,3 +68,20 @@ def test_auto_is_numba_on_cpu_and_numba_refuses_cuda():
     assert get_backend("auto", "cpu").name == "numba"
     with pytest.raises(ValueError, match="backend: 'numba' cannot run on cuda"):
         get_backend("numba", "cuda")
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_ranges_over_threads_give_the_same_answer(threads, monkeypatch):
+    monkeypatch.setattr(attention_numba, "MIN_TOKENS", 1)  # every thread gets a range
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    c = paged_case(RAGGED, 8, 2, 16, 4, seed=threads)
+    out = paged_decode_attention(c.q, c.k, c.v, c.index, c.lens, backend="numba")
+    assert_close(out, c.expected(), torch.float32)
+
+
+@pytest.mark.parametrize("lens, threads, cuts", [
+    ([5000, 5000, 5000, 5000], 2, [0, 2, 4]), ([9000, 100, 100, 100], 2, [0, 1, 4]),
+    ([100] * 8, 2, [0, 8]), ([3000, 3000, 3000], 8, [0, 2, 3]), ([8192], 4, [0, 1]),
+])
+def test_sequences_split_into_ranges_of_about_equal_tokens(lens, threads, cuts):
+    assert attention_numba._split(np.array(lens, np.int64), threads) == cuts
