@@ -1,8 +1,8 @@
 """Decode attention and real mode: the one attention benchmark (`--json`: JSON lines).
 
-    python benchmarks/bench_attention.py target --preset cpu [--sweep]   # the issue's targets
+    python benchmarks/bench_attention.py target --preset cpu [--sweep --rounds 3]  # targets
     python benchmarks/bench_attention.py target --preset h200 [--sweep]  # (CUDA)
-    python benchmarks/bench_attention.py cpu-options [--flex]            # torch-path choices
+    python benchmarks/bench_attention.py cpu-options [--flex]            # CPU kernel choices
     python benchmarks/bench_attention.py cpu-breakdown                   # paged time, by part
     python benchmarks/bench_attention.py triton-configs                  # CUDA launch configs
     python benchmarks/bench_attention.py sdpa-backends                   # CUDA baseline choices
@@ -20,7 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from kvviz.kv.attention import contiguous_decode_attention, paged_decode_attention
-from kvviz.kv.bench import AttentionBench, attention_inputs, bench_attention, time_runs
+from kvviz.kv.bench import (
+    SWEEP_BLOCK_SIZES,
+    AttentionBench,
+    attention_inputs,
+    sweep_block_sizes,
+    time_runs,
+)
 
 PRESETS = {
     "cpu": AttentionBench("cpu", 16, 1024, 8, 8, 128, 16, "float32"),
@@ -36,10 +42,16 @@ def emit(row: dict) -> None:
 
 
 def target(args) -> None:
+    """The preset's shape; paged, contiguous (SDPA) and, where the paged backend differs, the
+    contiguous layout through the paged backend, interleaved; `--rounds` repeats the whole
+    sweep and pools each block size's runs. Every row names the host (the CPU's model name
+    from /proc/cpuinfo) and the load average."""
     cfg = replace(PRESETS[args.preset], repeats=args.repeats or PRESETS[args.preset].repeats)
-    sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256) if args.sweep else (cfg.block_size,)
-    for bs in sizes:
-        emit({"preset": args.preset, **bench_attention(replace(cfg, block_size=bs))})
+    sizes = SWEEP_BLOCK_SIZES if args.sweep else (cfg.block_size,)
+    if not args.json:
+        print("host: " + ", ".join(f"{k}={v}" for k, v in harness.machine().items()), flush=True)
+    for row in sweep_block_sizes(cfg, sizes, rounds=args.rounds):
+        emit({"preset": args.preset, **row, "load_avg_1m": harness.machine()["load_avg_1m"]})
 
 
 def _summary(name: str, runs: list[float], kv_bytes: int, **extra) -> dict:
@@ -49,7 +61,7 @@ def _summary(name: str, runs: list[float], kv_bytes: int, **extra) -> dict:
 
 
 def cpu_options(args) -> None:
-    """The torch-backend designs measured for docs/BENCHMARKS.md (CPU target shape)."""
+    """The CPU designs measured for docs/BENCHMARKS.md (CPU target shape), interleaved."""
     from kvviz.kv.attention_torch import BACKEND
 
     cfg = replace(PRESETS["cpu"], repeats=args.repeats or 20)
@@ -86,10 +98,21 @@ def cpu_options(args) -> None:
             v = x["v_pool"][i * n:(i + 1) * n].transpose(0, 1).unsqueeze(0)
             F.scaled_dot_product_attention(q[i:i + 1], k, v)
 
+    def numba(layout):
+        if layout == "paged":
+            return lambda: paged_decode_attention(x["q"], x["k_cache"], x["v_cache"],
+                                                  x["block_tables"], x["context_lens"],
+                                                  backend="numba", check_values=False)
+        return lambda: contiguous_decode_attention(x["q"], x["k_pool"], x["v_pool"], x["starts"],
+                                                   x["context_lens"], backend="numba",
+                                                   check_values=False)
+
     fns = {
+        "paged: numba, blocks read in place (kept, auto on CPU)": numba("paged"),
+        "contiguous: numba, the same kernel": numba("contiguous"),
         "contiguous: one SDPA over a strided view of the pool (kept)": contiguous_strided,
         "contiguous: one SDPA per sequence slice": contiguous_per_sequence,
-        "paged: gather 8 MiB chunks, SDPA per chunk (kept)": paged_with(None),
+        "paged: torch, gather 8 MiB chunks, SDPA per chunk": paged_with(None),
         "paged: gather 2 sequences per chunk": paged_with(2 * 2 * n * kvh * d * 4),
         "paged: gather whole batch, one SDPA": paged_with(1 << 40),
         "paged: gather whole batch, matmul+softmax": eager_softmax,
@@ -241,6 +264,8 @@ def main() -> None:
     p.add_argument("mode", choices=tuple(MODES))
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     p.add_argument("--sweep", action="store_true", help="target: block sizes 1..256")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="target: times the whole sweep runs; runs pooled per block size")
     p.add_argument("--flex", action="store_true", help="cpu-options: also compiled FlexAttention")
     p.add_argument("--threads", type=int, default=None)
     real = p.add_argument_group("real-mode")

@@ -48,11 +48,28 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-           "load_avg_1m": round(os.getloadavg()[0], 2)}
+    out = {"cpu": cpu, "cores": os.cpu_count(), **_cpu_details(),
+           "python": platform.python_version(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     for mod in ("numpy", "torch", "streamlit"):
         if mod in sys.modules:
             out[mod] = getattr(sys.modules[mod], "__version__", "?")
+    return out
+
+
+def _cpu_details() -> dict:
+    """What the kernel says of CPU 0: its cache sizes (sysfs) and whether it has AVX-512."""
+    out = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for d in sorted(base.glob("index*")):
+            kind = (d / "type").read_text().strip()
+            if kind != "Instruction":
+                out[f"l{(d / 'level').read_text().strip()}"] = (d / "size").read_text().strip()
+        flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("flags")), "")
+        out["avx512"] = " avx512f" in flags
+    except OSError:
+        pass
     return out
 
 

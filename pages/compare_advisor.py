@@ -63,7 +63,8 @@ def advisor_tab(request: CompareRequest) -> None:
     else:
         st.caption(f"Kernel timings from {kernelbench.describe(command, kernel)}, measured "
                    f"{kernel.measured_at}; the bars on the curve span p10 to p90. A difference "
-                   "inside that spread never decides the recommendation.")
+                   "inside that spread never decides the recommendation."
+                   + (" " + advisor.CPU_TIMINGS if device == "cpu" else ""))
     prefix = False
     if data.loaded(request.workload).workload.has_chains:  # larger blocks share less
         prefix = st.checkbox("Sweep with prefix caching (the requests share prompt blocks)",

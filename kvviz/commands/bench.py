@@ -10,6 +10,7 @@ from kvviz.core import limits as at
 
 HELP = "benchmark paged vs contiguous decode attention, or real-mode decode steps"
 DTYPES = ("float32", "bfloat16", "float16")
+BACKENDS = ("auto", "torch", "numba", "triton")  # kvviz.kv.attention.BACKENDS and "auto"
 MIN_REPEATS = 20
 BATCH = at.int_range(1, 4096)
 CONTEXT = at.int_range(2, 2**20)
@@ -44,10 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _n(a, "--head-dim", HEAD_DIM, 128)
     _n(a, "--block-size", at.BLOCK_SIZE, 16)
     a.add_argument("--dtype", choices=DTYPES, default="float32")
-    a.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto",
-                   help="paged path backend (auto: triton on CUDA, torch elsewhere)")
-    a.add_argument("--contiguous-backend", choices=("auto", "torch", "triton"), default="torch",
-                   help="baseline backend (default torch: SDPA over contiguous K/V)")
+    a.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="paged path backend (auto: numba on CPU, triton on CUDA)")
+    a.add_argument("--contiguous-backend", choices=BACKENDS, default="torch",
+                   help="baseline backend (default torch: SDPA over contiguous K/V); when it "
+                   "differs from the paged one, the contiguous layout is also timed through "
+                   "the paged backend (indirection = paged / that)")
     _n(a, "--repeats", REPEATS, MIN_REPEATS, "timed runs")
     _n(a, "--warmup", WARMUP, 3)
     a.add_argument("--sweep-block-sizes", action="store_true",
@@ -67,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     r.add_argument("--allocator", choices=("paged", "contiguous"), default="paged")
     _n(r, "--block-size", at.BLOCK_SIZE, 16)
-    r.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto")
+    r.add_argument("--backend", choices=BACKENDS, default="auto")
     r.add_argument("--dtype", choices=DTYPES, default=None, help="default: the model's")
     _common(r)
 
@@ -90,6 +93,13 @@ def _timing(r: dict, path: str) -> str:
         return f"{ms:.3f} ms"
     return (f"{ms:.3f} ms (p10-p90 {r[f'{path}_ms_p10']:.3f}-{r[f'{path}_ms_p90']:.3f}, "
             f"spread {r[f'{path}_spread']:.0%})")
+
+
+def _indirection(r: dict) -> str:
+    if "indirection_ratio" not in r:
+        return ""
+    return (f"contiguous through {r['backend']} {_timing(r, 'same_kernel')}  indirection "
+            f"{r['indirection_ratio']:.3f}  ")
 
 
 def _warn_if_noisy(r: dict) -> None:
@@ -116,7 +126,7 @@ def _show(result: dict, as_json: bool) -> None:
         how = f"{runs} runs" + (f" ({rounds} rounds x {r['repeats']})" if rounds > 1 else "")
         print(f"block {r['block_size']:>4}  paged {_timing(r, 'paged')} ({r['backend']})  "
               f"contiguous {_timing(r, 'contiguous')} ({r['contiguous_backend']})  "
-              f"ratio {r['ratio']:.3f}  {_gbps(r['gbps'])}  [median of {how}, "
+              f"ratio {r['ratio']:.3f}  {_indirection(r)}{_gbps(r['gbps'])}  [median of {how}, "
               f"torch threads {r.get('threads', '?')}, batch {r['batch']}, context "
               f"{r['context']}, heads {r['heads']}/{r['kv_heads']}, head_dim "
               f"{r['head_dim']}, {r['dtype']}, {r['device']}]", flush=True)

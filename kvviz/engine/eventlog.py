@@ -1,4 +1,4 @@
-"""Engine events: admitted, admit_failed, preempted, finished, evicted, rejected.
+"""Engine events: admitted, admit_failed, preempted, finished, evicted, rejected, partial.
 
 The log is columnar: one growable numpy array per field, strings (lane, kind, reason) as
 small integer codes. The engine appends a whole step's admissions or completions with one
@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected")
+KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected",
+         "partial")  # partial: kvviz/engine/partial.py
 REASONS = (None, "CAPACITY", "FRAGMENTATION", "POLICY")  # code 0: no reason
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 REASON_CODE = {r: i for i, r in enumerate(REASONS)}

@@ -18,6 +18,7 @@ from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
 from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventLog
 from kvviz.engine.kvspace import ContiguousSpace, PagedSpace
+from kvviz.engine.partial import short_of_known
 from kvviz.engine.scheduler import Scheduler
 from kvviz.engine.shares import Shares
 from kvviz.engine.tokens import BlockKeys
@@ -146,6 +147,8 @@ class Lane:
         self.time_s = time_s
         plan = self.last_plan = self.sched.schedule()
         self.log_schedule(plan)
+        if not plan.caught_up or plan.ids.size != len(self.sched.running):
+            self.log_partial(self.run_ids)
         if self.kv is not None and plan.ids.size:
             self._execute(plan)
         fin = self.sched.update(plan)
@@ -171,6 +174,14 @@ class Lane:
         if plan.refused is not None:
             self._fail(*plan.refused)
         self._memory_pressure = plan.pressure
+
+    def log_partial(self, ids: np.ndarray) -> None:
+        """`partial` events for those of the running `ids` this step's plan leaves short of
+        their known tokens (after schedule(), before update())."""
+        short, have = short_of_known(ids, self.sched.computed, self.sched.num_tokens)
+        if short.size:
+            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["partial"],
+                                 short, have)
 
     def log_finished(self, fin: np.ndarray) -> None:
         """Requests that finished in this step's update."""

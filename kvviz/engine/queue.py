@@ -111,6 +111,8 @@ def _steps(lane: Lane, rows: dict, end: int, arrival_s: np.ndarray,
         if ask:
             plan = admissions(budget_after(len(sched.running)))
             lane.log_schedule(plan)
+            if plan.admitted:  # a prompt admitted in chunks (the running ones all decode)
+                lane.log_partial(np.asarray(plan.admitted, np.int64))
             pressure = plan.pressure
             if plan.admitted:
                 for r, n, h in zip(plan.admitted, plan.counts.tolist(), plan.hit_tokens):

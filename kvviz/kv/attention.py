@@ -17,18 +17,21 @@ import torch
 from kvviz.kv.attention_backend import DecodeBackend, DecodeMeta
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BACKENDS = ("torch", "triton")
+BACKENDS = ("torch", "numba", "triton")
 
 
 _loaded: dict[str, DecodeBackend] = {}
 
 
 def get_backend(name: str, device: torch.device | str) -> DecodeBackend:
-    """The backend called `name` ("auto": triton on CUDA when importable, else torch)."""
+    """The backend called `name` ("auto": numba on CPU, triton on CUDA when importable,
+    else torch)."""
     device = torch.device(device)
     if name == "auto":
         name = "torch"
-        if device.type == "cuda" and _triton_importable():
+        if device.type == "cpu" and _importable("numba"):
+            return get_backend("numba", device)
+        if device.type == "cuda" and _importable("triton"):
             try:
                 return get_backend("triton", device)
             except ValueError:  # triton present but broken: auto falls back to torch
@@ -48,17 +51,19 @@ def get_backend(name: str, device: torch.device | str) -> DecodeBackend:
 
 
 def _import_backend(name: str) -> DecodeBackend:
-    """Import a backend's module on first use (triton's needs the triton package)."""
+    """Import a backend's module on first use (triton's needs triton, numba's numba)."""
     if name == "triton":
         from kvviz.kv import attention_triton as module
+    elif name == "numba":
+        from kvviz.kv import attention_numba as module
     else:
         from kvviz.kv import attention_torch as module
     return module.BACKEND
 
 
-def _triton_importable() -> bool:
+def _importable(package: str) -> bool:
     try:
-        return importlib.util.find_spec("triton") is not None
+        return importlib.util.find_spec(package) is not None
     except (ImportError, ValueError):  # e.g. sys.modules["triton"] = None
         return False
 

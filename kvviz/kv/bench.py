@@ -17,10 +17,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
-import numpy as np
 import torch
 
-from kvviz.core.config import model_preset
 from kvviz.kv.attention import contiguous_decode_attention, get_backend, paged_decode_attention
 from kvviz.kv.cache import TORCH_DTYPES
 
@@ -86,11 +84,24 @@ def time_runs(fns: dict, device: torch.device | str, repeats: int, warmup: int =
     return runs
 
 
-def _environment(device: torch.device) -> dict:
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (/proc/cpuinfo), else platform's guess."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device) -> dict:
+    """Where a figure was measured: the CPU's model name always, the GPU's on CUDA."""
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-           "machine": platform.machine()}
-    if device.type == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(device)
+           "machine": platform.machine(), "cpu": cpu_model()}
+    env["device_name"] = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                          else env["cpu"])
     return env
 
 
@@ -140,7 +151,11 @@ def spread_stats(runs: list[float]) -> dict:
 
 
 def _timed(cfg: AttentionBench) -> tuple[dict, dict, float, int]:
-    """({paged: [ms], contiguous: [ms]}, backends, max |paged - contiguous|, K/V bytes)."""
+    """({paged: [ms], contiguous: [ms][, same_kernel: [ms]]}, backends, max |paged -
+    contiguous|, K/V bytes). same_kernel: the contiguous layout through the paged path's
+    backend, timed when the two backends differ, so that paged / same_kernel is the cost of
+    the indirection alone (the same instructions, only the table lookup and the block order
+    differ)."""
     dev = torch.device(cfg.device)
     x = attention_inputs(cfg)
 
@@ -153,12 +168,21 @@ def _timed(cfg: AttentionBench) -> tuple[dict, dict, float, int]:
                                            x["context_lens"], backend=cfg.contiguous_backend,
                                            check_values=check)
 
-    diff = (paged(True).float() - contiguous(True).float()).abs().max().item()
-    runs = time_runs({"paged": paged, "contiguous": contiguous}, dev, cfg.repeats, cfg.warmup)
+    def same_kernel(check=False):
+        return contiguous_decode_attention(x["q"], x["k_pool"], x["v_pool"], x["starts"],
+                                           x["context_lens"], backend=cfg.backend,
+                                           check_values=check)
+
+    backends = {"backend": get_backend(cfg.backend, dev).name,
+                "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name}
+    fns = {"paged": paged, "contiguous": contiguous}
+    if backends["backend"] != backends["contiguous_backend"]:
+        fns["same_kernel"] = same_kernel
+    diff = max((paged(True).float() - fn(True).float()).abs().max().item()
+               for name, fn in fns.items() if name != "paged")
+    runs = time_runs(fns, dev, cfg.repeats, cfg.warmup)
     kv_bytes = 2 * x["k_pool"].numel() * x["k_pool"].element_size()
-    return runs, {"backend": get_backend(cfg.backend, dev).name,
-                  "contiguous_backend": get_backend(cfg.contiguous_backend, dev).name}, \
-        diff, kv_bytes
+    return runs, backends, diff, kv_bytes
 
 
 def _result(cfg: AttentionBench, runs: dict, backends: dict, diff: float, kv_bytes: int,
@@ -178,8 +202,19 @@ def _result(cfg: AttentionBench, runs: dict, backends: dict, diff: float, kv_byt
         "contiguous_ms_p10": round(c["p10"], 4), "contiguous_ms_p90": round(c["p90"], 4),
         "paged_spread": round(p["spread"], 4), "contiguous_spread": round(c["spread"], 4),
         "noisy": max(p["spread"], c["spread"]) > NOISY_SPREAD,
-        "kv_bytes": kv_bytes, "max_abs_diff": diff, **_environment(torch.device(cfg.device)),
+        "kv_bytes": kv_bytes, "max_abs_diff": diff, **environment(torch.device(cfg.device)),
+        **_same_kernel(runs, p["ms"]),
     }
+
+
+def _same_kernel(runs: dict, paged_ms: float) -> dict:
+    """The contiguous layout through the paged backend, when it was timed."""
+    if "same_kernel" not in runs:
+        return {}
+    s = spread_stats(runs["same_kernel"])
+    return {"same_kernel_ms": round(s["ms"], 4), "same_kernel_ms_p10": round(s["p10"], 4),
+            "same_kernel_ms_p90": round(s["p90"], 4), "same_kernel_spread": round(s["spread"], 4),
+            "indirection_ratio": round(paged_ms / s["ms"], 4)}
 
 
 def bench_attention(cfg: AttentionBench) -> dict:
@@ -201,83 +236,17 @@ def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES, rounds: int 
         for bs in sizes:
             runs, backends, diff, kv_bytes = _timed(replace(cfg, block_size=bs))
             if bs not in pooled:
-                pooled[bs] = [{"paged": [], "contiguous": []}, backends, diff, kv_bytes]
-            for k in ("paged", "contiguous"):
+                pooled[bs] = [{k: [] for k in runs}, backends, diff, kv_bytes]
+            for k in runs:
                 pooled[bs][0][k] += runs[k]
             pooled[bs][2] = max(pooled[bs][2], diff)
     for bs in sizes:
         yield _result(replace(cfg, block_size=bs), *pooled[bs], rounds=rounds)
 
 
-def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, steps: int = 100,
-               duration: float | None = None, device: str = "cpu", allocator: str = "paged",
-               block_size: int = 16, backend: str = "auto", dtype: str | None = None,
-               seed: int = 0) -> dict:
-    """Decode steps per second of RealKV over a batch of `seqs` running sequences.
+def __getattr__(name: str):
+    if name == "bench_real":  # real mode's bench lives beside this one (it loads RealKV)
+        from kvviz.kv.bench_real import bench_real
 
-    Lengths start uniform in [context/2, 3*context/2]; a sequence that reaches 2*context is
-    released and replaced (its prefill is written, untimed), so the batch stays full.
-    """
-    from kvviz.alloc import ContiguousAllocator, PagedAllocator
-    from kvviz.kv.real import RealKV
-
-    if seqs < 1 or context < 2:
-        raise ValueError(f"seqs/context: need seqs >= 1 and context >= 2, got {seqs}, {context}")
-    shape = model_preset(model)
-    limit = 2 * context
-    rng = np.random.default_rng(seed)
-    if allocator == "paged":
-        alloc = PagedAllocator(seqs * (math.ceil(limit / block_size) + 1), block_size)
-    elif allocator == "contiguous":
-        alloc = ContiguousAllocator(seqs * (limit + 1))
-    else:
-        raise ValueError(f"allocator: 'paged' or 'contiguous', got {allocator!r}")
-    kv = RealKV(alloc, shape, device=device, seed=seed, dtype=dtype, backend=backend)
-    dev = torch.device(device)
-    ids = np.arange(seqs, dtype=np.int64)
-    lens = rng.integers(context // 2, context * 3 // 2, seqs).astype(np.int64)
-    next_id = seqs
-
-    def admit(slot_ids: np.ndarray, new_lens: np.ndarray) -> None:
-        for s, n in zip(slot_ids, new_lens):
-            reserve = limit if allocator == "contiguous" else None
-            if not alloc.admit(int(s), int(n), reserve_tokens=reserve).ok:
-                raise RuntimeError("bench_real: allocator refused a sequence; capacity too small")
-        kv.on_admit(slot_ids.tolist(), new_lens.tolist())
-
-    admit(ids, lens)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    done, replaced, prefill_s = 0, 0, 0.0
-    sync()
-    t0 = time.perf_counter()
-    while (done < steps) if duration is None else (time.perf_counter() - t0 < duration):
-        if not alloc.append_batch(ids).all():
-            raise RuntimeError("bench_real: append failed; capacity too small")
-        lens += 1
-        kv.on_decode(ids, lens)
-        done += 1
-        full = np.nonzero(lens >= limit)[0]
-        if full.size:
-            t = time.perf_counter()
-            for i in full:
-                alloc.release(int(ids[i]))
-                ids[i], next_id = next_id, next_id + 1
-            lens[full] = rng.integers(context // 2, context * 3 // 2, full.size)
-            admit(ids[full], lens[full])
-            sync()
-            prefill_s += time.perf_counter() - t
-            replaced += full.size
-    sync()
-    elapsed = time.perf_counter() - t0 - prefill_s
-    out = {
-        "bench": "real", "model": model, "seqs": seqs, "context": context, "device": device,
-        "allocator": alloc.label, "backend": get_backend(backend, dev).name,
-        "dtype": str(kv.dtype).removeprefix("torch."), "steps": done,
-        "decode_seconds": round(elapsed, 3), "steps_per_s": round(done / elapsed, 2),
-        "tokens_per_s": round(done * seqs / elapsed, 1), "replaced_sequences": replaced,
-        "pool_bytes": kv.pool_bytes,
-        "kv_gbps": round(kv.kv_bytes_read_total / elapsed / 1e9, 3), **_environment(dev),
-    }
-    if dev.type == "cuda":
-        out["torch_max_allocated"] = torch.cuda.max_memory_allocated(dev)
-    return out
+        return bench_real
+    raise AttributeError(f"module 'kvviz.kv.bench' has no attribute {name!r}")

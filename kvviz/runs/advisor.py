@@ -23,6 +23,10 @@ from typing import NamedTuple
 from kvviz.runs.kernelbench import KernelPoint
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CPU_TIMINGS = ("On the CPU they time kvviz's numba decode kernel, which reads every block "
+               "where it lies through the block table, each K/V byte once (no gathered copy): "
+               "block sizes differ by the indirection alone, small blocks paying for rows "
+               "scattered over the pool.")
 NOISY_SPREAD = 0.25  # (p90 - p10) / median above this: the point is called noisy
 
 
@@ -102,7 +106,8 @@ def recommend(memory: Sequence[MemoryPoint], kernel: Sequence[KernelPoint] | Non
 
     fast = sorted(b for b in ker if not slower(b))
     both = tuple(b for b in fast if b in lean)
-    tail = _noise_note(ker) + (f" Kernel timings from {source}." if source else "")
+    tail = _noise_note(ker) + (f" Kernel timings from {source}." if source else "") + (
+        " " + CPU_TIMINGS if source.startswith("cpu") else "")
     if both:
         bs = both[-1]
         m = mem[bs]

@@ -23,6 +23,7 @@ from kvviz.core.errors import KvvizError
 
 BENCH_ARGS = ("--batch", "8", "--context", "1024", "--repeats", "20", "--rounds", "3")
 BENCH_TIMEOUT_S = 600.0
+KERNELS = 2  # in the cache key: 2 = the CPU's numba kernel reads blocks in place (1 gathered)
 
 
 class BenchError(KvvizError):
@@ -55,7 +56,7 @@ class BenchResult(NamedTuple):
     key: dict  # machine, torch version, device, args
     measured_at: str
     from_cache: bool
-    device_name: str = ""  # the GPU's name for cuda timings, as the bench reported it
+    device_name: str = ""  # the GPU's (cuda) or CPU's model name, as the bench reported it
     threads: int | None = None  # torch threads the bench ran with, as it reported
 
 
@@ -102,7 +103,7 @@ def cache_key(command: Sequence[str]) -> dict:
     """What a measurement depends on: this machine, its torch, and the bench arguments."""
     return {"node": platform.node(), "machine": platform.machine(),
             "python": platform.python_version(), "torch": _torch_version(),
-            "args": list(command[3:])}
+            "kernels": KERNELS, "args": list(command[3:])}
 
 
 def cache_path(key: dict, directory: Path | None = None) -> Path:

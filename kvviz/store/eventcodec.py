@@ -1,13 +1,14 @@
 """Events in a recording: rare kinds as rows, the per-request bulk as compressed columns.
 
-`admitted` and `finished` happen once per request: a busy unpaced run makes ~40,000 of them a
-second, too many to insert as SQLite rows without taking CPU from the engine next to the
-writer (docs/BENCHMARKS.md, decision log). They are stored as `event_chunks` (one row per
-sample, lane and kind, zlib-compressed numpy columns); the kinds a user queries
-one by one (admit_failed, preempted, rejected, evicted) stay rows of `events`. Every event
-has a run-wide `event_id` in engine order, in either table, so a reader merges them back into
-one ordered stream (event_frames.read, the reader's side). Layout: docs/FORMAT.md.
-Standard library and numpy only: the writer process imports it.
+`admitted` and `finished` happen once per request, `partial` once per request and step that
+leaves it short of its known tokens (a prefill chunk, a decode the token budget skipped): a
+busy unpaced run makes ~40,000 of them a second, too many to insert as SQLite rows without
+taking CPU from the engine next to the writer (docs/BENCHMARKS.md, decision log). They are
+stored as `event_chunks` (one row per sample, lane and kind, zlib-compressed numpy columns);
+the kinds a user queries one by one (admit_failed, preempted, rejected, evicted) stay rows
+of `events`. Every event has a run-wide `event_id` in engine order, in either table, so a
+reader merges them back into one ordered stream (event_frames.read, the reader's side).
+Layout: docs/FORMAT.md. Standard library and numpy only: the writer process imports it.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 from kvviz.engine.eventlog import KIND_CODE, EventColumns
 from kvviz.store.schema import EVENT_COLS as ROW_COLS  # `events` columns after event_id
 
-CHUNK_KINDS = ("admitted", "finished")
+CHUNK_KINDS = ("admitted", "finished", "partial")
 CHUNK_ENCODING = "cols-zlib-1"
 # Columns of a chunk, in blob order; every one 8 bytes little-endian per event.
 CHUNK_COLS = (("event_id", "<i8"), ("t", "<f8"), ("step", "<i8"), ("seq_id", "<i8"),

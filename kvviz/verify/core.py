@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kvviz.verify import checks, decode, rows, streams, trust
+from kvviz.verify import checks, decode, rows, stored, streams, trust
 from kvviz.verify import events as engine_events
 from kvviz.verify.header import Unreadable, meta_of, open_db, tables
-from kvviz.verify.replay import LaneReplay
+from kvviz.verify.replay import PARTIAL_SINCE, LaneReplay
 
 MAX_LISTED = 200  # mismatches kept in the report (all are counted)
 
@@ -97,12 +97,15 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         if not rows._fits(stride, "int") or stride < 1:
             rep.bad("run", f"blockmap_stride {rows.shown(stride)} is not a positive integer")
             stride = 1
+        rep.checks += 1
+        for msg in stored.collector(meta):
+            rep.bad("run", msg)
         by_lane: dict = {}
         for e in events:
             by_lane.setdefault(e["lane"], []).append(e)
         for lane in names:
             _lane(db, rep, lane, lanes.get(lane, {}), by_lane.get(lane, []), stride,
-                  "block_tables" in have)
+                  "block_tables" in have, version)
         for lane in sorted({str(e["lane"]) for e in events} - set(names)):
             rep.bad(f"{lane} events", "events of a lane that has no samples")
         rep.contents.update(samples=sum(s["samples"] for s in rep.lanes.values()),
@@ -157,8 +160,9 @@ def _full(db: sqlite3.Connection, table: str, row: dict, cap: int) -> dict:
 
 
 def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: list[dict],
-          stride: int, with_tables: bool) -> None:
-    n_samples = db.execute("SELECT COUNT(*) FROM samples WHERE lane = ?", (lane,)).fetchone()[0]
+          stride: int, with_tables: bool, version: int) -> None:
+    n_samples = db.execute("SELECT COUNT(*) FROM samples WHERE lane = ?",
+                           (lane,)).fetchone()[0]
     samples = engine_events.table_rows(  # one row at a time: memory does not grow with them
         db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,))
     maps = _typed(db, rep, "blockmaps", lane)
@@ -167,15 +171,13 @@ def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: li
         rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
     stats = {"samples": n_samples, "maps": len(maps), "events": len(events)}
     rep.lanes[lane] = stats
-    top = max((r["idx"] for r in maps.values()), default=0)
-    for r in maps.values():  # retention
-        rep.checks += 1
-        if r["idx"] % stride and r["idx"] != top:
-            rep.bad(f"{lane} map idx {r['idx']}", f"kept although idx % stride {stride} != 0 "
-                    "and it is not the lane's newest")
+    rep.checks += 1
+    for msg in stored.retention([r["idx"] for r in maps.values()], stride):
+        rep.bad(f"{lane} retention", msg)
     engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
     chunked = engine.get("enable_chunked_prefill") is not False  # vLLM's default: on
-    replay, k, prev, last_t = LaneReplay(lane, chunked), 0, (0.0, 0), float("-inf")
+    bounds = chunked and version < PARTIAL_SINCE  # no partial events: bounds only
+    replay, k, prev, last_t = LaneReplay(lane, bounds), 0, (0.0, 0), float("-inf")
     last_step = None
     for s in samples:
         where = f"{lane} sample {s['sample_id']} (step {rows.shown(s['step'], 20)})"

@@ -5,8 +5,9 @@ import sqlite3
 
 from kvviz.verify import decode, rows
 
-KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected")
-CHUNK_KINDS = ("admitted", "finished")
+KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected",
+         "partial")
+CHUNK_KINDS = ("admitted", "finished", "partial")  # partial: format 5 on
 
 
 # a chunk's data is read only when its length fits n (decode.stored_cap of 48 n bytes):

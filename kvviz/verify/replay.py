@@ -2,23 +2,28 @@
 sample"): the live set, each live sequence's length, the cumulative counters.
 
 The token timeline is vLLM's (docs/FIDELITY.md): the step that completes a prefill samples the
-first token, a sequence is freed in the step that samples its last one. With chunked prefill
-on (`chunked`), a prefill may take several steps and a decode may wait a step for the token
-budget; events do not say when, so lengths and tokens are then checked against bounds (at most
-one token a step from the admission step on; a finished sequence sampled at least one)."""
+first token, a sequence is freed in the step that samples its last one, and a `partial` event
+marks a step that left a sequence short of its known tokens (kvviz/verify/timeline.py). Files
+of format 5 on carry those events, so lengths and tokens are exact under every engine setting.
+Older files with chunked prefill on (`bounds`) lack them: lengths and tokens are then checked
+against bounds (at most one token a step from the admission step on; a finished sequence
+sampled at least one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvviz.verify.timeline import Timeline
+
 REASONS = ("CAPACITY", "FRAGMENTATION", "POLICY")
+PARTIAL_SINCE = 5  # the format version from which recordings carry `partial` events
 
 
 @dataclass
 class LaneReplay:
     """State rebuilt from events with step <= the sample's step."""
     lane: str
-    chunked: bool = False  # chunked prefill on: lengths and tokens are bounds
-    live: dict = field(default_factory=dict)  # seq_id -> (admission step, need)
+    chunked: bool = False  # bounds only: chunked prefill on in a file without partial events
+    live: dict = field(default_factory=dict)  # seq_id -> Timeline
     preemptions: int = 0
     failures: dict = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     done_tokens: int = 0  # tokens sampled by sequences no longer live (an upper bound)
@@ -38,7 +43,9 @@ class LaneReplay:
             if seq in self.live:
                 self.problems.append(f"event {ev['event_id']}: sequence {seq} admitted while "
                                      "live")
-            self.live[seq] = (step, ev["need_tokens"])
+            self.live[seq] = Timeline.admitted(step, ev["need_tokens"])
+        elif kind == "partial":
+            self._partial(ev)
         elif kind in ("finished", "preempted"):
             if seq not in self.live:
                 self.problems.append(f"event {ev['event_id']}: {kind} sequence {seq} is not "
@@ -46,13 +53,16 @@ class LaneReplay:
                 return
             if kind == "finished" and self.last_admit[0] == step:
                 self.last_admit = (-1, 0)  # it freed blocks after the step's admissions
-            start, _ = self.live.pop(seq)
-            # it sampled one token in each step from the one completing its prefill (its
-            # admission step unless chunked); a preempted one not in the step that preempted
-            # it, a finished one also in its last step
-            most = (step - start) + (kind == "finished")
+            line = self.live.pop(seq)
+            # a preempted one sampled nothing in the step that preempted it, a finished one
+            # sampled its last token in its last step (so that step was no partial one)
+            most = line.advance(step if kind == "finished" else step - 1)
+            if kind == "finished" and not most:  # its last step was a partial one
+                self.problems.append(f"event {ev['event_id']}: sequence {seq} finished at step "
+                                     f"{step}, a step that sampled nothing for it")
             self.done_tokens += most
-            self.done_floor += int(kind == "finished") if self.chunked else most
+            self.done_floor += min(most, 1) if self.chunked and kind == "finished" else (
+                0 if self.chunked else most)
             if kind == "preempted":
                 self.preemptions += 1
         elif kind == "admit_failed":
@@ -71,14 +81,34 @@ class LaneReplay:
         else:
             self.problems.append(f"event {ev['event_id']}: unknown kind {kind!r}")
 
+    def _partial(self, ev: dict) -> None:
+        """A step that left a live sequence at `need_tokens` slots, short of its known
+        tokens, sampling nothing for it."""
+        seq, step, have = ev["seq_id"], ev["step"], ev["need_tokens"]
+        line = self.live.get(seq)
+        if line is None or line.step >= step:
+            self.problems.append(f"event {ev['event_id']}: partial for sequence {seq} at step "
+                                 f"{step}, " + ("not live" if line is None else
+                                                "a second one in that step"))
+            return
+        fresh = line.step == step - 1 and line.length == 0  # admitted in this step
+        most = line.advance(step - 1)
+        self.done_tokens += most
+        self.done_floor += 0 if self.chunked else most
+        if not (0 <= have < line.known) or (not fresh and have < line.length):
+            self.problems.append(f"event {ev['event_id']}: partial leaves sequence {seq} at "
+                                 f"{have} slots, outside {0 if fresh else line.length}.."
+                                 f"{line.known - 1} (written before .. known - 1)")
+        line.step, line.length = step, have
+
     def lengths(self, step: int) -> dict[int, int]:
         """Slots each live sequence has written at the end of `step` (at most that when
         `chunked`)."""
-        return {s: need + (step - a) for s, (a, need) in self.live.items()}
+        return {s: line.length_at(step) for s, line in self.live.items()}
 
     def tokens(self, step: int) -> tuple[int, int]:
         """(lowest, highest) tokens sampled by the end of `step`; equal when not `chunked`."""
-        most = sum(step - a + 1 for a, _ in self.live.values())
+        most = sum(line.sampled_by(step) for line in self.live.values())
         return self.done_floor + (0 if self.chunked else most), self.done_tokens + most
 
     def counters(self, step: int) -> dict:

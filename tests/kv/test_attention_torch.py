@@ -64,7 +64,7 @@ def test_contiguous_ranges_evenly_spaced_or_not(starts):
     assert_close(out, expected, torch.float32)
 
 
-def test_auto_is_torch_on_cpu():
+def test_auto_answers_on_cpu():
     c = paged_case([5, 9], 4, 2, 16, 4)
     out = paged_decode_attention(c.q, c.k, c.v, c.index, c.lens)
     assert_close(out, c.expected(), torch.float32)

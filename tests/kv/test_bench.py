@@ -17,12 +17,21 @@ TINY = {"batch": 3, "context": 40, "heads": 4, "kv_heads": 2, "head_dim": 16, "r
 
 def test_attention_bench_reports_both_paths_over_the_same_kv():
     r = bench_attention(AttentionBench(**TINY, block_size=8))
-    assert r["backend"] == r["contiguous_backend"] == "torch"
+    assert (r["backend"], r["contiguous_backend"]) == ("numba", "torch")
+    # the contiguous layout through the paged backend too: paged / that is the indirection
+    assert r["indirection_ratio"] == pytest.approx(r["paged_ms"] / r["same_kernel_ms"],
+                                                   rel=1e-3, abs=1e-3)
+    assert r["cpu"] and r["device_name"] == r["cpu"]
     # the ratio is of the unrounded medians; each ms is printed to 4 decimals (+-5e-5)
     p, c = r["paged_ms"], r["contiguous_ms"]
     assert r["ratio"] == pytest.approx(p / c, abs=5e-5 * (1 + p / c) / c + 5e-5)
     assert r["kv_bytes"] == 2 * 3 * 40 * 2 * 16 * 4
     assert r["max_abs_diff"] < 1e-5  # same content, same answer
+
+
+def test_same_backend_on_both_sides_times_two_paths():
+    r = bench_attention(AttentionBench(**TINY, block_size=8, backend="torch"))
+    assert "same_kernel_ms" not in r and r["backend"] == r["contiguous_backend"] == "torch"
 
 
 def test_sweep_gives_one_line_per_block_size():

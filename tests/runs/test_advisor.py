@@ -55,6 +55,7 @@ def test_a_spiky_cpu_curve_never_recommends_block_1(p10_of_spike) -> None:
     assert a.block_size not in (None, 1)
     assert a.block_size == 64  # the largest block under the waste limit: the kernel is flat
     assert "Kernel timings from cpu (x86_64, 4 torch threads" in a.reason
+    assert a.reason.endswith(advisor.CPU_TIMINGS)  # what CPU timings measure: no copy
     assert (8 in a.candidates) == (p10_of_spike < 17.0)  # inside the noise: not "slower"
     assert "noisy" in a.reason or p10_of_spike > 100
 
