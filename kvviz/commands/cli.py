@@ -9,7 +9,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.safeio import printable
 
 COMMANDS = ("simulate", "bench", "collect", "info", "export", "scrape", "torch-snapshot",
-            "events", "attach")
+            "events", "attach", "whatif")
 
 
 def command_module(name: str):
@@ -33,6 +33,8 @@ def command_module(name: str):
         from kvviz.commands import events as mod
     elif name == "attach":
         from kvviz.commands import attach as mod
+    elif name == "whatif":
+        from kvviz.commands import whatif as mod
     else:
         raise KeyError(name)
     return mod
