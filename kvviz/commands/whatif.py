@@ -11,7 +11,14 @@ from kvviz.core import limits as at
 from kvviz.core.config import MODEL_HELP, model_for
 from kvviz.core.safeio import check_input_file
 from kvviz.traces.args import add_trace_arguments, load_trace_args, resolve_max_seq_len
-from kvviz.twin.configs import MAX_CONFIGS, NAMED_SETS, alternatives, on_off
+from kvviz.twin.configs import (
+    MAX_CONFIGS,
+    NAMED_SETS,
+    NUM_GPU_BLOCKS,
+    CommaList,
+    alternatives,
+    on_off,
+)
 from kvviz.twin.settings import DEFAULT_NUM_GPU_BLOCKS, NodeSettings
 
 HELP = ("replay a node's request stream (a trace, or a kvviz attach --blocks recording) "
@@ -19,7 +26,7 @@ HELP = ("replay a node's request stream (a trace, or a kvviz attach --blocks rec
         "refusals, queueing, blocks in use")
 STEP_MS = at.float_range(0.0, 1e6, lo_open=True)
 NODE = (("block_size", "--node-block-size", at.BLOCK_SIZE, 16, "block size in tokens"),
-        ("num_gpu_blocks", "--node-num-blocks", at.int_range(2, at.MAX_BLOCKS + 1),
+        ("num_gpu_blocks", "--node-num-blocks", NUM_GPU_BLOCKS,
          DEFAULT_NUM_GPU_BLOCKS, "vLLM's num_gpu_blocks, its null block included"),
         ("max_num_seqs", "--node-max-num-seqs", at.MAX_NUM_SEQS, 256, "max_num_seqs"),
         ("max_num_batched_tokens", "--node-max-num-batched-tokens", at.BATCHED_TOKENS, 8192,
@@ -51,15 +58,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group(f"alternatives: comma lists, crossed (at most {MAX_CONFIGS} "
                              "configurations); a knob not given keeps the node's value")
     for dest, flag, what in ALTS:
-        a.add_argument(flag, dest=f"alt_{dest}", default=None, metavar="LIST", help=what)
+        typ = CommaList(dest)
+        rng = f" [each in {typ.range_text}]" if typ.range_text else ""
+        a.add_argument(flag, dest=f"alt_{dest}", type=typ, default=None, metavar="LIST",
+                       help=what + rng)
     a.add_argument("--set", dest="named_set", default=None, metavar="NAME",
                    help="a named set of alternatives: " + "; ".join(
                        f"{k} ({', '.join(f'{f}={v}' for f, v in d.items())})"
                        for k, d in NAMED_SETS.items()) + "; list flags beside it replace its "
                        "lists")
     s = p.add_argument_group("stream and run")
-    s.add_argument("--model", default=None, metavar="PRESET", help=MODEL_HELP
-                   + "; sizes --kv-memory")
+    s.add_argument("--model", default=None, metavar="PRESET", help=MODEL_HELP)
     s.add_argument("--step-ms", type=STEP_MS, default=20.0, metavar="MS",
                    help=at.rng("a trace's engine step on its clock (default 20)", STEP_MS))
     s.add_argument("--max-seq-len", type=at.MAX_SEQ_LEN, default=None, metavar="N",

@@ -7,12 +7,14 @@ the blocks of 16; `--num-blocks` sets vLLM's num_gpu_blocks (null block included
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import math
 import re
 from dataclasses import dataclass
 
+from kvviz.core import limits as at
 from kvviz.core.config import ModelShape
 from kvviz.core.errors import KvvizError
 from kvviz.twin.settings import NodeSettings
@@ -83,7 +85,10 @@ class Alternatives:
         return math.prod(max(1, len(v)) for v in lists)
 
     def expand(self, base: NodeSettings, model: ModelShape) -> list[NodeSettings]:
-        """The cross product, in flag order (the last knob fastest), duplicates dropped."""
+        """The cross product, in flag order (the last knob fastest), duplicates dropped;
+        none when no knob is listed."""
+        if self.empty:
+            return []
         n = self.count()
         if n > MAX_CONFIGS:
             raise KvvizError(f"{n} configurations (the product of the list lengths); at most "
@@ -124,25 +129,11 @@ def parse_list(text: str, flag: str, item) -> tuple:
     for p in parts:
         try:
             v = item(p)
-        except (ValueError, OverflowError) as exc:
+        except (ValueError, OverflowError, argparse.ArgumentTypeError) as exc:
             raise KvvizError(f"{flag}: {p!r}: {exc}") from None
         if v not in out:
             out.append(v)
     return tuple(out)
-
-
-def positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise ValueError("must be a positive integer")
-    return v
-
-
-def share(text: str) -> float:
-    v = float(text)
-    if not 0.0 <= v < 1.0:
-        raise ValueError("must be in [0, 1)")
-    return v
 
 
 def on_off(text: str) -> bool:
@@ -172,13 +163,35 @@ def kv_memory(text: str) -> KvMemory:
     return KvMemory(nbytes=int(n))
 
 
-PARSERS = {"block_size": ("--block-size", positive_int),
-           "num_gpu_blocks": ("--num-blocks", positive_int),
+NUM_GPU_BLOCKS = at.int_range(2, at.MAX_BLOCKS + 1)  # vLLM's count: the null block and one
+# each list item parses as the same flag does in simulate and collect (one range per quantity)
+PARSERS = {"block_size": ("--block-size", at.BLOCK_SIZE),
+           "num_gpu_blocks": ("--num-blocks", NUM_GPU_BLOCKS),
            "kv_memory": ("--kv-memory", kv_memory),
-           "max_num_seqs": ("--max-num-seqs", positive_int),
-           "max_num_batched_tokens": ("--max-num-batched-tokens", positive_int),
-           "watermark": ("--watermark", share),
+           "max_num_seqs": ("--max-num-seqs", at.MAX_NUM_SEQS),
+           "max_num_batched_tokens": ("--max-num-batched-tokens", at.BATCHED_TOKENS),
+           "watermark": ("--watermark", at.WATERMARK),
            "prefix_caching": ("--prefix-caching", on_off)}
+
+
+class CommaList:
+    """argparse `type=` for a comma list of one knob's values: checks every item as the
+    single-value flag would (`item`, `range_text`) and keeps the text for `alternatives`."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.flag, self.item = PARSERS[key]
+        self.range_text = getattr(self.item, "range_text", None)
+
+    def __call__(self, text: str) -> str:
+        try:
+            parse_list(text, self.flag, self.item)
+        except KvvizError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(self.flag + ": ")) from None
+        return text
+
+    def __repr__(self) -> str:
+        return f"CommaList({self.key})"
 
 
 def alternatives(texts: dict[str, str | None], named: str | None = None) -> Alternatives:
