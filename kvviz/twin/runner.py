@@ -9,21 +9,27 @@ from the simulation's event log.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from kvviz.core.config import ModelShape
+from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
 from kvviz.engine.eventlog import KIND_CODE
 from kvviz.twin.selfcheck import Recorder, StepRecord
 from kvviz.twin.settings import NodeSettings
 
+ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the kvviz package
 CURVE_POINTS = 2000  # points kept of each curve (the max of each bucket: peaks survive)
 
 
@@ -122,12 +128,6 @@ def run_config(stream: Stream, settings: NodeSettings, record: bool = False) -> 
                      at, peak, done, rec.record() if rec is not None else None)
 
 
-def _context():
-    """forkserver where there is one: a fork of a threaded parent (the dashboard) is unsafe."""
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
 def default_workers() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -150,12 +150,59 @@ def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = N
             if progress is not None:
                 progress(i + 1, n)
         return out
-    runs: list[ConfigRun | None] = [None] * n
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-        futures = {pool.submit(run_config, stream, c, record_first and i == 0): i
-                   for i, c in enumerate(configs)}
-        for done, fut in enumerate(as_completed(futures), 1):
-            runs[futures[fut]] = fut.result()
-            if progress is not None:
-                progress(done, n)
+    return _in_children(stream, configs, workers, progress, record_first)
+
+
+def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
+                 progress: Callable[[int, int], None] | None,
+                 record_first: bool) -> list[ConfigRun]:
+    """`python -m kvviz.twin.worker` per configuration, `workers` at a time: a fresh
+    interpreter each, so neither a threaded parent (the dashboard) is forked nor its main
+    script (a Streamlit page) re-run, as multiprocessing's start methods would."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    pending = list(enumerate(configs))
+    running: dict[int, tuple[subprocess.Popen, tempfile.TemporaryFile]] = {}
+    runs: list[ConfigRun | None] = [None] * len(configs)
+    done = 0
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i, c = pending.pop(0)
+                out = tempfile.TemporaryFile()
+                proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
+                                        stdin=subprocess.PIPE, stdout=out, env=env)
+                proc.stdin.write(pickle.dumps((stream, c, record_first and i == 0)))
+                proc.stdin.close()
+                running[i] = (proc, out)
+            finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
+            if not finished:
+                time.sleep(0.02)
+                continue
+            for i in finished:
+                proc, out = running.pop(i)
+                out.seek(0)
+                runs[i] = _answer(proc.returncode, out.read())
+                out.close()
+                done += 1
+                if progress is not None:
+                    progress(done, len(configs))
+    finally:
+        for proc, out in running.values():
+            proc.kill()
+            proc.wait()
+            out.close()
     return [r for r in runs if r is not None]
+
+
+def _answer(code: int, data: bytes) -> ConfigRun:
+    """A worker's pickled ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
+    try:
+        msg = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a child that died before answering
+        raise RuntimeError(f"a what-if worker stopped (exit {code}) without an answer") from None
+    if msg[0] == "ok":
+        return msg[1]
+    if msg[1] == "input":
+        raise KvvizError(msg[2])
+    raise RuntimeError(f"a what-if worker failed: {msg[2]}")

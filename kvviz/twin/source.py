@@ -44,6 +44,20 @@ def is_recording(path: str | Path) -> bool:
         return False
 
 
+def has_request_log(path: str | Path) -> bool:
+    """Whether the recording at `path` holds the plugin's request log (False when unreadable)."""
+    from kvviz.store.reader import RunReader
+
+    try:
+        reader = RunReader(check_input_file(path, "recording"))
+    except Exception:  # noqa: BLE001 - unreadable is "no log here"; read_recording says why
+        return False
+    try:
+        return any(reader.has_table(t) for t in REQUEST_LOG_TABLES)
+    finally:
+        reader.close()
+
+
 def read_recording(path: str | Path) -> tuple[Workload, NodeSettings, StepRecord]:
     """(the node's requests, its settings, its per-step record) from an attach recording
     with the plugin's request log; KvvizError naming what is missing otherwise."""
