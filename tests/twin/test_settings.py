@@ -35,3 +35,10 @@ def test_describe_names_only_what_differs():
     assert NodeSettings().describe(base) == "node's own"
     alt = NodeSettings(block_size=32, num_gpu_blocks=513, enable_prefix_caching=False)
     assert alt.describe(base) == "block 32, blocks 513, prefix off"
+
+
+def test_the_twin_and_its_command_import_with_numpy_alone():
+    from tests.house.test_layers import loaded_after
+
+    assert not loaded_after("kvviz.twin", "kvviz.twin.worker", "kvviz.commands.whatif") & {
+        "pandas", "pyarrow", "streamlit", "plotly", "torch"}
