@@ -7,6 +7,7 @@ import streamlit as st
 
 from kvviz.core.config import LaneSpec, model_for
 from kvviz.core.errors import KvvizError
+from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.twin import NodeSettings, Source, plan, whatif
 from kvviz.twin.configs import NAMED_SETS, alternatives
@@ -41,7 +42,7 @@ def _form(key: str):
         return alternatives({k: v.strip() or None for k, v in texts.items()},
                             None if named == NONE else named)
     except (KvvizError, ValueError) as exc:
-        st.error(str(exc))
+        st.error(md(str(exc)))
         return None
 
 
@@ -74,7 +75,7 @@ def _replay(source: Source, res, key: str) -> None:
             record_config(source.stream, run.settings, path, source=source.name,
                           busy_steps=run.summary["steps"])
     except (KvvizError, OSError) as exc:
-        st.error(f"could not write {path.name}: {exc}")
+        st.error(md(f"could not write {path.name}: {exc}"))
         return
     st.session_state[RUN_KEY] = path.name
     st.switch_page("pages/replay.py")
@@ -84,14 +85,14 @@ def panel(source: Source, key: str) -> None:
     """Draw the panel for `source`; a result stays shown until the source changes."""
     st.subheader("What if?")
     st.caption(f"{len(source.stream.workload):,} requests; the node's own settings: "
-               f"{source.settings.describe()}. Each alternative runs the same stream through "
+               f"{md(source.settings.describe())}. Each alternative runs the same stream through "
                "vLLM 0.32's rule (a block size alone keeps the node's KV memory).")
     alt = _form(key)
     if alt is not None:
         try:
             plan(source, alt)
         except (KvvizError, ValueError) as exc:
-            st.error(str(exc))
+            st.error(md(str(exc)))
             alt = None
     if alt is not None:
         bar = st.progress(0.0, text="starting")
@@ -105,7 +106,7 @@ def panel(source: Source, key: str) -> None:
     res = got[1]
     check = res.self_check
     (st.success if check["equal"] else st.info if check["equal"] is None else st.warning)(
-        "Self-check: " + check["verdict"])
+        md("Self-check: " + check["verdict"]))
     st.dataframe(_table(res.table), hide_index=True, use_container_width=True)
     curves = [Curve(r["config"], run.curve_step, run.curve_blocks, run.curve_preempted,
                     run.settings.usable_blocks) for r, run in zip(res.table, res.runs)]
@@ -136,6 +137,6 @@ def node_panel(path, key: str) -> None:
     try:
         source = from_recording(path, model_for(None, real_on_cpu=False), 20.0)
     except KvvizError as exc:
-        st.error(str(exc))
+        st.error(md(str(exc)))
         return
     panel(source, key)

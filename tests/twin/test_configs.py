@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvviz.core.config import model_preset
 from kvviz.core.errors import KvvizError
-from kvviz.twin.configs import MAX_CONFIGS, alternatives
+from kvviz.twin.configs import MAX_CONFIGS, PARSERS, alternatives
 from kvviz.twin.settings import NodeSettings
 
 M = model_preset("llama-3-8b")
@@ -70,3 +72,22 @@ def test_too_many_configurations_are_refused_before_any_run():
 def test_memory_below_two_blocks_is_refused_naming_the_flag():
     with pytest.raises(KvvizError, match="--kv-memory 0.001x: block size 16"):
         alternatives({"kv_memory": "0.001x"}).expand(BASE, M)
+
+
+_ITEM = st.sampled_from(["16", "0", "-1", "1.5", "1e3", "nan", "inf", "2x", "0x", "1e400x",
+                         "8GiB", "1e300", "on", "off", "", " ", "\x1b[31m", "9" * 40, "１２",
+                         "0.01", "16777217"])
+_TEXT = st.lists(_ITEM, max_size=4).map(",".join)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(texts=st.dictionaries(st.sampled_from(sorted(PARSERS)), _TEXT, max_size=4),
+       named=st.sampled_from([None, "sizing", "nope"]))
+def test_any_text_is_alternatives_or_one_clear_error(texts, named):
+    """The dashboard's form hands these texts over as typed: a result or KvvizError."""
+    try:
+        out = alternatives(texts, named).expand(BASE, M)
+    except KvvizError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert all(isinstance(s, NodeSettings) for s in out) and len(out) <= MAX_CONFIGS
