@@ -2,6 +2,7 @@
 an alternative opens in Replay as a recording of its run."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ def test_a_bad_list_is_one_error(at):
     _field(at, "KV memory").set_value("1.2y")
     _submit(at)
     assert not at.exception
-    assert any("--kv-memory" in e.value for e in at.error)
+    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]  # plain text, escaped
+    assert any("--kv-memory: '1.2y': neither a multiple" in e for e in shown), shown
 
 
 def test_an_alternative_is_recorded_for_replay(at, tmp_path):
