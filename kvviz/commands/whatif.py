@@ -41,7 +41,7 @@ ALTS = (("block_size", "--block-size", "block sizes, e.g. 16,32,64 (each at the 
                                      "(8GiB, 512MB, bytes)"),
         ("max_num_seqs", "--max-num-seqs", "max_num_seqs values"),
         ("max_num_batched_tokens", "--max-num-batched-tokens", "max_num_batched_tokens values"),
-        ("watermark", "--watermark", "watermark values in [0, 1)"),
+        ("watermark", "--watermark", "watermark values"),
         ("prefix_caching", "--prefix-caching", "on, off or on,off"))
 
 
@@ -53,8 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              "defaults: vLLM 0.32's, the pool kvviz's 16,384 slots)")
     for field, flag, typ, default, what in NODE:
         shown = ("on" if default else "off") if isinstance(default, bool) else default
+        text = f"{what} (default {shown})"
         n.add_argument(flag, dest="node_" + field, type=typ, default=None, metavar="V",
-                       help=f"{what} (default {shown})")
+                       help=at.rng(text, typ) if hasattr(typ, "range_text") else text)
     a = p.add_argument_group(f"alternatives: comma lists, crossed (at most {MAX_CONFIGS} "
                              "configurations); a knob not given keeps the node's value")
     for dest, flag, what in ALTS:
