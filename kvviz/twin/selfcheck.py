@@ -14,8 +14,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class StepRecord:
-    """Per busy step k: scheduled ids[sched_ptr[k]:sched_ptr[k+1]] (sorted), preempted
-    ids[pre_ptr[k]:pre_ptr[k+1]] (in the order preempted)."""
+    """Per busy step k: scheduled ids[sched_ptr[k]:sched_ptr[k+1]], preempted
+    ids[pre_ptr[k]:pre_ptr[k+1]], each sorted (sets: a log may not keep vLLM's order)."""
 
     sched_ptr: np.ndarray  # int64 [steps + 1]
     sched_ids: np.ndarray  # int64
@@ -38,19 +38,19 @@ class StepRecord:
 
     @classmethod
     def from_lists(cls, scheduled: list, preempted: list) -> StepRecord:
-        """From one list of ids per busy step each (scheduled sorted here)."""
-        def csr(parts: list, sort: bool) -> tuple[np.ndarray, np.ndarray]:
+        """From one list of ids per step each; steps with neither are left out (not busy)."""
+        def csr(parts: list) -> tuple[np.ndarray, np.ndarray]:
             ptr = np.zeros(len(parts) + 1, np.int64)
             ptr[1:] = np.cumsum([len(p) for p in parts])
-            flat = [np.sort(np.asarray(p, np.int64)) if sort else np.asarray(p, np.int64)
-                    for p in parts]
+            flat = [np.sort(np.asarray(p, np.int64)) for p in parts]
             ids = np.concatenate(flat) if flat else np.zeros(0, np.int64)
             return ptr, ids.astype(np.int64)
 
         if len(scheduled) != len(preempted):
             raise ValueError("step record: one scheduled and one preempted list per step")
-        sp, si = csr(scheduled, True)
-        pp, pi = csr(preempted, False)
+        busy = [k for k in range(len(scheduled)) if len(scheduled[k]) or len(preempted[k])]
+        sp, si = csr([scheduled[k] for k in busy])
+        pp, pi = csr([preempted[k] for k in busy])
         return cls(sp, si, pp, pi)
 
 
