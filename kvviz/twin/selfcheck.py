@@ -2,8 +2,10 @@
 
 Both sides are a `StepRecord`: per busy engine step (a step that scheduled something; the
 node does not step while idle, the simulation's clock does, so busy steps are aligned in
-order), the requests scheduled and the requests preempted. The verdict names the first busy
-step where they differ and in what; it never hides a difference.
+order), the requests scheduled and the requests preempted, and where the node's block maps
+were sampled, each running request's block ids (vLLM's numbering: kvviz's block b is vLLM's
+b + 1, its block 0 the null block). The verdict names the first busy step where they differ
+and in what; it never hides a difference.
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ class StepRecord:
     sched_ids: np.ndarray  # int64
     pre_ptr: np.ndarray  # int64 [steps + 1]
     pre_ids: np.ndarray  # int64
+    # per busy step: {request: its block ids, vLLM's numbering} after the step, or None
+    # where the map was not sampled; () when no step was
+    tables: tuple[dict[int, tuple[int, ...]] | None, ...] = ()
+
+    def table(self, k: int) -> dict[int, tuple[int, ...]] | None:
+        return self.tables[k] if k < len(self.tables) else None
 
     @property
     def steps(self) -> int:
@@ -37,8 +45,10 @@ class StepRecord:
         return self.pre_ids[self.pre_ptr[k]:self.pre_ptr[k + 1]]
 
     @classmethod
-    def from_lists(cls, scheduled: list, preempted: list) -> StepRecord:
-        """From one list of ids per step each; steps with neither are left out (not busy)."""
+    def from_lists(cls, scheduled: list, preempted: list,
+                   tables: list | None = None) -> StepRecord:
+        """From one list of ids per step each (and the sampled block tables, None where not
+        sampled); steps with neither scheduled nor preempted requests are left out."""
         def csr(parts: list) -> tuple[np.ndarray, np.ndarray]:
             ptr = np.zeros(len(parts) + 1, np.int64)
             ptr[1:] = np.cumsum([len(p) for p in parts])
@@ -51,24 +61,32 @@ class StepRecord:
         busy = [k for k in range(len(scheduled)) if len(scheduled[k]) or len(preempted[k])]
         sp, si = csr([scheduled[k] for k in busy])
         pp, pi = csr([preempted[k] for k in busy])
-        return cls(sp, si, pp, pi)
+        tabs = () if tables is None else tuple(
+            None if tables[k] is None else {int(r): tuple(int(b) for b in ids)
+                                           for r, ids in tables[k].items()} for k in busy)
+        return cls(sp, si, pp, pi, tabs)
 
 
 class Recorder:
     """Collects a StepRecord from a one-lane Simulation, one busy step at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: bool = True) -> None:
         self.scheduled: list[np.ndarray] = []
         self.preempted: list[list[int]] = []
+        self.tables: list[dict] | None = [] if tables else None
 
     def after_step(self, lane) -> None:
         plan = lane.last_plan
         if plan is not None and (plan.ids.size or plan.preempted):
             self.scheduled.append(np.asarray(plan.ids, np.int64).copy())
             self.preempted.append(list(plan.preempted))
+            if self.tables is not None:  # kvviz block b is vLLM's b + 1
+                table = lane.alloc.block_table
+                self.tables.append({int(r): tuple((table(r) + 1).tolist())
+                                    for r in lane.run_ids.tolist()})
 
     def record(self) -> StepRecord:
-        return StepRecord.from_lists(self.scheduled, self.preempted)
+        return StepRecord.from_lists(self.scheduled, self.preempted, self.tables)
 
 
 def _ids(a: np.ndarray, limit: int = 8) -> str:
@@ -91,24 +109,44 @@ def compare(node: StepRecord, twin: StepRecord) -> dict:
             first = {"step": k + 1, "what": "preempted requests",
                      "node": _ids(a), "replay": _ids(b)}
             break
+        first = _tables_differ(k, node.table(k), twin.table(k))
+        if first is not None:
+            break
     if first is None and node.steps != twin.steps:
         first = {"step": n + 1, "what": "step count", "node": str(node.steps),
                  "replay": str(twin.steps)}
     equal = first is None
+    sampled = sum(node.table(k) is not None and twin.table(k) is not None for k in range(n))
     if equal:
         verdict = (f"replay equals the node: {n} busy steps, {node.preemptions} preemptions, "
-                   "the same requests scheduled and preempted at every step")
+                   "the same requests scheduled and preempted at every step"
+                   + (f", every block id at the {sampled} steps whose maps were sampled"
+                      if sampled else "; no block map sampled to compare block ids"))
     else:
         verdict = (f"replay differs from the node at busy step {first['step']} "
                    f"({first['what']}: node {first['node']}; replay {first['replay']}); "
                    f"the {first['step'] - 1} steps before it are equal")
     return {"equal": equal, "steps_compared": n if equal else first["step"],
-            "first_difference": first, "verdict": verdict}
+            "block_steps_compared": sampled, "first_difference": first, "verdict": verdict}
+
+
+def _tables_differ(k: int, node: dict | None, twin: dict | None) -> dict | None:
+    """The first request whose block ids differ at busy step k (both sampled), else None."""
+    if node is None or twin is None or node == twin:
+        return None
+    for r in sorted(set(node) | set(twin)):
+        if node.get(r) != twin.get(r):
+            def show(ids: tuple | None) -> str:
+                return "not running" if ids is None else _ids(np.asarray(ids, np.int64))
+            return {"step": k + 1, "what": f"block ids of request {r}",
+                    "node": show(node.get(r)), "replay": show(twin.get(r))}
+    return None
 
 
 def no_node_run(what: str) -> dict:
     """`self_check` for an input without a node run (a trace): nothing to compare."""
-    return {"equal": None, "steps_compared": 0, "first_difference": None,
+    return {"equal": None, "steps_compared": 0, "block_steps_compared": 0,
+            "first_difference": None,
             "verdict": f"{what} is a request stream, not a node's run: there is no node run to "
                        "compare the replay with; the baseline is the rule at the settings "
                        "given (--node-* flags, vLLM's defaults)"}

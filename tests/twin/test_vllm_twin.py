@@ -26,10 +26,14 @@ def vllm():
     server.close()
 
 
-def node_record(ref: dict) -> StepRecord:
-    """vLLM's steps as the node's own record: the requests scheduled and preempted."""
-    return StepRecord.from_lists([[int(q) for q in s["scheduled"]] for s in ref["steps"]],
-                                 [s["preempted"] for s in ref["steps"]])
+def node_record(ref: dict, every: int = 1) -> StepRecord:
+    """vLLM's steps as the node's own record: the requests scheduled and preempted, and
+    the block tables of every `every`-th step (a node's sampled maps)."""
+    steps = ref["steps"]
+    return StepRecord.from_lists([[int(q) for q in s["scheduled"]] for s in steps],
+                                 [s["preempted"] for s in steps],
+                                 [s["blocks"] if k % every == 0 else None
+                                  for k, s in enumerate(steps)])
 
 
 def settings_of(c: dict) -> NodeSettings:
@@ -43,11 +47,13 @@ def test_the_baseline_equals_vllm_and_a_prediction_equals_vllm_at_its_settings(v
     first = case(w, num_blocks=24, prefix=True, **NODE)
     ref = vllm.run(first)
     stream = Stream(w, model_preset("llama-3-8b"), 1000.0, first["max_model_len"])
-    node = Source("vllm", stream, settings_of(first), node_record(ref))
+    node = Source("vllm", stream, settings_of(first), node_record(ref, every=3))
     res = whatif(node, alternatives({"block_size": "32", "num_gpu_blocks": "13"}), workers=1)
     check = res.self_check
     assert check["equal"], check["verdict"]
     assert check["steps_compared"] == len(ref["steps"]) and ref["totals"]["preemptions"] > 0
+    assert check["block_steps_compared"] == len(ref["steps"][::3])
+    assert "every block id" in check["verdict"]
     assert res.table[0]["preemptions"] == ref["totals"]["preemptions"]
     (pred,) = res.table[1:]
     second = case(w, block_size=32, num_blocks=12, prefix=True, **NODE)  # 13 with the null
@@ -65,3 +71,17 @@ def test_a_different_node_is_named_at_its_first_step(vllm):
     other = run_config(stream, NodeSettings(16, 41, 6, 128, True, 0.0, True), record=True)
     out = compare(node_record(ref), other.record)  # the node had 19 usable blocks, not 40
     assert not out["equal"] and out["first_difference"]["step"] >= 1
+
+
+def test_one_wrong_block_id_is_named(vllm):
+    w = _shared(3, 30, 20)
+    c = case(w, num_blocks=24, prefix=True, **NODE)
+    ref = vllm.run(c)
+    mine = run_config(Stream(w, model_preset("llama-3-8b"), 1000.0, c["max_model_len"]),
+                      settings_of(c), record=True).record
+    k = next(i for i, s in enumerate(ref["steps"]) if s["blocks"])
+    r = sorted(ref["steps"][k]["blocks"])[0]
+    ref["steps"][k]["blocks"][r] = [b + 1 for b in ref["steps"][k]["blocks"][r]]
+    out = compare(node_record(ref), mine)
+    assert out["first_difference"]["step"] == k + 1
+    assert out["first_difference"]["what"] == f"block ids of request {r}"
