@@ -1,6 +1,6 @@
 """Simulator throughput: kvviz's engine against a plain-Python loop, both sides in one run.
 
-    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor|vllm]
+    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor|vllm|whatif]
                                       [--repeats 3] [--json]
 
 --engine jump|step is accepted for old scripts: both run the one scheduling rule.
@@ -17,6 +17,13 @@ million: 1,000,000 requests at 20 req/s, capacity 1M tokens, paged:16 and
 advisor: the Compare page's block-size advisor sweep with the page's defaults (sharegpt-like,
   1,000 requests at 20 req/s, seed 0, 16,384 slots, default engine limits): paged lanes of
   block sizes 1..256, one simulation each, as the page runs them.
+
+whatif: `kvviz whatif`'s work on a 10,000-request node log (sharegpt-like, 10 req/s, half
+  with shared prefixes; node: block 16, 4,097 vLLM blocks = 65,536 slots, vLLM's defaults
+  otherwise) through the named set `sizing` (block 16/32/64 x KV memory 0.75/1/1.25/1.5x:
+  12 alternatives, one equal to the node's own, plus the baseline = 13 runs) on all cores
+  (kvviz.twin.whatif); beside it, the same 13 settings as plain Simulation.run() calls in one
+  process, the engine alone without the twin's per-step reading of the pool.
 
 vllm: kvviz's engine against vLLM 0.32's own scheduler loop (kvviz/reference/vllm_scheduler.py
   in the venv KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0), on the same streams: 1,000
@@ -167,6 +174,43 @@ def advisor(a) -> None:
                  f"{t:.2f} s")
 
 
+def whatif(a) -> None:
+    from kvviz.core.config import model_preset
+    from kvviz.twin import plan
+    from kvviz.twin import whatif as run_whatif
+    from kvviz.twin.configs import alternatives
+    from kvviz.twin.runner import default_workers
+    from kvviz.twin.settings import NodeSettings
+    from kvviz.twin.source import from_trace
+
+    cfg = WorkloadConfig("sharegpt-like", num_requests=a.requests, rate=10.0,
+                         prefix_share=0.5, seed=0)
+    w = generate(cfg)
+    src = from_trace(w, "bench", NodeSettings(16, 4097), model_preset("llama-3-8b"), 20.0,
+                     cfg.max_seq_len)
+    alt = alternatives({}, "sizing")
+    configs = plan(src, alt)
+    out: list = []
+
+    def engine_only() -> None:
+        for c in configs:
+            Simulation(w, [c.lane()], c.cache(src.stream.model),
+                       c.engine(20.0, cfg.max_seq_len)).run()
+
+    res = harness.interleaved({"whatif": lambda: out.append(run_whatif(src, alt)),
+                               "engine": engine_only}, a.repeats)
+    wi, en = statistics.median(res["whatif"]), statistics.median(res["engine"])
+    base = out[-1].table[0]
+    harness.emit(a, {"bench": "engine-whatif", "requests": a.requests, "runs": len(configs),
+                     "workers": default_workers(), "whatif_s": wi, "engine_serial_s": en,
+                     "baseline_steps": base["steps"],
+                     "baseline_preemptions": base["preemptions"]},
+                 f"whatif: {a.requests:,} requests x {len(configs)} runs on "
+                 f"{default_workers()} cores: {wi:.1f} s; the same runs as Simulation.run() "
+                 f"in one process: {en:.1f} s (baseline: {base['steps']:,} steps, "
+                 f"{base['preemptions']:,} preemptions)")
+
+
 def vllm(a) -> None:
     from kvviz.engine.tokens import token_ids
 
@@ -217,7 +261,8 @@ def vllm(a) -> None:
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("case", nargs="?", default="floor", choices=["floor", "four-lanes",
-                                                                  "million", "advisor", "vllm"])
+                                                                  "million", "advisor", "vllm",
+                                                                  "whatif"])
     ap.add_argument("--requests", type=int, default=None,
                     help="default: 10,000 (floor), 20,000 (four-lanes), 1,000,000 (million), "
                     "1,000 (advisor)")
@@ -229,10 +274,10 @@ def main() -> None:
     a = ap.parse_args()
     ENGINE["advance"] = a.engine
     default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000,
-               "advisor": 1_000, "vllm": 1_000}[a.case]
+               "advisor": 1_000, "vllm": 1_000, "whatif": 10_000}[a.case]
     a.requests = a.requests or (default // 20 if a.quick else default)
     {"floor": floor, "four-lanes": four_lanes, "million": million,
-     "advisor": advisor, "vllm": vllm}[a.case](a)
+     "advisor": advisor, "vllm": vllm, "whatif": whatif}[a.case](a)
 
 
 if __name__ == "__main__":

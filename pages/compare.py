@@ -17,7 +17,7 @@ from kvviz.engine.compare import (
 from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import compare as vc
 from kvviz.viz import outcome as vo
-from pages import compare_advisor
+from pages import compare_advisor, whatif_panel
 from pages import compare_data as data
 from pages.frame import enter_through_app
 
@@ -176,8 +176,10 @@ st.caption(f"{len(workload):,} requests, {workload.total_output_tokens:,} output
            f"simulated; {limits_text(request.limits)}.")
 if loaded.upload is not None:
     show_detected(loaded.upload)
-tab_lanes, tab_advisor = st.tabs(["Allocators", "Block-size advisor"])
+tab_lanes, tab_advisor, tab_whatif = st.tabs(["Allocators", "Block-size advisor", "What if?"])
 with tab_lanes:
     allocators_tab(request)
 with tab_advisor:
     compare_advisor.advisor_tab(request)
+with tab_whatif:
+    whatif_panel.panel(whatif_panel.compare_source(request, loaded), "compare:whatif")

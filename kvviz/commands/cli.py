@@ -10,7 +10,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.safeio import printable
 
 COMMANDS = ("simulate", "bench", "collect", "info", "export", "scrape", "torch-snapshot",
-            "events", "attach")
+            "events", "attach", "whatif")
 
 
 def command_module(name: str):
@@ -34,6 +34,8 @@ def command_module(name: str):
         from kvviz.commands import events as mod
     elif name == "attach":
         from kvviz.commands import attach as mod
+    elif name == "whatif":
+        from kvviz.commands import whatif as mod
     else:
         raise KeyError(name)
     return mod

@@ -187,6 +187,20 @@ class FakeSimulation:
         return []
 
 
+def fake_run_all(stream, configs, workers=None, progress=None, record_first=False):
+    """Stands in for kvviz.twin.runner.run_all: the settings as checked, no run."""
+    import numpy as np
+
+    from kvviz.twin.runner import ConfigRun
+
+    none = np.zeros(0, np.int64)
+    summary = {"steps": 0, "finished": 0, "rejected": 0, "preemptions": 0,
+               "admit_failures": {"capacity": 0, "fragmentation": 0, "policy": 0},
+               "prefix_hit_rate": 0.0, "tail_waste_share": 0.0, "used_share": 0.0,
+               "free_share": 1.0, "tokens_generated": 0}
+    return [ConfigRun(c, summary, none, 0, 0.0, none, none, none) for c in configs]
+
+
 class FakeCollector:
     """Stands in for collectors.engine_collector.EngineCollector: validated config, no loop."""
 
@@ -235,8 +249,10 @@ def install_fakes(monkeypatch) -> None:
     import collectors.prometheus as prom
     import kvviz.commands.simulate as sim_cmd
     import kvviz.node.scrape as scrape_mod
+    import kvviz.twin as twin
 
     monkeypatch.setattr(sim_cmd, "Simulation", FakeSimulation)
+    monkeypatch.setattr(twin, "run_all", fake_run_all)
     monkeypatch.setattr(launch, "EngineCollector", FakeCollector)
     monkeypatch.setattr(scrape_mod, "scrape_once", fake_scrape_once)
     monkeypatch.setattr(prom, "attach", lambda collector, port, address="127.0.0.1": None)

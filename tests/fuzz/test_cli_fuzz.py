@@ -135,6 +135,12 @@ def test_torch_snapshot(sandbox, paths, data) -> None:
 
 @FUZZ
 @given(data=st.data())
+def test_whatif(sandbox, paths, data) -> None:
+    _fuzz("whatif", None, 1, ["--workers", "1"], data, paths)
+
+
+@FUZZ
+@given(data=st.data())
 def test_events(sandbox, paths, data) -> None:
     # a real subscriber (nothing listens on port 1): --duration 0.3 last ends every run
     endpoint = data.draw(st.sampled_from(["tcp://127.0.0.1:1", "ipc://x.sock"]))
@@ -169,12 +175,15 @@ def test_trace_contents(sandbox, text, binary, as_bytes) -> None:
     res = run_cli(argv)
     COUNTS["simulate --trace (contents)"] += 1
     check_property("simulate", argv, res)
+    argv = ["whatif", str(trace), "--workers", "1"]  # the same reader, the twin's way in
+    check_property("whatif", argv, run_cli(argv))
 
 
 @pytest.mark.parametrize("argv", [
     ["simulate", "--trace", "{fifo}"],
     ["torch-snapshot", "{fifo}"],
     ["info", "{fifo}"],
+    ["whatif", "{fifo}"],
     ["collect", "--mode", "sim", "--out", "{dev_null}", "--overwrite"],
     ["bench", "real", "--block-size", "0"],
     ["simulate", "--capacity-tokens", "1000000000000"],

@@ -44,7 +44,7 @@ def button(app: AppTest, label: str):
 
 def test_loads_with_tabs_and_no_results_yet(at: AppTest) -> None:
     assert at.title[0].value == "Compare allocators"
-    assert [t.label for t in at.tabs] == ["Allocators", "Block-size advisor"]
+    assert [t.label for t in at.tabs] == ["Allocators", "Block-size advisor", "What if?"]
     assert "200 requests" in at.caption[0].value
     assert not at.get("plotly_chart")
 

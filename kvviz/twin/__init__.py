@@ -1,0 +1,46 @@
+"""The twin: a node's request stream through vLLM's rule, at its own settings and at others.
+
+`whatif(source, alternatives)` runs the baseline (the node's own settings) and every
+alternative on the machine's cores, and returns the table and the self-check.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvviz.twin.configs import Alternatives
+from kvviz.twin.runner import ConfigRun, run_all
+from kvviz.twin.selfcheck import compare, no_node_run
+from kvviz.twin.settings import NodeSettings
+from kvviz.twin.source import Source
+from kvviz.twin.table import rows
+
+__all__ = ["Alternatives", "NodeSettings", "Source", "WhatIf", "plan", "whatif"]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    source: Source
+    self_check: dict
+    runs: list[ConfigRun]  # runs[0]: the baseline
+    table: list[dict]  # one row per run, `change` against the baseline
+
+
+def plan(source: Source, alt: Alternatives) -> list[NodeSettings]:
+    """The baseline, then each alternative; every one checked before anything runs."""
+    configs = [source.settings, *alt.expand(source.settings, source.stream.model)]
+    for c in configs:  # the engine's own checks (e.g. the budget without chunked prefill)
+        c.engine(source.stream.step_ms, source.stream.max_seq_len)
+    return configs
+
+
+def whatif(source: Source, alt: Alternatives, workers: int | None = None,
+           progress: Callable[[int, int], None] | None = None) -> WhatIf:
+    configs = plan(source, alt)
+    runs = run_all(source.stream, configs, workers, progress,
+                   record_first=source.node_record is not None)
+    if source.node_record is None:
+        check = no_node_run(source.name)
+    else:
+        check = compare(source.node_record, runs[0].record)
+    return WhatIf(source, check, runs, rows(runs))

@@ -1,0 +1,208 @@
+"""Run one request stream through the rule at many node settings, on the machine's cores.
+
+Each configuration is one `kvviz.engine.Simulation` with one paged lane (the node's block
+pool: `NodeSettings.lane()`, `capacity_tokens`). The run is stepped one engine step at a time
+(idle spans at once, as `Simulation.run` does) so that the blocks held after every step are
+read from the pool: peak and mean blocks in use and the usage curve come from the pool
+itself, not from a second model of it. The queueing delays and the preemption curve come
+from the simulation's event log.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvviz.core.config import ModelShape
+from kvviz.core.errors import KvvizError
+from kvviz.core.workload import Workload
+from kvviz.engine import Simulation
+from kvviz.engine.eventlog import KIND_CODE
+from kvviz.twin.selfcheck import Recorder, StepRecord
+from kvviz.twin.settings import NodeSettings
+
+ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the kvviz package
+CURVE_POINTS = 2000  # points kept of each curve (the max of each bucket: peaks survive)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What every configuration shares: the requests and the clock."""
+
+    workload: Workload
+    model: ModelShape
+    step_ms: float
+    max_seq_len: int
+
+
+@dataclass(frozen=True)
+class ConfigRun:
+    """One configuration's run: the lane's summary (`kvviz simulate --json`'s fields) and
+    what the twin derives beside it."""
+
+    settings: NodeSettings
+    summary: dict
+    queue_steps: np.ndarray  # per admitted request: its first admission step - arrival step
+    blocks_peak: int
+    blocks_mean: float
+    curve_step: np.ndarray  # int64: the step each curve point ends
+    curve_blocks: np.ndarray  # int64: blocks in use (the bucket's max)
+    curve_preempted: np.ndarray  # int64: preemptions so far
+    record: StepRecord | None = None  # per busy step (the self-check's side), when asked
+
+
+def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
+    """The step at which each request arrives: the first step s >= 1 whose clock
+    s x step_ms / 1000 reaches its arrival time (as Simulation.step compares them)."""
+    s = np.maximum(1, np.ceil(arrival_s * 1000.0 / step_ms)).astype(np.int64)
+    for _ in range(2):  # float rounding of the division: settle on the clock's comparison
+        s = np.where(s * step_ms / 1000.0 < arrival_s, s + 1, s)
+        s = np.where((s > 1) & ((s - 1) * step_ms / 1000.0 >= arrival_s), s - 1, s)
+    return s
+
+
+def _step_through(sim: Simulation, rec: Recorder | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run `sim` (one lane) to the end: (step, blocks held, steps it stands for) after each
+    advance, an idle span as one entry; `rec` sees every step that was stepped."""
+    lane = sim.lanes[0]
+    bs = lane.alloc.block_size
+    steps, blocks, weight = [], [], []
+    while not sim.finished:
+        idle = sim._idle_steps()  # the jump Simulation.run(advance="step") makes
+        if idle > 0:
+            sim.skip_idle(idle)
+        else:
+            sim.step()
+            if rec is not None:
+                rec.after_step(lane)
+        steps.append(sim.step_no)
+        blocks.append(lane.alloc.usage().allocated_tokens // bs)
+        weight.append(max(idle, 1))
+    return (np.asarray(steps, np.int64), np.asarray(blocks, np.int64),
+            np.asarray(weight, np.int64))
+
+
+def _queue_steps(sim: Simulation, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
+    """(first admission - arrival step per admitted request, steps of the preemptions)."""
+    ev, _ = sim.events.since(sim.events.oldest)
+    kind, seq, step = ev["kind"], ev["seq_id"], ev["step"]
+    adm = kind == KIND_CODE["admitted"]
+    first = np.full(len(stream.workload), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, seq[adm], step[adm])
+    got = first < np.iinfo(np.int64).max
+    arrive = arrival_steps(stream.workload.arrival_s, stream.step_ms)
+    return first[got] - arrive[got], np.sort(step[kind == KIND_CODE["preempted"]])
+
+
+def _curve(steps: np.ndarray, blocks: np.ndarray, preempt_steps: np.ndarray):
+    n = steps.size
+    cuts = np.unique(np.linspace(0, n, min(n, CURVE_POINTS) + 1).astype(np.int64))
+    ends = cuts[1:] - 1
+    peak = (np.maximum.reduceat(blocks, cuts[:-1]) if n else np.zeros(0, np.int64))
+    at = steps[ends] if n else np.zeros(0, np.int64)
+    done = np.searchsorted(preempt_steps, at, side="right").astype(np.int64)
+    return at, peak.astype(np.int64), done
+
+
+def run_config(stream: Stream, settings: NodeSettings, record: bool = False) -> ConfigRun:
+    """One configuration through the rule (what a worker does); `record`: keep the
+    StepRecord the self-check compares."""
+    sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
+                     settings.engine(stream.step_ms, stream.max_seq_len), advance="step")
+    rec = Recorder() if record else None
+    steps, blocks, weight = _step_through(sim, rec)
+    summary = sim.summaries()[0]
+    queue, preempt_steps = _queue_steps(sim, stream)
+    at, peak, done = _curve(steps, blocks, preempt_steps)
+    mean = float((blocks * weight).sum() / weight.sum()) if weight.size else 0.0
+    return ConfigRun(settings, summary, queue, int(blocks.max()) if blocks.size else 0, mean,
+                     at, peak, done, rec.record() if rec is not None else None)
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = None,
+            progress: Callable[[int, int], None] | None = None,
+            record_first: bool = False) -> list[ConfigRun]:
+    """Every configuration's run, in the order given; `workers` processes (default: the
+    cores this process may use; 1 runs here, without a pool); `record_first`: the first
+    (the baseline) keeps its StepRecord."""
+    n = len(configs)
+    workers = min(n, workers or default_workers())
+    if workers <= 1:
+        out = []
+        for i, c in enumerate(configs):
+            out.append(run_config(stream, c, record_first and i == 0))
+            if progress is not None:
+                progress(i + 1, n)
+        return out
+    return _in_children(stream, configs, workers, progress, record_first)
+
+
+def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
+                 progress: Callable[[int, int], None] | None,
+                 record_first: bool) -> list[ConfigRun]:
+    """`python -m kvviz.twin.worker` per configuration, `workers` at a time: a fresh
+    interpreter each, so neither a threaded parent (the dashboard) is forked nor its main
+    script (a Streamlit page) re-run, as multiprocessing's start methods would."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    pending = list(enumerate(configs))
+    running: dict[int, tuple[subprocess.Popen, tempfile.TemporaryFile]] = {}
+    runs: list[ConfigRun | None] = [None] * len(configs)
+    done = 0
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i, c = pending.pop(0)
+                out = tempfile.TemporaryFile()
+                proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
+                                        stdin=subprocess.PIPE, stdout=out, env=env)
+                proc.stdin.write(pickle.dumps((stream, c, record_first and i == 0)))
+                proc.stdin.close()
+                running[i] = (proc, out)
+            finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
+            if not finished:
+                time.sleep(0.02)
+                continue
+            for i in finished:
+                proc, out = running.pop(i)
+                out.seek(0)
+                runs[i] = _answer(proc.returncode, out.read())
+                out.close()
+                done += 1
+                if progress is not None:
+                    progress(done, len(configs))
+    finally:
+        for proc, out in running.values():
+            proc.kill()
+            proc.wait()
+            out.close()
+    return [r for r in runs if r is not None]
+
+
+def _answer(code: int, data: bytes) -> ConfigRun:
+    """A worker's pickled ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
+    try:
+        msg = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - a child that died before answering
+        raise RuntimeError(f"a what-if worker stopped (exit {code}) without an answer") from None
+    if msg[0] == "ok":
+        return msg[1]
+    if msg[1] == "input":
+        raise KvvizError(msg[2])
+    raise RuntimeError(f"a what-if worker failed: {msg[2]}")

@@ -1,0 +1,84 @@
+"""The what-if runner: every number from a real run of the rule, cross-checked."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvviz.twin import Alternatives, plan, whatif
+from kvviz.twin.configs import alternatives
+from kvviz.twin.runner import arrival_steps, run_all, run_config
+from kvviz.twin.settings import NodeSettings
+from kvviz.twin.source import from_trace
+from kvviz.twin.table import COMPARED
+from tests.twin.streams import MODEL, stream
+
+TIGHT = NodeSettings(block_size=16, num_gpu_blocks=257, enable_prefix_caching=False)
+
+
+@pytest.fixture(scope="module")
+def tight():
+    return stream(150, 40.0)
+
+
+def test_a_configuration_equal_to_the_baseline_shows_no_change(tight):
+    src = from_trace(tight.workload, "s", TIGHT, MODEL, 20.0, tight.max_seq_len)
+    res = whatif(src, alternatives({"block_size": "16", "max_num_seqs": "256,8"}), workers=1)
+    base, same, fewer = res.table
+    assert same["config"] == "= node's own" and same["settings"] == base["settings"]
+    assert all(v == 0 for v in same["change"].values())
+    assert base["preemptions"] > 0  # the stream presses this pool: the zeros are not trivial
+    assert fewer["config"] == "seqs 8" and fewer["change"]["preemptions"] != 0
+    assert set(COMPARED) == set(fewer["change"])
+
+
+def test_ample_memory_neither_preempts_nor_refuses_for_memory(tight):
+    need = int(((tight.workload.final_len + 15) // 16).sum()) + 1
+    r = run_config(tight, NodeSettings(16, need + 1, enable_prefix_caching=False))
+    assert r.summary["preemptions"] == 0 and r.summary["admit_failures"]["capacity"] == 0
+    assert r.blocks_peak < need
+
+
+def test_blocks_in_use_stay_within_the_pool_and_agree_with_the_engine_shares(tight):
+    r = run_config(tight, TIGHT)
+    assert 0 < r.blocks_mean <= r.blocks_peak <= TIGHT.usable_blocks
+    held = 1.0 - r.summary["free_share"]  # the engine's own time average of held slots
+    assert r.blocks_mean * 16 / TIGHT.capacity_tokens == pytest.approx(held, rel=1e-9)
+    assert r.curve_blocks.max() == r.blocks_peak
+    assert r.curve_preempted[-1] == r.summary["preemptions"]
+    assert np.all(np.diff(r.curve_step) > 0) and np.all(np.diff(r.curve_preempted) >= 0)
+
+
+def test_queueing_starts_at_arrival_and_every_finished_request_was_admitted(tight):
+    r = run_config(tight, TIGHT)
+    assert r.queue_steps.size == r.summary["finished"] == len(tight.workload)
+    assert r.queue_steps.min() == 0 and r.queue_steps.max() > 0
+
+
+def test_one_seat_queues_each_request_behind_the_one_before():
+    s = stream(6, float("inf"))
+    r = run_config(s, NodeSettings(16, 2049, max_num_seqs=1, enable_prefix_caching=False))
+    q = np.sort(r.queue_steps)
+    assert q[0] == 0 and np.all(np.diff(q) > 0)  # all arrive at once; one runs at a time
+
+
+def test_arrival_steps_follow_the_simulation_clock():
+    a = np.array([0.0, 0.02, 0.0200001, 0.1, 0.059999999])
+    assert arrival_steps(a, 20.0).tolist() == [1, 1, 2, 5, 3]
+
+
+def test_the_pool_gives_what_one_process_gives(tight):
+    configs = plan(from_trace(tight.workload, "s", TIGHT, MODEL, 20.0, tight.max_seq_len),
+                   alternatives({"block_size": "16,32"}))
+    one = run_all(tight, configs, workers=1)
+    two = run_all(tight, configs, workers=2)
+    for a, b in zip(one, two):
+        assert a.settings == b.settings and a.summary["steps"] == b.summary["steps"]
+        assert a.summary["preemptions"] == b.summary["preemptions"]
+        assert np.array_equal(a.queue_steps, b.queue_steps)
+
+
+def test_the_baseline_alone_runs_when_no_alternative_is_given(tight):
+    src = from_trace(tight.workload, "s", TIGHT, MODEL, 20.0, tight.max_seq_len)
+    res = whatif(src, Alternatives(), workers=1)
+    assert len(res.table) == 1 and res.table[0]["baseline"]
+    assert res.self_check["equal"] is None and "no node run" in res.self_check["verdict"]
