@@ -5,8 +5,10 @@ of its own, so the engine never waits on the network or a subscriber.
 without blocking; when the queue is full the message is dropped and counted (the seq hole
 tells the subscriber, which records a gap). The thread encodes (msgpack; the arrays are
 bytes already) and sends with NOBLOCK (a PUB socket drops for a slow subscriber at its high
-water mark itself). A socket that cannot be bound logs one line and the publisher goes
-`failed`; the sampler then stops sampling: the server keeps serving."""
+water mark itself); while the engine is idle the last message is sent again every second, so
+a subscriber that joins late gets the pool at once. A socket that cannot be bound logs one
+line and the publisher goes `failed`; the sampler then stops sampling: the server keeps
+serving."""
 from __future__ import annotations
 
 import logging
@@ -17,6 +19,7 @@ from kvviz.plugin import wire
 
 log = logging.getLogger("kvviz.plugin")
 _STOP = object()
+REPEAT_S = 1.0  # an idle engine's last sample is sent again this often (late joiners)
 
 
 class Publisher:
@@ -67,19 +70,33 @@ class Publisher:
             self.ready.set()
             return
         self.ready.set()
+        last = None
         try:
             while True:
-                item = self.q.get()
+                try:
+                    item = self.q.get(timeout=REPEAT_S)
+                except queue.Empty:  # an idle engine: the last sample again, same seq
+                    if last is not None:
+                        self._send(sock, last)
+                    continue
                 if item is _STOP:
                     return
                 seq, msg = item
-                try:
-                    sock.send_multipart(wire.frames(seq, wire.encode(msg)), flags=zmq.NOBLOCK)
-                    self.sent += 1
-                except zmq.Again:
+                last = wire.frames(seq, wire.encode(msg))
+                if not self._send(sock, last):
                     self.dropped += 1
         except Exception as exc:  # noqa: BLE001 (a guest: one line, never the host's problem)
             self.failed = f"publisher stopped ({type(exc).__name__}: {exc})"
             log.error("kvviz blocks plugin: %s", self.failed)
         finally:
             sock.close(0)
+
+    def _send(self, sock, frames: list[bytes]) -> bool:
+        import zmq
+
+        try:
+            sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            self.sent += 1
+            return True
+        except zmq.Again:
+            return False

@@ -61,8 +61,9 @@ def _with_sampler(base: type, version: str) -> type:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import RequestStatus
 
+    from kvviz.plugin.mixin import mixin_class
     from kvviz.plugin.publisher import Publisher
-    from kvviz.plugin.sampler import PoolSampler, Settings, mixin_class
+    from kvviz.plugin.sampler import PoolSampler, Settings
 
     if not issubclass(base, Scheduler):
         log.warning("kvviz blocks plugin: the scheduler class %s is not a vLLM Scheduler; not "
@@ -92,7 +93,8 @@ def _with_sampler(base: type, version: str) -> type:
                 "max_num_seqs": int(sched.max_num_running_reqs),
                 "max_num_batched_tokens": int(sched.max_num_scheduled_tokens),
                 "max_model_len": int(sched.max_model_len),
-                "watermark": float(sched.scheduler_config.watermark)}
+                "watermark": float(sched.scheduler_config.watermark),
+                "bytes_per_token": _bytes_per_token(sched)}
         pub = Publisher(rank_endpoint(settings.endpoint, pool["dp_rank"]), settings.max_queue)
         pub.ready.wait(5.0)
         if pub.failed:
@@ -101,9 +103,21 @@ def _with_sampler(base: type, version: str) -> type:
                 "waiting_status": (RequestStatus.WAITING, RequestStatus.PREEMPTED)}
         log.info("kvviz blocks plugin: publishing %s's block pool (%d blocks of %d) on %s",
                  base.__name__, pool["num_blocks"], pool["block_size"], pub.endpoint)
-        return PoolSampler(sched, settings, pub, host)
+        sampler = PoolSampler(sched, settings, pub, host)
+        sampler.sample()  # step 0, the empty pool: a subscriber has a lane before any request
+        return sampler
 
     return mixin_class(base, make_sampler)
+
+
+def _bytes_per_token(sched) -> int:
+    """KV bytes one token takes in all layers (the pool's tensors / blocks / block size)."""
+    try:
+        cfg = sched.kv_cache_config
+        total = sum(int(t.size) for t in cfg.kv_cache_tensors)
+        return total // (cfg.num_blocks * int(sched.block_size))
+    except Exception:  # noqa: BLE001 (a number to show, not a reason to stop)
+        return 0
 
 
 def rank_endpoint(endpoint: str, rank: int) -> str:

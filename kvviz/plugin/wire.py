@@ -86,8 +86,44 @@ def _check(msg: dict) -> None:
     if msg["blocks"].size and (msg["blocks"].min() < 0 or msg["blocks"].max() >= n):
         raise WireError("block tables: a block id outside the pool")
     for key in ("step", "num_free"):
-        if not isinstance(msg.get(key), int) or msg[key] < 0:
+        if not isinstance(msg.get(key), int) or not 0 <= msg[key] < BIG:
             raise WireError(f"{key}: not a count")
-    for key in ("events", "arrived", "done", "running", "waiting"):
-        if not isinstance(msg.get(key, []), list):
-            raise WireError(f"{key}: not a list")
+    for key in ("seqs", "computed", "final"):
+        a = msg[key]
+        if a.size and (a.min() < (-1 if key == "seqs" else 0) or a.max() >= 2**31):
+            raise WireError(f"{key}: values outside 0 .. 2^31 - 1")
+    if not isinstance(msg.get("dropped", 0), int) or not 0 <= msg.get("dropped", 0) < BIG:
+        raise WireError("dropped: not a count")
+    for key, shape in _ROWS.items():
+        rows = msg.setdefault(key, [])
+        if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+            raise WireError(f"{key}: not a list of at most {MAX_ROWS} rows")
+        for row in rows:
+            if not _fits(row, shape):
+                raise WireError(f"{key}: a row {str(row)[:80]} is not {shape}")
+    if not all(isinstance(x, int) and abs(x) < BIG for x in msg.setdefault("running", [])):
+        raise WireError("running: not a list of sequence ids")
+    head = msg.get("head")
+    if head is not None and not _fits(head, (int, str, int, int)):
+        raise WireError("head: not [seq, reason, need, free]")
+    for step, kind, _s, reason, need, free in msg["events"]:
+        if kind not in EVENT_KINDS or reason not in (None, "CAPACITY", "POLICY") or min(
+                step, need, free) < 0:
+            raise WireError(f"events: kind {kind!r} reason {reason!r} or a negative count")
+    for row in msg["arrived"]:
+        if not 1 <= row[6] <= 64 or len(row[5]) % row[6]:
+            raise WireError("arrived: hashes not a whole number of hash_width bytes")
+
+
+MAX_ROWS = 1 << 20
+BIG = 2**62  # every integer a row carries fits SQLite's int64 with room
+_N = (int, type(None))
+_ROWS = {"events": (int, str, int, (str, type(None)), int, int),
+         "arrived": (int, str, int, int, int, bytes, int),
+         "done": (int, int, int, str, int), "waiting": (int, str)}
+
+
+def _fits(row, shape) -> bool:
+    return (isinstance(row, list) and len(row) == len(shape)
+            and all(isinstance(v, t) and not isinstance(v, bool)
+                    and (not isinstance(v, int) or abs(v) < BIG) for v, t in zip(row, shape)))

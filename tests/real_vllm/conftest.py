@@ -34,6 +34,8 @@ def vllm_server(tmp_path_factory):
             pytest.fail(f"KVVIZ_REQUIRE_VLLM=1 but {why}", pytrace=False)
         pytest.skip(f"real-vLLM tier skipped: {why}")
     srv = VllmServer(tmp_path_factory.mktemp("vllm"))
+    # kvviz's block-pool plugin on, a sample every engine step (tests/real_vllm/test_blocks.py)
+    srv.env = {"KVVIZ_BLOCKS_ENDPOINT": srv.blocks, "KVVIZ_BLOCKS_EVERY_STEPS": "1"}
     t0 = time.monotonic()
     _STATE["t0"], _STATE["server"] = t0, srv
     try:

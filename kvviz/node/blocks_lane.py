@@ -1,0 +1,188 @@
+"""The attach side of the block stream (kvviz/plugin, docs/NODE.md): a ZeroMQ SUB socket on
+the plugin's endpoint, each message turned into one sample of a lane of the recording: a
+BlockMap in docs/FORMAT.md's planes, the block tables, the engine events, the request log,
+and the stream's gaps.
+
+Addresses: vLLM's block 0 is its null block (never allocated, its ref_cnt not kept), so the
+lane's map holds blocks 1 .. N-1 at addresses 0 .. N-2 (address = block id - 1), and its
+capacity is (N - 1) x block_size, the capacity vLLM's own usage gauge divides by."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from kvviz.core import metrics as core_metrics
+from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.engine.eventlog import Event, EventColumns
+from kvviz.plugin import wire
+from kvviz.store import blocklane
+
+MAX_PER_POLL = 64  # messages handled per poll() (the rest wait in ZeroMQ)
+
+
+def lane_name(pool: dict) -> str:
+    rank = pool.get("dp_rank", 0)
+    return f"vllm-dp{rank}" if rank else "vllm"
+
+
+def blockmap(msg: dict) -> tuple[BlockMap, dict]:
+    """The map of one sample (addresses = block ids - 1) and the sample's own checks:
+    `refcount_mismatches` (blocks whose vLLM ref_cnt is not the number of block tables
+    holding them) and `untabled_blocks` (held by vLLM, in no table: drawn free)."""
+    pool = msg["pool"]
+    N, B = pool["num_blocks"], pool["block_size"]
+    if msg.get("null_block", 0) != 0:
+        raise wire.WireError(f"null block {msg.get('null_block')!r}, expected block 0")
+    n = N - 1
+    keep = msg["seqs"] >= 0
+    lens = msg["lens"]
+    seqs, computed, final = msg["seqs"], msg["computed"], msg["final"]
+    ids = msg["blocks"]
+    if not keep.all():  # a table of a request the plugin has no id for: left out
+        rows = np.repeat(keep, lens)
+        ids, seqs, computed, final, lens = (ids[rows], seqs[keep], computed[keep],
+                                            final[keep], lens[keep])
+    if ids.size and ids.min() < 1:
+        raise wire.WireError("a block table holds the null block (a sliding-window layer?)")
+    addr = (ids - 1).astype(np.int64)
+    starts = np.cumsum(lens) - lens
+    pos = np.arange(addr.size) - np.repeat(starts, lens)
+    fill = np.clip(np.repeat(computed, lens) - pos * B, 0, B)
+    owner = np.full(n, FREE, np.int32)
+    filled = np.zeros(n, np.int32)
+    owner[addr[::-1]] = np.repeat(seqs, lens)[::-1]  # a shared block: its first holder
+    filled[addr[::-1]] = fill[::-1]
+    holders = np.bincount(addr, minlength=n)
+    owned = owner != FREE
+    refcnt = msg["refcnt"][1:]
+    cached = msg["hashed"][1:].astype(bool) & ~owned & (refcnt == 0)
+    filled[cached] = B
+    checks = {"refcount_mismatches": int(np.count_nonzero(owned & (refcnt != holders))),
+              "untabled_blocks": int(np.count_nonzero(~owned & (refcnt > 0)))}
+    bm = BlockMap(owner=owner, filled=filled, allocated=np.where(owned, B, 0).astype(np.int32),
+                  refcount=np.minimum(holders, 32767).astype(np.int16), cached=cached,
+                  block_size=B, bytes_per_token=int(pool.get("bytes_per_token", 0)),
+                  label=f"vllm paged:{B}", contiguous=False,
+                  final_seq=seqs.astype(np.int32),
+                  final_len=np.maximum(final, computed).astype(np.int32),
+                  final_held=lens.astype(np.int64) * B,
+                  table_len=lens.astype(np.int32), table_blocks=addr.astype(np.int32))
+    return bm, checks
+
+
+class BlockLane:
+    """Subscribes to one plugin endpoint and writes what arrives into `writer`'s recording
+    (`t0`: the recording's start, Unix seconds). Not thread-safe; poll() from one thread."""
+
+    def __init__(self, endpoint: str, writer, t0: float) -> None:
+        import zmq
+
+        self.endpoint, self.writer, self.t0 = endpoint, writer, t0
+        self._ctx = zmq.Context()
+        self.sock = self._ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 64)
+        self.sock.setsockopt(zmq.SUBSCRIBE, wire.TOPIC)
+        self.sock.connect(endpoint)
+        self.lane: str | None = None
+        self.last_seq: int | None = None
+        self.samples = self.gaps = self.bad = 0
+        self.problem: str | None = None
+        self.counts = {"preemptions": 0, "CAPACITY": 0, "POLICY": 0, "tokens_generated": 0}
+        self.last_t = 0.0
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Handle what arrived within timeout_ms (at most MAX_PER_POLL messages)."""
+        import zmq
+
+        got = 0
+        if not self.sock.poll(timeout_ms):
+            return 0
+        while got < MAX_PER_POLL:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            got += 1
+            try:
+                seq, msg = wire.decode(frames)
+                self.handle(seq, msg)
+            except wire.WireError as exc:
+                self.bad += 1
+                self.problem = f"{self.endpoint}: {exc}"
+        return got
+
+    def handle(self, seq: int, msg: dict) -> None:
+        if self.last_seq is not None and seq == self.last_seq:
+            return  # the plugin's repeat of its last sample while the engine is idle
+        t = max(self.last_t, time.time() - self.t0)
+        self.last_t = t
+        bm, checks = blockmap(msg)
+        conn = self.writer.conn
+        if self.lane is None:
+            self._register(msg)
+        lane = self.lane
+        if self.last_seq is not None and seq != self.last_seq + 1:
+            kind = "gap" if seq > self.last_seq else "restart"
+            blocklane.add_gap(conn, lane, t, kind, self.last_seq + 1 if kind == "gap" else seq,
+                              seq - 1 if kind == "gap" else self.last_seq, msg["dropped"])
+            self.gaps += 1
+        self.last_seq = seq
+        evs = []
+        for step, kind, s, reason, need, free in msg["events"]:
+            if s < 0 or kind not in wire.EVENT_KINDS:
+                continue
+            evs.append(Event(t, int(step), lane, kind, int(s), reason, int(need), int(free)))
+            if kind == "preempted":
+                self.counts["preemptions"] += 1
+            elif kind == "admit_failed" and reason in self.counts:
+                self.counts[reason] += 1
+        if evs:
+            self.writer.add_events(EventColumns.from_events(evs))
+        if msg["arrived"]:
+            blocklane.add_arrivals(conn, lane, t, msg["arrived"])
+        if msg["done"]:
+            blocklane.add_finishes(conn, lane, msg["done"])
+            self.counts["tokens_generated"] += sum(int(d[2]) for d in msg["done"])
+        waiting = msg["waiting"]
+        reasons: dict[str, int] = {}
+        for _, why in waiting:
+            reasons[why] = reasons.get(why, 0) + 1
+        head = msg.get("head") or [None, None, None, None]
+        rec = {**core_metrics.compute(bm).as_dict(), **checks,
+               "preemptions": self.counts["preemptions"],
+               "admit_failures_capacity": self.counts["CAPACITY"],
+               "admit_failures_fragmentation": 0,
+               "admit_failures_policy": self.counts["POLICY"],
+               "tokens_generated": self.counts["tokens_generated"],
+               "running": len(msg["running"]), "waiting": len(waiting),
+               "vllm_free_blocks": msg["num_free"], "stream_dropped": msg["dropped"],
+               "head_seq": head[0], "head_reason": head[1], "head_need_tokens": head[2],
+               "head_free_tokens": head[3], "waiting_reasons": json.dumps(reasons)}
+        self.writer.add_sample(t, msg["step"], lane, rec, bm)
+        self.samples += 1
+
+    def _register(self, msg: dict) -> None:
+        pool = msg["pool"]
+        self.lane = lane_name(pool)
+        n, B = pool["num_blocks"] - 1, pool["block_size"]
+        lane = {"name": self.lane, "label": f"vLLM {pool.get('version', '')} paged:{B}",
+                "allocator": "paged", "block_size": B, "capacity_tokens": n * B,
+                "num_blocks": n, "bytes_per_token": int(pool.get("bytes_per_token", 0))}
+        engine = {"enable_chunked_prefill": bool(pool.get("chunked_prefill", True)),
+                  "max_num_seqs": pool.get("max_num_seqs"),
+                  "max_num_batched_tokens": pool.get("max_num_batched_tokens"),
+                  "max_model_len": pool.get("max_model_len"),
+                  "watermark": pool.get("watermark")}
+        blocklane.register_lane(self.writer.conn, lane, engine,
+                                {"endpoint": self.endpoint, "pool": pool})
+
+    def summary(self) -> dict:
+        return {"endpoint": self.endpoint, "lane": self.lane, "samples": self.samples,
+                "gaps": self.gaps, "bad_messages": self.bad, "last_seq": self.last_seq}
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self._ctx.term()
