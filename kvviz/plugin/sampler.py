@@ -25,6 +25,7 @@ import numpy as np
 from kvviz.plugin import wire
 
 log = logging.getLogger("kvviz.plugin")
+CARRY_MAX = 1 << 20  # events + finishes held for the next sample while the queue is full
 
 
 class Settings:
@@ -292,7 +293,12 @@ class PoolSampler:
                "events": self.events, "arrived": self.arrived, "done": self.done}
         self.events, self.arrived, self.done = [], [], []
         self.last_t, self.last_step = time.monotonic(), step
-        self.pub.offer(msg)
+        if not self.pub.offer(msg) and len(msg["events"]) + len(msg["done"]) < CARRY_MAX:
+            # the queue was full: the map is lost (a gap), the events and the request log
+            # travel with the next sample
+            self.events = msg["events"] + self.events
+            self.arrived = msg["arrived"] + self.arrived
+            self.done = msg["done"] + self.done
 
     def _waiting(self, most: int = 4096) -> list:
         """[seq, reason] per waiting request, the head first: the head's reason is the

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from kvviz.store.reader import RunReader
-from tests.real_vllm.blocks_scenario import blocks_run  # noqa: F401 (the module fixture)
 from tests.real_vllm.server import BLOCK_SIZE, NUM_BLOCKS, ROOT, venv_python
 from tests.real_vllm.summary import SUMMARY
 
