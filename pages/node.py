@@ -23,7 +23,7 @@ from kvviz.torchsnap.safe_pickle import read_capped
 from kvviz.viz import gpu as vg
 from kvviz.viz import node as vn
 from kvviz.viz import torchsnap as vs
-from pages import frame, kvevents_view, node_attach, recording, uploads, widgets
+from pages import frame, kvevents_view, node_attach, node_blocks, recording, uploads, widgets
 
 RUN_KEY = "kvviz_node_run"
 PENDING = "kvviz_node_pending"  # a recording a start just created: the picker moves to it
@@ -151,6 +151,7 @@ def node_tab() -> None:
     run = st.selectbox("Node recording", runs, key="node_pick",
                        index=runs.index(stored) if stored in runs else 0)
     st.session_state[RUN_KEY] = run
+    node_blocks.panel(run)  # the vLLM plugin's real block pool, when the recording has it
     if node_attach.has_events(run):  # a kvviz attach recording: scrape and events side by side
         left, right = st.columns([3, 2])
         with left:
