@@ -60,7 +60,8 @@ class PoolSampler:
         self.refcnt = np.zeros(n, np.int32)
         self.hashed = np.zeros(n, np.uint8)
         self.dirty: list[int] = []
-        self.cache: dict[str, tuple] = {}  # request id -> (list, buffer, n read)
+        self.cache: dict[str, list] = {}  # request id -> its table as read (_entry)
+        self.gen = 0
         self.seq_of: dict[str, int] = {}
         self.next_seq = 0
         self.live: set[str] = set()
@@ -241,45 +242,40 @@ class PoolSampler:
     # ---- a sample ---------------------------------------------------------------------------
     def sample(self) -> None:
         sched, pool = self.sched, self.pool
-        blocks = pool.blocks
         if self.dirty:
-            ids = set(self.dirty)
+            blocks, extra = pool.blocks, pool.cached_block_hashes_by_block
+            ids = np.fromiter(set(self.dirty), np.int64)
             self.dirty.clear()
-            extra = pool.cached_block_hashes_by_block
-            for b in ids:
-                blk = blocks[b]
-                self.refcnt[b] = blk.ref_cnt
-                self.hashed[b] = blk._block_hash is not None or b in extra
+            got = [blocks[b] for b in ids.tolist()]
+            self.refcnt[ids] = [b.ref_cnt for b in got]
+            self.hashed[ids] = [b._block_hash is not None or b.block_id in extra for b in got]
+        self.gen += 1
+        gen, cache, requests = self.gen, self.cache, sched.requests
         seqs, computed, final, lens, parts = [], [], [], [], []
-        seen = set()
-        max_len = sched.max_model_len
         for rid, lst in self.tables.items():
-            if not lst:
-                continue
-            seen.add(rid)
-            req = sched.requests.get(rid)
-            ent = self.cache.get(rid)
             n = len(lst)
+            if not n:
+                continue
+            ent = cache.get(rid)
             if ent is None or ent[0] is not lst or ent[2] > n or (
                     ent[2] and ent[1][ent[2] - 1] != lst[ent[2] - 1].block_id):
-                buf = np.fromiter((b.block_id for b in lst), np.int32, n)
-                ent = (lst, np.resize(buf, max(16, 2 * n)), n)
+                ent = cache[rid] = self._entry(rid, lst, requests.get(rid))
             elif ent[2] < n:
-                buf, k = ent[1], ent[2]
+                k, buf = ent[2], ent[1]
                 if buf.size < n:
-                    buf = np.resize(buf, 2 * n)
+                    buf = ent[1] = np.resize(buf, 2 * n)
                 buf[k:n] = [b.block_id for b in lst[k:n]]
-                ent = (lst, buf, n)
-            self.cache[rid] = ent
-            seqs.append(self.seq_of.get(rid, -1))
+                ent[2] = n
+            ent[6] = gen
+            req = ent[5]
+            seqs.append(ent[3])
             computed.append(0 if req is None else req.num_computed_tokens)
-            final.append(0 if req is None else min(max_len, req.num_prompt_tokens +
-                                                   req.max_tokens))
+            final.append(ent[4])
             lens.append(n)
             parts.append(ent[1][:n])
-        if len(self.cache) != len(seen):
-            for rid in [r for r in self.cache if r not in seen]:
-                del self.cache[rid]
+        if len(cache) != len(lens):
+            for rid in [r for r, e in cache.items() if e[6] != gen]:
+                del cache[rid]
         step = sched.current_step
         msg = {"wire": wire.WIRE_VERSION, "pool": self.host["pool"], "step": step,
                "t": time.time(), "num_free": pool.get_num_free_blocks(),
@@ -299,6 +295,15 @@ class PoolSampler:
             self.events = msg["events"] + self.events
             self.arrived = msg["arrived"] + self.arrived
             self.done = msg["done"] + self.done
+
+    def _entry(self, rid: str, lst: list, req) -> list:
+        """A request's cached table: [list, block ids (grown by doubling), blocks read, seq,
+        the most tokens it can reach, the request, the sample that saw it last]."""
+        n = len(lst)
+        buf = np.resize(np.fromiter((b.block_id for b in lst), np.int32, n), max(16, 2 * n))
+        most = 0 if req is None else min(self.sched.max_model_len,
+                                         req.num_prompt_tokens + req.max_tokens)
+        return [lst, buf, n, self.seq_of.get(rid, -1), most, req, 0]
 
     def _waiting(self, most: int = 4096) -> list:
         """[seq, reason] per waiting request, the head first: the head's reason is the

@@ -123,3 +123,19 @@ def test_the_plugin_is_inert_without_the_variable_and_refuses_another_version(ca
         assert not lines
     else:
         assert len(lines) == 1 and "0.31.9" in lines[0], lines
+
+
+def test_the_overhead_benchmark_runs_in_quick_form():
+    """benchmarks/bench_plugin.py --quick (figures: docs/BENCHMARKS.md; no timing asserted)."""
+    import json
+
+    p = subprocess.run([sys.executable, "benchmarks/bench_plugin.py", "--quick", "--json",
+                        "--repeats", "1"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": "/root",
+                                         "KVVIZ_VLLM_VENV": str(venv_python().parents[1])})
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert [r["num_blocks"] for r in rows] == [1000, 20000]
+    for r in rows:
+        assert r["sampler_on"] and r["samples"] >= 1 and r["kind"] == "KvvizBlocksScheduler"
+        assert r["used_blocks"] > 0.8 * r["num_blocks"]
