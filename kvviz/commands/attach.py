@@ -86,6 +86,12 @@ def run(args: argparse.Namespace) -> int:
     args.replay = args.replay[0] if args.replay else None
     if args.replay and not args.kv_events:
         raise KvvizError("--replay needs --kv-events (the publisher it replays)")
+    if args.blocks:
+        from kvviz.node.kvevents.endpoints import check_endpoint
+        try:
+            check_endpoint(args.blocks)
+        except ValueError as exc:
+            raise KvvizError(f"--blocks {exc}") from None
     cfg = None
     if args.kv_events:
         cfg = SubscriberConfig((args.kv_events,), 1, (args.replay,) if args.replay else (),

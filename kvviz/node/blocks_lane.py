@@ -9,17 +9,21 @@ capacity is (N - 1) x block_size, the capacity vLLM's own usage gauge divides by
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 
 import numpy as np
 
 from kvviz.core import metrics as core_metrics
 from kvviz.core.blockmap import FREE, BlockMap
+from kvviz.core.errors import KvvizError
 from kvviz.engine.eventlog import Event, EventColumns
 from kvviz.plugin import wire
 from kvviz.store import blocklane
 
-MAX_PER_POLL = 64  # messages handled per poll() (the rest wait in ZeroMQ)
+MAX_PER_POLL = 64  # messages handled per poll() (the rest wait in the queue)
+MAX_HELD = 256 * 2**20  # bytes received and waiting to be handled, at most
 
 
 def lane_name(pool: dict) -> str:
@@ -77,34 +81,74 @@ class BlockLane:
     (`t0`: the recording's start, Unix seconds). Not thread-safe; poll() from one thread."""
 
     def __init__(self, endpoint: str, writer, t0: float) -> None:
-        import zmq
-
         self.endpoint, self.writer, self.t0 = endpoint, writer, t0
-        self._ctx = zmq.Context()
-        self.sock = self._ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 64)
-        self.sock.setsockopt(zmq.SUBSCRIBE, wire.TOPIC)
-        self.sock.connect(endpoint)
         self.lane: str | None = None
         self.last_seq: int | None = None
         self.samples = self.gaps = self.bad = 0
         self.problem: str | None = None
         self.counts = {"preemptions": 0, "CAPACITY": 0, "POLICY": 0, "tokens_generated": 0}
         self.last_t = 0.0
+        self.held = 0  # bytes received and not handled yet
+        self.overflow = 0  # messages the reader let go (more than MAX_HELD waiting)
+        self._q: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._error: list[str] = []
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(ready,), daemon=True,
+                                        name="kvviz-blocks-sub")
+        self._thread.start()
+        ready.wait(5.0)
+        if self._error:
+            raise KvvizError(f"--blocks {endpoint}: {self._error[0]}")
 
-    def poll(self, timeout_ms: int = 0) -> int:
-        """Handle what arrived within timeout_ms (at most MAX_PER_POLL messages)."""
+    def _read(self, ready: threading.Event) -> None:
+        """Own thread: the SUB socket drained into a queue as fast as messages come, so a
+        slow scrape or commit on the main thread loses nothing up to MAX_HELD bytes."""
         import zmq
 
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.SUB)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 1024)
+            sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_PAYLOAD + 64)
+            sock.setsockopt(zmq.SUBSCRIBE, wire.TOPIC)
+            sock.connect(self.endpoint)
+        except zmq.ZMQError as exc:
+            self._error.append(f"cannot connect ({exc})")
+            ready.set()
+            sock.close(0)
+            ctx.term()
+            return
+        ready.set()
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(100):
+                    continue
+                frames = sock.recv_multipart()
+                size = sum(len(f) for f in frames)
+                if self.held + size > MAX_HELD:
+                    self.overflow += 1  # its seq hole is recorded as a gap
+                    continue
+                self.held += size
+                self._q.put((size, frames))
+        finally:
+            sock.close(0)
+            ctx.term()
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Handle what arrived (at most MAX_PER_POLL messages), waiting up to timeout_ms for
+        the first."""
         got = 0
-        if not self.sock.poll(timeout_ms):
-            return 0
         while got < MAX_PER_POLL:
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+                if not got and timeout_ms > 0:
+                    size, frames = self._q.get(timeout=timeout_ms / 1000)
+                else:
+                    size, frames = self._q.get_nowait()
+            except queue.Empty:
                 break
+            self.held -= size
             got += 1
             try:
                 seq, msg = wire.decode(frames)
@@ -181,8 +225,9 @@ class BlockLane:
 
     def summary(self) -> dict:
         return {"endpoint": self.endpoint, "lane": self.lane, "samples": self.samples,
-                "gaps": self.gaps, "bad_messages": self.bad, "last_seq": self.last_seq}
+                "gaps": self.gaps, "bad_messages": self.bad, "last_seq": self.last_seq,
+                "overflow": self.overflow}
 
     def close(self) -> None:
-        self.sock.close(0)
-        self._ctx.term()
+        self._stop.set()
+        self._thread.join(5.0)

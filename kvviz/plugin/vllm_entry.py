@@ -95,7 +95,10 @@ def _with_sampler(base: type, version: str) -> type:
                 "max_model_len": int(sched.max_model_len),
                 "watermark": float(sched.scheduler_config.watermark),
                 "bytes_per_token": _bytes_per_token(sched)}
-        pub = Publisher(rank_endpoint(settings.endpoint, pool["dp_rank"]), settings.max_queue)
+        # ZeroMQ's send queue: about 64 MiB of samples (a sample is ~9 bytes a block)
+        hwm = max(8, min(1024, 2**26 // (9 * pool["num_blocks"] + 1024)))
+        pub = Publisher(rank_endpoint(settings.endpoint, pool["dp_rank"]), settings.max_queue,
+                        hwm)
         pub.ready.wait(5.0)
         if pub.failed:
             raise RuntimeError(pub.failed)

@@ -61,3 +61,21 @@ def test_arrays_of_any_values_are_a_sample_or_one_wire_error(key, values):
     msg[key] = np.array(values, wire.ARRAYS[key]) if key != "hashed" else \
         np.array(values, np.int64).astype(np.uint8)
     _drawn(wire.frames(1, wire.encode(msg)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(max_size=40))
+def test_attach_takes_any_blocks_endpoint_text_with_a_result_or_one_error(text):
+    import contextlib
+    import io
+
+    from kvviz.commands.cli import main
+
+    with tempfile.TemporaryDirectory() as d:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["attach", "127.0.0.1:9", "--blocks", text, "--duration", "0.2",
+                         "--quiet", "--out", f"{d}/n.db"])
+        assert code in (0, 1, 2)
+        if code == 2:
+            assert err.getvalue().count("error:") == 1 and "Traceback" not in err.getvalue()

@@ -84,3 +84,39 @@ def test_an_endpoint_it_cannot_bind_fails_with_one_reason(tmp_path):
     assert pub.failed and "cannot bind" in pub.failed
     assert pub.offer(message())  # still never blocks
     pub.close()
+
+
+def test_the_publisher_and_the_lane_meet_over_a_socket(tmp_path):
+    """The plugin's thread binds, attach's reader thread connects: samples arrive in order
+    (the first ones may go before the subscription is through: ZeroMQ's slow joiner)."""
+    import time
+
+    from kvviz.plugin.publisher import Publisher
+
+    pub = Publisher(f"ipc://{tmp_path}/s.ipc")
+    assert pub.ready.wait(5) and pub.failed is None
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/s.ipc", w, 0.0)
+    try:
+        end = time.monotonic() + 20
+        step = 3
+        while lane.samples < 5 and time.monotonic() < end:
+            pub.offer(message(step=step))
+            step += 1
+            time.sleep(0.05)
+            lane.poll(50)
+        w.commit()
+    finally:
+        lane.close()
+        pub.close()
+        w.close()
+    assert lane.samples >= 5 and lane.lane == "vllm"
+
+
+def test_attach_refuses_a_blocks_endpoint_zeromq_would_not_take(tmp_path, capsys):
+    from kvviz.commands.cli import main
+
+    out = tmp_path / "n.db"
+    assert main(["attach", "127.0.0.1:9", "--blocks", "bogus://x", "--out", str(out)]) == 2
+    assert "kvviz attach: error: --blocks 'bogus://x'" in capsys.readouterr().err
+    assert not out.exists()
