@@ -90,6 +90,29 @@ def test_info_export_and_verify_read_the_recording(blocks_run, tmp_path):
     assert (tmp_path / "csv" / "blocks.csv").exists()
 
 
+def test_the_lane_passes_the_verifiers_lane_checks(blocks_run, tmp_path):
+    """python -m kvviz.verify checks the lanes of engine recordings (a node recording's scrapes
+    and streams only): on a copy whose meta says so, the plugin's lane meets every lane rule
+    of docs/FORMAT.md (planes, tables, metrics, events replayed against every sample)."""
+    import json
+    import shutil
+    import sqlite3
+
+    from kvviz.verify.core import verify
+
+    copy = tmp_path / "lane.db"
+    shutil.copy(blocks_run["path"], copy)
+    db = sqlite3.connect(copy)
+    meta = json.loads(db.execute("SELECT meta FROM run").fetchone()[0])
+    db.execute("UPDATE run SET meta = ?", (json.dumps({**meta, "mode": "real"}),))
+    db.commit()
+    db.close()
+    rep = verify(copy)
+    assert rep.mismatch_count == 0, rep.mismatches[:10]
+    assert rep.lanes["vllm"]["samples"] > 20
+    SUMMARY["verifier checks on the plugin's lane (0 mismatches)"] = rep.checks
+
+
 PROBE = r"""
 import logging, os, sys, threading
 logging.basicConfig(level=logging.INFO, format="LOG %(message)s")
