@@ -50,9 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--nvml", choices=("auto", "always", "never"), default="auto",
       help="also record this machine's GPU memory (NVML); auto: only when the URL is a "
            "loopback address (default)")
-    a("--blocks", default=None, metavar="ENDPOINT",
+    a("--blocks", action="append", default=None, metavar="ENDPOINT",
       help="the kvviz plugin's block stream inside the node (KVVIZ_BLOCKS_ENDPOINT, "
-           "docs/NODE.md): its real block pool recorded as a lane")
+           "docs/NODE.md): its real block pool recorded as a lane; once per "
+           "data-parallel rank")
     a("--json", action="store_true", help="print one JSON summary when stopping")
     a("--quiet", action="store_true", help="no status line (state changes are still said)")
 
@@ -86,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     args.replay = args.replay[0] if args.replay else None
     if args.replay and not args.kv_events:
         raise KvvizError("--replay needs --kv-events (the publisher it replays)")
-    if args.blocks:
+    for endpoint in args.blocks or ():
         from kvviz.node.kvevents.endpoints import check_endpoint
         try:
-            check_endpoint(args.blocks)
+            check_endpoint(endpoint)
         except ValueError as exc:
             raise KvvizError(f"--blocks {exc}") from None
     cfg = None
@@ -117,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
                 guard = MemoryGuard(prog="kvviz attach")  # its own process
                 sub = Subscriber(cfg, kv, guard=guard)
             if args.blocks:
-                from kvviz.node.blocks_lane import BlockLane
-                blocks = BlockLane(args.blocks, writer, sink.t0)
+                from kvviz.node.blocks_lane import BlockLanes
+                blocks = BlockLanes(args.blocks, writer, sink.t0)
             scraper = Scraper(url, lambda s: (sink(s), state.scraped(s, url)),
                               interval_s=args.interval, timeout_s=args.timeout)
             try:

@@ -231,3 +231,37 @@ class BlockLane:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5.0)
+
+
+class BlockLanes:
+    """Several block streams (one per data-parallel rank's EngineCore), each its own lane."""
+
+    def __init__(self, endpoints: list[str], writer, t0: float) -> None:
+        self.lanes: list[BlockLane] = []
+        try:
+            for e in endpoints:
+                self.lanes.append(BlockLane(e, writer, t0))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def samples(self) -> int:
+        return sum(ln.samples for ln in self.lanes)
+
+    @property
+    def gaps(self) -> int:
+        return sum(ln.gaps for ln in self.lanes)
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        got = sum(ln.poll(0) for ln in self.lanes)
+        if not got and timeout_ms > 0 and self.lanes:
+            got = self.lanes[0].poll(timeout_ms) + sum(ln.poll(0) for ln in self.lanes[1:])
+        return got
+
+    def summary(self) -> list[dict]:
+        return [ln.summary() for ln in self.lanes]
+
+    def close(self) -> None:
+        for ln in self.lanes:
+            ln.close()

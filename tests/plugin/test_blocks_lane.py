@@ -120,3 +120,23 @@ def test_attach_refuses_a_blocks_endpoint_zeromq_would_not_take(tmp_path, capsys
     assert main(["attach", "127.0.0.1:9", "--blocks", "bogus://x", "--out", str(out)]) == 2
     assert "kvviz attach: error: --blocks 'bogus://x'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_each_data_parallel_rank_is_its_own_lane(tmp_path):
+    from kvviz.node.blocks_lane import BlockLanes
+    from tests.plugin.stream import POOL
+
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lanes = BlockLanes([f"ipc://{tmp_path}/a.ipc", f"ipc://{tmp_path}/b.ipc"], w, 0.0)
+    try:
+        for k, lane in enumerate(lanes.lanes):
+            lane.handle(*wire.decode(frames(1, pool={**POOL, "dp_rank": k})))
+        w.commit()
+    finally:
+        lanes.close()
+        w.close()
+    r = RunReader(tmp_path / "r.db")
+    try:
+        assert sorted(r.lanes()) == ["vllm", "vllm-dp1"]
+    finally:
+        r.close()
