@@ -5,14 +5,18 @@
 Runs in the vLLM venv (KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0; the script
 re-executes itself there). Two vLLM 0.32 schedulers are built in-process with no model
 (kvviz/reference/vllm_scheduler.py's construction), one plain and one with kvviz's mixin
-publishing at 4 Hz to an ipc socket nobody reads; both get the same load: 256 requests whose
-prompts fill ~90% of the pool, then decoding (a block more per request every 16 steps).
-Rounds alternate the two (harness.interleaved), each a fixed number of steps after the fill.
+publishing at 4 Hz to an ipc socket nobody reads; both get the same load, a closed loop of
+256 requests (a new one for each that finishes) whose prompts fill ~90% of the pool and which
+decode as many tokens again: the pool stays full, with preemptions and prefix-cache churn.
+Rounds alternate the two (harness.interleaved), each a fixed number of steps after the fill
+(4,000 at 1,000 blocks, 400 above; --quick a tenth).
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
-and on, the throughput cost, the median time of one sample, and the share of the "on" loop's
-wall time spent in samples. A loop without a model runs ~100x more steps a second than a
-GPU engine, so the per-step hooks weigh far more here than in a server: the throughput cost
-is an upper bound; the sample share is what 4 Hz costs whatever the step time.
+and on, the throughput cost and the time it adds to a step (hooks and samples), the median
+time of one sample, the share of the "on" loop's wall time spent in samples, and 4 Hz x one
+sample: the sampling's share of any engine's time. A loop without a model runs ~100x more
+steps a second than a GPU engine, so the per-step hooks weigh far more here than in a
+server: the throughput cost is an upper bound; 4 Hz x one sample is what sampling costs
+whatever the step time.
 """
 from __future__ import annotations
 
@@ -70,14 +74,19 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     hash_fn = get_hash_fn_by_name(scheds["off"].cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(B, hash_fn)
-    for name, s in scheds.items():
-        for i in range(SEQS):
-            toks = [(i * 7919 + j) % 30000 + 3 for j in range(prompt)]
-            s.add_request(Request(f"{name}-{i}", toks, SamplingParams(max_tokens=1 << 15,
-                                                                      ignore_eos=True),
-                                  None, block_hasher=hasher))
+    made = {name: 0 for name in scheds}
 
-    def step(s) -> None:
+    def top_up(name: str, s) -> None:
+        """A closed loop: a new request for each one that finished, SEQS in the system."""
+        while s.get_num_unfinished_requests() < SEQS:
+            i = made[name]
+            made[name] += 1
+            toks = [(i * 7919 + j) % 30000 + 3 for j in range(prompt)]
+            s.add_request(Request(f"{name}-{i}", toks, SamplingParams(
+                max_tokens=prompt, ignore_eos=True), None, block_hasher=hasher))
+
+    def step(s, name: str) -> None:
+        top_up(name, s)
         out = s.schedule()
         ids = list(out.num_scheduled_tokens)
         sampled = [[5] if s.requests[q].num_computed_tokens >= s.requests[q].num_tokens else []
@@ -87,12 +96,15 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
             sampled_token_ids=sampled))
 
     fill = -(-SEQS * prompt // case["max_num_batched_tokens"]) + 2
-    for s in scheds.values():
+    for name, s in scheds.items():
         for _ in range(fill):
-            step(s)
+            step(s, name)
+    variants = {n: (lambda s=s, n=n: [step(s, n) for _ in range(steps)])
+                for n, s in scheds.items()}
+    for run in variants.values():  # warm, outside the figures
+        run()
     spent.clear()
-    rows = harness.interleaved({n: (lambda s=s: [step(s) for _ in range(steps)])
-                                for n, s in scheds.items()}, rounds)
+    rows = harness.interleaved(variants, rounds, warmup=0)
     on_wall = sum(rows["on"])
     pool = scheds["on"].kv_cache_manager.block_pool
     return {"num_blocks": num_blocks, "steps_per_round": steps, "rounds": rounds,
@@ -101,8 +113,10 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
             "steps_per_s_on": steps / statistics.median(rows["on"]),
             "samples": len(spent), "sample_ms": 1e3 * statistics.median(spent) if spent else 0,
             "sample_share_pct": 100 * sum(spent) / on_wall,
+            "extra_ms_per_step": 1e3 * (statistics.median(rows["on"])
+                                        - statistics.median(rows["off"])) / steps,
             "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
-            "kind": type(scheds["on"]).__name__}
+            "kind": type(scheds["on"]).__name__, "requests": made["on"]}
 
 
 def main() -> None:
@@ -116,8 +130,8 @@ def main() -> None:
     if not py.exists():
         raise SystemExit(f"no vLLM venv at {VENV} (bash scripts/vllm_env.sh builds it)")
     sizes = (1000, 20000) if a.quick else (1000, 200000)
-    steps = 40 if a.quick else 400
-    for n in sizes:
+    for n in sizes:  # rounds of about a second (a small pool's loop runs ~10x faster)
+        steps = (40 if a.quick else 400) * (10 if n <= 1000 else 1)
         p = subprocess.run([str(py), __file__, "--child", str(n), str(steps), str(a.repeats)],
                            capture_output=True, text=True, cwd=harness.ROOT,
                            env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
@@ -129,8 +143,9 @@ def main() -> None:
                          "throughput_cost_pct": cost},
                      f"{n:>7,} blocks ({r['used_blocks']:,} used): {r['steps_per_s_off']:,.0f} "
                      f"steps/s off, {r['steps_per_s_on']:,.0f} on ({cost:+.1f}%); "
-                     f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "
-                     f"{r['sample_share_pct']:.2f}% of the loop's time")
+                     f"{r['extra_ms_per_step']:.3f} ms more a step; {r['samples']} samples, "
+                     f"{r['sample_ms']:.2f} ms each, {r['sample_share_pct']:.2f}% of the loop's "
+                     f"time (4 Hz x {r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%)")
 
 
 def argparse_hidden() -> str:

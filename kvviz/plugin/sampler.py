@@ -135,19 +135,23 @@ class PoolSampler:
             return n
 
         def allocate_slots(request, *a, **kw):
-            out = allocate(request, *a, **kw)
-            if request.status in waiting:
-                free_now = pool.get_num_free_blocks()
-                if out is None:
-                    self.failed = (request.request_id, last_count[0], free_now)
-                else:
-                    self.admits[request.request_id] = free_now
+            if request.status not in waiting:  # a running request: vLLM's call, untouched
+                return allocate(request, *a, **kw)
+            # an admission: what it needed is what get_num_blocks_to_allocate answered last
+            coord.get_num_blocks_to_allocate = get_num_blocks_to_allocate
+            try:
+                out = allocate(request, *a, **kw)
+            finally:
+                del coord.get_num_blocks_to_allocate  # the class's method again
+            free_now = pool.get_num_free_blocks()
+            if out is None:
+                self.failed = (request.request_id, last_count[0], free_now)
+            else:
+                self.admits[request.request_id] = free_now
             return out
 
-        coord.get_num_blocks_to_allocate = get_num_blocks_to_allocate
         kvm.allocate_slots = allocate_slots
-        self._hooked = ((pool, tuple(self._orig)), (coord, ("get_num_blocks_to_allocate",)),
-                        (kvm, ("allocate_slots",)))
+        self._hooked = ((pool, tuple(self._orig)), (kvm, ("allocate_slots",)))
 
     def unhook(self) -> None:
         for obj, names in self._hooked:
