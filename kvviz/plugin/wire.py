@@ -76,6 +76,16 @@ def _check(msg: dict) -> None:
     n, b = pool.get("num_blocks"), pool.get("block_size")
     if not (isinstance(n, int) and 2 <= n <= 2**24 and isinstance(b, int) and 1 <= b < 2**31):
         raise WireError(f"pool geometry num_blocks={n!r} block_size={b!r} out of range")
+    clean = {"num_blocks": n, "block_size": b}
+    for key, kind in POOL_FIELDS.items():
+        v = pool.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, kind) or (kind is int and not 0 <= v < 2**31) or (
+                kind is str and len(v) > 64):
+            raise WireError(f"pool {key}: {str(v)[:40]!r} is not a {kind.__name__} in range")
+        clean[key] = v
+    msg["pool"] = clean
     if msg["refcnt"].size != n or msg["hashed"].size != n:
         raise WireError("refcnt / hashed planes do not have one value per block")
     m = msg["seqs"].size
@@ -92,7 +102,8 @@ def _check(msg: dict) -> None:
         a = msg[key]
         if a.size and (a.min() < (-1 if key == "seqs" else 0) or a.max() >= 2**31):
             raise WireError(f"{key}: values outside 0 .. 2^31 - 1")
-    if not isinstance(msg.get("dropped", 0), int) or not 0 <= msg.get("dropped", 0) < BIG:
+    dropped = msg.setdefault("dropped", 0)
+    if not isinstance(dropped, int) or not 0 <= dropped < BIG:
         raise WireError("dropped: not a count")
     for key, shape in _ROWS.items():
         rows = msg.setdefault(key, [])
@@ -101,7 +112,9 @@ def _check(msg: dict) -> None:
         for row in rows:
             if not _fits(row, shape):
                 raise WireError(f"{key}: a row {str(row)[:80]} is not {shape}")
-    if not all(isinstance(x, int) and abs(x) < BIG for x in msg.setdefault("running", [])):
+    running = msg.setdefault("running", [])
+    if not isinstance(running, list) or not all(
+            isinstance(x, int) and abs(x) < BIG for x in running):
         raise WireError("running: not a list of sequence ids")
     head = msg.get("head")
     if head is not None and not _fits(head, (int, str, int, int)):
@@ -115,6 +128,10 @@ def _check(msg: dict) -> None:
             raise WireError("arrived: hashes not a whole number of hash_width bytes")
 
 
+POOL_FIELDS = {"engine": str, "version": str, "scheduler": str, "dp_rank": int,
+               "chunked_prefill": bool, "prefix_caching": bool, "max_num_seqs": int,
+               "max_num_batched_tokens": int, "max_model_len": int, "watermark": float,
+               "bytes_per_token": int}  # the geometry kept (other keys are left out)
 MAX_ROWS = 1 << 20
 BIG = 2**62  # every integer a row carries fits SQLite's int64 with room
 _N = (int, type(None))

@@ -15,7 +15,7 @@ from kvviz.plugin import wire
 from kvviz.store.writer import RunWriter
 from tests.plugin.stream import message
 
-VALUES = st.one_of(st.none(), st.integers(-2**70, 2**70), st.binary(max_size=64),
+VALUES = st.one_of(st.none(), st.integers(-2**63, 2**64 - 1), st.binary(max_size=64),
                    st.text(max_size=8), st.lists(st.integers(-3, 10), max_size=6),
                    st.dictionaries(st.text(max_size=8), st.integers(-3, 2**24 + 3),
                                    max_size=4))
@@ -79,3 +79,11 @@ def test_attach_takes_any_blocks_endpoint_text_with_a_result_or_one_error(text):
         assert code in (0, 1, 2)
         if code == 2:
             assert err.getvalue().count("error:") == 1 and "Traceback" not in err.getvalue()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(message()["pool"])), VALUES)
+def test_a_pool_with_one_field_replaced_is_a_sample_or_one_wire_error(key, value):
+    raw = msgspec.msgpack.decode(wire.encode(message()))
+    raw["pool"][key] = value
+    _drawn(wire.frames(1, msgspec.msgpack.encode(raw)))
