@@ -12,7 +12,7 @@ from kvviz.node.blocks_lane import BlockLane
 from kvviz.plugin import wire
 from kvviz.runs import process
 from kvviz.store.writer import RunWriter
-from tests.pages.pagehelpers import canvases, no_exception, page
+from tests.pages.pagehelpers import canvases, figures, no_exception, page
 from tests.plugin.stream import frames
 
 PAGE = "pages/node.py"
@@ -55,3 +55,12 @@ def test_a_node_recording_without_the_lane_draws_no_pool(node_runs):
     no_exception(at)
     assert not canvases(at)
     assert not any("Block pool" in m.value for m in at.markdown)
+
+
+def test_replay_opens_the_recording_and_draws_the_lane(node_runs):
+    write_blocks_run(node_runs / "node-blocks.db")
+    at = page("pages/replay.py", run="node-blocks.db")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    drawn = canvases(at) or figures(at)
+    assert drawn, "Replay drew nothing for the plugin's lane"
