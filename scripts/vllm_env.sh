@@ -27,6 +27,13 @@ fail() { echo "scripts/vllm_env.sh: $*" >&2; exit 1; }
 # inert unless the server's environment sets KVVIZ_BLOCKS_ENDPOINT.
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 plugin() {
+  # already there, from this checkout, with its entry point: nothing to do
+  if (cd / && "$VENV/bin/python" - "$ROOT" >/dev/null 2>&1) <<'PYEOF'
+import importlib.metadata as m, os, sys, kvviz
+assert os.path.dirname(os.path.dirname(os.path.abspath(kvviz.__file__))) == os.path.abspath(sys.argv[1])
+assert any(e.name == "kvviz_blocks" for e in m.entry_points(group="vllm.general_plugins"))
+PYEOF
+  then return 0; fi
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
     -e "$ROOT" >/dev/null || fail "cannot install kvviz (the block-pool plugin) into $VENV"
 }
