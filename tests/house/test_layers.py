@@ -38,7 +38,7 @@ def test_the_store_package_init_imports_nothing() -> None:
 
 # What kvviz/node may import of the project: itself and the floors below it (docs/ARCHITECTURE.md).
 NODE_MAY_IMPORT = ("kvviz.node", "kvviz.store", "kvviz.core", "kvviz.engine", "kvviz.alloc",
-                   "kvviz.traces")
+                   "kvviz.traces", "kvviz.plugin")
 
 
 def project_imports(path: Path, package: str) -> list[tuple[int, str]]:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.real_vllm.blocks_scenario import blocks_run  # noqa: F401 (a module fixture)
 from tests.real_vllm.scenario import run  # noqa: F401 (the scenario, a module fixture)
 from tests.real_vllm.server import VllmServer, VllmStartError, venv_problem
 from tests.real_vllm.summary import SUMMARY
@@ -34,6 +35,9 @@ def vllm_server(tmp_path_factory):
             pytest.fail(f"KVVIZ_REQUIRE_VLLM=1 but {why}", pytrace=False)
         pytest.skip(f"real-vLLM tier skipped: {why}")
     srv = VllmServer(tmp_path_factory.mktemp("vllm"))
+    # kvviz's block-pool plugin on, a sample every engine step (tests/real_vllm/test_blocks.py)
+    srv.env = {"KVVIZ_BLOCKS_ENDPOINT": srv.blocks, "KVVIZ_BLOCKS_EVERY_STEPS": "1",
+               "KVVIZ_BLOCKS_QUEUE": "1024"}
     t0 = time.monotonic()
     _STATE["t0"], _STATE["server"] = t0, srv
     try:

@@ -82,6 +82,7 @@ class VllmServer:
     started_s: float = 0.0  # seconds from launch to ready
     model: str = ""
     cpus: str = ""  # where the engine core runs (tests/real_vllm/cpus.py)
+    env: dict = field(default_factory=dict)  # added to the server's environment
 
     @property
     def base(self) -> str:
@@ -94,6 +95,11 @@ class VllmServer:
     @property
     def events(self) -> str:
         return f"ipc://{self.workdir}/kv-events.ipc"
+
+    @property
+    def blocks(self) -> str:
+        """The kvviz block-pool plugin's endpoint (kvviz/plugin; on when `env` names it)."""
+        return f"ipc://{self.workdir}/blocks.ipc"
 
     @property
     def replay(self) -> str:
@@ -116,7 +122,8 @@ class VllmServer:
                 "--kv-events-config", json.dumps(kv)]
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                "VLLM_LOGGING_LEVEL": "INFO", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               **self.env}
         env.pop("PYTHONPATH", None)  # kvviz is not the server's business
         t0 = time.monotonic()
         with self.log.open("wb") as fh:

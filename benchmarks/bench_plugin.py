@@ -1,0 +1,158 @@
+"""The block-pool plugin's cost inside vLLM's engine (kvviz/plugin, docs/NODE.md section 8).
+
+    python benchmarks/bench_plugin.py [--quick] [--json] [--repeats N]
+
+Runs in the vLLM venv (KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0; the script
+re-executes itself there). Two vLLM 0.32 schedulers are built in-process with no model
+(kvviz/reference/vllm_scheduler.py's construction), one plain and one with kvviz's mixin
+publishing at 4 Hz to an ipc socket nobody reads; both get the same load, a closed loop of
+256 requests (a new one for each that finishes) whose prompts fill ~90% of the pool and which
+decode as many tokens again: the pool stays full, with preemptions and prefix-cache churn.
+Rounds alternate the two (harness.interleaved), each a fixed number of steps after the fill
+(4,000 at 1,000 blocks, 400 above; --quick a tenth).
+Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
+and on, the throughput cost and the time it adds to a step (hooks and samples), the median
+time of one sample, the share of the "on" loop's wall time spent in samples, and 4 Hz x one
+sample: the sampling's share of any engine's time. A loop without a model runs ~100x more
+steps a second than a GPU engine, so the per-step hooks weigh far more here than in a
+server: the throughput cost is an upper bound; 4 Hz x one sample is what sampling costs
+whatever the step time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+VENV = Path(os.environ.get("KVVIZ_VLLM_VENV") or Path.home() / ".cache/kvviz/vllm-0.32.0")
+B, SEQS = 16, 256
+
+
+def child(num_blocks: int, steps: int, rounds: int) -> dict:
+    import vllm.v1.core.sched.scheduler as sched_mod
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    from kvviz.plugin import vllm_entry
+    from kvviz.reference import vllm_scheduler as ref
+
+    d = tempfile.mkdtemp(prefix="kvviz-bench-plugin-")
+    (Path(d) / "config.json").write_text(json.dumps(ref.MODEL))
+    os.environ.update(KVVIZ_BLOCKS_ENDPOINT=f"ipc://{d}/blocks.ipc", KVVIZ_BLOCKS_HZ="4")
+    prompt = int(num_blocks * B * 0.9) // SEQS
+    case = {"block_size": B, "num_blocks": num_blocks, "max_num_seqs": SEQS,
+            "max_num_batched_tokens": 16384, "enable_chunked_prefill": True,
+            "enable_prefix_caching": True, "watermark": 0.0, "max_model_len": 1 << 16}
+    plain = sched_mod.Scheduler
+    scheds = {"off": ref.make_scheduler(case, d)}
+    sched_mod.Scheduler = vllm_entry._with_sampler(plain, "0.32.0")
+    try:
+        scheds["on"] = ref.make_scheduler(case, d)
+    finally:
+        sched_mod.Scheduler = plain
+    k = scheds["on"]._kvviz
+    spent: list[float] = []
+    sample = k.sample
+
+    def timed() -> None:
+        t0 = time.perf_counter()
+        sample()
+        spent.append(time.perf_counter() - t0)
+
+    k.sample = timed
+    hash_fn = get_hash_fn_by_name(scheds["off"].cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(B, hash_fn)
+    made = {name: 0 for name in scheds}
+
+    def top_up(name: str, s) -> None:
+        """A closed loop: a new request for each one that finished, SEQS in the system."""
+        while s.get_num_unfinished_requests() < SEQS:
+            i = made[name]
+            made[name] += 1
+            toks = [(i * 7919 + j) % 30000 + 3 for j in range(prompt)]
+            s.add_request(Request(f"{name}-{i}", toks, SamplingParams(
+                max_tokens=prompt, ignore_eos=True), None, block_hasher=hasher))
+
+    def step(s, name: str) -> None:
+        top_up(name, s)
+        out = s.schedule()
+        ids = list(out.num_scheduled_tokens)
+        sampled = [[5] if s.requests[q].num_computed_tokens >= s.requests[q].num_tokens else []
+                   for q in ids]
+        s.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={q: j for j, q in enumerate(ids)},
+            sampled_token_ids=sampled))
+
+    fill = -(-SEQS * prompt // case["max_num_batched_tokens"]) + 2
+    for name, s in scheds.items():
+        for _ in range(fill):
+            step(s, name)
+    variants = {n: (lambda s=s, n=n: [step(s, n) for _ in range(steps)])
+                for n, s in scheds.items()}
+    for run in variants.values():  # warm, outside the figures
+        run()
+    spent.clear()
+    rows = harness.interleaved(variants, rounds, warmup=0)
+    on_wall = sum(rows["on"])
+    pool = scheds["on"].kv_cache_manager.block_pool
+    return {"num_blocks": num_blocks, "steps_per_round": steps, "rounds": rounds,
+            "used_blocks": pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
+            "steps_per_s_off": steps / statistics.median(rows["off"]),
+            "steps_per_s_on": steps / statistics.median(rows["on"]),
+            "samples": len(spent), "sample_ms": 1e3 * statistics.median(spent) if spent else 0,
+            "sample_share_pct": 100 * sum(spent) / on_wall,
+            "extra_ms_per_step": 1e3 * (statistics.median(rows["on"])
+                                        - statistics.median(rows["off"])) / steps,
+            "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
+            "kind": type(scheds["on"]).__name__, "requests": made["on"]}
+
+
+def main() -> None:
+    ap = harness.parser(__doc__, repeats=3)
+    ap.add_argument("--child", nargs=3, type=int, help=argparse_hidden())
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(*a.child)))
+        return
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        raise SystemExit(f"no vLLM venv at {VENV} (bash scripts/vllm_env.sh builds it)")
+    sizes = (1000, 20000) if a.quick else (1000, 200000)
+    for n in sizes:  # rounds of about a second (a small pool's loop runs ~10x faster)
+        steps = (40 if a.quick else 400) * (10 if n <= 1000 else 1)
+        p = subprocess.run([str(py), __file__, "--child", str(n), str(steps), str(a.repeats)],
+                           capture_output=True, text=True, cwd=harness.ROOT,
+                           env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
+        if p.returncode:
+            raise SystemExit(f"the vLLM child failed: {p.stderr[-3000:]}")
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        cost = 100 * (r["steps_per_s_off"] / r["steps_per_s_on"] - 1)
+        harness.emit(a, {"bench": "plugin", "quick": a.quick, **r,
+                         "throughput_cost_pct": cost},
+                     f"{n:>7,} blocks ({r['used_blocks']:,} used): {r['steps_per_s_off']:,.0f} "
+                     f"steps/s off, {r['steps_per_s_on']:,.0f} on ({cost:+.1f}%); "
+                     f"{r['extra_ms_per_step']:.3f} ms more a step; {r['samples']} samples, "
+                     f"{r['sample_ms']:.2f} ms each, {r['sample_share_pct']:.2f}% of the loop's "
+                     f"time (4 Hz x {r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%)")
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The block stream's messages (docs/NODE.md, "The block stream"): ZeroMQ multipart
+`[topic, seq, payload]`, topic `kvviz-blocks`, seq an 8-byte big-endian counter of the
+messages the plugin produced (a message dropped on the way leaves a hole in it), payload one
+msgpack map. Arrays travel as little-endian bytes named by their dtype below.
+
+A payload is a "sample": the pool's geometry (`pool`), the engine step it was taken after,
+vLLM's own free-block count, the per-block `refcnt` (int32) and `hashed` (uint8: holds a
+prefix hash) planes indexed by vLLM block id, the block tables of the requests holding
+blocks (`seqs`, `computed`, `final`, `lens` and `blocks`, int64/int32), the running and
+waiting queues with the head's reason, and every event and request-log entry since the
+previous message."""
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+TOPIC = b"kvviz-blocks"
+WIRE_VERSION = 1
+MAX_PAYLOAD = 256 * 2**20  # a 16M-block pool's planes fit; anything larger is refused
+ARRAYS = {"refcnt": np.int32, "hashed": np.uint8, "seqs": np.int64, "computed": np.int64,
+          "final": np.int64, "lens": np.int32, "blocks": np.int32}
+# the head of the waiting queue: why the scheduler did not admit it in that step, and the
+# failure class kvviz records it as (a paged pool refuses with CAPACITY or POLICY only)
+REASONS = {"no free blocks": "CAPACITY", "preempting": "CAPACITY", "watermark": "POLICY",
+           "max_num_seqs": "POLICY", "token budget": "POLICY", "deferred": "POLICY",
+           "other": "POLICY"}
+EVENT_KINDS = ("admitted", "admit_failed", "preempted", "finished")
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+class WireError(ValueError):
+    """A message that is not a kvviz block-stream sample of this wire version."""
+
+
+def encode(msg: dict) -> bytes:
+    out = dict(msg)
+    for name in ARRAYS:
+        if name in out:
+            out[name] = np.ascontiguousarray(out[name], ARRAYS[name]).astype("<" + np.dtype(
+                ARRAYS[name]).str[1:], copy=False).tobytes()
+    return _enc.encode(out)
+
+
+def frames(seq: int, payload: bytes) -> list[bytes]:
+    return [TOPIC, seq.to_bytes(8, "big", signed=True), payload]
+
+
+def decode(frames_: list[bytes]) -> tuple[int, dict]:
+    """(seq, message) with its arrays as numpy arrays; WireError naming what is wrong."""
+    if len(frames_) != 3 or frames_[0] != TOPIC or len(frames_[1]) != 8:
+        raise WireError("not a kvviz block-stream message ([topic, seq, payload] expected)")
+    if len(frames_[2]) > MAX_PAYLOAD:
+        raise WireError(f"payload of {len(frames_[2])} bytes, more than {MAX_PAYLOAD}")
+    try:
+        msg = _dec.decode(frames_[2])
+    except msgspec.DecodeError as exc:
+        raise WireError(f"undecodable payload ({exc})") from None
+    if not isinstance(msg, dict) or msg.get("wire") != WIRE_VERSION:
+        raise WireError(f"wire version {msg.get('wire') if isinstance(msg, dict) else None!r}"
+                        f", expected {WIRE_VERSION}")
+    for name, dtype in ARRAYS.items():
+        raw = msg.get(name, b"")
+        if not isinstance(raw, bytes) or len(raw) % np.dtype(dtype).itemsize:
+            raise WireError(f"array {name}: not a whole number of {np.dtype(dtype)} values")
+        msg[name] = np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    _check(msg)
+    return int.from_bytes(frames_[1], "big", signed=True), msg
+
+
+def _check(msg: dict) -> None:
+    pool = msg.get("pool")
+    if not isinstance(pool, dict):
+        raise WireError("no pool geometry")
+    n, b = pool.get("num_blocks"), pool.get("block_size")
+    if not (isinstance(n, int) and 2 <= n <= 2**24 and isinstance(b, int) and 1 <= b < 2**31):
+        raise WireError(f"pool geometry num_blocks={n!r} block_size={b!r} out of range")
+    clean = {"num_blocks": n, "block_size": b}
+    for key, kind in POOL_FIELDS.items():
+        v = pool.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, kind) or (kind is int and not 0 <= v < 2**31) or (
+                kind is str and len(v) > 64):
+            raise WireError(f"pool {key}: {str(v)[:40]!r} is not a {kind.__name__} in range")
+        clean[key] = v
+    msg["pool"] = clean
+    if msg["refcnt"].size != n or msg["hashed"].size != n:
+        raise WireError("refcnt / hashed planes do not have one value per block")
+    m = msg["seqs"].size
+    if not (msg["computed"].size == msg["final"].size == msg["lens"].size == m):
+        raise WireError("block tables: seqs, computed, final and lens differ in length")
+    if int(msg["lens"].sum()) != msg["blocks"].size or (msg["lens"] < 0).any():
+        raise WireError("block tables: lens do not add up to the blocks given")
+    if msg["blocks"].size and (msg["blocks"].min() < 0 or msg["blocks"].max() >= n):
+        raise WireError("block tables: a block id outside the pool")
+    for key in ("step", "num_free"):
+        if not isinstance(msg.get(key), int) or not 0 <= msg[key] < BIG:
+            raise WireError(f"{key}: not a count")
+    for key in ("seqs", "computed", "final"):
+        a = msg[key]
+        if a.size and (a.min() < (-1 if key == "seqs" else 0) or a.max() >= 2**31):
+            raise WireError(f"{key}: values outside 0 .. 2^31 - 1")
+    dropped = msg.setdefault("dropped", 0)
+    if not isinstance(dropped, int) or not 0 <= dropped < BIG:
+        raise WireError("dropped: not a count")
+    for key, shape in _ROWS.items():
+        rows = msg.setdefault(key, [])
+        if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+            raise WireError(f"{key}: not a list of at most {MAX_ROWS} rows")
+        for row in rows:
+            if not _fits(row, shape):
+                raise WireError(f"{key}: a row {str(row)[:80]} is not {shape}")
+    running = msg.setdefault("running", [])
+    if not isinstance(running, list) or not all(
+            isinstance(x, int) and abs(x) < BIG for x in running):
+        raise WireError("running: not a list of sequence ids")
+    head = msg.get("head")
+    if head is not None and not _fits(head, (int, str, int, int)):
+        raise WireError("head: not [seq, reason, need, free]")
+    for step, kind, _s, reason, need, free in msg["events"]:
+        if kind not in EVENT_KINDS or reason not in (None, "CAPACITY", "POLICY") or min(
+                step, need, free) < 0:
+            raise WireError(f"events: kind {kind!r} reason {reason!r} or a negative count")
+    for row in msg["arrived"]:
+        if not 1 <= row[6] <= 64 or len(row[5]) % row[6]:
+            raise WireError("arrived: hashes not a whole number of hash_width bytes")
+
+
+POOL_FIELDS = {"engine": str, "version": str, "scheduler": str, "dp_rank": int,
+               "chunked_prefill": bool, "prefix_caching": bool, "max_num_seqs": int,
+               "max_num_batched_tokens": int, "max_model_len": int, "watermark": float,
+               "bytes_per_token": int}  # the geometry kept (other keys are left out)
+MAX_ROWS = 1 << 20
+BIG = 2**62  # every integer a row carries fits SQLite's int64 with room
+_N = (int, type(None))
+_ROWS = {"events": (int, str, int, (str, type(None)), int, int),
+         "arrived": (int, str, int, int, int, bytes, int),
+         "done": (int, int, int, str, int), "waiting": (int, str)}
+
+
+def _fits(row, shape) -> bool:
+    return (isinstance(row, list) and len(row) == len(shape)
+            and all(isinstance(v, t) and not isinstance(v, bool)
+                    and (not isinstance(v, int) or abs(v) < BIG) for v, t in zip(row, shape)))

@@ -1,0 +1,142 @@
+"""The attach side of the block stream without vLLM: a message as the plugin publishes it
+becomes a lane of the recording (map, tables, events, request log, gaps)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvviz.node.blocks_lane import BlockLane, blockmap
+from kvviz.plugin import wire
+from kvviz.store.reader import RunReader
+from kvviz.store.writer import RunWriter
+from tests.plugin.stream import frames, message
+
+
+def test_the_map_puts_block_id_minus_one_at_each_address_with_the_planes_of_format_md():
+    bm, checks = blockmap(wire.decode(frames())[1])
+    assert bm.num_blocks == 8 and bm.block_size == 4  # the null block is not drawn
+    assert bm.owner.tolist() == [0, 0, 1, -1, -1, -1, -1, -1]  # block 1 shared: first holder
+    assert bm.filled.tolist() == [4, 2, 1, 4, 4, 0, 0, 0]
+    assert bm.refcount.tolist() == [2, 1, 1, 0, 0, 0, 0, 0]
+    assert bm.cached.tolist() == [False, False, False, True, True, False, False, False]
+    assert bm.table_blocks.tolist() == [0, 1, 0, 2] and bm.table_len.tolist() == [2, 2]
+    assert checks == {"refcount_mismatches": 0, "untabled_blocks": 0}
+
+
+def test_a_ref_count_that_is_not_the_number_of_tables_is_counted():
+    refcnt = np.array([0, 1, 1, 1, 2, 0, 0, 0, 0], np.int32)
+    _, checks = blockmap(wire.decode(frames(refcnt=refcnt))[1])
+    assert checks == {"refcount_mismatches": 1, "untabled_blocks": 1}
+
+
+def test_messages_become_samples_events_a_request_log_and_gaps(tmp_path):
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
+    try:
+        for seq, step in ((1, 3), (2, 4), (5, 7)):  # 3 and 4 lost on the way
+            lane.handle(*wire.decode(frames(seq, step=step)))
+        lane.handle(*wire.decode(frames(5, step=7)))  # an idle repeat: nothing new
+        w.commit()
+    finally:
+        lane.close()
+        w.close()
+    r = RunReader(tmp_path / "r.db")
+    try:
+        assert r.lanes() == ["vllm"]
+        s = r.samples("vllm")
+        assert s["step"].tolist() == [3, 4, 7] and (s["vllm_free_blocks"] == 5).all()
+        assert s["admit_failures_capacity"].tolist() == [1, 2, 3]
+        assert s["head_reason"].tolist() == ["no free blocks"] * 3
+        ev = r.events("vllm")
+        assert ev["kind"].tolist().count("admitted") == 3
+        log = r.table("request_log")
+        assert log["request_id"].tolist() == ["req-2"] and log["arrive_step"].tolist() == [7]
+        gaps = r.table("block_gaps")
+        assert gaps[["kind", "first_seq", "last_seq"]].values.tolist() == [["gap", 3, 4]]
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("bad", [dict(null_block=3), dict(blocks=np.array([0, 2, 1, 3]))])
+def test_a_map_it_cannot_draw_is_one_wire_error(bad):
+    with pytest.raises(wire.WireError):
+        blockmap(wire.decode(frames(**bad))[1])
+
+
+def test_messages_are_numbered_and_a_full_queue_drops_without_blocking(tmp_path):
+    from kvviz.plugin.publisher import Publisher
+
+    pub = Publisher(f"ipc://{tmp_path}/p.ipc", max_queue=1)
+    pub.ready.wait(5)
+    try:
+        results = [pub.offer(message()) for _ in range(200)]
+        assert pub.seq == 200 and pub.dropped == results.count(False) > 0
+    finally:
+        pub.close()
+    assert pub.failed is None
+
+
+def test_an_endpoint_it_cannot_bind_fails_with_one_reason(tmp_path):
+    from kvviz.plugin.publisher import Publisher
+
+    pub = Publisher(f"ipc://{tmp_path}/no/such/dir/p.ipc")
+    assert pub.ready.wait(5)
+    assert pub.failed and "cannot bind" in pub.failed
+    assert pub.offer(message())  # still never blocks
+    pub.close()
+
+
+def test_the_publisher_and_the_lane_meet_over_a_socket(tmp_path):
+    """The plugin's thread binds, attach's reader thread connects: samples arrive in order
+    (the first ones may go before the subscription is through: ZeroMQ's slow joiner)."""
+    import time
+
+    from kvviz.plugin.publisher import Publisher
+
+    pub = Publisher(f"ipc://{tmp_path}/s.ipc")
+    assert pub.ready.wait(5) and pub.failed is None
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/s.ipc", w, 0.0)
+    try:
+        end = time.monotonic() + 20
+        step = 3
+        while lane.samples < 5 and time.monotonic() < end:
+            pub.offer(message(step=step))
+            step += 1
+            time.sleep(0.05)
+            lane.poll(50)
+        w.commit()
+    finally:
+        lane.close()
+        pub.close()
+        w.close()
+    assert lane.samples >= 5 and lane.lane == "vllm"
+
+
+def test_attach_refuses_a_blocks_endpoint_zeromq_would_not_take(tmp_path, capsys):
+    from kvviz.commands.cli import main
+
+    out = tmp_path / "n.db"
+    assert main(["attach", "127.0.0.1:9", "--blocks", "bogus://x", "--out", str(out)]) == 2
+    assert "kvviz attach: error: --blocks 'bogus://x'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_each_data_parallel_rank_is_its_own_lane(tmp_path):
+    from kvviz.node.blocks_lane import BlockLanes
+    from tests.plugin.stream import POOL
+
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lanes = BlockLanes([f"ipc://{tmp_path}/a.ipc", f"ipc://{tmp_path}/b.ipc"], w, 0.0)
+    try:
+        for k, lane in enumerate(lanes.lanes):
+            lane.handle(*wire.decode(frames(1, pool={**POOL, "dp_rank": k})))
+        w.commit()
+    finally:
+        lanes.close()
+        w.close()
+    r = RunReader(tmp_path / "r.db")
+    try:
+        assert sorted(r.lanes()) == ["vllm", "vllm-dp1"]
+    finally:
+        r.close()
