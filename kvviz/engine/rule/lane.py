@@ -52,8 +52,9 @@ class RuleLane:
             a[:n] = getattr(p, f)[:n]
         self.pool = p._replace(**fresh)
 
-    def drain(self, lane_code: int) -> EventColumns:
-        """The events logged since the last drain, as this lane's columns (lane_code)."""
+    def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:
+        """The events logged since the last drain, as this lane's columns (lane_code in a
+        log whose lanes are `lanes`)."""
         p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
         cols = {"time_s": p.ev_time[:n].copy(), "step": p.ev_step[:n].copy(),
                 "lane": np.full(n, lane_code, DTYPES["lane"]), "kind": p.ev_kind[:n].copy(),
@@ -62,7 +63,7 @@ class RuleLane:
                 "largest_hole_tokens": p.ev_largest[:n].copy(),
                 "count": p.ev_count[:n].copy()}
         p.c[S.NUM_EVENTS] = 0
-        return EventColumns(cols, ())
+        return EventColumns(cols, lanes)
 
     # ---- counters -------------------------------------------------------------------------
     def _c(self, i: int) -> int:
