@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from kvviz.alloc import make_allocator
 from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.engine.eventlog import EventLog
-from kvviz.engine.lane import Lane
-from kvviz.engine.rule.lane import RuleLane
+from kvviz.engine.lane import Lane as RuleLane
+from kvviz.engine.pylane import Lane
 from tests.engine.vllm_ref import streams
 
 SPECS = st.sampled_from([None, ("contiguous", "first-fit", "max"),
@@ -65,7 +65,7 @@ def test_compiled_rule_steps_as_the_python_lane(stream, contiguous):
         assert mine == theirs, step
         if not alloc.contiguous:
             for r in py.run_ids.tolist():
-                assert rule.block_table(r).tolist() == alloc.block_table(r).tolist(), step
+                assert rule.alloc.block_table(r).tolist() == alloc.block_table(r).tolist(), step
         assert rule.snapshot() == py.snapshot(), step
     assert rule.finished and py.finished
     assert rule.summary() == py.summary()

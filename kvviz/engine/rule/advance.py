@@ -6,9 +6,9 @@ from __future__ import annotations
 from numba import njit
 
 from kvviz.engine.rule.events import room
-from kvviz.engine.rule.scheduler import num_waiting, step
+from kvviz.engine.rule.scheduler import num_waiting, schedule, step, update
 from kvviz.engine.rule.shares import account
-from kvviz.engine.rule.state import ARRIVED, DONE, NUM_RUNNING, REJECTED, STEP
+from kvviz.engine.rule.state import ARRIVED, DONE, NUM_RUNNING, PRESSURE, REJECTED, STEP
 
 FULL, DONE_OR_UNTIL = 1, 0  # advance's answers: the event columns need room / it stopped
 
@@ -51,3 +51,29 @@ def step_at(p, cfg, req, arrived, time_s):
     p.c[ARRIVED] = max(p.c[ARRIVED], arrived)
     step(p, cfg, req, time_s)
     return DONE_OR_UNTIL
+
+
+@njit(cache=True)
+def schedule_at(p, cfg, req, arrived, time_s):
+    """step_at's first half (real mode: the KV executor writes the plan before update):
+    arrivals and schedule(). Returns FULL (nothing done) when the event log needs room."""
+    if not room(p, cfg):
+        return FULL
+    p.c[ARRIVED] = max(p.c[ARRIVED], arrived)
+    p.c[STEP] += 1
+    p.c[PRESSURE] = schedule(p, cfg, req, time_s)
+    return DONE_OR_UNTIL
+
+
+@njit(cache=True)
+def finish_step(p, cfg, req, time_s):
+    """step_at's second half: update() and the step's shares."""
+    update(p, cfg, req, time_s)
+    account(p, cfg, req, p.c[PRESSURE] != 0, 1, time_s)
+
+
+@njit(cache=True)
+def skip_idle(p, cfg, req, k, time_s):
+    """k idle steps at once (nothing runs or waits), the last at `time_s`."""
+    p.c[STEP] += k
+    account(p, cfg, req, False, k, time_s)

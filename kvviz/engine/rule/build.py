@@ -27,25 +27,29 @@ def _pow2_cells(cells: np.ndarray) -> np.ndarray:
     return np.left_shift(1, order)
 
 
-def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
-    """Per request, the first step (>= 1) whose clock (step * step_ms / 1000.0) reaches its
-    arrival time; MAX_STEP + 1 where that lies past MAX_STEP."""
-    a = np.asarray(arrival_s, np.float64)
+def _late(a: np.ndarray, step_ms: float) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         raw = np.ceil(a * 1000.0 / step_ms)
-    big = ~(raw <= float(MAX_STEP))
+    return raw, ~(raw < float(MAX_STEP))
+
+
+def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
+    """Per request, the first step (>= 1) whose clock (step * step_ms / 1000.0) reaches its
+    arrival time; MAX_STEP where that lies past it (`check_arrivals` says so)."""
+    a = np.asarray(arrival_s, np.float64)
+    raw, big = _late(a, step_ms)
     s = np.where(big, 1, np.maximum(raw, 1)).astype(np.int64)
     for _ in range(4):  # the float clock may sit a step off the exact quotient
         low = (s.astype(np.float64) * step_ms / 1000.0) < a
         s = s + low
         high = (s > 1) & ((s - 1).astype(np.float64) * step_ms / 1000.0 >= a)
         s = s - high
-    return np.where(big, MAX_STEP + 1, s)
+    return np.where(big, MAX_STEP, s)
 
 
-def check_arrivals(arrival_s: np.ndarray, steps: np.ndarray, step_ms: float) -> None:
+def check_arrivals(arrival_s: np.ndarray, step_ms: float) -> None:
     """Simulation's error for a request that arrives past the last step events can store."""
-    late = np.flatnonzero(steps > MAX_STEP)
+    late = np.flatnonzero(_late(np.asarray(arrival_s, np.float64), step_ms)[1])
     if late.size:
         t = float(arrival_s[late[0]])
         raise KvvizError(f"the next request arrives at {t:g} s, more than {MAX_STEP} engine "

@@ -36,7 +36,8 @@ from kvviz.engine.rule.state import (
     ARRIVED, DONE, FAIL_CAPACITY, HIT_TOKENS, K_ADMIT_FAILED, K_ADMITTED, K_FINISHED,
     K_PREEMPTED, K_REJECTED, LAST_FAIL_REASON, LAST_FAIL_SEQ, NEXT_NEW, NUM_FINISHED,
     NUM_FRONT, NUM_PREEMPTED, NUM_RUNNING, NUM_SCHED, PREEMPTIONS, PRESSURE, QUERY_TOKENS,
-    R_NONE, R_POLICY, REJECTED, STEP, TOKENS_GENERATED, TOO_BIG_LEFT,
+    R_NONE, R_POLICY, REFUSED_FREE, REFUSED_LARGEST, REFUSED_NEED, REFUSED_REASON, REFUSED_SEQ,
+    REJECTED, STEP, TOKENS_GENERATED, TOO_BIG_LEFT, FIRST_ADMITTED,
 )
 
 
@@ -96,6 +97,7 @@ def schedule(p, cfg, req, time_s):
     budget = cfg.max_num_batched_tokens
     c[NUM_SCHED] = 0
     c[NUM_PREEMPTED] = 0
+    c[REFUSED_SEQ] = -1
     # First, schedule the RUNNING requests.
     i = 0
     while i < c[NUM_RUNNING] and budget > 0:
@@ -113,6 +115,7 @@ def schedule(p, cfg, req, time_s):
         req.num_computed_tokens[r] = start + n
         budget -= n
         i += 1
+    c[FIRST_ADMITTED] = c[NUM_SCHED]
     if c[NUM_PREEMPTED]:
         return True
     # Next, schedule the WAITING requests (only if no preemptions happened).
@@ -165,6 +168,8 @@ def schedule(p, cfg, req, time_s):
                  p.admitted_free[k - first], 0, 1)
     if refused < 0:
         return False
+    c[REFUSED_SEQ], c[REFUSED_REASON] = refused, reason
+    c[REFUSED_NEED], c[REFUSED_FREE], c[REFUSED_LARGEST] = need, free, largest
     if refused != c[LAST_FAIL_SEQ] or reason != c[LAST_FAIL_REASON]:
         # one event per (request, reason) while it stays blocked
         c[LAST_FAIL_SEQ] = refused
