@@ -20,8 +20,14 @@ from kvviz.engine.eventlog import DTYPES, EventColumns
 from kvviz.engine.rule import build
 from kvviz.engine.rule import state as S
 from kvviz.engine.rule.advance import (
-    FULL, advance, finish_step, schedule_at, skip_idle, step_at,
+    FULL,
+    advance,
+    finish_step,
+    schedule_at,
+    skip_idle,
+    step_at,
 )
+from kvviz.engine.rule.events import kv_bound
 from kvviz.engine.rule.view import KVView
 from kvviz.engine.shares import Shares
 
@@ -119,6 +125,12 @@ class Lane:
         fresh = build.events(size)
         for f, a in fresh.items():
             a[:n] = getattr(p, f)[:n]
+        if p.c[S.KV_LOG_ON]:
+            k = int(p.c[S.NUM_KV_LOG])
+            kv = build.kv_events(max(2 * p.kv_kind.size, k + kv_bound(self.cfg)))
+            for f, a in kv.items():
+                a[:k] = getattr(p, f)[:k]
+            fresh.update(kv)
         self.pool = p._replace(**fresh)
 
     def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:
@@ -160,7 +172,8 @@ class Lane:
 
     @property
     def arrived(self) -> int:
-        return self._c(S.ARRIVED)
+        """Requests arrived so far (a prefix of the workload; `arrive`'s for the next step)."""
+        return max(self._c(S.ARRIVED), self._upto)
 
     @property
     def finished(self) -> bool:
@@ -169,7 +182,7 @@ class Lane:
     @property
     def waiting_count(self) -> int:
         c = self.pool.c
-        return int(c[S.NUM_FRONT] + c[S.ARRIVED] - c[S.NEXT_NEW])
+        return int(c[S.NUM_FRONT] + self.arrived - c[S.NEXT_NEW])
 
     @property
     def idle(self) -> bool:

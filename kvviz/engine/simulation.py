@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
-from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.lane import KVExecutor, Lane

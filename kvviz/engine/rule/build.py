@@ -149,6 +149,7 @@ def _pool(cfg: S.Config, n: int, final_len: np.ndarray, too_big: int) -> S.Pool:
         finished=np.zeros(rows, np.int64),
         ref_cnt=np.zeros(nb, np.int32), block_owner=np.full(nb, -1, np.int64),
         block_hash=np.zeros(nb, np.uint64), dup_next=np.full(nb, -1, np.int32),
+        block_end=np.zeros(nb, np.int64), block_parent=np.zeros(nb, np.uint64),
         content=np.zeros(nb, np.int64),
         free_stack=np.arange(nb - 1, -1, -1, dtype=np.int32),
         lru_prev=np.full(nb, -1, np.int32), lru_next=np.full(nb, -1, np.int32),
@@ -165,7 +166,13 @@ def _pool(cfg: S.Config, n: int, final_len: np.ndarray, too_big: int) -> S.Pool:
         hole_start=hole_start, hole_size=hole_size, buddy_list=buddy_list,
         buddy_off=buddy_off, buddy_count=buddy_count,
         buddy_region=np.array(regions or [(0, 0)], np.int64).reshape(-1, 2),
-        **events(EVENTS0))
+        **events(EVENTS0), **kv_events(0))
+
+
+def kv_events(k: int) -> dict:
+    """Empty KV cache event columns for k events."""
+    return {"kv_kind": np.zeros(k, np.int8), "kv_hash": np.zeros(k, np.uint64),
+            "kv_end": np.zeros(k, np.int64), "kv_parent": np.zeros(k, np.uint64)}
 
 
 def events(k: int) -> dict:

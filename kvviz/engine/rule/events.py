@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from kvviz.engine.rule.state import NUM_EVENTS, NUM_RUNNING, TOO_BIG_LEFT
+from kvviz.engine.rule.state import KV_LOG_ON, NUM_EVENTS, NUM_KV_LOG, NUM_RUNNING, TOO_BIG_LEFT
 
 
 @njit(cache=True)
@@ -31,5 +31,14 @@ def step_bound(p, cfg):
 
 
 @njit(cache=True)
+def kv_bound(cfg):
+    """Most KV cache events one step can log: blocks cached and blocks evicted, each at most
+    the blocks a step's tokens fill or take."""
+    return 2 * (cfg.max_num_batched_tokens // cfg.block_size + 2 * cfg.max_num_seqs + 2)
+
+
+@njit(cache=True)
 def room(p, cfg):
+    if p.c[KV_LOG_ON] and p.kv_kind.size - p.c[NUM_KV_LOG] < kv_bound(cfg):
+        return False
     return p.ev_step.size - p.c[NUM_EVENTS] >= step_bound(p, cfg)

@@ -8,12 +8,16 @@ its reservation)) and grown in place. Every running request holds a row: its blo
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from kvviz.engine.rule import placement, pool
 from kvviz.engine.rule.state import (
-    NUM_FREE_ROWS, NUM_USED, R_CAPACITY, R_FRAGMENTATION, R_NONE, R_POLICY,
+    NUM_FREE_ROWS,
+    NUM_USED,
+    R_CAPACITY,
+    R_FRAGMENTATION,
+    R_NONE,
+    R_POLICY,
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvviz.engine.rule.state import BUDDY, BEST_FIT, HELD_CELLS, NUM_HOLES
+from kvviz.engine.rule.state import BEST_FIT, BUDDY, HELD_CELLS, NUM_HOLES
 
 
 @njit(cache=True)

@@ -18,7 +18,15 @@ from numba import njit
 
 from kvviz.engine.rule.keys import ROOT, block_hash
 from kvviz.engine.rule.state import (
-    EVICTIONS, LRU_COUNT, LRU_HEAD, LRU_TAIL, NUM_FREE_STACK, NUM_HELD, NUM_USED,
+    EVICTIONS,
+    KV_LOG_ON,
+    LRU_COUNT,
+    LRU_HEAD,
+    LRU_TAIL,
+    NUM_FREE_STACK,
+    NUM_HELD,
+    NUM_KV_LOG,
+    NUM_USED,
 )
 
 _EMPTY = np.uint64(0)
@@ -61,14 +69,30 @@ def _delete_slot(p, i):
 
 
 @njit(cache=True)
-def cache_block(p, b, h):
-    """Block b (held) now holds the content hashed h: vLLM's cache_full_blocks for one block.
-    A block already cached under h stays first; b follows it."""
+def _log(p, kind, h, end, parent):
+    """One KV cache event (vLLM's BlockStored / BlockRemoved), while the log is on."""
+    i = p.c[NUM_KV_LOG]
+    p.kv_kind[i] = kind
+    p.kv_hash[i] = h
+    p.kv_end[i] = end
+    p.kv_parent[i] = parent
+    p.c[NUM_KV_LOG] = i + 1
+
+
+@njit(cache=True)
+def cache_block(p, b, h, end, parent):
+    """Block b (held) now holds the content hashed h (up to token `end`; `parent`: the hash
+    before it, 0 for a first block): vLLM's cache_full_blocks for one block. A block already
+    cached under h stays first; b follows it."""
     if p.block_hash[b] == h:
         return
     if p.block_hash[b] != _EMPTY:
         forget(p, b)
+    if p.c[KV_LOG_ON]:
+        _log(p, 1, h, end, parent)
     p.block_hash[b] = h
+    p.block_end[b] = end
+    p.block_parent[b] = parent
     p.dup_next[b] = -1
     i = _slot(p, h)
     if p.hash_keys[i] != h:
@@ -85,6 +109,8 @@ def cache_block(p, b, h):
 def forget(p, b):
     """Block b no longer holds its hash's content (evicted): vLLM's _maybe_evict_cached_block."""
     h = p.block_hash[b]
+    if p.c[KV_LOG_ON]:
+        _log(p, 2, h, p.block_end[b], _EMPTY)
     i = _slot(p, h)
     first = p.hash_blocks[i]
     if first == b:
@@ -275,9 +301,10 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
         k = p.row_num_cached[row]
         h = p.row_hashes[row, k - 1] if k else ROOT
         while k < full:
+            parent = h if k else _EMPTY
             h = block_hash(cfg, req, r, k, h)
             p.row_hashes[row, k] = h
-            cache_block(p, p.block_table[row, k], h)
+            cache_block(p, p.block_table[row, k], h, (k + 1) * bs, parent)
             k += 1
         p.row_num_cached[row] = max(p.row_num_cached[row], full)
 

@@ -26,18 +26,44 @@ num_scheduled_tokens), preempted, finished.
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from kvviz.engine.rule import kv
 from kvviz.engine.rule.events import emit
 from kvviz.engine.rule.shares import account
 from kvviz.engine.rule.state import (
-    ARRIVED, DONE, FAIL_CAPACITY, HIT_TOKENS, K_ADMIT_FAILED, K_ADMITTED, K_FINISHED,
-    K_PREEMPTED, K_REJECTED, LAST_FAIL_REASON, LAST_FAIL_SEQ, NEXT_NEW, NUM_FINISHED,
-    NUM_FRONT, NUM_PREEMPTED, NUM_RUNNING, NUM_SCHED, PREEMPTIONS, PRESSURE, QUERY_TOKENS,
-    R_NONE, R_POLICY, REFUSED_FREE, REFUSED_LARGEST, REFUSED_NEED, REFUSED_REASON, REFUSED_SEQ,
-    REJECTED, STEP, TOKENS_GENERATED, TOO_BIG_LEFT, FIRST_ADMITTED,
+    ARRIVED,
+    DONE,
+    FAIL_CAPACITY,
+    FIRST_ADMITTED,
+    HIT_TOKENS,
+    K_ADMIT_FAILED,
+    K_ADMITTED,
+    K_FINISHED,
+    K_PREEMPTED,
+    K_REJECTED,
+    LAST_FAIL_REASON,
+    LAST_FAIL_SEQ,
+    NEXT_NEW,
+    NUM_FINISHED,
+    NUM_FRONT,
+    NUM_PREEMPTED,
+    NUM_RUNNING,
+    NUM_SCHED,
+    PREEMPTIONS,
+    PRESSURE,
+    QUERY_TOKENS,
+    R_NONE,
+    R_POLICY,
+    REFUSED_FREE,
+    REFUSED_LARGEST,
+    REFUSED_NEED,
+    REFUSED_REASON,
+    REFUSED_SEQ,
+    REJECTED,
+    STEP,
+    TOKENS_GENERATED,
+    TOO_BIG_LEFT,
 )
 
 

@@ -10,7 +10,14 @@ from numba import njit
 from kvviz.engine.rule import placement
 from kvviz.engine.rule.events import emit
 from kvviz.engine.rule.state import (
-    EVICTIONS, EVICTIONS_SEEN, HELD_CELLS, K_EVICTED, NUM_HELD, NUM_RUNNING, NUM_USED, R_NONE,
+    EVICTIONS,
+    EVICTIONS_SEEN,
+    HELD_CELLS,
+    K_EVICTED,
+    NUM_HELD,
+    NUM_RUNNING,
+    NUM_USED,
+    R_NONE,
     STEP,
 )
 

@@ -20,7 +20,7 @@ import numpy as np
  NUM_FREE_STACK, LRU_HEAD, LRU_TAIL, LRU_COUNT, NUM_FREE_ROWS, NUM_EVENTS, NUM_SCHED,
  NUM_PREEMPTED, NUM_HOLES, HELD_CELLS, TOO_BIG_LEFT, PRESSURE, NUM_FINISHED,
  FIRST_ADMITTED, REFUSED_SEQ, REFUSED_REASON, REFUSED_NEED, REFUSED_FREE, REFUSED_LARGEST,
- NUM_COUNTERS) = range(40)
+ KV_LOG_ON, NUM_KV_LOG, NUM_COUNTERS) = range(42)
 # the last step's plan: sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the
 # head refused (REFUSED_SEQ, -1: none) with its answer
 
@@ -81,6 +81,8 @@ class Pool(NamedTuple):
     block_owner: np.ndarray  # int64 per block: the holder the BlockMap names (-1 free)
     block_hash: np.ndarray  # uint64 per block (0: none)
     dup_next: np.ndarray  # int32 per block: next block cached under the same hash
+    block_end: np.ndarray  # int64 per block: the token position its hash reaches
+    block_parent: np.ndarray  # uint64 per block: the hash of the block before it (0: none)
     content: np.ndarray  # int64 per block: slots a cached free block holds
     free_stack: np.ndarray  # int32: plain free blocks, the next taken last
     lru_prev: np.ndarray  # int32 per block: the cached free blocks, a doubly linked list
@@ -116,3 +118,9 @@ class Pool(NamedTuple):
     ev_free: np.ndarray  # int64
     ev_largest: np.ndarray  # int64
     ev_count: np.ndarray  # int64
+    # vLLM's KV cache events (BlockStored / BlockRemoved), while c[KV_LOG_ON]: kind (1 stored,
+    # 2 removed), the block's hash and end, its parent's hash (0: none)
+    kv_kind: np.ndarray  # int8
+    kv_hash: np.ndarray  # uint64
+    kv_end: np.ndarray  # int64
+    kv_parent: np.ndarray  # uint64

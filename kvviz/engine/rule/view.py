@@ -26,6 +26,7 @@ class KVView:
         self.bytes_per_token = lane.bytes_per_token
         self.num_blocks = lane.cfg.num_blocks
         self.placement = None if spec.allocator == "paged" else spec.placement
+        self.block_pool = PoolLog(lane) if self.prefix_caching else None
 
     def _rows(self, seq_ids) -> np.ndarray:
         rows = self.lane.req.row[np.asarray(seq_ids, np.int64)]
@@ -105,3 +106,49 @@ class KVView:
         return replace(bm, final_seq=ids.astype(np.int32),
                        final_len=lane.final_len[ids].astype(np.int32),
                        final_held=(p.row_num_blocks[rows] * bs).astype(np.int64))
+
+
+def _key(h, end) -> tuple[int, int]:
+    """A block's key as the publisher names it: (its hash as a signed 64-bit int, end)."""
+    return int(np.asarray(h, np.uint64).view(np.int64)), int(end)
+
+
+class PoolLog:
+    """The compiled pool's KV cache events with the Python pool's reader verbs
+    (kvviz/alloc/blockpool.py: start_log, drain_log, cached_keys), for the publisher."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+
+    def cached_keys(self) -> dict:
+        """The keys cached now (live or free), each with its parent key (None: a first
+        block)."""
+        p, bs = self.lane.pool, self.lane.cfg.block_size
+        out: dict = {}
+        for b in np.flatnonzero(p.block_hash).tolist():
+            end = int(p.block_end[b])
+            parent = p.block_parent[b]
+            out.setdefault(_key(p.block_hash[b], end),
+                           None if parent == 0 else _key(parent, end - bs))
+        return out
+
+    def start_log(self) -> dict:
+        """Log from now on; returns the keys cached now."""
+        self.lane.pool.c[S.NUM_KV_LOG] = 0
+        self.lane.pool.c[S.KV_LOG_ON] = 1
+        return self.cached_keys()
+
+    def drain_log(self) -> list[tuple]:
+        """("stored", key, parent key) / ("removed", key, None) since the last drain."""
+        p, bs = self.lane.pool, self.lane.cfg.block_size
+        n = int(p.c[S.NUM_KV_LOG])
+        out = []
+        for kind, h, end, parent in zip(p.kv_kind[:n].tolist(), p.kv_hash[:n],
+                                        p.kv_end[:n].tolist(), p.kv_parent[:n]):
+            if kind == 1:
+                out.append(("stored", _key(h, end),
+                            None if parent == 0 else _key(parent, end - bs)))
+            else:
+                out.append(("removed", _key(h, end), None))
+        p.c[S.NUM_KV_LOG] = 0
+        return out
