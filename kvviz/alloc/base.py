@@ -102,17 +102,6 @@ class Allocator(ABC):
         """
         return np.fromiter((self.append(int(s)).ok for s in seq_ids), bool, len(seq_ids))
 
-    def grow_many(self, seq_ids: np.ndarray, steps: int) -> None:
-        """`steps` decode steps at once: exactly what `steps` calls of append_batch(seq_ids)
-        would do when every append succeeds (the same blocks, taken in the same order).
-
-        The caller checks first that memory suffices (the jumping engine does); raises
-        ValueError if an append fails. Implementations vectorize this.
-        """
-        for _ in range(steps):
-            if not self.append_batch(seq_ids).all():
-                raise ValueError("grow_many: an append failed; check free memory first")
-
     def admit_many(
         self, seq_ids: np.ndarray, num_tokens: np.ndarray, reserve_tokens: np.ndarray | None = None,
         prefixes: list[PrefixKey | None] | None = None, keep_free_tokens: int = 0,

@@ -172,24 +172,6 @@ class ContiguousAllocator(Allocator):
             ok[i] = self.append(int(seq_ids[i])).ok
         return ok
 
-    def grow_many(self, seq_ids: np.ndarray, steps: int) -> None:
-        rows = self._rows.rows(np.asarray(seq_ids, np.int64))
-        room = self._size[rows] * self.block_size - self._len[rows]
-        if steps <= 0 or (room.size and int(room.min()) < steps):
-            return super().grow_many(seq_ids, steps)  # a range grows: the careful path
-        self._len[rows] += steps
-        self._used += int(rows.size) * steps
-
-    def grow_each(self, seq_ids: np.ndarray, tokens: np.ndarray) -> None:
-        """Each sequence writes its own number of tokens, inside its reservation (no range
-        moves; raises ValueError, changing nothing, if one would not fit)."""
-        rows = self._rows.rows(np.asarray(seq_ids, np.int64))
-        end = self._len[rows] + tokens
-        if (end > self._size[rows] * self.block_size).any():
-            raise ValueError("grow_each: a sequence would grow past its reservation")
-        self._len[rows] = end
-        self._used += int(np.sum(tokens))
-
     def release(self, seq_id: int) -> None:
         row = self._rows.remove(seq_id)
         start, size = int(self._start[row]), int(self._size[row])

@@ -14,9 +14,10 @@ Invariants (checked by tests/alloc):
   a sequence holds ceil(len / block_size) blocks or more (reservation), never fewer;
   only the last written block of a sequence is partly filled.
 
-The batch verbs the engine calls every step (admit_many, release_many, append_batch) are
-vectorized in kvviz/alloc/paged_batch.py; shared blocks (hits held, forks, copy-on-write) are
-kvviz/alloc/paged_share.py's; the views (block tables, snapshots) kvviz/alloc/paged_view.py's.
+The engine's own paged pool is compiled (kvviz/engine/rule/pool.py, the same order); this one
+serves Learn's demos and real mode's unit tests. Shared blocks (hits held, forks,
+copy-on-write) are kvviz/alloc/paged_share.py's; the views (block tables, snapshots)
+kvviz/alloc/paged_view.py's.
 """
 from __future__ import annotations
 
@@ -24,17 +25,14 @@ import numpy as np
 
 from kvviz.alloc.base import Admission, Allocator, PrefixKey, Reason, Usage
 from kvviz.alloc.blockpool import BlockPool
-from kvviz.alloc.paged_batch import PagedBatchVerbs
 from kvviz.alloc.paged_share import PagedShareVerbs
 from kvviz.alloc.paged_view import PagedViewVerbs
-from kvviz.alloc.paged_window import PagedWindowVerbs
 from kvviz.alloc.prefix import PrefixChain, prefix_keys
 from kvviz.alloc.rows import RowTable, grow_to
 from kvviz.core.blockmap import FREE
 
 
-class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedViewVerbs,
-                     Allocator):
+class PagedAllocator(PagedShareVerbs, PagedViewVerbs, Allocator):
     contiguous = False
 
     def __init__(
@@ -57,7 +55,6 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedVi
         self._rows = RowTable()
         self._len = np.zeros(self._rows.capacity, np.int64)  # per row: tokens written
         self._nb = np.zeros(self._rows.capacity, np.int64)  # per row: blocks held
-        self._ncached = np.zeros(self._rows.capacity, np.int64)  # per row: leading keyed blocks
         self._table = np.zeros((self._rows.capacity, 8), np.int32)
         self._used = 0
         self._held = 0  # blocks with refcount >= 1
@@ -71,24 +68,13 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedVi
     @property
     def block_pool(self) -> BlockPool:
         """The free queue and prefix cache, for readers of its event log (start_log,
-        drain_log, cached_keys: kvviz.node.kvevents.engine_source); allocating goes through
-        the allocator's verbs only."""
+        drain_log, cached_keys); allocating goes through the allocator's verbs only."""
         return self._pool
 
     @property
     def free_blocks(self) -> int:
         """Blocks in the free queue (plain and cached)."""
         return self._pool.free_count
-
-    @property
-    def logs_cache_events(self) -> bool:
-        """Whether the prefix cache's event log is on (kvviz/alloc/blockpool.py)."""
-        return self._pool.log is not None
-
-    @property
-    def plain_free_blocks(self) -> int:
-        """Free blocks holding nothing cached (taken before any cached block is evicted)."""
-        return self._pool.free_count - self._pool.cached_count
 
     def _answer(self, ok: bool, need_tokens: int, reason: Reason | None = None) -> Admission:
         """need_tokens is reported rounded up to whole blocks (what must be placed)."""
@@ -173,11 +159,9 @@ class PagedAllocator(PagedBatchVerbs, PagedWindowVerbs, PagedShareVerbs, PagedVi
             n = self._rows.capacity
             self._len = grow_to(self._len, n)
             self._nb = grow_to(self._nb, n)
-            self._ncached = grow_to(self._ncached, n)
             self._table = grow_to(self._table, n)
         self._len[row] = 0
         self._nb[row] = 0
-        self._ncached[row] = 0
         return row
 
     def _attach(self, row: int, seq_id: int, blocks: np.ndarray) -> None:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 KINDS = ("admitted", "admit_failed", "preempted", "finished", "evicted", "rejected",
-         "partial")  # partial: kvviz/engine/partial.py
+         "partial")  # partial: kvviz/engine/rule/scheduler.py, log_partial
 REASONS = (None, "CAPACITY", "FRAGMENTATION", "POLICY")  # code 0: no reason
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 REASON_CODE = {r: i for i, r in enumerate(REASONS)}

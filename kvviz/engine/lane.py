@@ -1,27 +1,38 @@
-"""One lane: an allocator under the scheduling rule (kvviz/engine/scheduler.py).
+"""One lane: an allocator layout under the scheduling rule, compiled (kvviz/engine/rule).
 
-Each step: schedule (running requests first, then admissions) -> the KV executor writes what
-was computed (real mode) -> update (sample, finish) -> account (shares). The lane turns the
-scheduler's decisions into events and keeps the memory shares. Requests are indices into the
-Workload.
+Python builds the lane's state once (struct-of-arrays, rule/state.py), then asks the rule to
+advance (a whole run in one call, or one step at a time for a live collector or real mode)
+and reads the arrays: counters, the step's plan, block tables, the event columns, the
+shares. Requests are indices into the Workload.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from kvviz.alloc.base import Admission, Allocator, Reason, Usage
+from kvviz.alloc.base import Admission, Reason
 from kvviz.core.blockmap import BlockMap
 from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
-from kvviz.engine.eventlog import KIND_CODE, REASON_CODE, EventLog
-from kvviz.engine.kvspace import ContiguousSpace, PagedSpace
-from kvviz.engine.partial import short_of_known
-from kvviz.engine.scheduler import Scheduler
+from kvviz.engine.eventlog import DTYPES, EventColumns
+from kvviz.engine.rule import build
+from kvviz.engine.rule import state as S
+from kvviz.engine.rule.advance import (
+    FULL,
+    advance,
+    finish_step,
+    schedule_at,
+    skip_idle,
+    step_at,
+)
+from kvviz.engine.rule.events import kv_bound
+from kvviz.engine.rule.view import KVView
 from kvviz.engine.shares import Shares
-from kvviz.engine.tokens import BlockKeys
+
+NO_LIMIT = 2**63 - 1
+REASONS = ("CAPACITY", "FRAGMENTATION", "POLICY")
 
 
 class KVExecutor(Protocol):
@@ -32,254 +43,216 @@ class KVExecutor(Protocol):
     def on_decode(self, seq_ids: np.ndarray, lens: np.ndarray) -> None: ...
 
 
-def next_pow2(n: np.ndarray) -> np.ndarray:
-    """Smallest power of two >= n, elementwise (n >= 1)."""
-    n = np.maximum(np.asarray(n, np.int64), 1)
-    return np.left_shift(1, np.ceil(np.log2(n)).astype(np.int64))
+class Plan(NamedTuple):
+    """What the last step's schedule() decided, in vLLM's order: running requests, then
+    admissions (the per-step view of vLLM's num_scheduled_tokens)."""
+
+    ids: np.ndarray  # requests that compute this step
+    starts: np.ndarray  # tokens each had computed before the step
+    counts: np.ndarray  # tokens each computes now
+    admitted: list[int]  # among ids, newly running (new or resumed)
+    hit_tokens: list[int]  # per admitted request: tokens served by cached blocks
+    preempted: list[int]
+    refused: tuple[int, Admission] | None  # the head that had to wait, and why
+    pressure: bool  # a preemption, or the head refused for memory
 
 
 class Lane:
-    def __init__(self, name: str, spec: LaneSpec, allocator: Allocator, workload: Workload,
-                 engine: EngineConfig, events: EventLog, kv: KVExecutor | None = None) -> None:
-        self.name, self.spec, self.alloc, self.w, self.cfg = name, spec, allocator, workload, engine
-        self.events, self.kv = events, kv
-        self._code = events.lane_code(name)
-        n = self._n = len(workload)
+    def __init__(self, name: str, spec: LaneSpec, workload: Workload, engine: EngineConfig,
+                 capacity_tokens: int, bytes_per_token: int = 0,
+                 steps: np.ndarray | None = None, kv_factory=None) -> None:
+        self.name, self.spec, self.w, self.engine = name, spec, workload, engine
+        self.bytes_per_token = bytes_per_token
+        self.cfg, self.req, self.pool = build.build(spec, workload, engine, capacity_tokens,
+                                                    steps)
+        self.capacity = self.cfg.capacity
         self.final_len = workload.final_len
-        kv_final = np.maximum(workload.prompt + workload.output - 1, 1)  # last token: no slot
-        if spec.allocator == "contiguous":
-            self.reserve = {"max": np.full(n, engine.max_seq_len, np.int64),
-                            "pow2": np.minimum(next_pow2(self.final_len), engine.max_seq_len),
-                            "exact": self.final_len.copy()}[spec.reserve]
-            space = ContiguousSpace(allocator, self.reserve)
-            whole = np.maximum(kv_final, self.reserve)
-        else:
-            self.reserve = None
-            caching = getattr(allocator, "prefix_caching", False)
-            keys = BlockKeys(workload, allocator.block_size) if caching else None
-            space = PagedSpace(allocator, keys, engine.watermark)
-            whole = kv_final
-        self.kv_final = kv_final
-        cap = allocator.usage().capacity_tokens
-        self.capacity = cap
-        # requests whose whole life cannot fit even in an empty cache are rejected up front
-        self.too_big = allocator.footprints(whole) > cap
-        self.sched = Scheduler(workload, engine, space, self.too_big)
-        self.step_no = 0
-        self.time_s = 0.0
-        self.done = 0
-        self.rejected = 0
-        self.preemptions = 0
-        self.tokens_generated = 0
-        self.wall_seconds = 0.0  # time spent stepping this lane
-        self.failures = {r.value: 0 for r in Reason}
-        self._last_fail: tuple[int, str] | None = None
-        self._evictions_seen = 0
-        self.shares = Shares(cap)
-        self._memory_pressure = False  # this step: head refused for memory, or a preemption
-        self.last_plan = None  # what the last step's schedule() decided (Scheduler.Plan)
-        self._final_of: tuple = (None, None)  # (running ids, their kv_final), _paged_internal
+        self.wall_seconds = 0.0
+        self._n = len(workload)
+        self.alloc = KVView(self)  # what RealKV, the collector and the publisher read
+        self.kv = kv_factory(self.alloc) if kv_factory is not None else None
+        # called between schedule() and update() of each step (tests, observers)
+        self.after_schedule: Callable[[Lane], None] | None = None
+        self._upto = 0
+
+    # ---- driving --------------------------------------------------------------------------
+    def run(self, until_step: int | None = None) -> None:
+        """Step on the lane's own clock until it finishes (or reaches `until_step`)."""
+        until = NO_LIMIT if until_step is None else until_step
+        while advance(self.pool, self.cfg, self.req, until) == FULL:
+            self._grow_events()
+
+    def step_at(self, arrived: int, time_s: float) -> None:
+        """One step at the caller's clock with `arrived` requests arrived; in real mode the
+        KV executor writes (and attends) what schedule() decided before update()."""
+        t = float(time_s)
+        if self.kv is None and self.after_schedule is None:
+            while step_at(self.pool, self.cfg, self.req, arrived, t) == FULL:
+                self._grow_events()
+            return
+        while schedule_at(self.pool, self.cfg, self.req, arrived, t) == FULL:
+            self._grow_events()
+        if self.after_schedule is not None:
+            self.after_schedule(self)
+        ids, starts, counts = self.scheduled()
+        if ids.size and self.kv is not None:
+            decode = (counts == 1) & (starts + 1 == self.req.num_tokens[ids])
+            pre = ~decode
+            if pre.any():
+                self.kv.on_admit(ids[pre].tolist(), counts[pre].tolist(),
+                                 starts[pre].tolist())
+            if decode.any():
+                self.kv.on_decode(ids[decode], starts[decode] + 1)
+        finish_step(self.pool, self.cfg, self.req, t)
+
+    def arrive(self, upto: int) -> None:
+        """The first `upto` requests have arrived (for `step`)."""
+        self._upto = max(self._upto, upto)
+
+    def step(self, time_s: float) -> None:
+        """One step at `time_s` with the requests `arrive` let in."""
+        self.step_at(self._upto, time_s)
+
+    def skip_idle(self, k: int, last_time_s: float) -> None:
+        """k idle steps (the last at `last_time_s`): no event, k equal steps of shares."""
+        skip_idle(self.pool, self.cfg, self.req, k, float(last_time_s))
+
+    def _grow_events(self) -> None:
+        p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
+        bound = 2 * int(p.c[S.NUM_RUNNING]) + self.cfg.max_num_seqs + int(
+            p.c[S.TOO_BIG_LEFT]) + 2
+        size = max(2 * p.ev_step.size, n + bound)
+        fresh = build.events(size)
+        for f, a in fresh.items():
+            a[:n] = getattr(p, f)[:n]
+        if p.c[S.KV_LOG_ON]:
+            k = int(p.c[S.NUM_KV_LOG])
+            kv = build.kv_events(max(2 * p.kv_kind.size, k + kv_bound(self.cfg)))
+            for f, a in kv.items():
+                a[:k] = getattr(p, f)[:k]
+            fresh.update(kv)
+        self.pool = p._replace(**fresh)
+
+    def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:
+        """The events logged since the last drain, as this lane's columns (lane_code in a
+        log whose lanes are `lanes`)."""
+        p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
+        cols = {"time_s": p.ev_time[:n].copy(), "step": p.ev_step[:n].copy(),
+                "lane": np.full(n, lane_code, DTYPES["lane"]), "kind": p.ev_kind[:n].copy(),
+                "seq_id": p.ev_seq[:n].copy(), "reason": p.ev_reason[:n].copy(),
+                "need_tokens": p.ev_need[:n].copy(), "free_tokens": p.ev_free[:n].copy(),
+                "largest_hole_tokens": p.ev_largest[:n].copy(),
+                "count": p.ev_count[:n].copy()}
+        p.c[S.NUM_EVENTS] = 0
+        return EventColumns(cols, lanes)
+
+    # ---- counters -------------------------------------------------------------------------
+    def _c(self, i: int) -> int:
+        return int(self.pool.c[i])
+
+    @property
+    def step_no(self) -> int:
+        return self._c(S.STEP)
+
+    @property
+    def done(self) -> int:
+        return self._c(S.DONE)
+
+    @property
+    def rejected(self) -> int:
+        return self._c(S.REJECTED)
+
+    @property
+    def preemptions(self) -> int:
+        return self._c(S.PREEMPTIONS)
+
+    @property
+    def tokens_generated(self) -> int:
+        return self._c(S.TOKENS_GENERATED)
+
+    @property
+    def arrived(self) -> int:
+        """Requests arrived so far (a prefix of the workload; `arrive`'s for the next step)."""
+        return max(self._c(S.ARRIVED), self._upto)
 
     @property
     def finished(self) -> bool:
         return self.done + self.rejected == self._n
 
-    # ---- what the scheduler holds, as arrays ------------------------------------------------
+    @property
+    def waiting_count(self) -> int:
+        c = self.pool.c
+        return int(c[S.NUM_FRONT] + self.arrived - c[S.NEXT_NEW])
+
+    @property
+    def idle(self) -> bool:
+        return not self._c(S.NUM_RUNNING) and not self.waiting_count
+
+    @property
+    def failures(self) -> dict[str, int]:
+        return {k: self._c(S.FAIL_CAPACITY + i) for i, k in enumerate(REASONS)}
+
+    @property
+    def prefix_query_tokens(self) -> int:
+        return self._c(S.QUERY_TOKENS)
+
+    @property
+    def prefix_hit_tokens(self) -> int:
+        return self._c(S.HIT_TOKENS)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        q = self.prefix_query_tokens
+        return self.prefix_hit_tokens / q if q else 0.0
+
+    @property
+    def shares(self) -> Shares:
+        """The lane's share sums as a Shares (kvviz/engine/shares.py)."""
+        sh = Shares(self.capacity)
+        keys = ("steps", "used", "reserved", "internal", "free", "tail")
+        for acc, row in ((sh.every, 0), (sh.pressure, 1)):
+            acc.update({k: int(v) for k, v in zip(keys, self.pool.shares[row].tolist())})
+            acc["efi"] = float(self.pool.efi[row])
+        return sh
+
+    # ---- what runs ------------------------------------------------------------------------
     @property
     def run_ids(self) -> np.ndarray:
         """Running requests, in the scheduler's order."""
-        return self.sched.running_ids()
+        return self.pool.running[:self._c(S.NUM_RUNNING)].copy()
 
     @property
     def run_len(self) -> np.ndarray:
         """KV slots each running request has written."""
-        return self.sched.computed[self.run_ids]
+        return self.req.num_computed_tokens[self.run_ids]
 
     @property
     def generated(self) -> np.ndarray:
-        return self.sched.generated
+        return self.req.num_output_tokens
+
+    def scheduled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The last step's plan: (requests, tokens computed before, tokens computed now), in
+        vLLM's order (running requests, then admissions)."""
+        p, k = self.pool, self._c(S.NUM_SCHED)
+        return p.sched_ids[:k].copy(), p.sched_starts[:k].copy(), p.sched_counts[:k].copy()
 
     @property
-    def waiting_count(self) -> int:
-        return self.sched.waiting_count
+    def last_plan(self) -> Plan:
+        p, c = self.pool, self.pool.c
+        ids, starts, counts = self.scheduled()
+        first = int(c[S.FIRST_ADMITTED])
+        refused = None
+        if c[S.REFUSED_SEQ] >= 0:
+            reason = Reason(REASONS[int(c[S.REFUSED_REASON]) - 1])
+            refused = (int(c[S.REFUSED_SEQ]), Admission(
+                False, reason, int(c[S.REFUSED_NEED]), int(c[S.REFUSED_FREE]),
+                int(c[S.REFUSED_LARGEST])))
+        return Plan(ids, starts, counts, ids[first:].tolist(), starts[first:].tolist(),
+                    p.preempted[:int(c[S.NUM_PREEMPTED])].tolist(), refused,
+                    bool(c[S.PRESSURE]))
 
-    @property
-    def prefix_query_tokens(self) -> int:
-        """vLLM's prefix-cache queries: known tokens at every admission, resumed included."""
-        return self.sched.query_tokens
-
-    @property
-    def prefix_hit_tokens(self) -> int:
-        return self.sched.hit_tokens
-
-    @property
-    def arrived(self) -> int:
-        """Requests that have arrived so far (a prefix of the workload)."""
-        return self.sched.arrived
-
-    def arrive(self, upto: int) -> None:
-        self.sched.arrived = max(self.sched.arrived, upto)
-
-    def _event(self, kind: str, seq: int, adm: Admission | None = None, count: int = 1) -> None:
-        if adm is None:
-            self.events.add_one(self.time_s, self.step_no, self._code, KIND_CODE[kind], seq,
-                                count=count)
-        else:
-            self.events.add_one(self.time_s, self.step_no, self._code, KIND_CODE[kind], seq,
-                                REASON_CODE[adm.reason.value if adm.reason else None],
-                                adm.need_tokens, adm.free_tokens, adm.largest_hole_tokens)
-
-    @property
-    def last_fail(self) -> tuple[int, str] | None:
-        """(request, reason) of the last admit_failed event since the last admission."""
-        return self._last_fail
-
-    def _fail(self, rid: int, adm: Admission) -> None:
-        key = (rid, adm.reason.value)
-        if key != self._last_fail:  # one event per (request, reason) while it stays blocked
-            self._last_fail = key
-            self.failures[adm.reason.value] += 1
-            self._event("admit_failed", rid, adm)
-
-    # ---- one step ---------------------------------------------------------------------------
-    def step(self, time_s: float) -> None:
-        self.step_no += 1
-        self.time_s = time_s
-        plan = self.last_plan = self.sched.schedule()
-        self.log_schedule(plan)
-        if not plan.caught_up or plan.ids.size != len(self.sched.running):
-            self.log_partial(self.run_ids)
-        if self.kv is not None and plan.ids.size:
-            self._execute(plan)
-        fin = self.sched.update(plan)
-        self.tokens_generated += self.sched.last_sampled
-        self.log_finished(fin)
-        self.account()
-
-    def log_schedule(self, plan) -> None:
-        """The events of what schedule() decided at this step (self.step_no, self.time_s)."""
-        code, ev, time_s = self._code, self.events, self.time_s
-        if plan.preempted:
-            ev.add_many(time_s, self.step_no, code, KIND_CODE["preempted"],
-                        np.asarray(plan.preempted, np.int64))
-            self.preemptions += len(plan.preempted)
-        for rid, adm in plan.rejected:
-            self.rejected += 1
-            self._event("rejected", rid, adm)
-        if plan.admitted:
-            self._last_fail = None
-            adm = np.asarray(plan.admitted, np.int64)
-            ev.add_many(time_s, self.step_no, code, KIND_CODE["admitted"], adm,
-                        self.sched.num_tokens[adm], np.asarray(plan.free_after, np.int64))
-        if plan.refused is not None:
-            self._fail(*plan.refused)
-        self._memory_pressure = plan.pressure
-
-    def log_partial(self, ids: np.ndarray) -> None:
-        """`partial` events for those of the running `ids` this step's plan leaves short of
-        their known tokens (after schedule(), before update())."""
-        short, have = short_of_known(ids, self.sched.computed, self.sched.num_tokens)
-        if short.size:
-            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["partial"],
-                                 short, have)
-
-    def log_finished(self, fin: np.ndarray) -> None:
-        """Requests that finished in this step's update."""
-        if fin.size:
-            self.events.add_many(self.time_s, self.step_no, self._code, KIND_CODE["finished"],
-                                 fin)
-            self.done += int(fin.size)
-
-    def _execute(self, plan) -> None:
-        """Real mode: prefill chunks write their tokens; decodes write one and attend."""
-        decode = plan.counts == 1
-        decode &= plan.starts + 1 == self.sched.num_tokens[plan.ids]
-        pre = ~decode
-        if pre.any():
-            self.kv.on_admit(plan.ids[pre].tolist(), plan.counts[pre].tolist(),
-                             plan.starts[pre].tolist())
-        if decode.any():
-            self.kv.on_decode(plan.ids[decode], plan.starts[decode] + 1)
-
-    def log_evictions(self, steps: np.ndarray, counts: np.ndarray) -> None:
-        """counts[i] cached blocks were evicted at steps[i] (a quiet span's steps, in order):
-        one event each, at the step's clock."""
-        self.events.add_many(steps * self.cfg.step_ms / 1000.0, steps, self._code,
-                             KIND_CODE["evicted"], np.full(steps.size, -1, np.int64),
-                             count=counts)
-        self._evictions_seen += int(counts.sum())
-
-    def account(self) -> None:
-        u = self.alloc.usage()
-        if u.evictions != self._evictions_seen:
-            self._event("evicted", -1, count=u.evictions - self._evictions_seen)
-            self._evictions_seen = u.evictions
-        pressure, self._memory_pressure = self._memory_pressure, False
-        if self.alloc.contiguous:
-            self.shares.add(pressure, **self._fill(u))
-            return
-        slack = u.allocated_tokens - u.used_tokens  # _fill's paged case, without the dict
-        internal = self._paged_internal()
-        self.shares.add_sums(pressure, 1, u.used_tokens, slack - internal, internal,
-                             u.free_tokens, slack)  # (efi 0.0: nothing to add)
-
-    def _paged_internal(self) -> int:
-        """A paged lane's internal slack: the slots of the running requests' blocks past
-        their last slot (ceil(lens / bs) blocks each, shared ones full)."""
-        ids = self.run_ids
-        if not ids.size:
-            return 0
-        if ids is not self._final_of[0]:  # the running set changed (a new array)
-            self._final_of = (ids, self.kv_final[ids])
-        bs = self.alloc.block_size
-        held = -(-self.sched.computed[ids] // bs) * bs
-        return int(np.maximum(0, held - self._final_of[1]).sum())
-
-    def _fill(self, u: Usage) -> dict:
-        """Where the capacity is in this step (Shares.add's fields)."""
-        ids = self.run_ids
-        a = self.alloc
-        slack = u.allocated_tokens - u.used_tokens
-        internal = 0
-        tail = 0
-        if not a.contiguous:  # shared blocks full: the tails are the slack
-            internal, tail = self._paged_internal(), slack
-        elif ids.size:
-            lens = self.sched.computed[ids]
-            held = a.seq_allocated_tokens(ids)
-            tail = int(((-lens) % a.block_size).sum())
-            internal = int(np.maximum(0, held - self.kv_final[ids]).sum())  # lens + rem
-        free = u.free_tokens
-        efi = 0.0
-        if a.contiguous and free > 0:
-            efi = 1.0 - a.check(1).largest_hole_tokens / free
-        return {"used": u.used_tokens, "reserved": slack - internal, "internal": internal,
-                "free": free, "tail": tail, "efi": efi}
-
-    @property
-    def idle(self) -> bool:
-        """Nothing running and nothing waiting: a step changes only the clock (and shares)."""
-        return not self.sched.running and not self.waiting_count
-
-    def skip_idle(self, k: int, last_time_s: float) -> None:
-        """The effect of k idle steps (the last at `last_time_s`), as stepping would have it:
-        no allocator call, no event; the all-steps shares grow by k equal steps."""
-        self.step_no += k
-        self.time_s = last_time_s
-        self.shares.add(False, times=k, **self._fill(self.alloc.usage()))
-
-    @property
-    def prefix_hit_rate(self) -> float:
-        """vLLM's prefix-cache hit rate: hit tokens / known tokens over every admission."""
-        q = self.sched.query_tokens
-        return self.sched.hit_tokens / q if q else 0.0
-
-    # ---- views -------------------------------------------------------------------------------
     def snapshot(self) -> BlockMap:
-        ids = self.run_ids
-        return replace(self.alloc.snapshot(), final_seq=ids.astype(np.int32),
-                       final_len=self.final_len[ids].astype(np.int32),
-                       final_held=self.alloc.seq_allocated_tokens(ids).astype(np.int64))
+        return self.alloc.snapshot()
 
     def summary(self) -> dict:
         return {

@@ -1,8 +1,10 @@
 """Lanes in lockstep: one request stream, several allocators, identical arrivals.
 
-Every lane steps the one scheduling rule (kvviz/engine/scheduler.py). run() jumps over idle
-time (no lane has a request running or waiting) straight to the step of the next arrival, so
-a sparse stream costs steps with work, not simulated seconds.
+Every lane runs the one compiled scheduling rule (kvviz/engine/rule). Lanes share only the
+request stream, so run() runs each lane alone on its own clock (one compiled call; idle
+time up to the next arrival is jumped over) and merges the event logs in the step order (by
+step, then lane). step() advances every lane one step at a caller's clock (a live collector,
+real mode's KV executor, Learn).
 """
 from __future__ import annotations
 
@@ -12,17 +14,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kvviz.alloc import make_allocator
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
-from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine.eventlog import MAX_STEP, EventLog
 from kvviz.engine.lane import KVExecutor, Lane
-from kvviz.engine.span import run_lanes
+from kvviz.engine.rule.build import arrival_steps, check_arrivals
 
-# run()'s advance modes: "jump" runs each lane alone and applies quiet spans at once
-# (kvviz/engine/span.py), "step" steps all lanes together; the same results.
+# run()'s advance modes: "jump" runs each lane alone (one compiled call each), "step" steps
+# all lanes together from Python; the same results.
 ENGINES = ("jump", "step")
+CHUNK = 1 << 16  # steps per compiled call while a progress callback listens
 
 
 class Simulation:
@@ -44,6 +45,8 @@ class Simulation:
         self.lanes: list[Lane] = []
         names: set[str] = set()
         bpt = cache.model.kv_bytes_per_token
+        self._arrival = workload.arrival_s
+        self._steps = arrival_steps(self._arrival, self.engine.step_ms)
         for spec in lanes:
             name = spec.label
             k = 2
@@ -51,11 +54,10 @@ class Simulation:
                 name = f"{spec.label}#{k}"
                 k += 1
             names.add(name)
-            alloc = make_allocator(spec, cache.capacity_tokens, bpt)
-            kv = kv_factory(alloc) if kv_factory else None
-            self.lanes.append(Lane(name, spec, alloc, workload, self.engine, self.events, kv))
+            self.events.lane_code(name)
+            self.lanes.append(Lane(name, spec, workload, self.engine, cache.capacity_tokens,
+                                   bpt, self._steps, kv_factory))
         self.step_no = 0
-        self._arrival = workload.arrival_s
         self.wall_seconds = 0.0
 
     @property
@@ -79,23 +81,10 @@ class Simulation:
         nxt = max(lane.arrived for lane in live)
         if nxt >= len(self._arrival):
             return 0
-        return self._arrival_step(float(self._arrival[nxt])) - 1 - self.step_no
-
-    def _arrival_step(self, arrival_s: float) -> int:
-        """The first step whose clock reaches `arrival_s` (as step() compares them)."""
-        try:
-            s = max(self.step_no + 1, math.ceil(arrival_s * 1000.0 / self.engine.step_ms))
-        except OverflowError:
-            s = MAX_STEP + 1
-        if s > MAX_STEP:
-            raise KvvizError(f"the next request arrives at {arrival_s:g} s, more than "
-                             f"{MAX_STEP} engine steps of {self.engine.step_ms:g} ms away: "
-                             "lower its arrival time or raise the rate")
-        while self._clock(s) < arrival_s:
-            s += max(1, s >> 52)  # past 2^53 a float clock cannot tell s from s + 1
-        while s - 1 > self.step_no and self._clock(s - 1) >= arrival_s:
-            s -= 1
-        return s
+        s = int(self._steps[nxt])
+        if s >= MAX_STEP:
+            check_arrivals(self._arrival[nxt:nxt + 1], self.engine.step_ms)
+        return max(0, s - 1 - self.step_no)
 
     def skip_idle(self, k: int) -> None:
         """Advance k idle steps at once, with the same result as k calls of step()."""
@@ -114,21 +103,50 @@ class Simulation:
         self.step_no += 1
         now = self.time_s if time_s is None else time_s
         upto = int(np.searchsorted(self._arrival, now, side="right"))
-        for lane in self.lanes:
+        lanes = tuple(self.events.lanes)
+        for code, lane in enumerate(self.lanes):
             if not lane.finished:
                 t0 = time.perf_counter()
-                lane.arrive(upto)
-                lane.step(now)
+                lane.step_at(upto, now)
+                self.events.extend(lane.drain(code, lanes))
                 lane.wall_seconds += time.perf_counter() - t0
 
     def run(self, max_steps: int | None = None,
             progress: Callable[[int, int], None] | None = None) -> list[dict]:
         """Step until every request finished (or max_steps); returns one summary per lane."""
         t0 = time.perf_counter()
-        if self.advance == "jump":
-            run_lanes(self, max_steps, progress)
-            self.wall_seconds += time.perf_counter() - t0
-            return self.summaries()
+        if self.advance == "jump" and all(lane.kv is None and lane.after_schedule is None
+                                          for lane in self.lanes):
+            self._run_lanes(max_steps, progress)
+        else:
+            self._run_together(max_steps, progress)
+        self.wall_seconds += time.perf_counter() - t0
+        return self.summaries()
+
+    def _run_lanes(self, max_steps: int | None, progress) -> None:
+        """Each lane alone on its own clock; the logs merged by step, then lane."""
+        if max_steps is None:  # a request past the last step: the error stepping gives
+            check_arrivals(self._arrival, self.engine.step_ms)
+        total, lanes, parts = len(self.workload), tuple(self.events.lanes), []
+        limit = math.inf if max_steps is None else max_steps
+        for code, lane in enumerate(self.lanes):
+            t0 = time.perf_counter()
+            while not lane.finished and lane.step_no < limit:
+                until = limit if progress is None else min(limit, lane.step_no + CHUNK)
+                lane.run(None if until == math.inf else int(until))
+                if progress is not None:
+                    progress(sum(x.done + x.rejected for x in self.lanes) // len(self.lanes),
+                             total)
+            lane.wall_seconds += time.perf_counter() - t0
+            parts.append(lane.drain(code, lanes))
+            self.step_no = max(self.step_no, lane.step_no)
+        if sum(len(c) for c in parts):
+            step = np.concatenate([c["step"] for c in parts])
+            lane_of = np.concatenate([c["lane"] for c in parts]).astype(np.int64)
+            order = np.lexsort((np.arange(step.size), lane_of, step))
+            self.events.merge(parts, order)
+
+    def _run_together(self, max_steps: int | None, progress) -> None:
         total = len(self.workload)
         while not self.finished and (max_steps is None or self.step_no < max_steps):
             idle = self._idle_steps()  # sparse arrivals: jump over the idle time
@@ -141,8 +159,6 @@ class Simulation:
             self.step()
             if progress is not None and self.step_no % 256 == 0:
                 progress(min(lane.done + lane.rejected for lane in self.lanes), total)
-        self.wall_seconds += time.perf_counter() - t0
-        return self.summaries()
 
     def summaries(self) -> list[dict]:
         out = []

@@ -123,15 +123,6 @@ def test_admitting_a_live_sequence_raises_even_when_memory_is_full():
         a.admit(0, 4)
 
 
-def test_admit_many_with_a_live_sequence_raises_and_changes_nothing():
-    a = PagedAllocator(8, 4)
-    a.admit(1, 4)
-    before = a.snapshot()
-    with pytest.raises(ValueError, match="already live"):
-        a.admit_many(np.array([0, 1]), np.array([4, 4]))
-    assert a.snapshot() == before
-
-
 def test_releasing_an_unknown_sequence_raises_key_error():
     a = PagedAllocator(8, 4)
     with pytest.raises(KeyError):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import pickle
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,37 +73,6 @@ def _twin(lens: list[int]) -> PagedAllocator:
     for r, n in enumerate(lens):
         a.grow_to(r, n)
     return a
-
-
-@settings(max_examples=100, deadline=None)
-@given(lens=st.lists(st.integers(1, 120), min_size=1, max_size=5), data=st.data())
-def test_cache_many_is_cache_blocks_in_order(lens, data):
-    """Entries (r, n) in any order, a request again with more blocks, some cached before:
-    one pass registers what cache_blocks one by one does, in the same order."""
-    full = [n // 16 for n in lens]
-    pre = [data.draw(st.integers(0, f)) for f in full]
-    entries = data.draw(st.lists(st.tuples(st.integers(0, len(lens) - 1), st.integers(0, 8)),
-                                 max_size=12))
-    entries = [(r, min(k, full[r])) for r, k in entries]
-    if data.draw(st.booleans()):  # the next block of each, as a decode step fills them
-        entries = [(r, min(pre[r] + 1, full[r])) for r in sorted({r for r, _ in entries})]
-    once = len({r for r, _ in entries}) == len(entries)  # each request once: decode_many's
-    a, b, c = _twin(lens), _twin(lens), _twin(lens)
-    for x in (a, b, c):
-        for r, n in enumerate(pre):
-            x.cache_blocks(r, _keys(r, n), n)
-    for r, n in entries:
-        a.cache_blocks(r, _keys(r, n), n)
-    if entries:
-        ids, ns = (np.asarray(v, np.int64) for v in zip(*entries))
-        b.cache_many(ids, ns, _keys)
-        c.cache_many(ids, ns, _keys, once=once)
-    for x in (b, c):
-        pa, pb = a.block_pool, x.block_pool
-        assert [(k, list(v)) for k, v in pa._block_of.items()] == \
-            [(k, list(v)) for k, v in pb._block_of.items()]
-        assert pa._key_of == pb._key_of and pa.parent_of == pb.parent_of
-        assert np.array_equal(a._ncached, x._ncached)
 
 
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])

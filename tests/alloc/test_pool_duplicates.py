@@ -39,17 +39,6 @@ def test_a_key_keeps_its_first_parent_while_a_copy_stays():
     assert pool._key_of == {1: L, 2: K}
 
 
-def test_a_key_held_by_a_copy_keeps_its_place_in_stamp_order():
-    pool = pool_with_copy()
-    pool.take(pool.free_count - pool.cached_count + 1)  # evict block 0
-    # a lazy key (stamped after K and L) makes materialize order every key by its stamp
-    pool.lazy.store(np.asarray([3]), np.asarray([5]), np.asarray([0]),
-                    np.asarray([pool.stamps(1)]), Chains())
-    pool.has_key[3] = True
-    assert list(pool._block_of) == [K, L, (500, 16)]
-    assert pool.parent_of[(500, 16)] is None
-
-
 def test_a_block_registered_again_under_another_key_forgets_the_old_one():
     pool = BlockPool(4)
     got = pool.take(2).tolist()

@@ -32,26 +32,45 @@ def _need(lane, rid: int) -> int:
     tokens (prompt + generated, vLLM checks the whole sequence) or its reservation; a paged
     lane asks only for the blocks its cached prefix (whole blocks, never the last known
     token) does not cover, plus the cached ones it takes out of the free queue."""
-    n = int(lane.sched.num_tokens[rid])
-    if lane.reserve is not None:
-        return max(n, int(lane.reserve[rid]))
-    a, bs = lane.alloc, lane.alloc.block_size
-    hits = lane.sched.space.hits(rid, n)[0]
-    return (-(-n // bs) - len(hits) + sum(a._pool.is_cached(b) for b in hits)) * bs
+    n = int(lane.req.num_tokens[rid])
+    if not lane.cfg.paged:
+        return max(n, int(lane.req.reserve[rid]))
+    bs = lane.cfg.block_size
+    hits = _hits(lane, rid, n)
+    return (-(-n // bs) - len(hits) + sum(bool(lane.pool.in_lru[b]) for b in hits)) * bs
+
+
+def _hits(lane, rid: int, n: int) -> list[int]:
+    """The cached blocks under rid's leading block hashes, up to the first miss."""
+    from kvviz.engine.rule.keys import ROOT, block_hash
+    from kvviz.engine.rule.pool import get_cached_block
+    out, h = [], ROOT
+    if not lane.cfg.prefix_caching:
+        return out
+    for k in range((n - 1) // lane.cfg.block_size):
+        h = np.uint64(block_hash(lane.cfg, lane.req, rid, k, h))
+        b = get_cached_block(lane.pool, h)
+        if b < 0:
+            break
+        out.append(int(b))
+    return out
 
 
 def _capture_refusals(lane) -> list[tuple]:
-    """Wrap lane._fail: at each refusal, the lane's own answer and the brute-force class."""
+    """At each refusal (between schedule and update), the lane's own answer and the
+    brute-force class."""
     seen: list[tuple] = []
-    inner = lane._fail
 
-    def spy(rid, adm):
+    def spy(lane):
+        refused = lane.last_plan.refused
+        if refused is None:
+            return
+        rid, adm = refused
         need = _need(lane, rid)
         seen.append((adm, brute_class(lane.alloc, need),
                      need_units(lane.alloc, need) * lane.alloc.block_size))
-        inner(rid, adm)
 
-    lane._fail = spy
+    lane.after_schedule = spy
     return seen
 
 

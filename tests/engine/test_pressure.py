@@ -56,17 +56,15 @@ def test_top_level_shares_are_the_mean_of_each_step_usage():
 def test_pressure_steps_are_the_steps_with_a_memory_refusal_or_a_preemption():
     s = _sim(["paged:16", "contiguous:first-fit:exact", "contiguous:buddy:max"], 6144,
              rate=40.0)
-    s.advance = "step"  # the spy counts calls per step; the jump engine skips quiet ones
+    s.advance = "step"  # the spy reads every step's plan
     refused: dict[str, set[int]] = {lane.name: set() for lane in s.lanes}
     for lane in s.lanes:
-        inner = lane._fail
-
-        def spy(rid, adm, lane=lane, inner=inner):
-            if adm.reason is not Reason.POLICY:
+        def spy(lane):
+            r = lane.last_plan.refused
+            if r is not None and r[1].reason is not Reason.POLICY:
                 refused[lane.name].add(lane.step_no)
-            inner(rid, adm)
 
-        lane._fail = spy
+        lane.after_schedule = spy
     out = s.run(max_steps=100_000)
     for x in out:
         pre = {e.step for e in s.events.events

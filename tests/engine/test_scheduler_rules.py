@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz.alloc import make_allocator
 from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
-from kvviz.engine.eventlog import EventLog
 from kvviz.engine.lane import Lane
 
 
-def lane(prompt, output, *, arrive=None, blocks=64, bs=16, prefix=False, **eng) -> Lane:
+def lane(prompt, output, *, arrive=None, blocks=64, bs=16, prefix=False, arrived=None,
+         **eng) -> Lane:
     n = len(prompt)
     w = Workload(np.asarray(arrive if arrive is not None else [0.0] * n, float),
                  np.asarray(prompt, np.int64), np.asarray(output, np.int64),
                  np.full(n, -1, np.int64))
     spec = LaneSpec("paged", bs, prefix_caching=prefix)
-    ln = Lane("x", spec, make_allocator(spec, blocks * bs), w,
-              EngineConfig(step_ms=1000.0, **eng), EventLog())
-    ln.arrive(n)
+    ln = Lane("x", spec, w, EngineConfig(step_ms=1000.0, **eng), blocks * bs)
+    ln.arrive(n if arrived is None else arrived)
     return ln
 
 
@@ -34,9 +32,7 @@ def test_the_prefill_step_samples_the_first_token_and_the_last_token_gets_no_slo
 
 
 def test_the_budget_pays_running_decodes_first_then_a_prefill_chunk():
-    ln = lane([10, 100], [50, 5], max_batched_tokens=32)
-    ln.arrive(1)
-    ln.sched.arrived = 1
+    ln = lane([10, 100], [50, 5], max_batched_tokens=32, arrived=1)
     ln.step(1.0)  # request 0 prefills alone
     ln.arrive(2)
     ln.step(2.0)
@@ -50,8 +46,7 @@ def test_an_identical_64_token_prompt_hits_48_tokens():
                  np.full(2, -1), chain_ptr=np.array([0, 4, 8]),
                  chain_ids=np.array([1, 2, 3, 4, 1, 2, 3, 4]), chain_block=16)
     spec = LaneSpec("paged", 16, prefix_caching=True)
-    ln = Lane("x", spec, make_allocator(spec, 64 * 16), w, EngineConfig(step_ms=1000.0),
-              EventLog())
+    ln = Lane("x", spec, w, EngineConfig(step_ms=1000.0), 64 * 16)
     ln.arrive(1)
     ln.step(1.0)
     ln.arrive(2)
@@ -75,16 +70,14 @@ def test_a_preempted_request_hits_its_own_output_blocks_when_it_resumes():
 
 
 def test_freed_blocks_come_back_tail_first():
-    ln = lane([40, 8], [1, 1], arrive=[0.0, 1.5])
-    ln.sched.arrived = 1
+    ln = lane([40, 8], [1, 1], arrive=[0.0, 1.5], arrived=1)
     ln.step(1.0)  # request 0 takes blocks 0, 1, 2 and finishes
     ln.arrive(2)
     ln.step(2.0)
     assert ln.last_plan.admitted == [1]
-    (e,) = [x for x in ln.events.events if x.kind == "admitted" and x.seq_id == 1]
+    (e,) = [x for x in ln.drain(0, ("x",)).to_events() if x.kind == "admitted" and x.seq_id == 1]
     assert e.free_tokens == 63 * 16
-    ln2 = lane([40, 8], [1, 2], arrive=[0.0, 1.5])
-    ln2.sched.arrived = 1
+    ln2 = lane([40, 8], [1, 2], arrive=[0.0, 1.5], arrived=1)
     ln2.step(1.0)
     ln2.arrive(2)
     ln2.step(2.0)

@@ -17,10 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from kvviz.alloc import make_allocator
 from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
-from kvviz.engine.eventlog import EventLog
 from kvviz.engine.lane import Lane
 from kvviz.engine.tokens import token_ids
 
@@ -125,17 +123,16 @@ class VllmServer:
 
 
 def run_kvviz(w: Workload, c: dict) -> dict:
-    """kvviz's Lane on the stream, recorded as run_case records (block ids + 1: vLLM's
-    block 0 is its null block)."""
+    """kvviz's Lane (the compiled rule) on the stream, recorded as run_case records (block
+    ids + 1: vLLM's block 0 is its null block)."""
     bs = c["block_size"]
     spec = LaneSpec("paged", bs, prefix_caching=c["enable_prefix_caching"])
-    alloc = make_allocator(spec, c["num_blocks"] * bs)
     eng = EngineConfig(max_num_seqs=c["max_num_seqs"],
                        max_batched_tokens=c["max_num_batched_tokens"],
                        watermark=c["watermark"], enable_chunked_prefill=c["enable_chunked_prefill"],
                        step_ms=1000.0, max_seq_len=c["max_model_len"])
-    lane = Lane("x", spec, alloc, w, eng, EventLog())
-    pool = alloc._pool if c.get("kv_events") else None  # the publisher's source
+    lane = Lane("x", spec, w, eng, c["num_blocks"] * bs)
+    pool = lane.alloc.block_pool if c.get("kv_events") else None  # the publisher's source
     if pool is not None:
         pool.start_log()
     arrival = w.arrival_s
@@ -143,17 +140,17 @@ def run_kvviz(w: Workload, c: dict) -> dict:
     for step in range(1, c["max_steps"] + 1):
         if lane.finished:
             break
-        lane.arrive(int(np.searchsorted(arrival, float(step), side="right")))
+        upto = int(np.searchsorted(arrival, float(step), side="right"))
+        lane.arrive(upto)
         if lane.idle:
             lane.skip_idle(1, float(step))
             continue
-        before = set(lane.sched.running) | set(lane.sched.front)
         done_before = lane.done
         lane.step(float(step))
         plan = lane.last_plan
         running = lane.run_ids.tolist()
         fin = [int(r) for r in plan.ids.tolist() if r not in set(running)
-               and lane.sched.generated[r] >= w.output[r]]
+               and lane.generated[r] >= w.output[r]]
         assert lane.done - done_before == len(fin)
         kv = [] if pool is None else [["S" if k == "stored" else "R", key]
                                       for k, key, _ in pool.drain_log()]
@@ -163,8 +160,8 @@ def run_kvviz(w: Workload, c: dict) -> dict:
                       "preempted": sorted(plan.preempted),
                       "finished": fin,
                       "hits": {str(r): int(h) for r, h in zip(plan.admitted, plan.hit_tokens)},
-                      "blocks": {str(r): (alloc.block_table(r) + 1).tolist() for r in running}})
-        del before
+                      "blocks": {str(r): (lane.alloc.block_table(r) + 1).tolist()
+                                 for r in running}})
     return {"steps": steps, "queries": lane.prefix_query_tokens,
             "hits": lane.prefix_hit_tokens, "lane": lane}
 

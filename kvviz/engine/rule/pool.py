@@ -1,0 +1,323 @@
+"""vLLM's paged block pool (vllm/v1/core/block_pool.py, kv_cache_manager.py), compiled.
+
+The free block queue keeps vLLM's order in two parts: blocks are taken from the front; a
+freed block without a hash goes to the front (a request's blocks are freed tail first) and a
+freed cached block to the tail, so the queue is always
+
+    front | plain free blocks (`free_stack`, the top taken first) | cached, LRU | tail
+
+and a cached block is evicted only when no plain one is left. `cached_block_hash_to_block`
+is an open-addressing table (hash -> the first block cached under it); further blocks with
+the same hash (vLLM keeps duplicates) follow it in `dup_next`, in the order they were cached.
+A block with ref_cnt 0 is free; a prefix hit on a live block raises its ref_cnt.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kvviz.engine.rule.keys import ROOT, block_hash
+from kvviz.engine.rule.state import (
+    EVICTIONS,
+    KV_LOG_ON,
+    LRU_COUNT,
+    LRU_HEAD,
+    LRU_TAIL,
+    NUM_FREE_STACK,
+    NUM_HELD,
+    NUM_KV_LOG,
+    NUM_USED,
+)
+
+_EMPTY = np.uint64(0)
+
+
+# ---- cached_block_hash_to_block ------------------------------------------------------------
+@njit(cache=True)
+def _slot(p, h):
+    mask = p.hash_keys.size - 1
+    i = np.int64(h & np.uint64(mask))
+    while p.hash_keys[i] != _EMPTY and p.hash_keys[i] != h:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True)
+def get_cached_block(p, h):
+    """The first block cached under hash h, or -1."""
+    i = _slot(p, h)
+    return np.int64(p.hash_blocks[i]) if p.hash_keys[i] == h else np.int64(-1)
+
+
+@njit(cache=True)
+def _delete_slot(p, i):
+    """Empty slot i, shifting later entries of its probe run back (no tombstones)."""
+    keys, mask = p.hash_keys, p.hash_keys.size - 1
+    j = i
+    while True:
+        keys[i] = _EMPTY
+        while True:
+            j = (j + 1) & mask
+            if keys[j] == _EMPTY:
+                return
+            home = np.int64(keys[j] & np.uint64(mask))
+            if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
+                break
+        keys[i] = keys[j]
+        p.hash_blocks[i] = p.hash_blocks[j]
+        i = j
+
+
+@njit(cache=True)
+def _log(p, kind, h, end, parent):
+    """One KV cache event (vLLM's BlockStored / BlockRemoved), while the log is on."""
+    i = p.c[NUM_KV_LOG]
+    p.kv_kind[i] = kind
+    p.kv_hash[i] = h
+    p.kv_end[i] = end
+    p.kv_parent[i] = parent
+    p.c[NUM_KV_LOG] = i + 1
+
+
+@njit(cache=True)
+def cache_block(p, b, h, end, parent):
+    """Block b (held) now holds the content hashed h (up to token `end`; `parent`: the hash
+    before it, 0 for a first block): vLLM's cache_full_blocks for one block. A block already
+    cached under h stays first; b follows it."""
+    if p.block_hash[b] == h:
+        return
+    if p.block_hash[b] != _EMPTY:
+        forget(p, b)
+    if p.c[KV_LOG_ON]:
+        _log(p, 1, h, end, parent)
+    p.block_hash[b] = h
+    p.block_end[b] = end
+    p.block_parent[b] = parent
+    p.dup_next[b] = -1
+    i = _slot(p, h)
+    if p.hash_keys[i] != h:
+        p.hash_keys[i] = h
+        p.hash_blocks[i] = b
+        return
+    x = p.hash_blocks[i]
+    while p.dup_next[x] != -1:
+        x = p.dup_next[x]
+    p.dup_next[x] = b
+
+
+@njit(cache=True)
+def forget(p, b):
+    """Block b no longer holds its hash's content (evicted): vLLM's _maybe_evict_cached_block."""
+    h = p.block_hash[b]
+    if p.c[KV_LOG_ON]:
+        _log(p, 2, h, p.block_end[b], _EMPTY)
+    i = _slot(p, h)
+    first = p.hash_blocks[i]
+    if first == b:
+        if p.dup_next[b] == -1:
+            _delete_slot(p, i)
+        else:
+            p.hash_blocks[i] = p.dup_next[b]
+    else:
+        x = first
+        while p.dup_next[x] != b:
+            x = p.dup_next[x]
+        p.dup_next[x] = p.dup_next[b]
+    p.block_hash[b] = _EMPTY
+    p.dup_next[b] = -1
+
+
+# ---- free_block_queue ----------------------------------------------------------------------
+@njit(cache=True)
+def num_free_blocks(p):
+    return p.c[NUM_FREE_STACK] + p.c[LRU_COUNT]
+
+
+@njit(cache=True)
+def _lru_append(p, b):
+    c = p.c
+    p.lru_prev[b] = c[LRU_TAIL]
+    p.lru_next[b] = -1
+    if c[LRU_TAIL] >= 0:
+        p.lru_next[c[LRU_TAIL]] = b
+    else:
+        c[LRU_HEAD] = b
+    c[LRU_TAIL] = b
+    c[LRU_COUNT] += 1
+    p.in_lru[b] = True
+
+
+@njit(cache=True)
+def _lru_remove(p, b):
+    c = p.c
+    prev, nxt = p.lru_prev[b], p.lru_next[b]
+    if prev >= 0:
+        p.lru_next[prev] = nxt
+    else:
+        c[LRU_HEAD] = nxt
+    if nxt >= 0:
+        p.lru_prev[nxt] = prev
+    else:
+        c[LRU_TAIL] = prev
+    c[LRU_COUNT] -= 1
+    p.in_lru[b] = False
+
+
+@njit(cache=True)
+def get_new_block(p, owner):
+    """vLLM's get_new_blocks for one block: the queue's front, evicting a cached block only
+    when no plain one is left; the block is `owner`'s, ref_cnt 1. The caller checked that
+    a block is free."""
+    c = p.c
+    if c[NUM_FREE_STACK] > 0:
+        c[NUM_FREE_STACK] -= 1
+        b = p.free_stack[c[NUM_FREE_STACK]]
+    else:
+        b = np.int32(c[LRU_HEAD])
+        _lru_remove(p, b)
+        forget(p, b)
+        p.content[b] = 0
+        c[EVICTIONS] += 1
+    p.ref_cnt[b] = 1
+    p.block_owner[b] = owner
+    c[NUM_HELD] += 1
+    return b
+
+
+@njit(cache=True)
+def touch(p, b, owner):
+    """A prefix hit takes block b: out of the free queue if it was cached free (its content
+    counts as used again), else one more reference (vLLM's touch)."""
+    if p.in_lru[b]:
+        _lru_remove(p, b)
+        p.c[NUM_USED] += p.content[b]
+        p.content[b] = 0
+        p.ref_cnt[b] = 1
+        p.block_owner[b] = owner
+        p.c[NUM_HELD] += 1
+    else:
+        p.ref_cnt[b] += 1
+
+
+@njit(cache=True)
+def free_blocks(p, cfg, row, seq):
+    """vLLM's KVCacheManager.free: the row's blocks, tail first, each one reference less;
+    those nobody holds go back to the queue, a cached one to the tail, a plain one to the
+    front (the first freed is taken first)."""
+    bs = cfg.block_size
+    nb = p.row_num_blocks[row]
+    length = p.row_len[row]
+    nplain = 0
+    for j in range(nb - 1, -1, -1):
+        b = p.block_table[row, j]
+        p.ref_cnt[b] -= 1
+        fill = min(max(length - j * bs, 0), bs)
+        if p.ref_cnt[b] > 0:
+            if p.block_owner[b] == seq:  # a shared block: the lowest holder left owns it
+                p.block_owner[b] = lowest_holder(p, b, row)
+            continue
+        p.block_owner[b] = -1
+        p.c[NUM_HELD] -= 1
+        p.c[NUM_USED] -= fill
+        if p.block_hash[b] != _EMPTY:
+            _lru_append(p, b)
+            p.content[b] = fill
+        else:
+            p.scratch[nplain] = b
+            nplain += 1
+    for k in range(nplain - 1, -1, -1):
+        p.free_stack[p.c[NUM_FREE_STACK]] = p.scratch[k]
+        p.c[NUM_FREE_STACK] += 1
+    p.row_num_blocks[row] = 0
+    p.row_len[row] = 0
+    p.row_num_cached[row] = 0
+
+
+@njit(cache=True)
+def lowest_holder(p, b, leaving):
+    """The lowest request id among the rows (but `leaving`) whose tables hold block b."""
+    best = np.int64(-1)
+    for row in range(p.row_seq.size):
+        s = p.row_seq[row]
+        if row == leaving or s < 0 or (best >= 0 and s >= best):
+            continue
+        for j in range(p.row_num_blocks[row]):
+            if p.block_table[row, j] == b:
+                best = s
+                break
+    return best
+
+
+# ---- prefix hits and slots -----------------------------------------------------------------
+@njit(cache=True)
+def find_longest_cache_hit(p, cfg, req, r, hits):
+    """vLLM's get_computed_blocks: the blocks cached under request r's leading block hashes,
+    up to the first miss, never its last known token's block (vLLM recomputes it to sample).
+    Writes them into `hits` (and their hashes into p.row_hashes' scratch row); returns
+    how many."""
+    if not cfg.prefix_caching:
+        return 0
+    n = (req.num_tokens[r] - 1) // cfg.block_size
+    h = ROOT
+    k = 0
+    scratch = p.row_hashes.shape[0] - 1
+    while k < n:
+        h = block_hash(cfg, req, r, k, h)
+        b = get_cached_block(p, h)
+        if b < 0:
+            break
+        hits[k] = b
+        p.row_hashes[scratch, k] = h
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def blocks_to_allocate(p, cfg, row, num_tokens, hits, num_hits):
+    """Free blocks that allocate_slots takes for `num_tokens`: the new blocks plus the hits
+    sitting in the free queue (vLLM's get_num_blocks_to_allocate)."""
+    held = p.row_num_blocks[row] if row >= 0 else 0
+    need = max(0, -(-num_tokens // cfg.block_size) - held - num_hits)
+    for i in range(num_hits):
+        if p.in_lru[hits[i]]:
+            need += 1
+    return need
+
+
+@njit(cache=True)
+def allocate_slots(p, cfg, req, row, r, num_tokens):
+    """Blocks for `num_tokens` slots of running request r (row: its block table), then
+    vLLM's cache_full_blocks: every full block not yet cached is, under its hash."""
+    bs = cfg.block_size
+    need = -(-num_tokens // bs) - p.row_num_blocks[row]
+    for _ in range(need):
+        p.block_table[row, p.row_num_blocks[row]] = get_new_block(p, r)
+        p.row_num_blocks[row] += 1
+    if num_tokens > p.row_len[row]:
+        p.c[NUM_USED] += num_tokens - p.row_len[row]
+        p.row_len[row] = num_tokens
+    if cfg.prefix_caching:
+        full = num_tokens // bs
+        k = p.row_num_cached[row]
+        h = p.row_hashes[row, k - 1] if k else ROOT
+        while k < full:
+            parent = h if k else _EMPTY
+            h = block_hash(cfg, req, r, k, h)
+            p.row_hashes[row, k] = h
+            cache_block(p, p.block_table[row, k], h, (k + 1) * bs, parent)
+            k += 1
+        p.row_num_cached[row] = max(p.row_num_cached[row], full)
+
+
+@njit(cache=True)
+def take_hits(p, row, r, hits, num_hits, bs):
+    """A new row starts from its prefix hits (their hashes from the scratch row)."""
+    scratch = p.row_hashes.shape[0] - 1
+    for k in range(num_hits):
+        b = hits[k]
+        touch(p, b, r)
+        p.block_table[row, k] = b
+        p.row_hashes[row, k] = p.row_hashes[scratch, k]
+    p.row_num_blocks[row] = num_hits
+    p.row_num_cached[row] = num_hits
+    p.row_len[row] = num_hits * bs

@@ -1,0 +1,269 @@
+"""vLLM 0.32's v1 Scheduler (vllm/v1/core/sched/scheduler.py), compiled: FCFS, recompute
+preemption, synchronous scheduling, no speculative decoding.
+
+Each request has num_tokens (prompt + tokens sampled so far) and num_computed_tokens (tokens
+whose KV is written). One engine step is
+
+  schedule()  the token budget (max_num_batched_tokens) pays the running requests first, in
+              order: each computes num_tokens - num_computed_tokens tokens (one for a
+              decode, a chunk of its prompt while prefilling). A request whose slots cannot
+              be allocated preempts the last running request (its blocks freed, computed
+              reset to 0, back to the front of the waiting queue) until it fits or preempts
+              itself. Then, if nobody was preempted, waiting requests are admitted in order
+              while budget, max_num_seqs and memory allow: a prefix hit counts as computed,
+              the rest is prefilled (a chunk when the budget is short; with chunked prefill
+              off, a prompt that does not fit the budget waits). Admission needs the free
+              blocks for all num_tokens plus the watermark, waived while nothing runs.
+  update()    every request whose KV caught up with num_tokens samples one token (the step
+              that completes a prefill samples the first); one that reached max_tokens
+              finishes and frees its blocks: its last token never gets a KV slot.
+
+kvviz's own additions: a request whose whole life cannot fit the empty cache is rejected at
+the head of the queue (vLLM would wait for it forever); workloads are cut to max_seq_len
+beforehand, so vLLM's max_model_len never binds. The step's plan stays readable after it:
+sched_ids / sched_starts / sched_counts (scheduled tokens per request, vLLM's
+num_scheduled_tokens), preempted, finished.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from kvviz.engine.rule import kv
+from kvviz.engine.rule.events import emit
+from kvviz.engine.rule.shares import account
+from kvviz.engine.rule.state import (
+    ARRIVED,
+    DONE,
+    FAIL_CAPACITY,
+    FIRST_ADMITTED,
+    HIT_TOKENS,
+    K_ADMIT_FAILED,
+    K_ADMITTED,
+    K_FINISHED,
+    K_PARTIAL,
+    K_PREEMPTED,
+    K_REJECTED,
+    LAST_FAIL_REASON,
+    LAST_FAIL_SEQ,
+    NEXT_NEW,
+    NUM_FINISHED,
+    NUM_FRONT,
+    NUM_PREEMPTED,
+    NUM_RUNNING,
+    NUM_SCHED,
+    PREEMPTIONS,
+    PRESSURE,
+    QUERY_TOKENS,
+    R_NONE,
+    R_POLICY,
+    REFUSED_FREE,
+    REFUSED_LARGEST,
+    REFUSED_NEED,
+    REFUSED_REASON,
+    REFUSED_SEQ,
+    REJECTED,
+    STEP,
+    TOKENS_GENERATED,
+    TOO_BIG_LEFT,
+)
+
+
+@njit(cache=True)
+def num_waiting(p):
+    return p.c[NUM_FRONT] + p.c[ARRIVED] - p.c[NEXT_NEW]
+
+
+@njit(cache=True)
+def _head(p):
+    c = p.c
+    return p.front[c[NUM_FRONT] - 1] if c[NUM_FRONT] else c[NEXT_NEW]
+
+
+@njit(cache=True)
+def _pop_head(p):
+    c = p.c
+    if c[NUM_FRONT]:
+        c[NUM_FRONT] -= 1
+    else:
+        c[NEXT_NEW] += 1
+
+
+@njit(cache=True)
+def _schedule_one(p, r, start, count):
+    k = p.c[NUM_SCHED]
+    p.sched_ids[k] = r
+    p.sched_starts[k] = start
+    p.sched_counts[k] = count
+    p.c[NUM_SCHED] = k + 1
+
+
+@njit(cache=True)
+def _preempt(p, cfg, req, time_s):
+    """vLLM's _preempt_request on the last running request: blocks freed, computed reset,
+    back to the front of the waiting queue. Returns it."""
+    c = p.c
+    c[NUM_RUNNING] -= 1
+    victim = p.running[c[NUM_RUNNING]]
+    kv.free(p, cfg, req, victim)
+    req.num_computed_tokens[victim] = 0
+    p.front[c[NUM_FRONT]] = victim
+    c[NUM_FRONT] += 1
+    p.preempted[c[NUM_PREEMPTED]] = victim
+    c[NUM_PREEMPTED] += 1
+    c[PREEMPTIONS] += 1
+    emit(p, time_s, c[STEP], K_PREEMPTED, victim, R_NONE, 0, 0, 0, 1)
+    return victim
+
+
+@njit(cache=True)
+def log_partial(p, req, time_s):
+    """A `partial` event (docs/FORMAT.md) for each running request the plan leaves short of
+    its known tokens: a prefill chunk with more prompt to come, or a request the token
+    budget left without tokens. It samples nothing this step; `need` carries the slots it has
+    written at the step's end, so a reader re-derives every length and tokens_generated."""
+    c = p.c
+    for i in range(c[NUM_RUNNING]):
+        r = p.running[i]
+        have = req.num_computed_tokens[r]
+        if have < req.num_tokens[r]:
+            emit(p, time_s, c[STEP], K_PARTIAL, r, R_NONE, have, 0, 0, 1)
+
+
+@njit(cache=True)
+def schedule(p, cfg, req, time_s):
+    """One schedule(): the plan into sched_*, the events of its decisions into the log
+    (partial steps last). Returns whether the step was under memory pressure (a
+    preemption, or the head refused for memory)."""
+    pressure = _decide(p, cfg, req, time_s)
+    log_partial(p, req, time_s)
+    return pressure
+
+
+@njit(cache=True)
+def _decide(p, cfg, req, time_s):
+    c = p.c
+    budget = cfg.max_num_batched_tokens
+    c[NUM_SCHED] = 0
+    c[NUM_PREEMPTED] = 0
+    c[REFUSED_SEQ] = -1
+    # First, schedule the RUNNING requests.
+    i = 0
+    while i < c[NUM_RUNNING] and budget > 0:
+        r = p.running[i]
+        start = req.num_computed_tokens[r]
+        n = min(req.num_tokens[r] - start, budget)
+        scheduled = True
+        while not kv.grow(p, cfg, req, r, start + n):  # vLLM: preempt the lowest priority
+            if _preempt(p, cfg, req, time_s) == r:
+                scheduled = False
+                break
+        if not scheduled:
+            break
+        _schedule_one(p, r, start, n)
+        req.num_computed_tokens[r] = start + n
+        budget -= n
+        i += 1
+    c[FIRST_ADMITTED] = c[NUM_SCHED]
+    if c[NUM_PREEMPTED]:
+        return True
+    # Next, schedule the WAITING requests (only if no preemptions happened).
+    first = c[NUM_SCHED]
+    refused, reason, need, free, largest = -1, R_NONE, 0, 0, 0
+    while budget > 0 and num_waiting(p):
+        r = _head(p)
+        if req.too_big[r]:
+            _pop_head(p)
+            whole = req.prompt[r] + req.max_tokens[r] - 1
+            if not cfg.paged:
+                whole = max(whole, req.reserve[r])
+            why, need_w, free_w, largest_w = kv.check_whole(p, cfg, whole)
+            c[REJECTED] += 1
+            c[TOO_BIG_LEFT] -= 1
+            emit(p, time_s, c[STEP], K_REJECTED, r, why, need_w, free_w, largest_w, 1)
+            continue
+        total = req.num_tokens[r]
+        num_hits = kv.pool.find_longest_cache_hit(p, cfg, req, r, p.hits) if cfg.paged else 0
+        hit = num_hits * cfg.block_size
+        n = total - hit
+        ok, reason, need, free, largest = kv.check_admission(p, cfg, req, r, num_hits,
+                                                             c[NUM_RUNNING])
+        if c[NUM_RUNNING] >= cfg.max_num_seqs or (not cfg.enable_chunked_prefill
+                                                  and n > budget):
+            refused = r
+            if ok:  # a limit binds while memory would serve
+                reason = R_POLICY
+            break
+        if not ok:
+            refused = r
+            break
+        n = min(n, budget)
+        kv.admit(p, cfg, req, r, num_hits, hit + n)
+        _pop_head(p)
+        p.running[c[NUM_RUNNING]] = r
+        c[NUM_RUNNING] += 1
+        req.num_computed_tokens[r] = hit + n
+        if cfg.prefix_caching:  # vLLM counts queries only where it looks the cache up
+            c[QUERY_TOKENS] += total
+            c[HIT_TOKENS] += hit
+        p.admitted_free[c[NUM_SCHED] - first] = kv.free_slots(p, cfg)
+        _schedule_one(p, r, hit, n)
+        budget -= n
+    if c[NUM_SCHED] > first:
+        c[LAST_FAIL_SEQ] = -1
+        for k in range(first, c[NUM_SCHED]):
+            r = p.sched_ids[k]
+            emit(p, time_s, c[STEP], K_ADMITTED, r, R_NONE, req.num_tokens[r],
+                 p.admitted_free[k - first], 0, 1)
+    if refused < 0:
+        return False
+    c[REFUSED_SEQ], c[REFUSED_REASON] = refused, reason
+    c[REFUSED_NEED], c[REFUSED_FREE], c[REFUSED_LARGEST] = need, free, largest
+    if refused != c[LAST_FAIL_SEQ] or reason != c[LAST_FAIL_REASON]:
+        # one event per (request, reason) while it stays blocked
+        c[LAST_FAIL_SEQ] = refused
+        c[LAST_FAIL_REASON] = reason
+        c[FAIL_CAPACITY + reason - 1] += 1
+        emit(p, time_s, c[STEP], K_ADMIT_FAILED, refused, reason, need, free, largest, 1)
+    return reason != R_POLICY
+
+
+@njit(cache=True)
+def update(p, cfg, req, time_s):
+    """vLLM's update_from_output: every scheduled request whose KV caught up samples one
+    token; one that reached max_tokens finishes and frees its blocks (in step order)."""
+    c = p.c
+    c[NUM_FINISHED] = 0
+    for k in range(c[NUM_SCHED]):
+        r = p.sched_ids[k]
+        if req.num_computed_tokens[r] != req.num_tokens[r]:
+            continue  # a prefill chunk: nothing sampled
+        req.num_tokens[r] += 1
+        req.num_output_tokens[r] += 1
+        c[TOKENS_GENERATED] += 1
+        if req.num_output_tokens[r] >= req.max_tokens[r]:
+            p.finished[c[NUM_FINISHED]] = r
+            c[NUM_FINISHED] += 1
+    if not c[NUM_FINISHED]:
+        return
+    for k in range(c[NUM_FINISHED]):
+        r = p.finished[k]
+        kv.free(p, cfg, req, r)
+        c[DONE] += 1
+        emit(p, time_s, c[STEP], K_FINISHED, r, R_NONE, 0, 0, 0, 1)
+    keep = 0
+    for i in range(c[NUM_RUNNING]):  # the running list without them, in order
+        r = p.running[i]
+        if req.row[r] >= 0:
+            p.running[keep] = r
+            keep += 1
+    c[NUM_RUNNING] = keep
+
+
+@njit(cache=True)
+def step(p, cfg, req, time_s):
+    """One engine step: schedule, update, account."""
+    p.c[STEP] += 1
+    pressure = schedule(p, cfg, req, time_s)
+    p.c[PRESSURE] = pressure
+    update(p, cfg, req, time_s)
+    account(p, cfg, req, pressure, 1, time_s)
