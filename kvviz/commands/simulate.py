@@ -1,6 +1,6 @@
 """`kvviz simulate`: run a workload through one or more allocator lanes in sim mode.
 
-Every lane runs vLLM 0.32's scheduling rule (kvviz/engine/scheduler.py, docs/FIDELITY.md);
+Every lane runs vLLM 0.32's scheduling rule (kvviz/engine/rule/scheduler.py, docs/FIDELITY.md);
 contiguous lanes and their placements and reservations are kvviz's own (vLLM has none).
 """
 from __future__ import annotations

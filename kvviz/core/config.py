@@ -225,7 +225,7 @@ def lane_caption(name: str) -> str:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The scheduler's knobs, vLLM's names and meaning (kvviz/engine/scheduler.py)."""
+    """The scheduler's knobs, vLLM's names and meaning (kvviz/engine/rule/scheduler.py)."""
 
     max_num_seqs: int = 256  # running-batch limit (POLICY when it refuses)
     max_batched_tokens: int = 8192  # vLLM's max_num_batched_tokens: tokens computed per step

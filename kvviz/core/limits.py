@@ -169,7 +169,7 @@ LANE_HELP = ("an allocator lane, repeatable: contiguous[:PLACEMENT[:RESERVE]] or
              "paged:BLOCK[:prefix]; all lanes see one request stream (default the Live demo's "
              "three: contiguous:first-fit:pow2, whose holes of many sizes show FRAGMENTATION, "
              "contiguous:first-fit:max, which can only run out, and paged:16)")
-# vLLM 0.32's scheduler knobs, under its names, one text each (kvviz/engine/scheduler.py).
+# vLLM 0.32's scheduler knobs, under its names, one text each (kvviz/engine/rule/scheduler.py).
 MAX_NUM_SEQS_HELP = "running-batch limit, vLLM's max_num_seqs (default 256)"
 BATCHED_TOKENS_HELP = ("tokens computed per step, vLLM's max_num_batched_tokens: running "
                        "requests' decodes first, then prefill chunks (default 8192)")

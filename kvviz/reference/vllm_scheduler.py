@@ -1,5 +1,5 @@
 """vLLM's own v1 Scheduler and KVCacheManager, driven in-process with no model: the
-reference kvviz's scheduling rule (kvviz/engine/scheduler.py) is checked against.
+reference kvviz's scheduling rule (kvviz/engine/rule/scheduler.py) is checked against.
 
 Written for vLLM 0.32.0 (its internal API: Scheduler(vllm_config, kv_cache_config, ...),
 schedule(), update_from_output(SchedulerOutput, ModelRunnerOutput)); any other version is
