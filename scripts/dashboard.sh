@@ -21,6 +21,7 @@ EOF
 if [ ! -f "$stamp" ] || ! have_all; then
   $PY -m pip install -q --disable-pip-version-check -r requirements.txt
   $PY -m pip install -q --disable-pip-version-check --no-deps -e .
+  $PY -m kvviz warm  # numba's JIT once here (about 1-2 min), not while a user waits
   mkdir -p "$stamp_dir" && touch "$stamp"
 fi
 exec $PY -m streamlit run app.py --server.address 127.0.0.1 "$@"

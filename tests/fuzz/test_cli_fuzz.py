@@ -141,6 +141,12 @@ def test_whatif(sandbox, paths, data) -> None:
 
 @FUZZ
 @given(data=st.data())
+def test_warm(sandbox, paths, data) -> None:
+    _fuzz("warm", None, 0, ["--quiet"], data, paths)
+
+
+@FUZZ
+@given(data=st.data())
 def test_events(sandbox, paths, data) -> None:
     # a real subscriber (nothing listens on port 1): --duration 0.3 last ends every run
     endpoint = data.draw(st.sampled_from(["tcp://127.0.0.1:1", "ipc://x.sock"]))

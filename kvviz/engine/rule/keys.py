@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core import config
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _MIX = np.uint64(0xBF58476D1CE4E5B9)
@@ -21,14 +22,21 @@ MASK = (1 << 63) - 1
 ROOT = np.uint64(0x2545F4914F6CDD1D)  # the parent hash of a request's first block
 
 
-@njit(cache=True)
-def mix(h, x):
+def _mix(h, x):
     """One step of a 64-bit chained hash (splitmix64's finalizer over h ^ x); never 0, the
     empty mark of the hash table."""
     h = (h ^ np.uint64(x)) * _MUL
     h = (h ^ (h >> _S29)) * _MIX
     h = h ^ (h >> _S32)
     return h if h != np.uint64(0) else np.uint64(1)
+
+
+if config.DISABLE_JIT:  # interpreted: the same source, without numpy's warning where the
+    def mix(h, x):      # uint64 products wrap (as they do, silently, compiled)
+        with np.errstate(over="ignore"):
+            return _mix(h, x)
+else:
+    mix = njit(cache=True)(_mix)
 
 
 @njit(cache=True)
