@@ -142,7 +142,7 @@ def run_export(samples: int, tmp: Path) -> dict:
     from tests.fuzz.hostile_zmq import run_events
 
     rec = big_recording(tmp / f"big-{samples}.db", samples)
-    res = run_events([str(rec), "--csv", str(tmp / f"big-{samples}-csv"), "--blocks", "none"],
+    res = run_events([str(rec), "--csv", str(tmp / f"big-{samples}-csv"), "--maps", "none"],
                      limit_s=600, command="export")
     return {"bench": "round3", "input": f"export --csv of {samples:,} samples", "exit": res.code,
             "peak_rss_mb": round(res.peak_rss_mb), "seconds": round(res.wall_s, 2),

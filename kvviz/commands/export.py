@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN.db", help="a recording written by kvviz collect")
     p.add_argument("--parquet", metavar="DIR", default=None, help="write DIR/<table>.parquet")
     p.add_argument("--csv", metavar="DIR", default=None, help="write DIR/<table>.csv")
-    p.add_argument("--blocks", default="auto", metavar="WHICH", help=BLOCKS_HELP)
+    p.add_argument("--maps", default="auto", metavar="WHICH", help=BLOCKS_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="replace files of an earlier export in DIR (run.json, <table>.parquet "
                         "or .csv); no other file is ever replaced")
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not (args.parquet or args.csv):
         raise ValueError("give --parquet DIR and/or --csv DIR")
-    args.blocks_choice = blocks.parse_choice(args.blocks)
+    args.blocks_choice = blocks.parse_choice(args.maps)
     safeio.check_input_file(args.run, "recording")
     try:
         r = RunReader(args.run)

@@ -5,7 +5,7 @@ allocated, refcount, cached: the five planes of docs/FORMAT.md as plain columns,
 DuckDB or Polars query them without knowing the encoding. Written map by map (one Parquet row
 group or one CSV append per map), so memory holds one map whatever the recording's length.
 
-`--blocks` chooses the maps (`choose`): `all`, `none` (the table is written with its header
+`--maps` chooses the maps (`choose`): `all`, `none` (the table is written with its header
 only), `thin:N` (every Nth kept map of each lane, and each lane's last), or `auto` (the
 default: all while the table stays within AUTO_ROWS rows, else thinned just enough to fit).
 """
@@ -82,13 +82,13 @@ def write(reader, index, tmp: Path, fmt: str) -> int:
 
 
 def parse_choice(text: str) -> tuple[str, int]:
-    """`--blocks` text -> (kind, N); ValueError naming what is accepted."""
+    """`--maps` text -> (kind, N); ValueError naming what is accepted."""
     kind, _, n = text.partition(":")
     if kind in ("all", "none", "auto") and not n:
         return kind, 1
     if kind == "thin" and n.isdigit() and 1 <= int(n) <= 10**9 and len(n) <= 10:
         return kind, int(n)
-    raise ValueError(f"--blocks {text[:40]!r}: expected all, none, auto or thin:N with N in "
+    raise ValueError(f"--maps {text[:40]!r}: expected all, none, auto or thin:N with N in "
                      "1..1000000000")
 
 
@@ -111,12 +111,12 @@ def choose(index: list[tuple], choice: tuple[str, int], rows: int) -> tuple[list
     """(the maps to decode, a note saying what was left out: "" for all of them)."""
     kind, n = choice
     if kind == "none":
-        return [], f"left out ({len(index)} block maps, --blocks none)"
+        return [], f"left out ({len(index)} block maps, --maps none)"
     if kind == "auto":
         n = -(-rows // AUTO_ROWS) if rows > AUTO_ROWS else 1
     chosen = thin(index, n)
     if len(chosen) == len(index):
         return chosen, ""
-    why = (f"the whole table would be {rows:,} rows; --blocks all writes it"
-           if kind == "auto" else f"--blocks thin:{n}")
+    why = (f"the whole table would be {rows:,} rows; --maps all writes it"
+           if kind == "auto" else f"--maps thin:{n}")
     return chosen, f"every {n}th block map of each lane ({why})"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-KNOWN_VERSIONS = range(1, 5)  # the format versions this verifier checks (kvviz writes 4)
+KNOWN_VERSIONS = range(1, 6)  # the format versions this verifier checks (kvviz writes 5)
 MAX_BLOCK_SIZE = (1 << 31) - 1
 MAX_BLOCKS = 1 << 24  # kvviz refuses larger lanes (rows.MAX_BLOCKS)
 MAX_OWNER = (1 << 31) - 2  # an owner is -1 (free) or a sequence id; id + 1 still fits int32

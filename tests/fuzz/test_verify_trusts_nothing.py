@@ -43,7 +43,7 @@ def _edit(path, sql: str, *args) -> None:
         db.execute(sql, args)
 
 
-@pytest.mark.parametrize("version", [0, 5, 99, 2**62, -3])
+@pytest.mark.parametrize("version", [0, 6, 99, 2**62, -3])
 def test_an_unknown_format_version_is_a_failure_not_zero_mismatches(tmp_path, version, capsys):
     rec = make_recording(tmp_path / "r.db")
     _edit(rec, "UPDATE run SET format_version = ?", version)

@@ -26,7 +26,7 @@ def recs(tmp_path_factory) -> dict[str, Path]:
 
 def test_blocks_table_holds_every_kept_map_decoded(recs, tmp_path):
     assert main(["export", str(recs["engine"]), "--parquet", str(tmp_path / "pq"),
-                 "--csv", str(tmp_path / "csv"), "--blocks", "all"]) == 0
+                 "--csv", str(tmp_path / "csv"), "--maps", "all"]) == 0
     blocks = pd.read_parquet(tmp_path / "pq" / "blocks.parquet")
     assert blocks.dtypes["owner"] == np.int32 and blocks.dtypes["cached"] == np.bool_
     r = RunReader(recs["engine"])

@@ -23,5 +23,5 @@ def test_node_docs_state_the_same_limit():
 
 
 def test_the_snapshot_uploader_uses_the_constant():
-    source = (ROOT / "pages" / "node.py").read_text()
+    source = (ROOT / "pages" / "node_snapshot.py").read_text()
     assert "max_upload_size=uploads.UPLOAD_MAX_MB" in source
