@@ -189,7 +189,9 @@ class BlockLane:
             blocklane.add_arrivals(conn, lane, t, msg["arrived"])
         if msg["done"]:
             blocklane.add_finishes(conn, lane, msg["done"])
-            self.counts["tokens_generated"] += sum(int(d[2]) for d in msg["done"])
+        # tokens sampled so far, counted by the plugin step by step (the token timeline's
+        # definition: each step a live request sampled in, docs/FORMAT.md)
+        self.counts["tokens_generated"] = msg["generated"]
         waiting = msg["waiting"]
         reasons: dict[str, int] = {}
         for _, why in waiting:

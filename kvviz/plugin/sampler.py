@@ -66,6 +66,7 @@ class PoolSampler:
         self.next_seq = 0
         self.live: set[str] = set()
         self.events: list[list] = []
+        self.generated = 0  # tokens sampled so far: steps a live request sampled in
         self.arrived: list[list] = []
         self.done: list[list] = []
         self.admits: dict[str, int] = {}  # this step's admissions -> free blocks after
@@ -210,6 +211,19 @@ class PoolSampler:
                                 req.num_tokens, free_after * B])
             self.last_fail = None
         self.admits.clear()
+        # vLLM's schedule() has advanced num_computed_tokens by what it scheduled: a running
+        # request samples a token in this step unless its prefill is still short (a chunk) or
+        # the token budget gave it nothing. Those are `partial` events (docs/FORMAT.md).
+        planned, requests, seq_of = out.num_scheduled_tokens, sched.requests, self.seq_of
+        for rid in self.live:
+            req = requests.get(rid)
+            if req is None:
+                continue
+            if rid in planned and not req.is_prefill_chunk:
+                self.generated += 1
+            else:
+                self.events.append([step, "partial", seq_of.get(rid, -1), None,
+                                    req.num_computed_tokens, 0])
         failed, self.failed = self.failed, None
         queue = sched.kv_holding_waiting or sched.waiting
         if not queue:
@@ -290,7 +304,8 @@ class PoolSampler:
                "blocks": np.concatenate(parts) if parts else np.empty(0, np.int32),
                "running": [self.seq_of.get(r.request_id, -1) for r in sched.running],
                "waiting": self._waiting(), "head": self.head,
-               "events": self.events, "arrived": self.arrived, "done": self.done}
+               "events": self.events, "arrived": self.arrived, "done": self.done,
+               "generated": self.generated}
         self.events, self.arrived, self.done = [], [], []
         self.last_t, self.last_step = time.monotonic(), step
         if not self.pub.offer(msg) and len(msg["events"]) + len(msg["done"]) < CARRY_MAX:

@@ -24,7 +24,7 @@ ARRAYS = {"refcnt": np.int32, "hashed": np.uint8, "seqs": np.int64, "computed": 
 REASONS = {"no free blocks": "CAPACITY", "preempting": "CAPACITY", "watermark": "POLICY",
            "max_num_seqs": "POLICY", "token budget": "POLICY", "deferred": "POLICY",
            "other": "POLICY"}
-EVENT_KINDS = ("admitted", "admit_failed", "preempted", "finished")
+EVENT_KINDS = ("admitted", "admit_failed", "preempted", "finished", "partial")
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -102,9 +102,10 @@ def _check(msg: dict) -> None:
         a = msg[key]
         if a.size and (a.min() < (-1 if key == "seqs" else 0) or a.max() >= 2**31):
             raise WireError(f"{key}: values outside 0 .. 2^31 - 1")
-    dropped = msg.setdefault("dropped", 0)
-    if not isinstance(dropped, int) or not 0 <= dropped < BIG:
-        raise WireError("dropped: not a count")
+    for key in ("dropped", "generated"):
+        v = msg.setdefault(key, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < BIG:
+            raise WireError(f"{key}: not a count")
     for key, shape in _ROWS.items():
         rows = msg.setdefault(key, [])
         if not isinstance(rows, list) or len(rows) > MAX_ROWS:

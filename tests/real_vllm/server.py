@@ -124,7 +124,9 @@ class VllmServer:
                "VLLM_LOGGING_LEVEL": "INFO", "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                **self.env}
-        env.pop("PYTHONPATH", None)  # kvviz is not the server's business
+        env.pop("PYTHONPATH", None)  # kvviz is not the server's business, but for its plugin:
+        if "KVVIZ_BLOCKS_ENDPOINT" in self.env:  # the plugin from the tree under test, not
+            env["PYTHONPATH"] = str(ROOT)  # wherever the venv's editable install points
         t0 = time.monotonic()
         with self.log.open("wb") as fh:
             self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
