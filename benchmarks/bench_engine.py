@@ -28,7 +28,8 @@ whatif: `kvviz whatif`'s work on a 10,000-request node log (sharegpt-like, 10 re
 vllm: kvviz's engine against vLLM 0.32's own scheduler loop (kvviz/reference/vllm_scheduler.py
   in the venv KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0), on the same streams: 1,000
   sharegpt-like requests at once (paged:16) and 1,000 with prefix sharing at 10 req/s
-  (paged:16:prefix); block 16, 2,048 usable blocks, 256 seqs, 8,192 batched tokens. vLLM's
+  (paged:16:prefix), and 1,000 of a Mooncake-shaped slice with hash chains (mooncake_like,
+  paged:16:prefix); block 16, 2,048 usable blocks, 256 seqs, 8,192 batched tokens. vLLM's
   side is timed inside its process (schedule + update_from_output, no model); medians. Both
   sides' step and preemption totals are printed: they must be equal.
 """
@@ -211,6 +212,38 @@ def whatif(a) -> None:
                  f"{base['preemptions']:,} preemptions)")
 
 
+def mooncake_like(n: int, seed: int) -> Workload:
+    """A Mooncake-shaped slice (FAST'25's JSONL: ms timestamps, hash_ids of 512-token prompt
+    blocks), read back through kvviz's trace reader: 40 conversations whose requests share
+    their first 0-3 blocks, prompts up to 2,000 tokens, outputs 1-400 within 2,048 tokens,
+    about 10 req/s. No
+    Mooncake file is on this machine; the shape, not the data, is Mooncake's."""
+    import tempfile
+
+    from kvviz.traces import read_trace
+
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(100.0, n)).astype(np.int64)  # ms
+    fresh = 10_000
+    rows = []
+    for i in range(n):
+        conv, depth = int(rng.integers(0, 40)), int(rng.integers(0, 4))
+        prompt = int(rng.integers(depth * 512 + 1, 2001))
+        blocks = -(-prompt // 512)
+        shared = [conv * 10 + k for k in range(min(depth, blocks))]
+        own = blocks - len(shared)
+        ids = shared + list(range(fresh, fresh + own))
+        fresh += own
+        rows.append(json.dumps({"timestamp": int(t[i]), "input_length": prompt,
+                                "output_length": int(rng.integers(1, min(400, 2048 - prompt) + 1)),
+                                "hash_ids": ids}))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "mooncake.jsonl"
+        path.write_text("\n".join(rows) + "\n")
+        w, _ = read_trace(path)
+    return w
+
+
 def vllm(a) -> None:
     from kvviz.engine.tokens import token_ids
 
@@ -220,10 +253,11 @@ def vllm(a) -> None:
                            "paged:16"),
                "prefix 10/s": (WorkloadConfig("sharegpt-like", num_requests=a.requests,
                                               rate=10.0, prefix_share=0.8, seed=0),
-                               "paged:16:prefix")}
+                               "paged:16:prefix"),
+               "mooncake": (None, "paged:16:prefix")}
     root = Path(__file__).resolve().parents[1]
     for name, (cfg, lane) in streams.items():
-        w = generate(cfg)
+        w = mooncake_like(a.requests, 0) if cfg is None else generate(cfg)
         step_ms = EngineConfig().step_ms
         arrive = [max(1, int(np.ceil(t * 1000.0 / step_ms))) for t in w.arrival_s.tolist()]
         case = {"block_size": 16, "num_blocks": 2048, "max_num_seqs": 256,

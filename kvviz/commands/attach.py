@@ -27,6 +27,7 @@ from kvviz.core.errors import KvvizError
 HELP = "record a vLLM/SGLang node's /metrics and its KV-event stream into one recording"
 WAIT_S = 3.0  # a stream with nothing decodable by then gets a message
 COMMIT_S = 0.5
+INFO_TIMEOUT_S = 30.0  # vLLM's first /server_info collects its environment (seconds)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
                 blocks = BlockLanes(args.blocks, writer, sink.t0)
             scraper = ChildScraper(url, lambda s: (sink(s), state.scraped(s, url)),
                                    interval_s=args.interval, timeout_s=args.timeout)
+            info = _NodeConfig(url, writer)
             try:
-                status, message = _loop(args, scraper, sub, kv, writer, state, stop, blocks)
+                status, message = _loop(args, scraper, sub, kv, writer, state, stop, blocks,
+                                        info)
             finally:
                 scraper.close()  # a scrape in flight is abandoned at once
                 if sub is not None:
@@ -203,8 +206,36 @@ def _status_line(elapsed: float, state: _State, sub, blocks=None) -> str:
     return " ".join(parts)
 
 
+class _NodeConfig:
+    """The node's scheduler settings from vLLM's /server_info (kvviz/node/server_info.py),
+    fetched in a thread of its own (it may be slow or absent) and kept as meta `node_config`
+    once, when it comes."""
+
+    def __init__(self, url: str, writer) -> None:
+        import threading
+
+        from kvviz.node import server_info
+
+        self.writer, self.result, self.kept = writer, None, False
+        self.thread = threading.Thread(target=lambda: setattr(
+            self, "result", server_info.fetch(url, INFO_TIMEOUT_S)), daemon=True,
+            name="kvviz-server-info")
+        self.thread.start()
+
+    def keep(self) -> None:
+        if self.kept or self.thread.is_alive():
+            return
+        self.kept = True
+        if self.result:
+            conn = self.writer.conn
+            meta = json.loads(conn.execute("SELECT meta FROM run WHERE id = 1").fetchone()[0])
+            meta["node_config"] = self.result
+            conn.execute("UPDATE run SET meta = ? WHERE id = 1", (json.dumps(meta),))
+            self.writer.commit()
+
+
 def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str],
-          blocks=None) -> tuple[str, str]:
+          blocks=None, info: _NodeConfig | None = None) -> tuple[str, str]:
     from kvviz.node.kvevents.guard import MemoryLimit
 
     start = time.monotonic()
@@ -229,6 +260,8 @@ def _loop(args, scraper, sub, kv, writer, state: _State, stop: list[str],
         if state.scrapes == 1 and state.last is not None and not state.last.ok and \
                 state.last.status == "garbled":
             return "error", f"{scraper.url} is not a node's /metrics ({state.last.message})"
+        if info is not None:
+            info.keep()
         now = time.monotonic()
         if (kv is not None or blocks is not None) and now - last_commit >= COMMIT_S:
             if kv is not None:

@@ -34,6 +34,7 @@ class FakeNode:
 
     def __init__(self) -> None:
         self.hits: dict[str, int] = {}
+        self.server_info: bytes | None = None  # /server_info's answer (None: 404, no dev mode)
         self.lock = threading.Lock()
         node = self
 
@@ -99,6 +100,8 @@ class FakeNode:
                 }[path])
                 h.send_header("Content-Length", "0")
                 h.end_headers()
+            elif path == "/server_info?config_format=json" and self.server_info is not None:
+                self.send(h, self.server_info, ctype="application/json")
             elif path == "/error":
                 self.send(h, "internal error", 500)
             else:

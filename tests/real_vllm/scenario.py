@@ -66,7 +66,7 @@ def run(vllm_server, tmp_path_factory):
     srv = vllm_server
     wd = tmp_path_factory.mktemp("tier")
     rng = random.Random(22)
-    res: dict = {"pairs": [], "metric_checks": [], "wd": wd, "cpus": srv.cpus}
+    res: dict = {"pairs": [], "metric_checks": [], "wd": wd, "cpus": srv.cpus, "srv": srv}
     early = cl.attach(srv, wd / "attach-early.db")
     s1, s3 = cl.subscriber(srv), cl.subscriber(srv, cl.Lossy)
     try:

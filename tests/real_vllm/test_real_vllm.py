@@ -115,8 +115,21 @@ def test_kvviz_attach_records_what_vllm_did(run, which):
     r = RunReader(path)
     try:
         rows = r.node_samples()
+        kept = r.meta.get("node_config")
     finally:
         r.close()
+    if which != "gap":  # run by a process: attach asked vLLM's /server_info (dev mode)
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(run["srv"].metrics_url.replace(
+                "/metrics", "/server_info?config_format=json"), timeout=60) as resp:
+            said = json.load(resp)["vllm_config"]
+        assert kept is not None, "attach kept no node_config from /server_info"
+        assert kept["max_num_seqs"] == said["scheduler_config"]["max_num_seqs"]
+        assert kept["block_size"] == said["cache_config"]["block_size"]
+        assert kept["max_num_batched_tokens"] == \
+            said["scheduler_config"]["max_num_batched_tokens"]
     with kv_reader.connect(path) as conn:
         (stream,) = kv_reader.streams(conn)
         replayed = conn.execute("SELECT SUM(replayed) FROM kv_batches").fetchone()[0]
