@@ -21,7 +21,7 @@ COVER = [
     ("app.py", "dashboard"), ("pages/", "dashboard"), ("kvviz/viz/", "dashboard"),
     ("kvviz/kv/attention_triton.py", "gpu"), ("kvviz/kv/", "real"),
     ("collectors/torch_", "real"), ("collectors/launch.py", "real"),
-    ("kvviz/commands/bench.py", "real"),
+    ("kvviz/commands/bench.py", "real"), ("kvviz/commands/warm.py", "real"),  # torch: optional
     ("kvviz/plugin/vllm_entry.py", "reference"), ("kvviz/plugin/", "vllm-plugin"),
     ("kvviz/node/blocks", "events"), ("kvviz/node/kvevents/", "events"),
     ("kvviz/commands/events.py", "events"),

@@ -112,9 +112,8 @@ def test_a_slot_holding_another_sequences_kv_is_caught():
 def test_a_block_in_two_tables_is_caught():
     sim = _sim(lanes=("paged:16",))
     lane = sim.lanes[0]
-    alloc = lane.alloc
     a, b = (int(s) for s in lane.run_ids[:2])
-    alloc._table[alloc._rows.row(b), 0] = alloc.block_table(a)[0]  # fault: b reads a's block
+    lane.pool.block_table[lane.req.row[b], 0] = lane.alloc.block_table(a)[0]  # fault: b reads a's
     res = _audit(lane)
     tables = [f for f in res.failures if f.check == "tables"]
     assert any("in 2 block tables" in f.reason for f in tables)
@@ -128,7 +127,7 @@ def test_a_freed_block_still_in_a_table_is_caught():
     bm = alloc.snapshot()
     free = int(np.flatnonzero(bm.owner == FREE)[0])
     seq = int(lane.run_ids[0])
-    alloc._table[alloc._rows.row(seq), 0] = free
+    lane.pool.block_table[lane.req.row[seq], 0] = free
     res = _audit(lane)
     assert any(f.check == "tables" and f"block {free} is free" in f.reason
                for f in res.failures)
@@ -137,10 +136,9 @@ def test_a_freed_block_still_in_a_table_is_caught():
 def test_overlapping_contiguous_ranges_are_caught():
     sim = _sim(lanes=("contiguous:first-fit:max",))
     lane = sim.lanes[0]
-    alloc = lane.alloc
     a, b = (int(s) for s in lane.run_ids[:2])
-    rows = alloc._rows.rows(np.asarray([a, b]))
-    alloc._start[rows[1]] = alloc._start[rows[0]]  # fault: b's range is a's
+    rows = lane.req.row[[a, b]]
+    lane.pool.row_start[rows[1]] = lane.pool.row_start[rows[0]]  # fault: b's range is a's
     res = _audit(lane)
     assert any(f.check == "ranges" and "2 sequences' ranges" in f.reason for f in res.failures)
 

@@ -108,9 +108,10 @@ def test_a_lane_never_shares_a_block_whose_content_differs(trace, capacity):
                 n = a.seq_len(s)
                 for j, b in enumerate(a.block_table(s).tolist()):
                     got = tuple(token(w, chains, s, t) for t in range(j * bs, min(n, (j + 1) * bs)))
-                    if a._ref[b] > 1:  # shared by live sequences: the same tokens
+                    p = lane.pool
+                    if p.ref_cnt[b] > 1:  # shared by live sequences: the same tokens
                         assert content.setdefault(b, got) == got
-                    key = a._pool._key_of.get(b)  # a cached prefix block: what its key names
-                    if key is not None:
+                    key = (int(p.block_hash[b]), int(p.block_end[b]))  # its prefix key
+                    if key[0]:  # a cached prefix block: what its key names
                         assert first_seen.setdefault((lane.name, key), got) == got
     assert sim.finished
