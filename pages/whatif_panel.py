@@ -135,7 +135,7 @@ def node_panel(path, key: str) -> None:
         st.caption("What if? " + NO_REQUEST_LOG.capitalize() + ".")
         return
     try:
-        source = from_recording(path, model_for(None, real_on_cpu=False), 20.0)
+        source = from_recording(path, model_for(None, real_on_cpu=False))
     except KvvizError as exc:
         st.error(md(str(exc)))
         return
