@@ -80,6 +80,11 @@ def settings(meta: dict, pool: dict, where: str) -> tuple[NodeSettings, int, lis
         raise KvvizError(f"{where}: the node's settings are outside what kvviz replays ({exc})"
                          ) from None
     max_len = _field(eng, "max_model_len", int, w, 2)
+    try:  # the scheduler's own checks at the node's max_model_len (vLLM makes them too)
+        s.engine(1000.0, max_len)
+    except ValueError as exc:
+        raise KvvizError(f"{where}: the node's settings are outside what kvviz replays ({exc}, "
+                         f"max_model_len {max_len})") from None
     notes = []
     sched = pool.get("scheduler", "Scheduler")
     if sched != "Scheduler":
@@ -212,9 +217,10 @@ def _read(reader, where: str) -> tuple[Workload, NodeSettings, StepRecord]:
     seq = a["seq_id"][keep]
     fresh = _fresh(a, keep, ev)
     if not fresh and s.enable_prefix_caching:
-        cached = samples["cached_tokens"].to_numpy(np.float64)[sstep == first - 1]
-        if cached.size and np.nan_to_num(cached).max() > 0:
-            notes.append(f"the node's prefix cache held {int(np.nan_to_num(cached).max())} "
+        at = np.flatnonzero(sstep == first - 1)  # the last: after a prefix-cache reset
+        cached = samples["cached_tokens"].to_numpy(np.float64)[at[-1:]]
+        if cached.size and np.nan_to_num(cached[0]) > 0:
+            notes.append(f"the node's prefix cache held {int(cached[0])} "
                          "tokens of earlier requests when the replay starts: hits on them are "
                          "not replayed")
     rec0 = node_record.from_events(ev[0], ev[1], ev[2], first, last, {})
