@@ -4,7 +4,8 @@ A block is shared once a second sequence holds it: a prefix-cache hit on a live 
 fork. Its refcount counts its holders, `_holders` names them (shared blocks only), and its
 owner is the lowest holder left. Writing into a shared block copies it first; a release drops
 one reference per block and gives back only those nobody holds any more. The first share sets
-`_sharing`, which sends every later verb down these careful paths. A mixin over PagedAllocator's state (kvviz/alloc/paged.py).
+`_sharing`, which sends every later verb down these careful paths. A mixin over
+PagedAllocator's state (kvviz/alloc/paged.py).
 """
 from __future__ import annotations
 
