@@ -15,35 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvviz.twin.blockids import Renumbering, Tables, shown, tables_differ
+
 LISTS = ("admitted", "preempted", "finished", "scheduled")
 WHAT = {"admitted": "requests admitted", "preempted": "requests preempted",
         "finished": "requests finished", "scheduled": "requests scheduled"}
 TABLE_BUDGET = 1 << 24  # block ids kept per side for the sampled steps (int64: 128 MiB)
-
-
-@dataclass(frozen=True)
-class Tables:
-    """The block tables after one step: request seqs[i] holds
-    blocks[sum(lens[:i]) : sum(lens[:i + 1])] (vLLM's numbering), seqs sorted."""
-
-    seqs: np.ndarray  # int64
-    lens: np.ndarray  # int64
-    blocks: np.ndarray  # int64
-
-    @classmethod
-    def of(cls, table: dict) -> Tables:
-        seqs = np.array(sorted(int(r) for r in table), np.int64)
-        parts = [np.asarray(table[r] if r in table else table[str(r)], np.int64).ravel()
-                 for r in seqs.tolist()] if seqs.size else []
-        return cls(seqs, np.array([p.size for p in parts], np.int64),
-                   np.concatenate(parts) if parts else np.zeros(0, np.int64))
-
-    def ids(self, seq: int) -> np.ndarray | None:
-        i = int(np.searchsorted(self.seqs, seq))
-        if i >= self.seqs.size or self.seqs[i] != seq:
-            return None
-        start = int(self.lens[:i].sum())
-        return self.blocks[start:start + int(self.lens[i])]
 
 
 @dataclass(frozen=True)
@@ -188,15 +165,6 @@ class Recorder:
         return StepRecord(rec.busy, rec.lists, self.tables)
 
 
-def _ids(a: np.ndarray | None, limit: int = 8) -> str:
-    if a is None:
-        return "not running"
-    if not a.size:
-        return "none"
-    s = ", ".join(str(int(x)) for x in a[:limit])
-    return s + (f", ... ({a.size} in all)" if a.size > limit else "")
-
-
 def _first_pair_diff(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
                      upto: float) -> int | None:
     """The first step (<= upto) whose (step, id) pairs differ between a and b, else None."""
@@ -229,40 +197,6 @@ def _first_busy_diff(a: np.ndarray, b: np.ndarray, upto: float) -> int | None:
     return None
 
 
-class _Renumbering:
-    """A one-to-one map between the node's and the replay's block ids, grown as steps are
-    compared: the node's pool began in an order the recording does not hold, so its ids may
-    be the replay's under one fixed renumbering, never two."""
-
-    def __init__(self) -> None:
-        self.fwd: dict[int, int] = {}
-        self.bwd: dict[int, int] = {}
-
-    def agrees(self, node: np.ndarray, twin: np.ndarray) -> int | None:
-        """Index of the first pair that breaks the map (None: all agree; the map grows)."""
-        for i, (x, y) in enumerate(zip(node.tolist(), twin.tolist())):
-            if self.fwd.setdefault(x, y) != y or self.bwd.setdefault(y, x) != x:
-                return i
-        return None
-
-
-def _tables_differ(step: int, node: Tables, twin: Tables, renum: _Renumbering | None
-                   ) -> dict | None:
-    """The first request whose block ids differ after `step`, else None."""
-    if renum is None and np.array_equal(node.seqs, twin.seqs) and np.array_equal(
-            node.lens, twin.lens) and np.array_equal(node.blocks, twin.blocks):
-        return None
-    for r in sorted(set(node.seqs.tolist()) | set(twin.seqs.tolist())):
-        a, b = node.ids(r), twin.ids(r)
-        same = a is not None and b is not None and a.size == b.size and (
-            np.array_equal(a, b) if renum is None else renum.agrees(a, b) is None)
-        if not same:
-            what = f"block ids of request {r}" + ("" if renum is None else
-                                                  " (under one renumbering of the pool)")
-            return {"step": step, "what": what, "node": _ids(a), "replay": _ids(b)}
-    return None
-
-
 def compare(node: StepRecord, twin: StepRecord) -> dict:
     """`self_check`: equal, steps_compared (busy steps), block_steps_compared,
     first_difference (None when equal), not_replayed (the node record's notes), verdict."""
@@ -282,10 +216,10 @@ def compare(node: StepRecord, twin: StepRecord) -> dict:
                      "replay": "busy" if twin.busy_before(s + 1) > twin.busy_before(s)
                      else "idle"}
         else:
-            first = {"step": s, "what": WHAT[k], "node": _ids(node.at(k, s)),
-                     "replay": _ids(twin.at(k, s))}
+            first = {"step": s, "what": WHAT[k], "node": shown(node.at(k, s)),
+                     "replay": shown(twin.at(k, s))}
     stop = first["step"] if first else np.inf  # tables after a difference: not compared
-    renum = None if node.block_ids == "exact" else _Renumbering()
+    renum = None if node.block_ids == "exact" else Renumbering()
     sampled = 0
     for s in sorted(node.tables):
         if s >= stop or s > upto:
@@ -293,7 +227,7 @@ def compare(node: StepRecord, twin: StepRecord) -> dict:
         if s not in twin.tables:
             continue
         sampled += 1
-        diff = _tables_differ(s, node.tables[s], twin.tables[s], renum)
+        diff = tables_differ(s, node.tables[s], twin.tables[s], renum)
         if diff is not None:
             first = diff
             break
