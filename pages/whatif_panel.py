@@ -3,6 +3,8 @@
 the Node and Compare pages call `panel(source, key)`."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from kvviz.core.config import LaneSpec, model_for
@@ -96,9 +98,14 @@ def panel(source: Source, key: str) -> None:
             alt = None
     if alt is not None:
         bar = st.progress(0.0, text="starting")
-        res = whatif(source, alt, progress=lambda d, n: bar.progress(
-            d / n, text=f"{d}/{n} configurations"))
-        bar.empty()
+        try:
+            res = whatif(source, alt, progress=lambda d, n: bar.progress(
+                d / n, text=f"{d}/{n} configurations"))
+        except (KvvizError, ValueError, RuntimeError) as exc:  # a worker's error, named
+            st.error(md(str(exc)))
+            return
+        finally:
+            bar.empty()
         st.session_state[key] = (source.name, res)
     got = st.session_state.get(key)
     if got is None or got[0] != source.name:
@@ -129,14 +136,21 @@ def compare_source(request, loaded) -> Source:
 
 
 def node_panel(path, key: str) -> None:
-    """The panel for an attach recording: its own stream and settings, when it has the
-    plugin's request log; a line saying how to record one otherwise."""
+    """The panel for an attach recording: its own stream, settings and record (read once
+    per version of the file), when it has the plugin's request log; a line saying how to
+    record one otherwise; st.error naming what is wrong with a log it cannot replay."""
     if not has_request_log(path):
         st.caption("What if? " + NO_REQUEST_LOG.capitalize() + ".")
         return
     try:
-        source = from_recording(path, model_for(None, real_on_cpu=False), 20.0)
-    except KvvizError as exc:
+        st_ = Path(path).stat()
+        version = (str(path), st_.st_mtime_ns, st_.st_size)
+        got = st.session_state.get(f"{key}:source")
+        if got is None or got[0] != version:
+            got = (version, from_recording(path, model_for(None, real_on_cpu=False)))
+            st.session_state[f"{key}:source"] = got
+    except (KvvizError, OSError) as exc:
+        st.subheader("What if?")
         st.error(md(str(exc)))
         return
-    panel(source, key)
+    panel(got[1], key)

@@ -106,7 +106,7 @@ def load_source(a: argparse.Namespace, show_progress: bool):
         if given:
             raise ValueError(f"{given[0]}: a recording holds the node's own settings; the "
                              "--node-* flags are for a trace")
-        return source.from_recording(a.input, model, a.step_ms)
+        return source.from_recording(a.input, model)
     settings = node_settings(a)
     a.trace = a.input
     w, info = load_trace_args(a, a.prefix_tokens, show_progress)

@@ -116,8 +116,9 @@ class PoolSampler:
 
         def reset_prefix_cache():
             ok = reset()
-            if ok:
+            if ok:  # the next schedule() samples, even at the same step: the emptied cache
                 self.hashed[:] = 0
+                self.last_step, self.last_t = -1, 0.0
             return ok
 
         self._orig = {"get_new_blocks": get_new_blocks, "free_blocks": free_blocks,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from kvviz.twin.configs import Alternatives
 from kvviz.twin.runner import ConfigRun, run_all
-from kvviz.twin.selfcheck import compare, no_node_run
+from kvviz.twin.selfcheck import RecordSpec, compare, no_node_run
 from kvviz.twin.settings import NodeSettings
 from kvviz.twin.source import Source
 from kvviz.twin.table import rows
@@ -37,10 +37,12 @@ def plan(source: Source, alt: Alternatives) -> list[NodeSettings]:
 def whatif(source: Source, alt: Alternatives, workers: int | None = None,
            progress: Callable[[int, int], None] | None = None) -> WhatIf:
     configs = plan(source, alt)
-    runs = run_all(source.stream, configs, workers, progress,
-                   record_first=source.node_record is not None)
-    if source.node_record is None:
+    node = source.node_record
+    spec = None if node is None else RecordSpec(node.seq_ids, frozenset(node.tables),
+                                                node.has("scheduled"))
+    runs = run_all(source.stream, configs, workers, progress, record_first=spec)
+    if node is None:
         check = no_node_run(source.name)
     else:
-        check = compare(source.node_record, runs[0].record)
+        check = compare(node, runs[0].record)
     return WhatIf(source, check, runs, rows(runs))

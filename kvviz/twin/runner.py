@@ -26,7 +26,7 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
 from kvviz.engine.eventlog import KIND_CODE
-from kvviz.twin.selfcheck import Recorder, StepRecord
+from kvviz.twin.selfcheck import Recorder, RecordSpec, StepRecord
 from kvviz.twin.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the kvviz package
@@ -56,7 +56,7 @@ class ConfigRun:
     curve_step: np.ndarray  # int64: the step each curve point ends
     curve_blocks: np.ndarray  # int64: blocks in use (the bucket's max)
     curve_preempted: np.ndarray  # int64: preemptions so far
-    record: StepRecord | None = None  # per busy step (the self-check's side), when asked
+    record: StepRecord | None = None  # per step (the self-check's side), when asked
 
 
 def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
@@ -113,12 +113,13 @@ def _curve(steps: np.ndarray, blocks: np.ndarray, preempt_steps: np.ndarray):
     return at, peak.astype(np.int64), done
 
 
-def run_config(stream: Stream, settings: NodeSettings, record: bool = False) -> ConfigRun:
+def run_config(stream: Stream, settings: NodeSettings,
+               record: RecordSpec | bool | None = None) -> ConfigRun:
     """One configuration through the rule (what a worker does); `record`: keep the
-    StepRecord the self-check compares."""
+    StepRecord the self-check compares (True: every list and table, the replay's ids)."""
     sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
                      settings.engine(stream.step_ms, stream.max_seq_len), advance="step")
-    rec = Recorder() if record else None
+    rec = None if not record else Recorder(None if record is True else record)
     steps, blocks, weight = _step_through(sim, rec)
     summary = sim.summaries()[0]
     queue, preempt_steps = _queue_steps(sim, stream)
@@ -137,16 +138,16 @@ def default_workers() -> int:
 
 def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = None,
             progress: Callable[[int, int], None] | None = None,
-            record_first: bool = False) -> list[ConfigRun]:
+            record_first: RecordSpec | bool | None = None) -> list[ConfigRun]:
     """Every configuration's run, in the order given; `workers` processes (default: the
     cores this process may use; 1 runs here, without a pool); `record_first`: the first
-    (the baseline) keeps its StepRecord."""
+    (the baseline) keeps its StepRecord, as run_config's `record`."""
     n = len(configs)
     workers = min(n, workers or default_workers())
     if workers <= 1:
         out = []
         for i, c in enumerate(configs):
-            out.append(run_config(stream, c, record_first and i == 0))
+            out.append(run_config(stream, c, record_first if i == 0 else None))
             if progress is not None:
                 progress(i + 1, n)
         return out
@@ -155,7 +156,7 @@ def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = N
 
 def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
                  progress: Callable[[int, int], None] | None,
-                 record_first: bool) -> list[ConfigRun]:
+                 record_first: RecordSpec | bool | None) -> list[ConfigRun]:
     """`python -m kvviz.twin.worker` per configuration, `workers` at a time: a fresh
     interpreter each, so neither a threaded parent (the dashboard) is forked nor its main
     script (a Streamlit page) re-run, as multiprocessing's start methods would."""
@@ -172,7 +173,7 @@ def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
                 out = tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
                                         stdin=subprocess.PIPE, stdout=out, env=env)
-                proc.stdin.write(pickle.dumps((stream, c, record_first and i == 0)))
+                proc.stdin.write(pickle.dumps((stream, c, record_first if i == 0 else None)))
                 proc.stdin.close()
                 running[i] = (proc, out)
             finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]

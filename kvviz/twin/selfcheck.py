@@ -1,152 +1,277 @@
 """The self-check: the replay at the node's own settings against what the node did, per step.
 
-Both sides are a `StepRecord`: per busy engine step (a step that scheduled something; the
-node does not step while idle, the simulation's clock does, so busy steps are aligned in
-order), the requests scheduled and the requests preempted, and where the node's block maps
-were sampled, each running request's block ids (vLLM's numbering: kvviz's block b is vLLM's
-b + 1, its block 0 the null block). The verdict names the first busy step where they differ
-and in what; it never hides a difference.
+Both sides are a `StepRecord`, numbered by engine step (the replay's arrivals are the
+node's own arrival steps, so its steps are the node's): the busy steps (a request running
+or preempted in them: neither the node nor the replay steps while idle), per step the
+requests admitted (new or resumed), preempted and finished, so the running set of every
+step, and, where a side also knows them, the requests scheduled; where the node's block maps
+were sampled, each running request's block ids after the step (vLLM's numbering: kvviz's
+block b is vLLM's b + 1, its block 0 the null block). The verdict names the first step
+where they differ and in what; it never hides a difference.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from kvviz.twin.blockids import Renumbering, Tables, shown, tables_differ
+
+LISTS = ("admitted", "preempted", "finished", "scheduled")
+WHAT = {"admitted": "requests admitted", "preempted": "requests preempted",
+        "finished": "requests finished", "scheduled": "requests scheduled"}
+TABLE_BUDGET = 1 << 24  # block ids kept per side for the sampled steps (int64: 128 MiB)
 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """Per busy step k: scheduled ids[sched_ptr[k]:sched_ptr[k+1]], preempted
-    ids[pre_ptr[k]:pre_ptr[k+1]], each sorted (sets: a log may not keep vLLM's order)."""
+    """One side's run, step by step (see the module's docstring)."""
 
-    sched_ptr: np.ndarray  # int64 [steps + 1]
-    sched_ids: np.ndarray  # int64
-    pre_ptr: np.ndarray  # int64 [steps + 1]
-    pre_ids: np.ndarray  # int64
-    # per busy step: {request: its block ids, vLLM's numbering} after the step, or None
-    # where the map was not sampled; () when no step was
-    tables: tuple[dict[int, tuple[int, ...]] | None, ...] = ()
-
-    def table(self, k: int) -> dict[int, tuple[int, ...]] | None:
-        return self.tables[k] if k < len(self.tables) else None
+    busy: np.ndarray  # int64 [m, 2]: the busy steps as inclusive runs [first, last], in order
+    lists: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (steps, ids), by (step, id)
+    tables: dict[int, Tables] = field(default_factory=dict)  # step -> tables after it
+    block_ids: str = "exact"  # or "renumbered": the node's pool began in an unknown order
+    end_step: int | None = None  # the record stops here (the node's run went on): why
+    end_reason: str = ""
+    notes: tuple[str, ...] = ()  # what the replay cannot reproduce, named
+    seq_ids: np.ndarray | None = None  # the node's id of the replay's request i (None: i)
 
     @property
     def steps(self) -> int:
-        return int(self.sched_ptr.size - 1)
+        return int((self.busy[:, 1] - self.busy[:, 0] + 1).sum()) if self.busy.size else 0
 
     @property
     def preemptions(self) -> int:
-        return int(self.pre_ids.size)
+        return int(self.lists["preempted"][0].size)
 
-    def scheduled(self, k: int) -> np.ndarray:
-        return self.sched_ids[self.sched_ptr[k]:self.sched_ptr[k + 1]]
+    def has(self, name: str) -> bool:
+        return name in self.lists
 
-    def preempted(self, k: int) -> np.ndarray:
-        return self.pre_ids[self.pre_ptr[k]:self.pre_ptr[k + 1]]
+    def at(self, name: str, step: int) -> np.ndarray:
+        steps, ids = self.lists[name]
+        lo, hi = np.searchsorted(steps, [step, step + 1])
+        return ids[lo:hi]
+
+    def busy_before(self, step: int) -> int:
+        """Busy steps < `step`."""
+        if not self.busy.size:
+            return 0
+        first, last = self.busy[:, 0], self.busy[:, 1]
+        return int((np.minimum(last, step - 1) - first + 1).clip(0).sum())
 
     @classmethod
-    def from_lists(cls, scheduled: list, preempted: list,
-                   tables: list | None = None) -> StepRecord:
-        """From one list of ids per step each (and the sampled block tables, None where not
-        sampled); steps with neither scheduled nor preempted requests are left out."""
-        def csr(parts: list) -> tuple[np.ndarray, np.ndarray]:
-            ptr = np.zeros(len(parts) + 1, np.int64)
-            ptr[1:] = np.cumsum([len(p) for p in parts])
-            flat = [np.sort(np.asarray(p, np.int64)) for p in parts]
-            ids = np.concatenate(flat) if flat else np.zeros(0, np.int64)
-            return ptr, ids.astype(np.int64)
+    def from_steps(cls, steps: list[int], admitted: list, preempted: list, finished: list,
+                   scheduled: list | None = None, tables: list | None = None,
+                   **kw) -> StepRecord:
+        """From one entry per listed step (engine step numbers, increasing; each list one
+        list of ids per step; tables: {request: block ids} or None per step). A step is
+        busy when a request runs or is preempted in it: the running set carries over
+        between the steps listed."""
+        lists = {"admitted": admitted, "preempted": preempted, "finished": finished}
+        if scheduled is not None:
+            lists["scheduled"] = scheduled
+        if any(len(v) != len(steps) for v in lists.values()) or (
+                tables is not None and len(tables) != len(steps)):
+            raise ValueError("step record: one entry per step in every list")
+        out = {k: _pairs(steps, v) for k, v in lists.items()}
+        busy, live = [], set()
+        for i, s in enumerate(steps):
+            if busy and live and busy[-1][1] < s - 1:  # the steps between, running on
+                busy.append([busy[-1][1] + 1, s - 1])
+            during = (live - set(preempted[i])) | set(admitted[i])
+            if during or len(preempted[i]):
+                busy.append([s, s])
+            live = during - set(finished[i])
+        tabs = {} if tables is None else {int(s): Tables.of(t) for s, t in zip(steps, tables)
+                                          if t is not None}
+        return cls(merge_runs(busy), out, tabs, **kw)
 
-        if len(scheduled) != len(preempted):
-            raise ValueError("step record: one scheduled and one preempted list per step")
-        busy = [k for k in range(len(scheduled)) if len(scheduled[k]) or len(preempted[k])]
-        sp, si = csr([scheduled[k] for k in busy])
-        pp, pi = csr([preempted[k] for k in busy])
-        tabs = () if tables is None else tuple(
-            None if tables[k] is None else {int(r): tuple(int(b) for b in ids)
-                                           for r, ids in tables[k].items()} for k in busy)
-        return cls(sp, si, pp, pi, tabs)
+
+def _pairs(steps: list[int], per_step: list) -> tuple[np.ndarray, np.ndarray]:
+    st = [s for s, ids in zip(steps, per_step) for _ in range(len(ids))]
+    ids = [int(r) for x in per_step for r in x]
+    a, b = np.asarray(st, np.int64), np.asarray(ids, np.int64)
+    order = np.lexsort((b, a))
+    return a[order], b[order]
+
+
+def merge_runs(runs: list) -> np.ndarray:
+    """[[first, last], ...] in order -> touching or overlapping runs merged, int64 [m, 2]."""
+    out: list[list[int]] = []
+    for a, b in runs:
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([int(a), int(b)])
+    return np.asarray(out, np.int64).reshape(-1, 2)
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """What the replay's Recorder keeps: `seq_ids[i]` is the node's id of the replay's
+    request i (None: the index itself); the tables after the steps in `table_steps` (None:
+    every busy step); the scheduled requests of every step."""
+
+    seq_ids: np.ndarray | None = None
+    table_steps: frozenset | None = None
+    scheduled: bool = True
 
 
 class Recorder:
-    """Collects a StepRecord from a one-lane Simulation, one busy step at a time."""
+    """Collects a StepRecord from a one-lane Simulation, one stepped step at a time."""
 
-    def __init__(self, tables: bool = True) -> None:
-        self.scheduled: list[np.ndarray] = []
-        self.preempted: list[list[int]] = []
-        self.tables: list[dict] | None = [] if tables else None
+    def __init__(self, spec: RecordSpec | None = None) -> None:
+        self.spec = spec or RecordSpec()
+        self.live: set[int] = set()
+        self.steps: list[int] = []
+        self.lists: dict[str, list] = {k: [] for k in LISTS[:3]}
+        self.sched: list = []
+        self.tables: dict[int, Tables] = {}
+        self.table_ids = 0
 
     def after_step(self, lane) -> None:
         plan = lane.last_plan
-        if plan is not None and (plan.ids.size or plan.preempted):
-            self.scheduled.append(np.asarray(plan.ids, np.int64).copy())
-            self.preempted.append(list(plan.preempted))
-            if self.tables is not None:  # kvviz block b is vLLM's b + 1
-                table = lane.alloc.block_table
-                self.tables.append({int(r): tuple((table(r) + 1).tolist())
-                                    for r in lane.run_ids.tolist()})
+        admitted = [int(r) for r in plan.admitted]
+        preempted = [int(r) for r in plan.preempted]
+        during = (self.live - set(preempted)) | set(admitted)
+        after = lane.run_ids
+        self.live = set(after.tolist())
+        if not during and not preempted:
+            return
+        step = lane.step_no
+        name = self._names
+        self.steps.append(step)
+        self.lists["admitted"].append(name(admitted))
+        self.lists["preempted"].append(name(preempted))
+        self.lists["finished"].append(name(sorted(during - self.live)))
+        if self.spec.scheduled:
+            self.sched.append(name(plan.ids.tolist()))
+        want = self.spec.table_steps
+        if (want is None or step in want) and self.table_ids < TABLE_BUDGET:
+            table = lane.alloc.block_table  # kvviz block b is vLLM's b + 1
+            t = Tables.of({int(n): table(r) + 1 for r, n in zip(after.tolist(),
+                                                                  name(after.tolist()))})
+            self.tables[step] = t
+            self.table_ids += int(t.blocks.size)
+
+    def _names(self, ids: list[int]) -> list[int]:
+        m = self.spec.seq_ids
+        return list(ids) if m is None else m[np.asarray(ids, np.int64)].tolist()
 
     def record(self) -> StepRecord:
-        return StepRecord.from_lists(self.scheduled, self.preempted, self.tables)
+        rec = StepRecord.from_steps(self.steps, self.lists["admitted"],
+                                    self.lists["preempted"], self.lists["finished"],
+                                    self.sched if self.spec.scheduled else None)
+        return StepRecord(rec.busy, rec.lists, self.tables)
 
 
-def _ids(a: np.ndarray, limit: int = 8) -> str:
-    s = ", ".join(str(int(x)) for x in a[:limit])
-    return s + (f", ... ({a.size} in all)" if a.size > limit else "")
+def _first_pair_diff(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
+                     upto: float) -> int | None:
+    """The first step (<= upto) whose (step, id) pairs differ between a and b, else None."""
+    (sa, ia), (sb, ib) = a, b
+    sa, ia = sa[sa <= upto], ia[sa <= upto]
+    sb, ib = sb[sb <= upto], ib[sb <= upto]
+    n = min(sa.size, sb.size)
+    bad = np.flatnonzero((sa[:n] != sb[:n]) | (ia[:n] != ib[:n]))
+    if bad.size:
+        return int(min(sa[bad[0]], sb[bad[0]]))
+    if sa.size != sb.size:
+        return int(sa[n] if sa.size > n else sb[n])
+    return None
+
+
+def _first_busy_diff(a: np.ndarray, b: np.ndarray, upto: float) -> int | None:
+    """The first step (<= upto) busy on one side only, else None."""
+    edges = sorted({int(x) for x in a.ravel()} | {int(x) + 1 for x in a[:, 1]}
+                   | {int(x) for x in b.ravel()} | {int(x) + 1 for x in b[:, 1]})
+
+    def busy(runs: np.ndarray, s: int) -> bool:
+        i = int(np.searchsorted(runs[:, 0], s, side="right")) - 1
+        return i >= 0 and runs[i, 1] >= s
+
+    for s in edges:
+        if s > upto:
+            return None
+        if busy(a, s) != busy(b, s):
+            return s
+    return None
 
 
 def compare(node: StepRecord, twin: StepRecord) -> dict:
-    """`self_check`: equal, steps_compared, first_difference (None when equal), verdict."""
-    n = min(node.steps, twin.steps)
+    """`self_check`: equal, steps_compared (busy steps), block_steps_compared,
+    first_difference (None when equal), not_replayed (the node record's notes), verdict."""
+    upto = np.inf if node.end_step is None else node.end_step
+    names = [k for k in LISTS if node.has(k) and twin.has(k)]
+    found = [(s, k) for k, s in ((k, _first_pair_diff(node.lists[k], twin.lists[k], upto))
+                                 for k in names) if s is not None]
+    busy = _first_busy_diff(node.busy, twin.busy, upto)
+    if busy is not None:
+        found.append((busy, "busy"))
     first = None
-    for k in range(n):
-        a, b = node.scheduled(k), twin.scheduled(k)
-        if a.size != b.size or not np.array_equal(a, b):
-            first = {"step": k + 1, "what": "scheduled requests",
-                     "node": _ids(a), "replay": _ids(b)}
+    if found:
+        s, k = min(found, key=lambda x: (x[0], -1 if x[1] == "busy" else names.index(x[1])))
+        if k == "busy":
+            first = {"step": s, "what": "whether the step ran",
+                     "node": "busy" if node.busy_before(s + 1) > node.busy_before(s) else "idle",
+                     "replay": "busy" if twin.busy_before(s + 1) > twin.busy_before(s)
+                     else "idle"}
+        else:
+            first = {"step": s, "what": WHAT[k], "node": shown(node.at(k, s)),
+                     "replay": shown(twin.at(k, s))}
+    stop = first["step"] if first else np.inf  # tables after a difference: not compared
+    renum = None if node.block_ids == "exact" else Renumbering()
+    sampled = 0
+    for s in sorted(node.tables):
+        if s >= stop or s > upto:
             break
-        a, b = node.preempted(k), twin.preempted(k)
-        if a.size != b.size or not np.array_equal(a, b):
-            first = {"step": k + 1, "what": "preempted requests",
-                     "node": _ids(a), "replay": _ids(b)}
+        if s not in twin.tables:
+            continue
+        sampled += 1
+        diff = tables_differ(s, node.tables[s], twin.tables[s], renum)
+        if diff is not None:
+            first = diff
             break
-        first = _tables_differ(k, node.table(k), twin.table(k))
-        if first is not None:
-            break
-    if first is None and node.steps != twin.steps:
-        first = {"step": n + 1, "what": "step count", "node": str(node.steps),
-                 "replay": str(twin.steps)}
     equal = first is None
-    sampled = sum(node.table(k) is not None and twin.table(k) is not None for k in range(n))
-    if equal:
-        verdict = (f"replay equals the node: {n} busy steps, {node.preemptions} preemptions, "
-                   "the same requests scheduled and preempted at every step"
-                   + (f", every block id at the {sampled} steps whose maps were sampled"
-                      if sampled else "; no block map sampled to compare block ids"))
+    n = node.busy_before(int(min(upto, 2**62)) + 1) if equal else node.busy_before(
+        first["step"])
+    return {"equal": equal, "steps_compared": n, "block_steps_compared": sampled,
+            "first_difference": first, "not_replayed": list(node.notes),
+            "verdict": _verdict(node, first, n, sampled, names, upto)}
+
+
+def _verdict(node: StepRecord, first: dict | None, n: int, sampled: int, names: list[str],
+             upto: float) -> str:
+    said = [k for k in ("scheduled", *LISTS[:3]) if k in names]
+    said = ", ".join(said[:-1]) + (" and " if len(said) > 1 else "") + said[-1] if said else ""
+    lists = (f"the same requests {said} at every step" + (
+        "" if "scheduled" in names or not said else
+        " (so the same running set; the node's record holds no per-step scheduled lists)"))
+    if first is None:
+        pre = int((node.lists["preempted"][0] <= upto).sum())
+        blocks = "; no block map sampled to compare block ids"
+        if sampled:
+            blocks = f", every block id at the {sampled} steps whose maps were sampled"
+            if node.block_ids != "exact":
+                blocks += (" under one renumbering of the pool's blocks (the node had served "
+                           "requests before its log began: its free-block order then is not "
+                           "recorded)")
+        text = (f"replay equals the node: {n} busy steps, {pre} preemption{'s' * (pre != 1)}, "
+                f"{lists}{blocks}")
     else:
-        verdict = (f"replay differs from the node at busy step {first['step']} "
-                   f"({first['what']}: node {first['node']}; replay {first['replay']}); "
-                   f"the {first['step'] - 1} steps before it are equal")
-    return {"equal": equal, "steps_compared": n if equal else first["step"],
-            "block_steps_compared": sampled, "first_difference": first, "verdict": verdict}
-
-
-def _tables_differ(k: int, node: dict | None, twin: dict | None) -> dict | None:
-    """The first request whose block ids differ at busy step k (both sampled), else None."""
-    if node is None or twin is None or node == twin:
-        return None
-    for r in sorted(set(node) | set(twin)):
-        if node.get(r) != twin.get(r):
-            def show(ids: tuple | None) -> str:
-                return "not running" if ids is None else _ids(np.asarray(ids, np.int64))
-            return {"step": k + 1, "what": f"block ids of request {r}",
-                    "node": show(node.get(r)), "replay": show(twin.get(r))}
-    return None
+        text = (f"replay differs from the node at engine step {first['step']} "
+                f"({first['what']}: node {first['node']}; replay {first['replay']}); the "
+                f"{n} busy steps before it are equal")
+    if node.end_step is not None:
+        text += f"; compared up to engine step {node.end_step} ({node.end_reason})"
+    if node.notes:
+        text += ". Not replayed as the node ran: " + "; ".join(node.notes)
+    return text
 
 
 def no_node_run(what: str) -> dict:
     """`self_check` for an input without a node run (a trace): nothing to compare."""
     return {"equal": None, "steps_compared": 0, "block_steps_compared": 0,
-            "first_difference": None,
+            "first_difference": None, "not_replayed": [],
             "verdict": f"{what} is a request stream, not a node's run: there is no node run to "
                        "compare the replay with; the baseline is the rule at the settings "
                        "given (--node-* flags, vLLM's defaults)"}

@@ -10,18 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvviz.core.config import ModelShape
-from kvviz.core.errors import KvvizError
-from kvviz.core.safeio import check_input_file, printable
+from kvviz.core.safeio import check_input_file
 from kvviz.core.workload import Workload
+from kvviz.twin import recording
+from kvviz.twin.recording import NO_REQUEST_LOG, REQUEST_LOG_TABLES  # noqa: F401 (its home)
 from kvviz.twin.runner import Stream
 from kvviz.twin.selfcheck import StepRecord
 from kvviz.twin.settings import NodeSettings
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# the plugin's step-exact request log (issue "kvviz inside vLLM"); its table, once it exists
-REQUEST_LOG_TABLES = ("request_log",)
-NO_REQUEST_LOG = ("this recording has no request log (record it with kvviz attach --blocks, "
-                  "docs/NODE.md)")
+STEP_MS = 1000.0  # a recording's clock: its arrivals are engine steps
 
 
 @dataclass(frozen=True)
@@ -60,30 +58,17 @@ def has_request_log(path: str | Path) -> bool:
 
 def read_recording(path: str | Path) -> tuple[Workload, NodeSettings, StepRecord]:
     """(the node's requests, its settings, its per-step record) from an attach recording
-    with the plugin's request log; KvvizError naming what is missing otherwise."""
-    from kvviz.core.errors import StoreError
-    from kvviz.store.reader import RunReader
-
-    p = check_input_file(path, "recording")
-    try:
-        reader = RunReader(p)
-    except StoreError:
-        raise
-    except Exception as exc:  # not a recording kvviz can open
-        raise KvvizError(f"{printable(p)}: not a kvviz recording ({type(exc).__name__})") from None
-    try:
-        if not any(reader.has_table(t) for t in REQUEST_LOG_TABLES):
-            raise KvvizError(f"{printable(p)}: {NO_REQUEST_LOG}")
-        # The log's reader is wired when the plugin's table exists (docs/NODE.md, "What if?")
-        raise KvvizError(f"{printable(p)}: this kvviz cannot read the request log yet")
-    finally:
-        reader.close()
+    with the plugin's request log (kvviz/twin/recording.py: what is exact, what is named);
+    KvvizError naming what is missing or malformed otherwise."""
+    return recording.read(check_input_file(path, "recording"))
 
 
-def from_recording(path: str | Path, model: ModelShape, step_ms: float) -> Source:
+def from_recording(path: str | Path, model: ModelShape) -> Source:
+    """A recording's stream: its arrivals in engine steps, on a clock of 1 s a step (so the
+    replay's step numbers are the node's)."""
     w, settings, record = read_recording(path)
     max_seq_len = max(2, int(w.final_len.max()))
-    return Source(str(path), Stream(w, model, step_ms, max_seq_len), settings, record)
+    return Source(str(path), Stream(w, model, STEP_MS, max_seq_len), settings, record)
 
 
 def from_trace(w: Workload, name: str, settings: NodeSettings, model: ModelShape,

@@ -79,3 +79,17 @@ def test_a_recording_without_a_request_log_is_refused_plainly(capsys, tmp_path):
     assert err.startswith("kvviz whatif: error: ") and "kvviz attach --blocks" in err
     assert main(["whatif", str(rec), "--node-block-size", "32"]) == 2
     assert "--node-* flags are for a trace" in capsys.readouterr().err
+
+
+def test_an_attach_recording_is_replayed_at_its_own_settings(capsys, tmp_path):
+    from tests.twin import noderun
+
+    rec = noderun.write(tmp_path / "node.db", noderun.workload(16, spread=20))
+    head, rows = _json(capsys, ["whatif", str(rec), "--json", "--workers", "1",
+                                "--block-size", "32"])
+    assert head["self_check"]["equal"] is True and head["requests"] == 16
+    assert head["node_settings"] == noderun.SETTINGS.as_dict() and len(rows) == 2
+    assert head["self_check"]["steps_compared"] > 0 and head["self_check"]["not_replayed"] == []
+    assert main(["whatif", str(rec), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "self-check: replay equals the node" in out and "node's own (baseline)" in out

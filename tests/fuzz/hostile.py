@@ -147,6 +147,11 @@ def hostile_paths(root: Path) -> dict[str, str]:
     rec = root / "run.db"
     if not rec.exists():
         make_recording(rec, "stopped \x1b[31mred\x1b[0m")
+    node = root / "node.db"  # an attach --blocks recording with the plugin's request log
+    if not node.exists():
+        from tests.twin.noderun import workload, write
+
+        write(node, workload(12, spread=20))
     link = root / "link.db"
     if not link.is_symlink():
         link.symlink_to(rec)
@@ -156,6 +161,7 @@ def hostile_paths(root: Path) -> dict[str, str]:
         "trace_jsonl": str(root / "trace.jsonl"), "escape": str(root / "escape\x1b[31m.csv"),
         "deep": str(root / "deep.jsonl"), "long": str(root / "long.csv"),
         "pickle": str(root / "junk.pickle"), "recording": str(rec), "link": str(link),
+        "node_recording": str(node),
         "missing": str(root / "missing" / "x.db"), "file_parent": str(root / "text.txt" / "x"),
         "dev_null": private_device(root), "dev_zero": "/dev/zero",
         "proc_mem": "/proc/self/mem", "new_db": str(root / "out" / "new.db"),
@@ -187,18 +193,22 @@ class FakeSimulation:
         return []
 
 
-def fake_run_all(stream, configs, workers=None, progress=None, record_first=False):
-    """Stands in for kvviz.twin.runner.run_all: the settings as checked, no run."""
+def fake_run_all(stream, configs, workers=None, progress=None, record_first=None):
+    """Stands in for kvviz.twin.runner.run_all: the settings as checked, no run (the
+    baseline's record, when asked, an empty one)."""
     import numpy as np
 
     from kvviz.twin.runner import ConfigRun
+    from kvviz.twin.selfcheck import StepRecord
 
     none = np.zeros(0, np.int64)
+    rec = StepRecord.from_steps([], [], [], []) if record_first else None
     summary = {"steps": 0, "finished": 0, "rejected": 0, "preemptions": 0,
                "admit_failures": {"capacity": 0, "fragmentation": 0, "policy": 0},
                "prefix_hit_rate": 0.0, "tail_waste_share": 0.0, "used_share": 0.0,
                "free_share": 1.0, "tokens_generated": 0}
-    return [ConfigRun(c, summary, none, 0, 0.0, none, none, none) for c in configs]
+    return [ConfigRun(c, summary, none, 0, 0.0, none, none, none, rec if i == 0 else None)
+            for i, c in enumerate(configs)]
 
 
 class FakeCollector:

@@ -69,3 +69,40 @@ def test_an_alternative_is_recorded_for_replay(at, tmp_path):
     finally:
         r.close()
     assert at.session_state["kvviz_run"] == runs[0].name
+
+
+NODE_PAGE = "pages/node.py"
+
+
+def test_the_node_pages_panel_replays_an_attach_recording_and_its_alternatives(runs):
+    from tests.pages.pagehelpers import no_exception, page
+    from tests.twin import noderun
+
+    noderun.write(runs / "node-blocks.db", noderun.workload(16, spread=20))
+    at = page(NODE_PAGE)
+    no_exception(at)
+    _field(at, "Block sizes").set_value("32")
+    _submit(at)
+    no_exception(at)
+    assert not at.error
+    shown = [re.sub(r"\\(.)", r"\1", s.value) for s in at.success]  # plain text, escaped
+    assert any(s.startswith("Self-check: replay equals the node") for s in shown), shown
+    (table,) = [d for d in at.dataframe if "configuration" in d.value.columns]
+    assert list(table.value["configuration"]) == ["node's own", "block 32, blocks 48"]
+
+
+def test_a_request_log_it_cannot_replay_is_one_error_on_the_node_page(runs):
+    import sqlite3
+
+    from tests.pages.pagehelpers import no_exception, page
+    from tests.twin import noderun
+
+    path = noderun.write(runs / "node-blocks.db", noderun.workload(8, spread=10))
+    db = sqlite3.connect(path)
+    db.execute("UPDATE request_log SET prompt_hashes = substr(prompt_hashes, 1, 3)")
+    db.commit()
+    db.close()
+    at = page(NODE_PAGE)
+    no_exception(at)
+    shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    assert any("not whole hashes" in e for e in shown), shown

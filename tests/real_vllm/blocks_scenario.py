@@ -37,34 +37,35 @@ def wait_for(pred, most_s: float = 60.0) -> bool:
     return False
 
 
-@pytest.fixture(scope="module")
-def blocks_run(vllm_server, tmp_path_factory):
-    srv = vllm_server
-    wd = tmp_path_factory.mktemp("blocks")
-    rng = random.Random(39)
+def load(srv, rng: random.Random, tries: int = 3) -> None:
+    """Shared prefixes, one request at a time (cached blocks), then bursts of 4 prompts of 19
+    blocks for 71 usable blocks until vLLM has preempted (at most `tries` bursts)."""
+    m0 = gt.one(gt.metrics(srv.metrics_text()), "vllm:num_preemptions_total")
+    system = [rng.randrange(3, 500) for _ in range(100)]
+    for _ in range(4):
+        srv.complete(system + [rng.randrange(3, 500) for _ in range(40)], 4)
+    for _burst in range(tries):
+        longs = [[rng.randrange(3, 500) for _ in range(600)] for _ in range(4)]
+        ths = [threading.Thread(target=srv.complete, args=(p, 300)) for p in longs]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(300)
+        if gt.one(gt.metrics(srv.metrics_text()), "vllm:num_preemptions_total") > m0:
+            break
+
+
+def record(srv, out, rng: random.Random) -> dict:
+    """`kvviz attach --blocks` records the node while `load` runs; what vLLM itself said in
+    the same run beside it (its preemption counter, usage, KV-event replay buffer)."""
     srv.post("/reset_prefix_cache")  # the KV-event truth below starts from an empty cache
     m0 = gt.metrics(srv.metrics_text())
-    out = wd / "blocks.db"
     proc = cl.attach(srv, out, "--blocks", srv.blocks)
     res: dict = {"path": out}
     try:
         assert wait_for(lambda: len(_lane_rows(out)) > 0), "no block-stream sample recorded"
-        # shared prefixes, one at a time: cached blocks
-        system = [rng.randrange(3, 500) for _ in range(100)]
-        for _ in range(4):
-            srv.complete(system + [rng.randrange(3, 500) for _ in range(40)], 4)
-        # a burst that preempts: 4 prompts of 19 blocks for 71 usable blocks
-        for _burst in range(3):
-            longs = [[rng.randrange(3, 500) for _ in range(600)] for _ in range(4)]
-            ths = [threading.Thread(target=srv.complete, args=(p, 300)) for p in longs]
-            for t in ths:
-                t.start()
-            for t in ths:
-                t.join(300)
-            m1 = gt.metrics(srv.metrics_text())
-            if gt.one(m1, "vllm:num_preemptions_total") > gt.one(
-                    m0, "vllm:num_preemptions_total"):
-                break
+        load(srv, rng)
+        m1 = gt.metrics(srv.metrics_text())
         res["preemptions"] = (gt.one(m1, "vllm:num_preemptions_total")
                               - gt.one(m0, "vllm:num_preemptions_total"))
         res["truth"] = gt.rebuild(gt.replay_all(srv.replay))
@@ -75,3 +76,10 @@ def blocks_run(vllm_server, tmp_path_factory):
     finally:
         res["attach"] = cl.stop(proc)
     return res
+
+
+@pytest.fixture(scope="session")
+def blocks_run(vllm_server, tmp_path_factory):
+    """The recording test_blocks.py checks and test_twin_real.py replays (one per session)."""
+    return record(vllm_server, tmp_path_factory.mktemp("blocks") / "blocks.db",
+                  random.Random(39))

@@ -27,11 +27,17 @@ def vllm():
 
 
 def node_record(ref: dict, every: int = 1) -> StepRecord:
-    """vLLM's steps as the node's own record: the requests scheduled and preempted, and
-    the block tables of every `every`-th step (a node's sampled maps)."""
-    steps = ref["steps"]
-    return StepRecord.from_lists([[int(q) for q in s["scheduled"]] for s in steps],
+    """vLLM's steps as the node's own record: per step the requests scheduled, admitted
+    (running after the step or finished in it, and not running before), preempted and
+    finished, and the block tables of every `every`-th step (a node's sampled maps)."""
+    steps, before, admitted = ref["steps"], set(), []
+    for s in steps:
+        admitted.append(sorted((set(s["running"]) | set(s["finished"])) - before))
+        before = set(s["running"])
+    return StepRecord.from_steps([s["step"] for s in steps], admitted,
                                  [s["preempted"] for s in steps],
+                                 [s["finished"] for s in steps],
+                                 [[int(q) for q in s["scheduled"]] for s in steps],
                                  [s["blocks"] if k % every == 0 else None
                                   for k, s in enumerate(steps)])
 
@@ -83,5 +89,5 @@ def test_one_wrong_block_id_is_named(vllm):
     r = sorted(ref["steps"][k]["blocks"])[0]
     ref["steps"][k]["blocks"][r] = [b + 1 for b in ref["steps"][k]["blocks"][r]]
     out = compare(node_record(ref), mine)
-    assert out["first_difference"]["step"] == k + 1
+    assert out["first_difference"]["step"] == ref["steps"][k]["step"]
     assert out["first_difference"]["what"] == f"block ids of request {r}"
