@@ -79,7 +79,7 @@ class KVPool(PoolView):
     # ---- verbs -----------------------------------------------------------------------------
     def check(self, tokens: int, reserve: int | None = None) -> Admission:
         """What admit would answer for a sequence without a prefix; changes nothing."""
-        r = self._request(-1, tokens, reserve, None)
+        r = self._request(-1, int(tokens), reserve, None)
         ok, why, need, free, largest = kv.check_admission(self.pool, self.cfg, self.req, r, 0,
                                                           0)
         return Admission(bool(ok), REASONS[why], int(need), int(free), int(largest))
@@ -90,6 +90,7 @@ class KVPool(PoolView):
         `reserve` slots (contiguous only); its leading full blocks cached under `prefix`'s
         chain are hits (paged, prefix caching). Refused: nothing changes, the reason says
         why. Raises ValueError for a live `seq` or a bad size."""
+        seq, tokens = int(seq), int(tokens)  # (the compiled verbs take int64 only)
         if seq < 0 or seq in self._live:
             raise ValueError(f"sequence {seq} is already live" if seq >= 0
                              else f"seq: must be >= 0, got {seq}")
@@ -116,7 +117,7 @@ class KVPool(PoolView):
             top = int(p.row_len[self.req.row[rs]].max()) + tokens
             self._room(-(-top // self.block_size), rs.size)
         ok = np.zeros(rs.size, np.bool_)
-        grow_batch(self.pool, self.cfg, self.req, rs, tokens, ok)
+        grow_batch(self.pool, self.cfg, self.req, rs, int(tokens), ok)
         return ok
 
     def release(self, seq: int) -> None:
