@@ -94,11 +94,9 @@ class PoolView:
             owned = p.block_owner >= 0
             owner = p.block_owner if names is None else names[np.maximum(p.block_owner, 0)]
             filled = np.where(owned, bs, p.content).astype(np.int32)
-            for row in rows.tolist():
-                nb, length = int(p.row_num_blocks[row]), int(p.row_len[row])
-                fill = np.clip(length - np.arange(nb) * bs, 0, bs)
-                part = fill < bs
-                filled[p.block_table[row, :nb][part]] = fill[part]
+            rows = rows[p.row_len[rows] % bs != 0]  # a row's only partly written block: its
+            k = p.row_len[rows] // bs  # last (the rule holds ceil(row_len / bs) blocks)
+            filled[p.block_table[rows, k]] = p.row_len[rows] - k * bs
             return BlockMap(owner=np.where(owned, owner, FREE).astype(np.int32), filled=filled,
                             allocated=np.where(owned, bs, 0).astype(np.int32),
                             refcount=p.ref_cnt.astype(np.int16), cached=p.in_lru.copy(),
