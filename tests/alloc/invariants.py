@@ -66,7 +66,7 @@ def check_paged(pool: KVPool, lens: dict[int, int]) -> None:
         assert int(pool.seq_allocated_tokens(np.array([s]))[0]) == table.size * bs
         holders[table] += 1
         for i, b in enumerate(table.tolist()):
-            want = int(np.clip(n - i * bs, 0, bs))
+            want = max(0, min(n - i * bs, bs))
             assert expect_filled.setdefault(b, want) == want, (
                 f"block {b} is shared by sequences that disagree on its content")
             owners_ok.setdefault(b, set()).add(s)

@@ -67,7 +67,7 @@ OP = st.one_of(
 OPS = st.lists(OP, min_size=1, max_size=30)
 # many short sequences admitted, every other one or so releasing one: holes of many sizes
 CHURN = st.lists(st.tuples(st.integers(1, 6), st.none() | st.integers(0, 3), group, pick,
-                           st.booleans()), min_size=20, max_size=50).map(
+                           st.booleans()), min_size=10, max_size=30).map(
     lambda xs: [op for n, ext, g, i, out in xs
                 for op in [("admit", n, ext, g)] + [("release", i)] * out])
 
@@ -138,11 +138,13 @@ class Runner:
             return None
         raise AssertionError(kind)
 
-    def run(self, ops: list[tuple], after: Callable[[Runner, tuple, object, object], None]):
+    def run(self, ops: list[tuple], after: Callable[[Runner, tuple, object, object], None],
+            before: bool = True):
+        """Apply ops, calling `after` after each; `before` False passes None for the copy."""
         for op in ops:
-            before = copy.deepcopy(self.pool)
+            was = copy.deepcopy(self.pool) if before else None
             result = self.apply(op)
-            after(self, op, before, result)
+            after(self, op, was, result)
 
     def release_all(self, order: list[int] | None = None) -> None:
         live = sorted(self.lens)

@@ -18,7 +18,7 @@ from kvviz.engine.kvpool import KVPool
 from tests.alloc.brute import assert_refusal_is_exact, brute_class, need_units
 from tests.alloc.ops import CHURN, CONFIGS, OPS, Config, Runner
 
-SETTINGS = settings(max_examples=40, deadline=None,
+SETTINGS = settings(max_examples=25, deadline=None,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow])
 configs = pytest.mark.parametrize("cfg", CONFIGS, ids=str)
@@ -40,7 +40,7 @@ def test_check_agrees_with_brute_force_after_every_operation(cfg: Config, ops, p
             else:
                 assert_refusal_is_exact(r.pool, adm, need)
 
-    Runner(cfg).run(ops, after)
+    Runner(cfg).run(ops, after, before=False)
 
 
 @configs
@@ -58,7 +58,7 @@ def test_every_refused_admit_has_the_brute_force_class(cfg: Config, ops):
         else:
             assert_refusal_is_exact(r.pool, res, need)
 
-    Runner(cfg).run(ops, after)
+    Runner(cfg).run(ops, after, before=False)
 
 
 def _pool(text: str, capacity: int, cell: int = 1) -> KVPool:

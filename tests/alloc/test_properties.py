@@ -22,11 +22,12 @@ SETTINGS = settings(max_examples=60, deadline=None,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow])
 configs = pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+FEWER = settings(SETTINGS, max_examples=30)  # the long (CHURN) sequences
 
 
-def _run(cfg: Config, ops, after) -> Runner:
+def _run(cfg: Config, ops, after, before: bool = False) -> Runner:
     r = Runner(cfg)
-    r.run(ops, after)
+    r.run(ops, after, before)
     return r
 
 
@@ -38,7 +39,7 @@ def test_free_plus_allocated_is_capacity_and_usage_matches_snapshot(cfg, ops):
 
 
 @configs
-@SETTINGS
+@FEWER
 @given(ops=OPS | CHURN)
 def test_no_slot_owned_twice_and_the_free_lists_are_the_free_memory(cfg, ops):
     _run(cfg, ops, lambda r, op, before, res: inv.check_all(r.pool, r.lens))
@@ -66,7 +67,7 @@ def test_a_failed_admit_or_append_changes_nothing(cfg, ops):
         if failed:
             assert inv.state(r.pool) == inv.state(before)
 
-    _run(cfg, ops, after)
+    _run(cfg, ops, after, before=True)
 
 
 @configs
@@ -81,11 +82,11 @@ def test_append_batch_equals_appending_one_by_one_in_order(cfg, ops):
         assert res.tolist() == want
         assert inv.state(r.pool) == inv.state(ref)
 
-    _run(cfg, ops, after)
+    _run(cfg, ops, after, before=True)
 
 
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if not c.paged], ids=str)
-@SETTINGS
+@FEWER
 @given(ops=CHURN)
 def test_a_range_lands_where_brute_force_places_it(cfg, ops):
     """First-fit: the first hole by address that holds it; best-fit: the smallest, the
@@ -97,7 +98,7 @@ def test_a_range_lands_where_brute_force_places_it(cfg, ops):
             start = int(r.pool.ranges([r.next_id - 1])[0, 0]) // before.block_size
             assert start == placement(before, units)
 
-    _run(cfg, ops, after)
+    _run(cfg, ops, after, before=True)
 
 
 @configs

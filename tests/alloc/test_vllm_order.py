@@ -19,7 +19,7 @@ def _model(r: Runner) -> Model:
 
 
 @pytest.mark.parametrize("cfg", PAGED, ids=str)
-@settings(max_examples=80, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+@settings(max_examples=50, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS | CHURN)
 def test_the_compiled_pool_is_the_plain_model_block_for_block(cfg, ops):
