@@ -118,23 +118,27 @@ _ORDER = ("BLOB", "TEXT", "REAL", "INTEGER")  # a column holding several: the fi
 
 def column_types(reader, name: str) -> dict[str, tuple[str, bool]]:
     """column -> (SQLite type, declared) of table `name` ({} for a table it does not have):
-    the declared type, else what its values hold (one pass over the table: a column NULL in
-    a first piece and numbers later is still a number column); `events` with the types of
-    the chunks."""
+    the declared type, else the first of _ORDER its values hold (one pass over the table: a
+    column NULL in a first piece and numbers later is still a number column); `events` with
+    the types of the chunks."""
     if not reader.has_table(name):
         return {}
     info = [(str(r[1]), str(r[2]).upper()) for r in reader._q(f"PRAGMA table_info({name})")]
     if not info:
         return {}
-    quoted = ['"' + c.replace('"', '""') + '"' for c, _ in info]
-    have = reader._q("SELECT " + ", ".join(f"MAX(typeof({q}) = '{k.lower()}')" for q in quoted
-                                           for k in _ORDER) + f" FROM {name}")[0]
+    scan = [c for c, decl in info if decl not in ARROW]  # a declared type wins: not read
+    rank = " ".join(f"WHEN '{k.lower()}' THEN {len(_ORDER) - i}" for i, k in enumerate(_ORDER))
+    quoted = ['"' + c.replace('"', '""') + '"' for c in scan]
+    held = dict(zip(scan, reader._q("SELECT " + ", ".join(
+        f"MAX(CASE typeof({q}) {rank} ELSE 0 END)" for q in quoted) + f" FROM {name}")[0]
+    )) if scan else {}
+    chunks = name == "events" and reader.has_table("event_chunks")
     out = {}
-    for i, (col, decl) in enumerate(info):
-        held = {k for k, h in zip(_ORDER, have[4 * i:4 * i + 4]) if h}
-        if name == "events" and reader.has_table("event_chunks") and col in CHUNK_TYPES:
-            held.add(CHUNK_TYPES[col])
-        kind = decl if decl in ARROW else next((k for k in _ORDER if k in held), "")
+    for col, decl in info:
+        kinds = [_ORDER[len(_ORDER) - held[col]]] if held.get(col) else []
+        if chunks and col in CHUNK_TYPES:
+            kinds.append(CHUNK_TYPES[col])
+        kind = decl if decl in ARROW else min(kinds, key=_ORDER.index, default="")
         if kind:
             out[col] = (kind, decl in ARROW)
     return out
