@@ -20,7 +20,7 @@ from kvviz.store import checks as check
 from kvviz.store import event_stream
 from kvviz.store.schema import EVENT_COLS
 
-CHUNK_ROWS = 20_000  # a samples piece of ~25 columns: ~5 MB in pandas, a few times that as it is read
+CHUNK_ROWS = 20_000  # a samples piece of ~25 columns: ~5 MB in pandas, more as it is read
 PIECE_BYTES = 16 << 20  # stored bytes of a piece (blobs and text as stored, 8 a number)
 EVENT_NUMERIC = tuple(c for c in EVENT_COLS if c not in ("lane", "kind", "reason"))
 
