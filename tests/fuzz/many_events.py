@@ -40,11 +40,12 @@ def _step_events(first_step: int, steps: int, first_seq: int):
 def events_recording(path: Path, events: int) -> Path:
     """A clean recording of about `events` engine events (10 a step, 1000 a sample; at least
     one sample)."""
-    from kvviz.alloc.paged import PagedAllocator
+    from kvviz.core.config import LaneSpec
     from kvviz.core.metrics import compute
+    from kvviz.engine.kvpool import KVPool
     from kvviz.store.writer import RunWriter
 
-    bm = PagedAllocator(BLOCKS, BLOCK).snapshot()
+    bm = KVPool(LaneSpec("paged", BLOCK), BLOCKS * BLOCK).snapshot()
     metrics = compute(bm).as_dict()
     meta = {"mode": "sim", "lanes": [{"name": LANE, "block_size": BLOCK, "num_blocks": BLOCKS,
                                       "capacity_tokens": BLOCK * BLOCKS}]}
