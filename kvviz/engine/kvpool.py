@@ -18,9 +18,9 @@ import numpy as np
 from kvviz.core.admission import Admission, Reason
 from kvviz.core.blockmap import BlockMap
 from kvviz.core.config import LaneSpec
-from kvviz.engine.rule import build, kv
+from kvviz.engine.rule import build
 from kvviz.engine.rule import state as S
-from kvviz.engine.rule.direct import grow_batch, try_admit
+from kvviz.engine.rule.direct import check, grow_batch, release, try_admit
 from kvviz.engine.rule.view import PoolView
 
 REASONS = (None, Reason.CAPACITY, Reason.FRAGMENTATION, Reason.POLICY)  # the rule's codes
@@ -80,8 +80,7 @@ class KVPool(PoolView):
     def check(self, tokens: int, reserve: int | None = None) -> Admission:
         """What admit would answer for a sequence without a prefix; changes nothing."""
         r = self._request(-1, int(tokens), reserve, None)
-        ok, why, need, free, largest = kv.check_admission(self.pool, self.cfg, self.req, r, 0,
-                                                          0)
+        ok, why, need, free, largest = check(self.pool, self.cfg, self.req, r)
         return Admission(bool(ok), REASONS[why], int(need), int(free), int(largest))
 
     def admit(self, seq: int, tokens: int, reserve: int | None = None,
@@ -124,7 +123,7 @@ class KVPool(PoolView):
         """Free everything the sequence holds (vLLM's free: its blocks tail first)."""
         r = self._reqs([seq])[0]
         del self._live[seq]
-        kv.free(self.pool, self.cfg, self.req, r)
+        release(self.pool, self.cfg, self.req, r)
 
     # ---- room in the rule's arrays ---------------------------------------------------------
     def _request(self, seq: int, tokens: int, reserve: int | None,
