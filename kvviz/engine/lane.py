@@ -118,16 +118,32 @@ class Lane:
         skip_idle(self.pool, self.cfg, self.req, k, float(last_time_s))
 
     def _grow_events(self) -> None:
+        """Room for one more step in every log that is on (advance answered FULL)."""
         p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
-        bound = 2 * int(p.c[S.NUM_RUNNING]) + self.cfg.max_num_seqs + int(
-            p.c[S.TOO_BIG_LEFT]) + 2
-        size = max(2 * p.ev_step.size, n + bound)
-        fresh = build.kept(build.events(size), p, n)
+        bound = 3 * int(p.c[S.NUM_RUNNING]) + 2 * self.cfg.max_num_seqs + int(
+            p.c[S.TOO_BIG_LEFT]) + 2  # events.step_bound
+        fresh = {}
+        if p.ev_step.size - n < bound:
+            fresh.update(build.kept(build.events(max(2 * p.ev_step.size, n + bound)), p, n))
         if p.c[S.KV_LOG_ON]:
             k = int(p.c[S.NUM_KV_LOG])
             fresh.update(build.kept(
                 build.kv_events(max(2 * p.kv_kind.size, k + kv_bound(self.cfg))), p, k))
+        if p.c[S.HELD_LOG_ON]:
+            k = int(p.c[S.NUM_HELD_LOG])
+            fresh.update(build.kept(build.held_log(max(2 * p.held_step.size, 1024)), p, k))
         self.pool = p._replace(**fresh)
+
+    def log_held(self) -> None:
+        """From now on `run` logs the blocks (cells) held after each step (an idle span: once,
+        at its last step): `held_log()`."""
+        self.pool.c[S.HELD_LOG_ON] = 1
+
+    def held_log(self) -> tuple[np.ndarray, np.ndarray]:
+        """(step, blocks held after it) for each step `run` made since `log_held`, copied;
+        an idle span is one entry at its last step."""
+        p, k = self.pool, int(self.pool.c[S.NUM_HELD_LOG])
+        return p.held_step[:k].copy(), p.held_blocks[:k].copy()
 
     def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:
         """The events logged since the last drain, as this lane's columns (lane_code in a

@@ -1,11 +1,11 @@
 """Run one request stream through the rule at many node settings, on the machine's cores.
 
 Each configuration is one `kvviz.engine.Simulation` with one paged lane (the node's block
-pool: `NodeSettings.lane()`, `capacity_tokens`). The run is stepped one engine step at a time
-(idle spans at once, as `Simulation.run` does) so that the blocks held after every step are
-read from the pool: peak and mean blocks in use and the usage curve come from the pool
-itself, not from a second model of it. The queueing delays and the preemption curve come
-from the simulation's event log.
+pool: `NodeSettings.lane()`, `capacity_tokens`), run in one compiled call that logs the
+blocks the pool holds after every step (an idle span once): peak and mean blocks in use and
+the usage curve come from the pool itself, not from a second model of it. The self-check's
+run (a StepRecord) is stepped from Python instead, to read every step's lists and tables.
+The queueing delays and the preemption curve come from the simulation's event log.
 """
 from __future__ import annotations
 
@@ -72,8 +72,14 @@ def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
 def _step_through(sim: Simulation, rec: Recorder | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run `sim` (one lane) to the end: (step, blocks held, steps it stands for) after each
-    advance, an idle span as one entry; `rec` sees every step that was stepped."""
+    advance, an idle span as one entry; `rec` sees every step that was stepped. Without
+    `rec` the lane runs in one compiled call that logs the blocks held after each step."""
     lane = sim.lanes[0]
+    if rec is None:
+        lane.log_held()
+        sim.run()
+        steps, blocks = lane.held_log()
+        return steps, blocks, np.diff(steps, prepend=0)
     bs = lane.alloc.block_size
     steps, blocks, weight = [], [], []
     while not sim.finished:
@@ -117,9 +123,10 @@ def run_config(stream: Stream, settings: NodeSettings,
                record: RecordSpec | bool | None = None) -> ConfigRun:
     """One configuration through the rule (what a worker does); `record`: keep the
     StepRecord the self-check compares (True: every list and table, the replay's ids)."""
-    sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
-                     settings.engine(stream.step_ms, stream.max_seq_len), advance="step")
     rec = None if not record else Recorder(None if record is True else record)
+    sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
+                     settings.engine(stream.step_ms, stream.max_seq_len),
+                     advance="jump" if rec is None else "step")
     steps, blocks, weight = _step_through(sim, rec)
     summary = sim.summaries()[0]
     queue, preempt_steps = _queue_steps(sim, stream)

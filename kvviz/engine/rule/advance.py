@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from kvviz.engine.rule.events import room
+from kvviz.engine.rule.events import log_held, room
 from kvviz.engine.rule.scheduler import num_waiting, schedule, step, update
 from kvviz.engine.rule.shares import account
 from kvviz.engine.rule.state import (
@@ -50,11 +50,13 @@ def _advance(p, cfg, req, until_step):
             if idle > 0:
                 c[STEP] += idle
                 account(p, cfg, req, False, idle, clock(cfg, c[STEP]))
+                log_held(p, cfg)
                 continue
         now = c[STEP] + 1
         while c[ARRIVED] < cfg.n and req.arrival_step[c[ARRIVED]] <= now:
             c[ARRIVED] += 1
         step(p, cfg, req, clock(cfg, now))
+        log_held(p, cfg)
     return DONE_OR_UNTIL
 
 

@@ -168,7 +168,7 @@ def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> 
         hole_start=hole_start, hole_size=hole_size, buddy_list=buddy_list,
         buddy_off=buddy_off, buddy_count=buddy_count,
         buddy_region=np.array(regions or [(0, 0)], np.int64).reshape(-1, 2),
-        **events(EVENTS0), **kv_events(0))
+        **events(EVENTS0), **kv_events(0), **held_log(0))
 
 
 def kept(cols: dict, p: S.Pool, n: int) -> dict:
@@ -182,6 +182,11 @@ def kv_events(k: int) -> dict:
     """Empty KV cache event columns for k events."""
     return {"kv_kind": np.zeros(k, np.int8), "kv_hash": np.zeros(k, np.uint64),
             "kv_end": np.zeros(k, np.int64), "kv_parent": np.zeros(k, np.uint64)}
+
+
+def held_log(k: int) -> dict:
+    """Empty occupancy log columns for k entries."""
+    return {"held_step": np.zeros(k, np.int64), "held_blocks": np.zeros(k, np.int64)}
 
 
 def events(k: int) -> dict:

@@ -1,11 +1,23 @@
 """The event log as columns the compiled rule appends to (kvviz/engine/eventlog.py's codes;
-the lane code is added when Python drains it). `advance` stops before a step could overflow
-the columns, and Python grows them (`room`)."""
+the lane code is added when Python drains it), the KV cache events and the occupancy log
+(each while switched on). `advance` stops before a step could overflow any of them, and
+Python grows them (`room`)."""
 from __future__ import annotations
 
 from numba import njit
 
-from kvviz.engine.rule.state import KV_LOG_ON, NUM_EVENTS, NUM_KV_LOG, NUM_RUNNING, TOO_BIG_LEFT
+from kvviz.engine.rule.state import (
+    HELD_CELLS,
+    HELD_LOG_ON,
+    KV_LOG_ON,
+    NUM_EVENTS,
+    NUM_HELD,
+    NUM_HELD_LOG,
+    NUM_KV_LOG,
+    NUM_RUNNING,
+    STEP,
+    TOO_BIG_LEFT,
+)
 
 
 @njit(cache=True)
@@ -39,7 +51,20 @@ def kv_bound(cfg):
 
 
 @njit(cache=True)
+def log_held(p, cfg):
+    """The occupancy log's entry for the step just done (advance's, while it is on)."""
+    c = p.c
+    if c[HELD_LOG_ON]:
+        i = c[NUM_HELD_LOG]
+        p.held_step[i] = c[STEP]
+        p.held_blocks[i] = c[NUM_HELD] if cfg.paged else c[HELD_CELLS]
+        c[NUM_HELD_LOG] = i + 1
+
+
+@njit(cache=True)
 def room(p, cfg):
     if p.c[KV_LOG_ON] and p.kv_kind.size - p.c[NUM_KV_LOG] < kv_bound(cfg):
+        return False
+    if p.c[HELD_LOG_ON] and p.held_step.size == p.c[NUM_HELD_LOG]:
         return False
     return p.ev_step.size - p.c[NUM_EVENTS] >= step_bound(p, cfg)

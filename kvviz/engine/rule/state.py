@@ -32,7 +32,7 @@ from numba.experimental import structref
  NUM_FREE_STACK, LRU_HEAD, LRU_TAIL, LRU_COUNT, NUM_FREE_ROWS, NUM_EVENTS, NUM_SCHED,
  NUM_PREEMPTED, NUM_HOLES, HELD_CELLS, TOO_BIG_LEFT, PRESSURE, NUM_FINISHED,
  FIRST_ADMITTED, REFUSED_SEQ, REFUSED_REASON, REFUSED_NEED, REFUSED_FREE, REFUSED_LARGEST,
- KV_LOG_ON, NUM_KV_LOG, NUM_COUNTERS) = range(42)
+ KV_LOG_ON, NUM_KV_LOG, HELD_LOG_ON, NUM_HELD_LOG, NUM_COUNTERS) = range(44)
 # the last step's plan: sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the
 # head refused (REFUSED_SEQ, -1: none) with its answer
 
@@ -137,6 +137,10 @@ class Pool(NamedTuple):
     kv_hash: np.ndarray  # uint64
     kv_end: np.ndarray  # int64
     kv_parent: np.ndarray  # uint64
+    # while c[HELD_LOG_ON], advance logs after each step (an idle span: once, at its last
+    # step) the step and the blocks (cells) held then: the twin's occupancy curve
+    held_step: np.ndarray  # int64
+    held_blocks: np.ndarray  # int64
 
 
 # ---- the records the compiled rule passes around ------------------------------------------
