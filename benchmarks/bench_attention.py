@@ -236,8 +236,8 @@ def sdpa_backends(args) -> None:
 
 def real_mode(args) -> None:
     """Real mode's decode step rate: RealKV.on_decode over a full running batch through the
-    project's allocators (kvviz.kv.bench.bench_real); on CUDA also peak memory."""
-    from kvviz.kv.bench import bench_real
+    engine's own pool (kvviz.kv.bench_real); on CUDA also peak memory."""
+    from kvviz.kv.bench_real import bench_real
 
     row = bench_real(args.model, args.seqs, args.context, args.steps, args.duration,
                      args.device, args.allocator, args.block_size, "auto")

@@ -31,7 +31,7 @@ collector and writer process alternate slices sampled at --hz (default 4) withou
 unaudited neighbours (median, mean and 95% CI over the slices), plus the audit's own time per
 sample. Target: <= 5% of decode steps/s at 4 Hz.
 snapshot: the engine thread's share of one sample on the same 256k-block lane (1,024 running):
-`PagedAllocator.snapshot()` and the collector's whole per-lane sample, medians over
+the lane's `snapshot()` and the collector's whole per-lane sample, medians over
 --repeats samples taken between bursts of 300 engine steps.
 owner-ids: one sample's whole cost (the engine thread's lane sample, then the writer's
 metrics.compute with the slack split, block map encoding and insert) on one frozen state of

@@ -6,6 +6,7 @@
     python benchmarks/bench_inputs.py floods [--seconds 10] [--only SUBSTRING] [--json]
     python benchmarks/bench_inputs.py round3 [--seconds 4] [--only SUBSTRING] [--json]
     python benchmarks/bench_inputs.py round3 --only export [--samples 1000000]
+    python benchmarks/bench_inputs.py round3 --only events [--engine-events 10000000]
 
 events: KV-event subscriber throughput, events/s decoded, applied to the prefix-cache model
   and written to a recording (kv_batches rows, WAL, a commit every 0.5 s of wall time), in
@@ -33,7 +34,8 @@ round3: runs whose memory cannot fit (refused before anything is allocated) and 
   against a hostile /metrics (tests/fuzz/hostile_http.py), each a child started by the bare
   launcher: its exit, its own peak RSS, and the time from SIGTERM (sent --seconds after its
   recording exists) to its exit, or from its start for a run that ends by itself. Targets:
-  one error line and exit 2 for the refusals; exit within 1 s of SIGTERM.
+  one error line and exit 2 for the refusals; exit within 1 s of SIGTERM. `--only export`,
+  `--only events`: a long recording exported and verified (benchmarks/long_recording.py).
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import floods as fl
 import harness
 import msgspec
 import numpy as np
@@ -257,29 +260,6 @@ def traces(a, tmp: Path) -> None:
                            f"{r['rows_per_s']:>11,} rows/s {r['rows_per_cpu_s']:>11,} rows/CPU-s")
 
 
-def floods(a, tmp: Path) -> None:
-    import floods as fl
-
-    rows = [fl.run(name, a.seconds, tmp) for name in fl.CASES if a.only in name]
-    if a.json:
-        for r in rows:
-            harness.emit(a, r)
-    else:
-        print("| input | offered events/s | peak RSS | SIGTERM to exit | exit | rows recorded |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for r in rows:
-            rate = "" if r["offered_events_per_s"] is None else f"{r['offered_events_per_s']:,}"
-            print(f"| {r['input']} | {rate} | {r['peak_rss_mb']} MB | "
-                  f"{r['sigterm_to_exit_s']:.2f} s | {r['exit']} | {r['rows']:,} "
-                  f"({r['ok_rows']:,} decoded) |")
-
-
-def round3(a, tmp: Path) -> None:
-    import floods as fl
-
-    fl.round3_table(a, tmp, harness.emit)
-
-
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("case", choices=["events", "pickles", "traces", "floods", "round3"])
@@ -291,6 +271,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000, help="traces: rows per file")
     ap.add_argument("--samples", type=int, default=1_000_000,
                     help="round3 --only export: sample rows of the recording exported")
+    ap.add_argument("--engine-events", type=int, default=10_000_000,
+                    help="round3 --only events: engine events of the recording exported")
     ap.add_argument("--seconds", type=float, default=None,
                     help="floods, round3: SIGTERM after this (default 10, round3 4)")
     a = ap.parse_args()
@@ -299,8 +281,9 @@ def main() -> None:
     if a.quick:
         a.events, a.rows, a.repeats, a.seconds = 4_000, 20_000, 1, 2.0
     with tempfile.TemporaryDirectory() as d:
-        {"events": events, "pickles": pickles, "traces": traces, "floods": floods,
-         "round3": round3}[a.case](a, Path(d))
+        {"events": events, "pickles": pickles, "traces": traces,
+         "floods": lambda a, tmp: fl.floods_table(a, tmp, harness.emit),
+         "round3": lambda a, tmp: fl.round3_table(a, tmp, harness.emit)}[a.case](a, Path(d))
 
 
 if __name__ == "__main__":

@@ -33,11 +33,11 @@ from pathlib import Path
 import harness
 import numpy as np
 
-from kvviz.alloc import PagedAllocator
 from kvviz.core.blockmap import BlockMap, empty_blockmap
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.core.workload import generate
 from kvviz.engine import Simulation
+from kvviz.engine.kvpool import KVPool
 from kvviz.store.mapcodec import encode
 from kvviz.store.writer import RunWriter
 
@@ -53,14 +53,15 @@ def engine_map(blocks: int) -> BlockMap:
 
 def churned_map(blocks: int) -> BlockMap:
     rng = np.random.default_rng(0)
-    a = PagedAllocator(blocks, 16)
+    a = KVPool(LaneSpec("paged", 16), blocks * 16)
     sid, live = 0, []
     for _ in range(6):
         while a.admit(sid, int(rng.lognormal(6, 1)) + 1).ok:
             live.append(sid)
             sid += 1
         rng.shuffle(live)
-        a.release_many(np.array(live[: len(live) // 2]))
+        for s in live[: len(live) // 2]:
+            a.release(s)
         live = live[len(live) // 2:]
     return a.snapshot()
 

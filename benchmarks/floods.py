@@ -91,6 +91,23 @@ ROUND3 = {
 }
 
 
+def floods_table(a, tmp: Path, emit) -> None:
+    """bench_inputs.py floods: the rows (--only, --seconds), as JSON lines or the Markdown
+    table of docs/RELIABILITY.md."""
+    rows = [run(name, a.seconds, tmp) for name in CASES if a.only in name]
+    if a.json:
+        for r in rows:
+            emit(a, r)
+    else:
+        print("| input | offered events/s | peak RSS | SIGTERM to exit | exit | rows recorded |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            rate = "" if r["offered_events_per_s"] is None else f"{r['offered_events_per_s']:,}"
+            print(f"| {r['input']} | {rate} | {r['peak_rss_mb']} MB | "
+                  f"{r['sigterm_to_exit_s']:.2f} s | {r['exit']} | {r['rows']:,} "
+                  f"({r['ok_rows']:,} decoded) |")
+
+
 def run_round3(name: str, seconds: float, tmp: Path) -> dict:
     """One ROUND3 row: the child's exit, peak RSS (its own) and the time from SIGTERM to its
     exit (or from its start, for a run that ends by itself), and its recording's status."""
@@ -156,6 +173,10 @@ def round3_table(a, tmp: Path, emit) -> None:
     rows = [run_round3(name, a.seconds, tmp) for name in ROUND3 if a.only in name]
     if "export" in a.only:  # a long recording: minutes to build and export, so asked for
         rows.append(run_export(a.samples, tmp))
+    if "events" in a.only:  # the same, 10^7 engine events: export (both formats) and verify
+        from long_recording import run_events as long_events
+
+        rows += long_events(a.engine_events, tmp)
     if a.json:
         for r in rows:
             emit(a, r)

@@ -184,9 +184,11 @@ def _run(args: argparse.Namespace, torch, bench) -> int:
             raise ValueError(f"threads: must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     if args.bench_what == "real":
-        res = bench.bench_real(args.model, args.seqs, args.context, args.steps, args.duration,
-                               args.device, args.allocator, args.block_size, args.backend,
-                               args.dtype, args.seed)
+        from kvviz.kv import bench_real
+
+        res = bench_real.bench_real(args.model, args.seqs, args.context, args.steps,
+                                    args.duration, args.device, args.allocator,
+                                    args.block_size, args.backend, args.dtype, args.seed)
         if res["steps"] < 1:
             raise ValueError(f"--duration {args.duration:g}: no decode step finished in time; "
                              "give a longer --duration or use --steps")

@@ -126,23 +126,22 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
     from kvviz.store.schema import BLOB_COLS  # encoded arrays: binary, so Parquet only
 
     r.refuse_oversized_blobs()  # from lengths alone, before any blob is read
-    events = r.events()  # whole: its chunks decode into one frame
-
-    def whole(df):
-        return lambda: iter([df])
-
     sources: dict[str, xt.Pieces] = {
-        "samples": lambda: chunks.samples(r), "events": whole(events),
-        "device_memory": whole(r.device_memory()),
+        "samples": lambda: chunks.samples(r), "events": lambda: chunks.events(r),
+        "device_memory": lambda: chunks.device_memory(r),
         "blockmaps": lambda: chunks.table(r, "blockmaps")}
     if r.has_table("node_samples"):  # a node recording (kvviz scrape --out)
         sources["node_samples"] = lambda: chunks.table(r, "node_samples")
     if r.has_table("kv_batches"):  # KV-event streams (kvviz/store/kv_writer.py)
         for name in KV_TABLES:
             sources[name] = lambda name=name: chunks.table(r, name)
-    first = {name: next(src()) for name, src in sources.items()}  # columns, checks start
+    first = {name: next(src()).iloc[:0] for name, src in sources.items()}  # the columns
     n_blocks = r.blockmap_blocks()
-    index, left_out = blocks.choose(blocks.index_of(r), args.blocks_choice, n_blocks)
+    every, kept, left_out = blocks.choose(r, args.blocks_choice, n_blocks)
+
+    def index():
+        return blocks.index(r, every)
+
     header = {"status": r.status, "status_message": r.status_message,
               "format_version": r.format_version, "meta": r.meta}
     try:
@@ -161,7 +160,7 @@ def _export(args: argparse.Namespace, r, blocks) -> int:
     for out, counts, n_rows in done:
         rows = [f"{k} ({v} rows)" for k, v in counts.items()]
         print(f"{safeio.printable(out)}: {', '.join(rows)}, blocks ({n_rows} rows: "
-              f"{len(index)} block maps decoded" + (f"; {left_out}" if left_out else "")
+              f"{kept} block maps decoded" + (f"; {left_out}" if left_out else "")
               + ") + run.json")
     kv = r.kv_counts()
     if kv:
@@ -183,7 +182,7 @@ def _write(plans, sources, header_text, blocks, r, index, xt, blob_cols) -> list
             for name, src in sources.items():
                 tmp = staged.new(paths[name])
                 if fmt == "parquet":
-                    counts[name] = xt.write_parquet(tmp, src(), xt.declared_types(r, name))
+                    counts[name] = xt.write_parquet(tmp, src(), xt.column_types(r, name))
                 else:
                     binary = {"kv_batches": blob_cols + KV_BLOB_COLS,
                               "node_samples": ("raw_zlib",)}.get(name, blob_cols)

@@ -11,10 +11,22 @@ default: all while the table stays within AUTO_ROWS rows, else thinned just enou
 """
 from __future__ import annotations
 
+import itertools
+import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from kvviz.core.errors import StoreError
+from kvviz.store import checks as check
+
+# the maps `thin:N` keeps: each lane's 0th, Nth, 2Nth, ... and its last (sample_id order)
+_THIN = ("SELECT {cols} FROM (SELECT sample_id, lane, t, step, ROW_NUMBER() OVER (PARTITION "
+         "BY lane ORDER BY sample_id) - 1 AS k_, COUNT(*) OVER (PARTITION BY lane) AS n_ FROM "
+         "blockmaps) WHERE k_ % ? = 0 OR k_ = n_ - 1")
+GROUP_ROWS = 1 << 18  # blocks rows of a Parquet row group (~4 MB)
 AUTO_ROWS = 2_000_000  # blocks rows `auto` writes at most (~80 MB of CSV)
 BLOCKS_HELP = ("which block maps the blocks table decodes: all, none, thin:N (every Nth map "
                "of each lane, and its last) or auto (default: all up to "
@@ -49,25 +61,45 @@ def _batches(reader, index):
             pa.array(bm.allocated), pa.array(bm.refcount), pa.array(bm.cached)], schema=schema)
 
 
-def index_of(reader) -> list[tuple]:
-    """(sample_id, lane, t, step) of each kept map, in sample_id order, checked."""
-    rows = reader.blockmap_index()
-    if not len(rows):
-        return []
-    return list(zip(rows["sample_id"].astype("int64").tolist(), rows["lane"].tolist(),
-                    rows["t"].astype("float64").tolist(), rows["step"].astype("int64").tolist()))
+def index(reader, every: int) -> Iterator[tuple]:
+    """(sample_id, lane, t, step) of every `every`th kept map of each lane and each lane's
+    last (none for 0), in sample_id order, checked, a few thousand at a time: SQLite numbers
+    each lane's maps (a window query, sorted on disk past its cache), so memory holds no
+    index whatever the number of maps."""
+    if every < 1:
+        return
+    sql = ("SELECT sample_id, lane, t, step FROM blockmaps ORDER BY sample_id" if every == 1
+           else _THIN.format(cols="sample_id, lane, t, step") + " ORDER BY sample_id")
+    try:
+        cur = reader.conn.execute(sql, () if every == 1 else (every,))
+        while rows := cur.fetchmany(4096):
+            df = check.frame(pd.DataFrame(rows, columns=["sample_id", "lane", "t", "step"]),
+                             "blockmaps", str(reader.path), text=("lane",),
+                             numeric=("sample_id", "step"))
+            yield from zip(df["sample_id"].astype("int64").tolist(), df["lane"].tolist(),
+                           df["t"].astype("float64").tolist(),
+                           df["step"].astype("int64").tolist())
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{reader.path}: cannot read the recording ({exc})") from None
 
 
-def write(reader, index, tmp: Path, fmt: str) -> int:
-    """The blocks table into `tmp` as Parquet or CSV; returns its rows."""
+def write(reader, index: Callable[[], Iterator[tuple]], tmp: Path, fmt: str) -> int:
+    """The blocks table into `tmp` as Parquet or CSV (the maps `index()` names); returns its
+    rows."""
     rows = 0
-    if fmt == "parquet":
+    if fmt == "parquet":  # maps gathered into row groups: each group's footer entry stays
+        import pyarrow as pa  # in memory until the file is closed
         import pyarrow.parquet as pq
 
         with pq.ParquetWriter(tmp, _schema()) as out:
-            for batch in _batches(reader, index):
-                out.write_batch(batch)
-                rows += batch.num_rows
+            group: list = []
+            for batch in itertools.chain(_batches(reader, index()), [None]):
+                if batch is not None:
+                    group.append(batch)
+                    rows += batch.num_rows
+                if group and (batch is None or sum(b.num_rows for b in group) >= GROUP_ROWS):
+                    out.write_table(pa.Table.from_batches(group), row_group_size=1 << 30)
+                    group = []
         return rows
     import pyarrow.csv as pcsv
 
@@ -75,7 +107,7 @@ def write(reader, index, tmp: Path, fmt: str) -> int:
         fh.write((",".join(COLUMNS) + "\n").encode())
         with pcsv.CSVWriter(fh, _schema(), write_options=pcsv.WriteOptions(
                 include_header=False)) as out:
-            for batch in _batches(reader, index):
+            for batch in _batches(reader, index()):
                 out.write_batch(batch)
                 rows += batch.num_rows
     return rows
@@ -92,31 +124,19 @@ def parse_choice(text: str) -> tuple[str, int]:
                      "1..1000000000")
 
 
-def thin(index: list[tuple], every: int) -> list[tuple]:
-    """Every `every`th map of each lane, in sample_id order, each lane's last kept too."""
-    if every <= 1:
-        return list(index)
-    seen: dict[str, int] = {}
-    last = {lane: sid for sid, lane, _t, _s in index}
-    out = []
-    for row in index:
-        k = seen.get(row[1], 0)
-        seen[row[1]] = k + 1
-        if k % every == 0 or last[row[1]] == row[0]:
-            out.append(row)
-    return out
-
-
-def choose(index: list[tuple], choice: tuple[str, int], rows: int) -> tuple[list[tuple], str]:
-    """(the maps to decode, a note saying what was left out: "" for all of them)."""
+def choose(reader, choice: tuple[str, int], rows: int) -> tuple[int, int, str]:
+    """(every: which maps of each lane `index` keeps, 0 for none; how many it keeps; a note
+    saying what was left out: "" for none of them). Counted in SQL."""
     kind, n = choice
+    total = int(reader._q("SELECT COUNT(*) FROM blockmaps")[0][0])
     if kind == "none":
-        return [], f"left out ({len(index)} block maps, --maps none)"
+        return 0, 0, f"left out ({total} block maps, --maps none)"
     if kind == "auto":
         n = -(-rows // AUTO_ROWS) if rows > AUTO_ROWS else 1
-    chosen = thin(index, n)
-    if len(chosen) == len(index):
-        return chosen, ""
+    kept = total if n == 1 else int(reader._q(
+        f"SELECT COUNT(*) FROM ({_THIN.format(cols='1')})", (n,))[0][0])
+    if kept == total:
+        return n, kept, ""
     why = (f"the whole table would be {rows:,} rows; --maps all writes it"
            if kind == "auto" else f"--maps thin:{n}")
-    return chosen, f"every {n}th block map of each lane ({why})"
+    return n, kept, f"every {n}th block map of each lane ({why})"

@@ -43,7 +43,8 @@ def run(a: argparse.Namespace) -> int:
 
 
 def warm_rule() -> None:
-    """A few requests through every kind of lane, prefix hits and preemptions included."""
+    """A few requests through every kind of lane, prefix hits and preemptions included, and
+    each verb of a pool driven directly."""
     from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_for
     from kvviz.core.workload import generate
     from kvviz.engine import Simulation
@@ -54,6 +55,14 @@ def warm_rule() -> None:
     sim = Simulation(w, [LaneSpec.parse(s) for s in LANES], cache,
                      EngineConfig(max_num_seqs=16, max_batched_tokens=256, max_seq_len=256))
     sim.run()
+    from kvviz.engine.kvpool import KVPool
+
+    for text in LANES:  # the verbs of a pool driven directly (Learn, real mode's benchmark)
+        pool = KVPool(LaneSpec.parse(text), 1024)
+        pool.admit(0, 40)
+        pool.append_batch([0], 20)
+        pool.check(8)
+        pool.release(0)
 
 
 def warm_kernel() -> None:

@@ -82,7 +82,7 @@ def model_for(name: str | None, real_on_cpu: bool) -> ModelShape:
 class CacheConfig:
     """One lane's KV capacity in token slots, and the model whose bytes per token the maps
     record. Each lane cuts the slots into its own blocks (LaneSpec.block_size); the per-lane
-    bounds are `check_lane_blocks`'s and `make_allocator`'s."""
+    bounds are `check_lane_blocks`'s and the engine's (a lane needs one block or cell)."""
 
     capacity_tokens: int
     model: ModelShape = MODEL_PRESETS["tiny-cpu"]

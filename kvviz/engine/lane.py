@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from kvviz.alloc.base import Admission, Reason
+from kvviz.core.admission import Admission, Reason
 from kvviz.core.blockmap import BlockMap
 from kvviz.core.config import EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
@@ -122,15 +122,11 @@ class Lane:
         bound = 2 * int(p.c[S.NUM_RUNNING]) + self.cfg.max_num_seqs + int(
             p.c[S.TOO_BIG_LEFT]) + 2
         size = max(2 * p.ev_step.size, n + bound)
-        fresh = build.events(size)
-        for f, a in fresh.items():
-            a[:n] = getattr(p, f)[:n]
+        fresh = build.kept(build.events(size), p, n)
         if p.c[S.KV_LOG_ON]:
             k = int(p.c[S.NUM_KV_LOG])
-            kv = build.kv_events(max(2 * p.kv_kind.size, k + kv_bound(self.cfg)))
-            for f, a in kv.items():
-                a[:k] = getattr(p, f)[:k]
-            fresh.update(kv)
+            fresh.update(build.kept(
+                build.kv_events(max(2 * p.kv_kind.size, k + kv_bound(self.cfg))), p, k))
         self.pool = p._replace(**fresh)
 
     def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:

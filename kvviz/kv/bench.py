@@ -243,10 +243,3 @@ def sweep_block_sizes(cfg: AttentionBench, sizes=SWEEP_BLOCK_SIZES, rounds: int 
     for bs in sizes:
         yield _result(replace(cfg, block_size=bs), *pooled[bs], rounds=rounds)
 
-
-def __getattr__(name: str):
-    if name == "bench_real":  # real mode's bench lives beside this one (it loads RealKV)
-        from kvviz.kv.bench_real import bench_real
-
-        return bench_real
-    raise AttributeError(f"module 'kvviz.kv.bench' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Real mode's benchmark: decode steps per second of RealKV through a real allocator."""
+"""Real mode's benchmark: decode steps per second of RealKV over the engine's own pool."""
 from __future__ import annotations
 
 import math
@@ -21,7 +21,8 @@ def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, step
     Lengths start uniform in [context/2, 3*context/2]; a sequence that reaches 2*context is
     released and replaced (its prefill is written, untimed), so the batch stays full.
     """
-    from kvviz.alloc import ContiguousAllocator, PagedAllocator
+    from kvviz.core.config import LaneSpec
+    from kvviz.engine.kvpool import KVPool
     from kvviz.kv.real import RealKV
 
     if seqs < 1 or context < 2:
@@ -30,9 +31,10 @@ def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, step
     limit = 2 * context
     rng = np.random.default_rng(seed)
     if allocator == "paged":
-        alloc = PagedAllocator(seqs * (math.ceil(limit / block_size) + 1), block_size)
+        blocks = seqs * (math.ceil(limit / block_size) + 1)
+        alloc = KVPool(LaneSpec("paged", block_size), blocks * block_size)
     elif allocator == "contiguous":
-        alloc = ContiguousAllocator(seqs * (limit + 1))
+        alloc = KVPool(LaneSpec("contiguous", 1), seqs * (limit + 1), label="contiguous:first-fit")
     else:
         raise ValueError(f"allocator: 'paged' or 'contiguous', got {allocator!r}")
     kv = RealKV(alloc, shape, device=device, seed=seed, dtype=dtype, backend=backend)
@@ -44,7 +46,7 @@ def bench_real(model: str = "tiny-cpu", seqs: int = 64, context: int = 300, step
     def admit(slot_ids: np.ndarray, new_lens: np.ndarray) -> None:
         for s, n in zip(slot_ids, new_lens):
             reserve = limit if allocator == "contiguous" else None
-            if not alloc.admit(int(s), int(n), reserve_tokens=reserve).ok:
+            if not alloc.admit(int(s), int(n), reserve).ok:
                 raise RuntimeError("bench_real: allocator refused a sequence; capacity too small")
         kv.on_admit(slot_ids.tolist(), new_lens.tolist())
 

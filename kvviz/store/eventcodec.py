@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvviz.engine.eventlog import KIND_CODE, EventColumns
 from kvviz.store.schema import EVENT_COLS as ROW_COLS  # `events` columns after event_id
 
 CHUNK_KINDS = ("admitted", "finished", "partial")
@@ -33,7 +32,6 @@ CREATE TABLE event_chunks (chunk_id INTEGER PRIMARY KEY, lane TEXT NOT NULL,
   data BLOB NOT NULL);
 CREATE INDEX event_chunks_t ON event_chunks (t_last);
 """
-_CHUNK_CODES = np.array([KIND_CODE[k] for k in CHUNK_KINDS], np.int8)
 
 
 def next_event_id(conn: sqlite3.Connection) -> int:
@@ -48,13 +46,17 @@ def has_chunks(conn: sqlite3.Connection) -> bool:
                 .fetchall())
 
 
-def write(conn: sqlite3.Connection, ev: EventColumns, first_id: int) -> int:
-    """Insert `ev` with event ids from `first_id`; returns the next free id."""
+def write(conn: sqlite3.Connection, ev, first_id: int) -> int:
+    """Insert `ev` (kvviz.engine.eventlog.EventColumns) with event ids from `first_id`;
+    returns the next free id."""
+    # imported here: the engine package loads numba (~60 MB), which readers never need
+    from kvviz.engine.eventlog import KIND_CODE, EventColumns
+
     n = len(ev)
     if not n:
         return first_id
     ids = np.arange(first_id, first_id + n, dtype=np.int64)
-    bulk = np.isin(ev["kind"], _CHUNK_CODES)
+    bulk = np.isin(ev["kind"], np.array([KIND_CODE[k] for k in CHUNK_KINDS], np.int8))
     if not bulk.all():
         rare = ~bulk
         rows = EventColumns({f: a[rare] for f, a in ev.cols.items()}, ev.lanes).rows()

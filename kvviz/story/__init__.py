@@ -1,5 +1,6 @@
-"""The Learn story as data: each step is built by calling the real allocators (and, for
-preemption and POLICY, the real engine) and snapshotting.
+"""The Learn story as data: each step is built by driving the engine's own pools (KVPool:
+the compiled rule's admit / grow / free, as a lane places memory; for preemption and POLICY,
+the real engine) and snapshotting.
 
 The line has 32 slots. Contiguous: A, B, C each reserve a range for their maximum length;
 B finishes; D needs 14 slots, 16 are free, the largest hole has 12: a fragmentation failure.
@@ -18,10 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.alloc import Admission, ContiguousAllocator, PagedAllocator
-from kvviz.core.config import WorkloadConfig
+from kvviz.core.admission import Admission
+from kvviz.core.config import LaneSpec, WorkloadConfig
 from kvviz.core.metrics import tail_waste_tokens
 from kvviz.core.workload import generate
+from kvviz.engine.kvpool import KVPool
 from kvviz.story import course
 from kvviz.story.record import Step
 
@@ -50,15 +52,15 @@ class TradeoffPoint(NamedTuple):
         return self.tail_waste_tokens / held if held else 0.0
 
 
-def _contiguous() -> ContiguousAllocator:
-    return ContiguousAllocator(SLOTS, "first-fit", label="contiguous:first-fit")
+def _contiguous() -> KVPool:
+    return KVPool(LaneSpec("contiguous", 1, "first-fit"), SLOTS, label="contiguous:first-fit")
 
 
-def _paged() -> PagedAllocator:
-    return PagedAllocator(SLOTS // PAGE, PAGE, label=f"paged:{PAGE}")
+def _paged() -> KVPool:
+    return KVPool(LaneSpec("paged", PAGE), SLOTS, label=f"paged:{PAGE}")
 
 
-def _arrive(alloc: ContiguousAllocator | PagedAllocator, reserve: bool) -> None:
+def _arrive(alloc: KVPool, reserve: bool) -> None:
     for seq, written, maximum in ARRIVALS:
         adm = alloc.admit(seq, written, maximum if reserve else None)
         if not adm.ok:  # the story's numbers are wrong if this happens
@@ -144,16 +146,15 @@ def sample_lengths(num_requests: int = 400, seed: int = 0) -> np.ndarray:
 
 
 def tradeoff(lengths: np.ndarray, sizes: Sequence[int] = TRADEOFF_SIZES) -> list[TradeoffPoint]:
-    """Place every sequence at its final length in a paged allocator per block size."""
+    """Place every sequence at its final length in a paged pool per block size."""
     lengths = np.asarray(lengths, np.int64)
-    ids = np.arange(lengths.size, dtype=np.int64)
     out = []
     for bs in sizes:
         blocks = int(np.sum(-(-lengths // bs)))
-        alloc = PagedAllocator(max(1, blocks), bs)
-        if alloc.admit_many(ids, lengths) != lengths.size:
+        pool = KVPool(LaneSpec("paged", bs), max(1, blocks) * bs)
+        if not all(pool.admit(s, n).ok for s, n in enumerate(lengths.tolist())):
             raise RuntimeError(f"tradeoff: block size {bs} did not place every sequence")
-        bm = alloc.snapshot()
+        bm = pool.snapshot()
         out.append(TradeoffPoint(bs, tail_waste_tokens(bm), int((~bm.is_free).sum()),
                                  int(bm.filled.sum())))
     return out

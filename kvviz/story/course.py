@@ -1,6 +1,6 @@
 """The Learn story's later steps: prefix sharing, preemption and POLICY.
 
-Each is produced like the first steps: prefix sharing by a PagedAllocator with its prefix
+Each is produced like the first steps: prefix sharing by a paged KVPool with its prefix
 cache; preemption and POLICY by the engine itself (kvviz.engine.Simulation, one lane of
 blocks of 4, stepped one step at a time), so the pictures, the evicted sequence and the
 refusal record are what the engine did, not a drawing.
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz.alloc import Admission, PagedAllocator, Reason
-from kvviz.alloc.base import PrefixKey
+from kvviz.core.admission import Admission, Reason
 from kvviz.core.blockmap import BlockMap
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec
 from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
+from kvviz.engine.kvpool import KVPool, Prefix
 from kvviz.story.record import Step
 
 PAGE, SLOTS = 4, 32
@@ -32,8 +32,8 @@ def _blocks(bm: BlockMap, seq: int) -> str:
 
 
 def prefix_step() -> Step:
-    p = PagedAllocator(SLOTS // PAGE, PAGE, prefix_caching=True, label=f"paged:{PAGE}:prefix")
-    key = PrefixKey(0, PREFIX)
+    p = KVPool(LaneSpec("paged", PAGE, prefix_caching=True), SLOTS, chain_block=PREFIX)
+    key = Prefix((0,), PREFIX)  # one chain block: the system prompt's PREFIX tokens
     p.admit(E, 11, prefix=key)
     p.admit(F, 10, prefix=key)
     shared = p.snapshot()

@@ -1,11 +1,11 @@
-"""One step of the Learn story, as data: text and the BlockMaps the real allocators produced."""
+"""One step of the Learn story, as data: text and the BlockMaps the engine's pools produced."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
 
-from kvviz.alloc import Admission
+from kvviz.core.admission import Admission
 from kvviz.core.blockmap import BlockMap
 
 

@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", help="a recording (RUN.db)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--max-events", type=int, default=MAX_EVENTS, metavar="N",
-                   help=f"refuse (exit 2) a recording of more engine events than this "
-                        f"(default {MAX_EVENTS}; about 0.5 KB of memory each)")
+                   help=f"refuse (exit 2) a recording whose event chunks overlap in more "
+                        f"engine events than this (default {MAX_EVENTS}; kvviz's overlap only "
+                        "within one sample; about 100 bytes of memory each). Events are "
+                        "read one at a time: the recording's length needs no more")
     args = p.parse_args(argv)
     if args.max_events < 1:
         p.error("--max-events must be >= 1")

@@ -5,14 +5,16 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from kvviz.verify import checks, decode, rows, stored, streams, trust
 from kvviz.verify import events as engine_events
+from kvviz.verify import rows, stored, streams, trust
 from kvviz.verify.header import Unreadable, meta_of, open_db, tables
-from kvviz.verify.replay import PARTIAL_SINCE, LaneReplay
+from kvviz.verify.ids import Ids
+from kvviz.verify.lane import LaneCheck
+from kvviz.verify.replay import Budget
 
 MAX_LISTED = 200  # mismatches kept in the report (all are counted)
+MAX_LANES = 128  # lanes checked (kvviz's event log holds at most 127); past it, the report says so
+MAX_STRAY = 1000  # lanes without samples named one by one
 
 
 @dataclass
@@ -52,7 +54,9 @@ class Report:
 
 
 def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
-    """Raises Unreadable when the file cannot be read as a recording at all."""
+    """Raises Unreadable when the file cannot be read as a recording at all. Memory holds the
+    lanes' replays, one sample and block map per lane and the events of one sample's chunks
+    (at most `max_events` of them), whatever the recording's length."""
     path = Path(path)
     db, version = open_db(path)
     rep = Report(str(path), version)
@@ -79,42 +83,15 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         missing = {"samples", "blockmaps", "events"} - have
         if missing:
             raise Unreadable(f"{path}: tables {sorted(missing)} are missing")
-        chunked = "event_chunks" in have  # format 1: every event is a row
         for table in ("samples", "blockmaps", "events", "event_chunks", "block_tables"):
             if table in have:
                 rows.columns(db, table)
-        events = engine_events.load(db, rep, chunked, max_events)
-        lanes = {ln.get("name"): ln for ln in meta.get("lanes", [])}
-        for where, what in trust.meta_lanes(meta):
-            rep.bad(where, what)
-        names = []
-        for (lane,) in db.execute("SELECT DISTINCT lane FROM samples"):
-            if isinstance(lane, str):
-                names.append(lane)
-            else:
-                rep.bad("samples", f"lane {rows.shown(lane)} is not text")
-        stride = run["blockmap_stride"]
-        if not rows._fits(stride, "int") or stride < 1:
-            rep.bad("run", f"blockmap_stride {rows.shown(stride)} is not a positive integer")
-            stride = 1
-        rep.checks += 1
-        for msg in stored.collector(meta):
-            rep.bad("run", msg)
-        by_lane: dict = {}
-        for e in events:
-            by_lane.setdefault(e["lane"], []).append(e)
-        for lane in names:
-            _lane(db, rep, lane, lanes.get(lane, {}), by_lane.get(lane, []), stride,
-                  "block_tables" in have, version)
-        for lane in sorted({str(e["lane"]) for e in events} - set(names)):
-            rep.bad(f"{lane} events", "events of a lane that has no samples")
-        rep.contents.update(samples=sum(s["samples"] for s in rep.lanes.values()),
-                            events=len(events))
+        _engine(db, rep, run, meta, have, version, max_events)
     except rows.Missing as exc:
         raise Unreadable(f"{path}: {exc}") from None
     except engine_events.TooMany as exc:
         raise Unreadable(f"{path}: {exc}, more than the verifier holds at once (--max-events "
-                         "raises the limit: about 0.5 KB of memory per event)") from None
+                         "raises the limit: about 100 bytes of memory per event)") from None
     except sqlite3.DatabaseError as exc:
         raise Unreadable(f"{path}: unreadable ({exc})") from None
     finally:
@@ -122,174 +99,86 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
     return rep
 
 
+def _engine(db: sqlite3.Connection, rep: Report, run: dict, meta: dict, have: set[str],
+            version: int, max_events: int) -> None:
+    """The lanes' samples, block maps and tables against the engine events, in one pass over
+    the events in event_id order."""
+    lanes = {ln.get("name"): ln for ln in meta.get("lanes", [])}
+    for where, what in trust.meta_lanes(meta):
+        rep.bad(where, what)
+    names, more = [], 0
+    for (lane,) in db.execute("SELECT DISTINCT lane FROM samples"):
+        if not isinstance(lane, str):
+            rep.bad("samples", f"lane {rows.shown(lane)} is not text")
+        elif len(names) < MAX_LANES:
+            names.append(lane)
+        else:
+            more += 1
+    if more:
+        _note(rep, f"not checked: {more} lanes past the first {MAX_LANES} (kvviz runs at "
+             "most 127), their samples, maps and events")
+    stride = run["blockmap_stride"]
+    if not rows._fits(stride, "int") or stride < 1:
+        rep.bad("run", f"blockmap_stride {rows.shown(stride)} is not a positive integer")
+        stride = 1
+    rep.checks += 1
+    for msg in stored.collector(meta):
+        rep.bad("run", msg)
+    budget = Budget()  # live sequences, all lanes together
+    lanes = {lane: LaneCheck(db, rep, lane, lanes.get(lane, {}), stride,
+                             "block_tables" in have, version, budget) for lane in names}
+    ids, stray, n = Ids(), Stray(db, rep), 0
+    for ev in engine_events.stream(db, rep, "event_chunks" in have, max_events, ids):
+        n += 1
+        check = lanes.get(ev["lane"]) if isinstance(ev["lane"], str) else None
+        if check is not None:
+            check.event(ev)
+        else:
+            stray.add(ev["lane"])
+    for check in lanes.values():
+        check.finish()
+        if check.replay.stopped:
+            _note(rep, "not checked: " + check.replay.stopped)
+    stray.report()
+    rep.checks += 1
+    if not ids.ok():
+        rep.bad("events", "event ids are not 1, 2, 3, ... without gaps or repeats")
+    if ids.unchecked():
+        _note(rep, "not checked: " + ids.unchecked())
+    rep.contents.update(samples=sum(s["samples"] for s in rep.lanes.values()), events=n)
+
+
+class Stray:
+    """Events of lanes that have no samples: one mismatch per lane (the first MAX_STRAY lanes
+    named, the others counted), in lane order."""
+
+    def __init__(self, db: sqlite3.Connection, rep: Report) -> None:
+        self.db, self.rep, self.seen, self.others = db, rep, set(), 0
+
+    def add(self, lane: object) -> None:
+        key = str(lane)
+        if key in self.seen:
+            return
+        if isinstance(lane, str) and self.db.execute(  # a lane past MAX_LANES: not a stray
+                "SELECT 1 FROM samples WHERE lane = ? LIMIT 1", (lane,)).fetchone():
+            return
+        if len(self.seen) < MAX_STRAY:
+            self.seen.add(key)
+        else:
+            self.others += 1
+
+    def report(self) -> None:
+        for lane in sorted(self.seen):
+            self.rep.bad(f"{lane} events", "events of a lane that has no samples")
+        if self.others:
+            self.rep.bad("events", f"{self.others} more events of lanes that have no samples "
+                         f"(past the first {MAX_STRAY} such lanes)")
+
+
 def _say(rep: Report, text: str) -> None:
-    line = text.format(**rep.contents)
+    _note(rep, text.format(**rep.contents))
+
+
+def _note(rep: Report, line: str) -> None:
+    """`line` added to the report's note as it is (no field of it is filled in)."""
     rep.note = f"{rep.note}; {line}" if rep.note else line
-
-
-def _typed(db: sqlite3.Connection, rep: Report, table: str, lane: str) -> dict:
-    """sample_id -> row of `table` for `lane` without its blobs (read one map at a time by
-    _full), their stored lengths under "stored"; rows that do not fit FORMAT.md left out.
-    SQLite tells a blob's type and length without reading it."""
-    out = {}
-    have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-    names = [c for c in have if c in decode.BLOB_COLUMNS]
-    cols = [c for c in have if c not in decode.BLOB_COLUMNS]
-    blobs = [f"typeof({c}) AS {c}, length({c}) AS {c}__bytes" for c in names]
-    sql = f"SELECT {', '.join(cols + blobs)} FROM {table} WHERE lane = ?"
-    for r in engine_events.table_rows(db, sql, (lane,)):
-        r["stored"] = {c: r.pop(f"{c}__bytes") for c in names}
-        shape = {c: (b"" if r[c] == "blob" else None if r[c] == "null" else r[c])
-                 for c in names}
-        bad = rows.problem(table, {**r, **shape})
-        if bad is None and table == "blockmaps":
-            bad = rows.map_bounds(r)
-        if bad:
-            rep.bad(f"{lane} {table} row {r['sample_id']}", bad)
-        else:
-            out[r["sample_id"]] = r
-    return out
-
-
-def _full(db: sqlite3.Connection, table: str, row: dict, cap: int) -> dict:
-    """The row with its blobs (one map's worth of memory); Undecodable, before a byte of them
-    is read, when one is stored in more bytes than a blob inflating to `cap` may take."""
-    decode.check_stored(row["stored"], cap)
-    return next(engine_events.table_rows(db, f"SELECT * FROM {table} WHERE sample_id = ? "
-                                         "LIMIT 1", (row["sample_id"],)))
-
-
-def _lane(db: sqlite3.Connection, rep: Report, lane: str, meta: dict, events: list[dict],
-          stride: int, with_tables: bool, version: int) -> None:
-    n_samples = db.execute("SELECT COUNT(*) FROM samples WHERE lane = ?",
-                           (lane,)).fetchone()[0]
-    samples = engine_events.table_rows(  # one row at a time: memory does not grow with them
-        db, "SELECT * FROM samples WHERE lane = ? ORDER BY sample_id", (lane,))
-    maps = _typed(db, rep, "blockmaps", lane)
-    tabs = _typed(db, rep, "block_tables", lane) if with_tables else {}
-    for sid in set(tabs) - set(maps):
-        rep.bad(f"{lane} block tables {sid}", "no block map of this lane has its sample_id")
-    stats = {"samples": n_samples, "maps": len(maps), "events": len(events)}
-    rep.lanes[lane] = stats
-    rep.checks += 1
-    for msg in stored.retention([r["idx"] for r in maps.values()], stride):
-        rep.bad(f"{lane} retention", msg)
-    engine = meta.get("engine") if isinstance(meta.get("engine"), dict) else {}
-    chunked = engine.get("enable_chunked_prefill") is not False  # vLLM's default: on
-    bounds = chunked and version < PARTIAL_SINCE  # no partial events: bounds only
-    replay, k, prev, last_t = LaneReplay(lane, bounds), 0, (0.0, 0), float("-inf")
-    last_step = None
-    for s in samples:
-        where = f"{lane} sample {s['sample_id']} (step {rows.shown(s['step'], 20)})"
-        bad = rows.problem("samples", s)
-        if bad:
-            rep.bad(where, bad)
-            maps.pop(s["sample_id"], None)
-            continue
-        where = f"{lane} sample {s['sample_id']} (step {s['step']})"
-        rep.checks += 1
-        if s["t"] < last_t or (last_step is not None and s["step"] < last_step):
-            rep.bad(where, f"t or step went back (previous sample: t {last_t}, step "
-                    f"{last_step})")
-        last_step = s["step"]
-        while k < len(events) and events[k]["step"] <= s["step"]:
-            ev = events[k]
-            replay.apply(ev)
-            k += 1
-            rep.checks += 1
-            t = ev["t"]
-            if not (isinstance(t, (int, float)) and last_t - 1e-9 <= t <= s["t"] + 1e-9):
-                rep.bad(f"{lane} event {ev['event_id']} (step {ev['step']})",
-                        f"t {ev['t']!r} is not between the samples around its step "
-                        f"({last_t} and {s['t']})")
-        last_t = s["t"]
-        for msg in replay.problems:
-            rep.bad(f"{lane} events", msg)
-        replay.problems.clear()
-        _counters(rep, where, s, replay, prev)
-        if isinstance(s.get("tokens_generated"), int):
-            prev = (s["t"], s["tokens_generated"])
-        if "capacity_tokens" in meta:
-            rep.same(where, "capacity_tokens (meta)", s["capacity_tokens"],
-                     meta["capacity_tokens"])
-        row = maps.pop(s["sample_id"], None)
-        if row is not None:
-            _map(rep, where, s, db, row, replay, tabs.get(s["sample_id"]), meta)
-    for sid in maps:
-        rep.bad(f"{lane} map {sid}", "no samples row of this lane has its sample_id")
-    if k < len(events):  # written with a sample, an event never is past its lane's last one
-        rep.bad(f"{lane} events", f"{len(events) - k} events have a step after the lane's last "
-                f"sample (first: event {events[k]['event_id']}, step {events[k]['step']})")
-
-
-def _counters(rep: Report, where: str, s: dict, replay: LaneReplay, prev: tuple) -> None:
-    for name, want in replay.counters(s["step"]).items():
-        if s.get(name) is None:
-            continue
-        if name != "tokens_generated":
-            rep.same(where, name, s[name], want)
-        elif want[0] == want[1]:
-            rep.same(where, name, s[name], want[0])
-        else:
-            rep.checks += 1
-            if not (isinstance(s[name], int) and want[0] <= s[name] <= want[1]):
-                rep.bad(where, f"tokens_generated stored {rows.shown(s[name])}, events allow "
-                        f"{want[0]}-{want[1]}")
-    if s.get("tokens_per_s") is not None and isinstance(s.get("tokens_generated"), int):
-        t0, tok0 = prev
-        want = (s["tokens_generated"] - tok0) / (s["t"] - t0) if s["t"] > t0 else 0.0
-        rep.same(where, "tokens_per_s", s["tokens_per_s"], want)
-
-
-def _map(rep: Report, where: str, s: dict, db: sqlite3.Connection, row: dict,
-         replay: LaneReplay, tab: dict | None, lane: dict) -> None:
-    """Check one block map (and its block tables) against the sample and the replay; `row`
-    and `tab` are _typed rows, their blobs read here when their lengths fit."""
-    rep.same(where, "map t/step", (row["t"], row["step"]), (s["t"], s["step"]))
-    try:
-        m = decode.block_map(_full(db, "blockmaps", row,
-                                   decode.blob_cap(row["num_blocks"], row["runs"])))
-        if tab is not None:
-            cap = 8 * (int(m.planes["refcount"].sum()) + m.num_blocks) + 65536
-            m = m._replace(tables=decode.block_tables(_full(db, "block_tables", tab, cap),
-                                                      cap))
-    except decode.Undecodable as exc:
-        rep.bad(where, f"block map does not decode: {exc}")
-        return
-    rep.lanes[s["lane"]]["maps_decoded"] = rep.lanes[s["lane"]].get("maps_decoded", 0) + 1
-    rep.checks += 1
-    for msg in checks.invariants(m):
-        rep.bad(where, msg)
-    for msg in trust.owners(m.planes["owner"]) + trust.map_vs_lane(row, lane):
-        rep.bad(where, msg)
-    got = checks.metrics(m)
-    for name, want in got.items():
-        if name in s:
-            rep.same(where, name, s[name], want)
-    step, free = replay.last_admit
-    if step == s["step"]:  # nothing allocates after them (a finish resets last_admit)
-        rep.same(where, "free_tokens of the step's last admission", free, got["free_tokens"])
-    fs = m.finals["final_seq"]
-    if fs is None:
-        return
-    lengths = replay.lengths(s["step"])
-    rep.same(where, "live set (final_seq vs events)", sorted(fs.tolist()), sorted(lengths))
-    want = np.array([lengths.get(int(q), -1) for q in fs], np.int64)
-    wrote = checks.per_owner(m.planes["owner"], m.planes["filled"], fs)
-    shared = (m.planes["refcount"] > 1).any()
-    rep.checks += 1
-    exact = not replay.chunked  # else lengths from events are upper bounds
-    off = (wrote > want) if shared or not exact else (wrote != want)
-    off |= want > m.finals["final_len"]
-    if off.any():
-        i = int(np.flatnonzero(off)[0])
-        rep.bad(where, f"sequence {fs[i]}: the map holds {wrote[i]} written slots, events "
-                f"give length {want[i]} (final length {m.finals['final_len'][i]})")
-    if not exact and not shared:  # bounds only: a table must fit what the map holds
-        want = np.where(want < 0, want, wrote)
-    if m.tables and not (want < 0).any() and (exact or not shared):
-        stats = rep.lanes[s["lane"]]
-        stats["tables_checked"] = stats.get("tables_checked", 0) + 1
-        rep.checks += 1
-        for msg in checks.tables(m, want):
-            rep.bad(where, msg)

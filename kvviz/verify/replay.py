@@ -16,6 +16,13 @@ from kvviz.verify.timeline import Timeline
 
 REASONS = ("CAPACITY", "FRAGMENTATION", "POLICY")
 PARTIAL_SINCE = 5  # the format version from which recordings carry `partial` events
+MAX_LIVE = 1 << 19  # sequences live at once in all lanes together (~200 bytes each)
+
+
+@dataclass
+class Budget:
+    """Sequences the lanes' replays may still hold live (shared by the lanes of a run)."""
+    left: int = field(default_factory=lambda: MAX_LIVE)
 
 
 @dataclass
@@ -31,8 +38,12 @@ class LaneReplay:
     last_step: int = 0
     last_admit: tuple = (-1, 0)  # (step, free_tokens) of the latest admission
     problems: list = field(default_factory=list)
+    budget: Budget = field(default_factory=Budget)
+    stopped: str = ""  # why the replay stopped (more live sequences than the budget)
 
     def apply(self, ev: dict) -> None:
+        if self.stopped:
+            return
         kind, seq, step = ev["kind"], ev["seq_id"], ev["step"]
         if step < self.last_step:
             self.problems.append(f"event {ev['event_id']} ({kind}) at step {step} after step "
@@ -43,6 +54,11 @@ class LaneReplay:
             if seq in self.live:
                 self.problems.append(f"event {ev['event_id']}: sequence {seq} admitted while "
                                      "live")
+            elif self.budget.left <= 0:
+                self._stop(ev)
+                return
+            else:
+                self.budget.left -= 1
             self.live[seq] = Timeline.admitted(step, ev["need_tokens"])
         elif kind == "partial":
             self._partial(ev)
@@ -54,6 +70,7 @@ class LaneReplay:
             if kind == "finished" and self.last_admit[0] == step:
                 self.last_admit = (-1, 0)  # it freed blocks after the step's admissions
             line = self.live.pop(seq)
+            self.budget.left += 1
             # a preempted one sampled nothing in the step that preempted it, a finished one
             # sampled its last token in its last step (so that step was no partial one)
             most = line.advance(step if kind == "finished" else step - 1)
@@ -80,6 +97,16 @@ class LaneReplay:
                                      "not -1")
         else:
             self.problems.append(f"event {ev['event_id']}: unknown kind {kind!r}")
+
+    def _stop(self, ev: dict) -> None:
+        """Too many live sequences to replay: the lane's replay ends here, its memory given
+        back; what it can no longer check is said by whoever reads `stopped`."""
+        self.stopped = (f"{self.lane}: the replay of its events from event {ev['event_id']} "
+                        f"(step {ev['step']}) on, and the checks that need it: more than "
+                        f"{MAX_LIVE:,} sequences were live at once in all lanes, more than the "
+                        "verifier holds")
+        self.budget.left += len(self.live)
+        self.live.clear()
 
     def _partial(self, ev: dict) -> None:
         """A step that left a live sequence at `need_tokens` slots, short of its known

@@ -12,7 +12,7 @@ import sqlite3
 
 MAX_BLOCKS = 1 << 24  # blocks (or cells) of one map: kvviz refuses larger lanes
 MAX_CHUNK = 1 << 24  # events of one event chunk
-MAX_EVENTS = 1 << 22  # events the verifier holds at once (--max-events): about 0.5 KB each
+MAX_EVENTS = 1 << 20  # events of overlapping chunks held at once (--max-events): ~100 B each
 INT64 = 1 << 63
 
 # table -> (column, kind) for every column the verifier reads; kind: int, num, text, blob,

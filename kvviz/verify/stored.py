@@ -5,7 +5,10 @@ such places, a paged lane's external_frag_index (0) and a buddy lane's largest_h
 """
 from __future__ import annotations
 
+import itertools
 import math
+import sqlite3
+from collections.abc import Iterable, Iterator
 
 COLLECTOR = ("hz", "steps_per_s", "loop", "duration_s", "max_steps")
 
@@ -45,13 +48,41 @@ def retention(idxs: list[int], stride: int) -> list[str]:
     if not idxs:
         return []
     top = max(idxs)
-    have = set(idxs)
-    bad = [f"map idx {i} kept although idx % stride {stride} != 0 and it is not the lane's "
-           "newest" for i in sorted(i for i in have if i % stride and i != top)]
-    kept = sorted(i for i in have if i % stride == 0)
-    if kept:
-        missing = [i for i in range(kept[0], top + 1, stride) if i not in have]
-        if missing:
-            bad.append(f"maps idx {missing[:5]} (idx % stride {stride} == 0, newer than the "
-                       f"kept idx {kept[0]}) are missing")
-    return bad
+    return list(retention_of(top, sorted({i for i in idxs if i % stride and i != top}),
+                             sorted({i for i in idxs if i % stride == 0}), stride))
+
+
+def retention_sql(db: sqlite3.Connection, lane: str, stride: int) -> Iterator[str]:
+    """retention() of the lane's integer idx values, read in order from SQL (memory holds a
+    few of them whatever the number of maps)."""
+    of = "FROM blockmaps WHERE lane = ? AND typeof(idx) = 'integer'"
+    top = db.execute(f"SELECT MAX(idx) {of}", (lane,)).fetchone()[0]
+    if top is None:
+        return
+    odd = (i for (i,) in db.execute(f"SELECT DISTINCT idx {of} AND idx % ? != 0 AND idx != ? "
+                                    "ORDER BY idx", (lane, stride, top)))
+    kept = (i for (i,) in db.execute(f"SELECT DISTINCT idx {of} AND idx % ? = 0 ORDER BY idx",
+                                     (lane, stride)))
+    yield from retention_of(top, odd, kept, stride)
+
+
+def retention_of(top: int, odd: Iterable[int], kept: Iterable[int],
+                 stride: int) -> Iterator[str]:
+    """The retention messages from the newest idx, the other non-multiples of the stride and
+    the multiples, each distinct and ascending: the first five missing multiples named."""
+    for i in odd:
+        yield (f"map idx {i} kept although idx % stride {stride} != 0 and it is not the lane's "
+               "newest")
+    first = prev = None
+    missing: list[int] = []
+    for i in itertools.chain(kept, [None]):
+        end = top + 1 if i is None else i  # the multiples between prev and i are missing
+        if prev is not None:
+            missing += itertools.islice(range(prev + stride, end, stride), 5 - len(missing))
+        if i is None or len(missing) >= 5:
+            break
+        first = i if first is None else first
+        prev = i
+    if missing:
+        yield (f"maps idx {missing} (idx % stride {stride} == 0, newer than the kept idx "
+               f"{first}) are missing")

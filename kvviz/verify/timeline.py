@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class Timeline:
     step: int  # the state below is the sequence's after this step
     length: int  # slots written (0 for a sequence admitted at step + 1: not known yet)

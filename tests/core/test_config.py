@@ -5,7 +5,6 @@ import math
 
 import pytest
 
-from kvviz.alloc import ContiguousAllocator, PagedAllocator, make_allocator
 from kvviz.core.config import (
     CacheConfig,
     EngineConfig,
@@ -123,20 +122,6 @@ def test_configs_are_frozen():
     c = EngineConfig()
     with pytest.raises(AttributeError):
         c.max_num_seqs = 3  # type: ignore[misc]
-
-
-def test_make_allocator_builds_what_the_spec_names():
-    p = make_allocator(LaneSpec.parse("paged:16:prefix"), 100)
-    assert isinstance(p, PagedAllocator) and p.prefix_caching
-    assert p.usage().capacity_tokens == 96
-    c = make_allocator(LaneSpec.parse("contiguous:buddy:exact"), 100)
-    assert isinstance(c, ContiguousAllocator) and c.placement == "buddy"
-    assert c.usage().capacity_tokens == 100
-
-
-def test_make_allocator_rejects_capacity_below_one_block():
-    with pytest.raises(ValueError, match="capacity_tokens"):
-        make_allocator(LaneSpec("paged", 16), 15)
 
 
 def test_default_rate_is_all_at_once():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvviz.alloc.base import Reason
+from kvviz.core.admission import Reason
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation

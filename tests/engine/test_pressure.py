@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.alloc.base import Reason
+from kvviz.core.admission import Reason
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig
 from kvviz.core.workload import generate
 from kvviz.engine import Simulation

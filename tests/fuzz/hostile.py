@@ -268,9 +268,10 @@ def install_fakes(monkeypatch) -> None:
     monkeypatch.setattr(prom, "attach", lambda collector, port, address="127.0.0.1": None)
     try:
         import kvviz.kv.bench as kb
+        import kvviz.kv.bench_real as kbr
     except ImportError:  # no torch: bench refuses with one line, which the property accepts
         return
-    monkeypatch.setattr(kb, "bench_real", fake_bench_real)
+    monkeypatch.setattr(kbr, "bench_real", fake_bench_real)
     monkeypatch.setattr(kb, "bench_attention", fake_bench_attention)
     monkeypatch.setattr(kb, "sweep_block_sizes",
                         lambda cfg, rounds=1: [fake_bench_attention(cfg)])

@@ -55,3 +55,35 @@ def test_a_damaged_row_in_a_late_piece_replaces_nothing(rec, tmp_path):
     check_property("export", argv, res)
     assert res.code == 2 and "samples" in res.err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no partial file left
+
+
+def test_pieces_are_bounded_by_bytes_too(rec, tmp_path, monkeypatch):
+    """A piece stops at PIECE_BYTES of stored values (blobs counted by their length, never
+    read for it): here one block map a piece, the file still the whole table."""
+    monkeypatch.setattr(chunks, "PIECE_BYTES", 1)
+    seen = []
+    real = chunks._cut
+    monkeypatch.setattr(chunks, "_cut", lambda *a: seen.append(a[1]) or real(*a))
+    assert run_cli(["export", str(rec), "--parquet", str(tmp_path / "p")]).code == 0
+    assert seen.count("blockmaps") == 1 + 7  # the columns; then 6 maps one at a time, none left
+    r = RunReader(rec)
+    try:
+        maps = r.table("blockmaps")
+    finally:
+        r.close()
+    got = pd.read_parquet(tmp_path / "p" / "blockmaps.parquet")
+    assert got["owner"].tolist() == maps["owner"].tolist()
+
+
+def test_a_column_null_in_the_first_piece_keeps_its_later_type(rec, tmp_path):
+    """The Parquet schema comes from every value of the table, not the first piece alone
+    (before: NULLs first made the column text, and a later number was an error)."""
+    with sqlite3.connect(rec) as db:
+        db.execute("ALTER TABLE samples ADD COLUMN extra")
+        db.execute("UPDATE samples SET extra = sample_id * 1.5 WHERE sample_id > 4")
+    argv = ["export", str(rec), "--parquet", str(tmp_path / "p")]
+    res = run_cli(argv)
+    check_property("export", argv, res)
+    assert res.code == 0, res.err
+    got = pd.read_parquet(tmp_path / "p" / "samples.parquet")
+    assert got["extra"].dtype == "float64" and got["extra"].isna().sum() == 4

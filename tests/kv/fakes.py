@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvviz.alloc.base import Usage
+from kvviz.core.admission import Usage
 
 
 class FakePaged:

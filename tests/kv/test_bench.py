@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvviz.commands.cli import main
-from kvviz.kv.bench import AttentionBench, bench_attention, bench_real, sweep_block_sizes
+from kvviz.kv.bench import AttentionBench, bench_attention, sweep_block_sizes
+from kvviz.kv.bench_real import bench_real
 
 TINY = {"batch": 3, "context": 40, "heads": 4, "kv_heads": 2, "head_dim": 16, "repeats": 2,
         "warmup": 1}

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from kvviz.core.config import ModelShape
+from kvviz.core.config import LaneSpec, ModelShape
+from kvviz.engine.kvpool import KVPool
 from kvviz.kv.real import RealKV
 from tests.kv.fakes import FakeContiguous, FakePaged
 from tests.kv.kvref import assert_close, reference
@@ -107,11 +108,8 @@ def test_empty_decode_step_is_a_no_op():
     assert kv.last_outputs == [] and kv.kv_bytes_read == 0
 
 
-def test_with_the_projects_paged_allocator():
-    alloc_mod = pytest.importorskip("kvviz.alloc")
-    alloc = alloc_mod.PagedAllocator(32, 4)
-    if not hasattr(alloc, "block_tables"):
-        pytest.skip("PagedAllocator.block_tables not there yet")
+def test_with_the_engines_paged_pool():
+    alloc = KVPool(LaneSpec("paged", 4), 32 * 4)
     kv = RealKV(alloc, MODEL, backend="torch")
     for s, n in enumerate(LENS):
         assert alloc.admit(s, n).ok

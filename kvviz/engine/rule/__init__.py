@@ -3,8 +3,9 @@
 Modules, one per concept: state (the struct-of-arrays records), keys (prefix block hashes),
 pool (vLLM's paged block pool), placement (contiguous first-fit / best-fit / buddy), kv (the
 memory interface the scheduler calls), scheduler (schedule / update), shares, events,
-advance (the step loop), build (the records from a workload), view (the allocator's read
-verbs over a lane's arrays). kvviz/engine/lane.py is the Python handle.
+advance (the step loop), direct (the memory verbs for a pool driven without the scheduler),
+build (the records from a workload), view (the read verbs over a pool's arrays). The Python
+handles: kvviz/engine/lane.py (a lane), kvviz/engine/kvpool.py (a pool driven directly).
 
 Compiled code is cached (cache=True) in one directory per version of these sources:
 numba checks only the calling function's own file, and a compiled caller holds its callees'

@@ -1,5 +1,7 @@
 """The step loop: a lane advances on its own clock (arrivals by step) or by one step at a
 time the caller times (a live collector), stopping before the event columns could overflow.
+Each function here is an entry point Python calls with the Pool and Requests tuples; it
+hands the rule their records (state.records).
 """
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ from numba import njit
 from kvviz.engine.rule.events import room
 from kvviz.engine.rule.scheduler import num_waiting, schedule, step, update
 from kvviz.engine.rule.shares import account
-from kvviz.engine.rule.state import ARRIVED, DONE, NUM_RUNNING, PRESSURE, REJECTED, STEP
+from kvviz.engine.rule.state import (
+    ARRIVED,
+    DONE,
+    NUM_RUNNING,
+    PRESSURE,
+    REJECTED,
+    STEP,
+    records,
+)
 
 FULL, DONE_OR_UNTIL = 1, 0  # advance's answers: the event columns need room / it stopped
 
@@ -25,6 +35,12 @@ def advance(p, cfg, req, until_step):
     request arrives at the first step whose clock reaches its arrival time; while nothing
     runs or waits, the idle steps up to the next arrival are added at once (no event, equal
     shares). Returns FULL when the event log needs room first."""
+    pool, reqs = records(p, req)
+    return _advance(pool, cfg, reqs, until_step)
+
+
+@njit(cache=True)
+def _advance(p, cfg, req, until_step):
     c = p.c
     while c[DONE] + c[REJECTED] < cfg.n and c[STEP] < until_step:
         if not room(p, cfg):
@@ -46,10 +62,11 @@ def advance(p, cfg, req, until_step):
 def step_at(p, cfg, req, arrived, time_s):
     """One step at the caller's clock, `arrived` requests arrived (a live collector).
     Returns FULL (nothing done) when the event log needs room first."""
-    if not room(p, cfg):
+    pool, reqs = records(p, req)
+    if not room(pool, cfg):
         return FULL
-    p.c[ARRIVED] = max(p.c[ARRIVED], arrived)
-    step(p, cfg, req, time_s)
+    pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
+    step(pool, cfg, reqs, time_s)
     return DONE_OR_UNTIL
 
 
@@ -57,23 +74,26 @@ def step_at(p, cfg, req, arrived, time_s):
 def schedule_at(p, cfg, req, arrived, time_s):
     """step_at's first half (real mode: the KV executor writes the plan before update):
     arrivals and schedule(). Returns FULL (nothing done) when the event log needs room."""
-    if not room(p, cfg):
+    pool, reqs = records(p, req)
+    if not room(pool, cfg):
         return FULL
-    p.c[ARRIVED] = max(p.c[ARRIVED], arrived)
-    p.c[STEP] += 1
-    p.c[PRESSURE] = schedule(p, cfg, req, time_s)
+    pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
+    pool.c[STEP] += 1
+    pool.c[PRESSURE] = schedule(pool, cfg, reqs, time_s)
     return DONE_OR_UNTIL
 
 
 @njit(cache=True)
 def finish_step(p, cfg, req, time_s):
     """step_at's second half: update() and the step's shares."""
-    update(p, cfg, req, time_s)
-    account(p, cfg, req, p.c[PRESSURE] != 0, 1, time_s)
+    pool, reqs = records(p, req)
+    update(pool, cfg, reqs, time_s)
+    account(pool, cfg, reqs, pool.c[PRESSURE] != 0, 1, time_s)
 
 
 @njit(cache=True)
 def skip_idle(p, cfg, req, k, time_s):
     """k idle steps at once (nothing runs or waits), the last at `time_s`."""
-    p.c[STEP] += k
-    account(p, cfg, req, False, k, time_s)
+    pool, reqs = records(p, req)
+    pool.c[STEP] += k
+    account(pool, cfg, reqs, False, k, time_s)

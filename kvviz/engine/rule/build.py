@@ -104,14 +104,16 @@ def build(spec: LaneSpec, w: Workload, engine: EngineConfig, capacity_tokens: in
         num_computed_tokens=np.zeros(n, np.int64), num_output_tokens=np.zeros(n, np.int64),
         row=np.full(n, -1, np.int64), chain_ptr=ptr, chain_ids=np.asarray(ids, np.int64),
         chain_cover=cover.astype(np.int64))
-    return cfg, req, _pool(cfg, n, final_len, int(too_big.sum()))
-
-
-def _pool(cfg: S.Config, n: int, final_len: np.ndarray, too_big: int) -> S.Pool:
     rows = max(1, min(cfg.max_num_seqs, n))
+    width = int(-(-int(final_len.max(initial=1)) // bs)) + 1 if paged else 1
+    return cfg, req, pool(cfg, rows, min(width, num_blocks + 1), n, int(too_big.sum()))
+
+
+def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> S.Pool:
+    """An empty Pool: `rows` block tables (ranges) of `width` blocks for n requests (`too_big`
+    of them rejected ahead); a contiguous lane's width is 1."""
     nb = cfg.num_blocks if cfg.paged else 1
-    width = int(-(-int(final_len.max(initial=1)) // cfg.block_size)) + 1 if cfg.paged else 1
-    width = min(width, cfg.num_blocks + 1) if cfg.paged else 1
+    width = width if cfg.paged else 1
     hsize = 1 << max(4, (2 * nb).bit_length()) if cfg.prefix_caching else 2
     c = np.zeros(S.NUM_COUNTERS, np.int64)
     c[S.LAST_FAIL_SEQ] = -1
@@ -156,7 +158,7 @@ def _pool(cfg: S.Config, n: int, final_len: np.ndarray, too_big: int) -> S.Pool:
         in_lru=np.zeros(nb, np.bool_), hash_keys=np.zeros(hsize, np.uint64),
         hash_blocks=np.zeros(hsize, np.int32),
         block_table=np.zeros((rows, width), np.int32),
-        row_hashes=np.zeros((rows + 1, width), np.uint64),
+        row_hashes=np.zeros((rows + 1, width if cfg.prefix_caching else 1), np.uint64),
         row_num_blocks=np.zeros(rows, np.int64), row_len=np.zeros(rows, np.int64),
         row_num_cached=np.zeros(rows, np.int64), row_start=np.zeros(rows, np.int64),
         row_seq=np.full(rows, -1, np.int64),
@@ -167,6 +169,13 @@ def _pool(cfg: S.Config, n: int, final_len: np.ndarray, too_big: int) -> S.Pool:
         buddy_off=buddy_off, buddy_count=buddy_count,
         buddy_region=np.array(regions or [(0, 0)], np.int64).reshape(-1, 2),
         **events(EVENTS0), **kv_events(0))
+
+
+def kept(cols: dict, p: S.Pool, n: int) -> dict:
+    """Fresh (larger) columns `cols` holding the first n entries of p's columns of their names."""
+    for f, a in cols.items():
+        a[:n] = getattr(p, f)[:n]
+    return cols
 
 
 def kv_events(k: int) -> dict:

@@ -2,23 +2,23 @@
 BlockRemoved, published like a vLLM node (lane k of the paged prefix lanes = DP rank k,
 port + k).
 
-Events come from the block pool's event log (kvviz/alloc/blockpool.py): every key that became
-cached and every eviction, in the order they happened, drained once per sample. So a block
-stored and evicted between two samples is published as BlockStored then BlockRemoved. A lane
-whose pool is replaced (a --loop restart) publishes AllBlocksCleared, then the new pool's
-cache. Each published batch can also be kept as a kv_batches row (`rows`), so the collector
-records its own stream into its run (docs/FORMAT.md, "KV-event streams").
+Events come from the block pool's event log (kvviz/engine/rule/view.py, PoolLog): every key
+that became cached and every eviction, in the order they happened, drained once per sample.
+So a block stored and evicted between two samples is published as BlockStored then
+BlockRemoved. A lane whose pool is replaced (a --loop restart) publishes AllBlocksCleared,
+then the new pool's cache. Each published batch can also be kept as a kv_batches row
+(`rows`), so the collector records its own stream into its run (docs/FORMAT.md, "KV-event
+streams").
 """
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 
-from kvviz.alloc.blockpool import REMOVED, LogEntry
+from kvviz.engine.rule.view import REMOVED, Key, LogEntry
 from kvviz.node.kvevents.endpoints import endpoint_for_rank
 from kvviz.node.kvevents.publisher import Publisher, Unpublished, cleared, removed, stored
 
-Key = tuple[int, int]  # (content hash up to `end`, end): kvviz.engine.tokens, kvviz.alloc.prefix
 VOCAB = 32_000
 ENCODING = {"vllm": "map", "sglang": "array"}  # how kvviz.node.kvevents.decode names them
 
@@ -60,8 +60,8 @@ class LanePublisher:
     @staticmethod
     def hash_of(key: Key) -> int:
         """The block hash of `key`. A key (content id, end) names the whole prompt up to
-        `end` (kvviz.alloc.prefix), so hashing the key is hashing the chain: no parent walk,
-        no memory of past keys."""
+        `end` (the rule's chained hash, kvviz/engine/rule/keys.py), so hashing the key is
+        hashing the chain: no parent walk, no memory of past keys."""
         return block_hash(None, key)
 
     def follow(self, alloc, ts: float | None = None) -> int:
