@@ -8,15 +8,23 @@ re-executes itself there). Two vLLM 0.32 schedulers are built in-process with no
 publishing at 4 Hz to an ipc socket nobody reads; both get the same load, a closed loop of
 256 requests (a new one for each that finishes) whose prompts fill ~90% of the pool and which
 decode as many tokens again: the pool stays full, with preemptions and prefix-cache churn.
-Rounds alternate the two (harness.interleaved), each a fixed number of steps after the fill
-(4,000 at 1,000 blocks, 400 above; --quick a tenth).
+Rounds alternate the two (harness.interleaved), 10 pairs a repeat, each a fixed number of
+steps after the fill (400 at 1,000 blocks, 100 above, 0.5-1.5 s; --quick a tenth), timed in
+the process's CPU time (the publisher's thread included), which the machine's other work
+disturbs less than the wall clock; steps/s are the steps over the sum of the rounds.
+Both are built as EngineCore leaves its scheduler: the start-up heap frozen for the GC and
+vLLM's environment cache on.
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
-and on, the throughput cost and the time it adds to a step (hooks and samples), the median
-time of one sample, the share of the "on" loop's wall time spent in samples, and 4 Hz x one
-sample: the sampling's share of any engine's time. A loop without a model runs ~100x more
-steps a second than a GPU engine, so the per-step hooks weigh far more here than in a
-server: the throughput cost is an upper bound; 4 Hz x one sample is what sampling costs
-whatever the step time.
+and on, the throughput cost and the time it adds to a step (hooks and samples), the way the
+pool mirror chose to keep current (scanning or watching; kvviz/plugin/pool_mirror.py), the
+time of the sampler's after-schedule() bookkeeping a step, the median time of one sample, the share
+of the "on" rounds' time spent in samples, and 4 Hz x one sample: the sampling's share of
+any engine's time. Then a check, outside the figures: a few hundred more steps with a sample
+at each, every sample compared with vLLM's own state read at that moment (planes, tables,
+partial events; `mismatched_samples` must be 0). A loop without a model runs more steps a
+second (~280 at 1,000 blocks here) than an engine with one, so the per-step hooks weigh
+more here than in a server: the throughput cost is an upper bound; 4 Hz x one sample is
+what sampling costs whatever the step time.
 """
 from __future__ import annotations
 
@@ -38,13 +46,16 @@ B, SEQS = 16, 256
 
 def child(num_blocks: int, steps: int, rounds: int) -> dict:
     import vllm.v1.core.sched.scheduler as sched_mod
+    from vllm.envs import enable_envs_cache
     from vllm.sampling_params import SamplingParams
+    from vllm.utils.gc_utils import freeze_gc_heap
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
     from kvviz.plugin import vllm_entry
+    from kvviz.plugin.sampler import PoolSampler
     from kvviz.reference import vllm_scheduler as ref
 
     d = tempfile.mkdtemp(prefix="kvviz-bench-plugin-")
@@ -61,16 +72,25 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
         scheds["on"] = ref.make_scheduler(case, d)
     finally:
         sched_mod.Scheduler = plain
+    freeze_gc_heap()  # as EngineCore does once it is built (vllm/v1/engine/core.py)
+    enable_envs_cache()
     k = scheds["on"]._kvviz
     spent: list[float] = []
-    sample = k.sample
+    sample, after = k.sample, PoolSampler.after_schedule
+    per_step = [0.0]
 
     def timed() -> None:
         t0 = time.perf_counter()
         sample()
         spent.append(time.perf_counter() - t0)
 
+    def timed_after(self, out) -> None:
+        t0 = time.perf_counter()
+        after(self, out)
+        per_step[0] += time.perf_counter() - t0
+
     k.sample = timed
+    PoolSampler.after_schedule = timed_after
     hash_fn = get_hash_fn_by_name(scheds["off"].cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(B, hash_fn)
@@ -104,19 +124,80 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     for run in variants.values():  # warm, outside the figures
         run()
     spent.clear()
-    rows = harness.interleaved(variants, rounds, warmup=0)
-    on_wall = sum(rows["on"])
+    per_step[0] = 0.0
+    rows = harness.interleaved(variants, rounds, warmup=0, clock=time.process_time)
+    on_wall, off_wall = sum(rows["on"]), sum(rows["off"])
     pool = scheds["on"].kv_cache_manager.block_pool
-    return {"num_blocks": num_blocks, "steps_per_round": steps, "rounds": rounds,
-            "used_blocks": pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
-            "steps_per_s_off": steps / statistics.median(rows["off"]),
-            "steps_per_s_on": steps / statistics.median(rows["on"]),
-            "samples": len(spent), "sample_ms": 1e3 * statistics.median(spent) if spent else 0,
-            "sample_share_pct": 100 * sum(spent) / on_wall,
-            "extra_ms_per_step": 1e3 * (statistics.median(rows["on"])
-                                        - statistics.median(rows["off"])) / steps,
-            "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
-            "kind": type(scheds["on"]).__name__, "requests": made["on"]}
+    out = {"num_blocks": num_blocks, "steps_per_round": steps, "rounds": rounds,
+           "used_blocks": pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
+           "steps_per_s_off": steps * rounds / off_wall,
+           "steps_per_s_on": steps * rounds / on_wall,
+           "samples": len(spent), "sample_ms": 1e3 * statistics.median(spent) if spent else 0,
+           "sample_share_pct": 100 * sum(spent) / on_wall,
+           "after_schedule_us": 1e6 * per_step[0] / (steps * rounds),
+           "extra_ms_per_step": 1e3 * (on_wall - off_wall) / (steps * rounds),
+           "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
+           "mirror": "watching" if k.mirror.watching else "scanning",
+           "kind": type(scheds["on"]).__name__, "requests": made["on"],
+           "requests_off": made["off"]}
+    PoolSampler.after_schedule = after
+    return {**out, **check(scheds["on"], k, lambda: step(scheds["on"], "on"),
+                           max(50, steps // 2))}
+
+
+def check(s, k, step, steps: int) -> dict:
+    """`steps` more steps with a sample at each, every sample compared with vLLM's own state
+    read when it was taken: the refcnt / hashed planes with every block's ref_cnt and hash,
+    the tables with req_to_blocks, and the step's `partial` events and sampled-token count
+    with the requests' own num_computed_tokens. The pool mirror watches the pool's verbs here
+    whatever it chose in the timed rounds, and its refresh is forced through its full and
+    incremental paths in turn (kvviz/plugin/pool_mirror.py)."""
+    import numpy as np
+
+    from kvviz.plugin.pool_mirror import PoolMirror
+
+    pool, mirror, tables = k.pool, k.mirror, k.mirror.req_to_blocks
+    mirror.refresh()  # current: from here on it watches (a large pool watches already)
+    mirror.watch()
+    ways = [None, True, False]
+    mirror.refresh = lambda full=None: PoolMirror.refresh(mirror, ways[len(seen) % 3])
+    k.settings.every_steps = 1
+    seen, bad, expect = [], [], {}
+    generated = [k.generated]
+
+    def offer(msg: dict) -> bool:
+        direct = [(k.seq_of.get(r, -1), [b.block_id for b in lst])
+                  for r, lst in tables.items() if lst]
+        lens = msg["lens"].tolist()
+        got = list(zip(msg["seqs"].tolist(), np.split(msg["blocks"], np.cumsum(lens)[:-1])))
+        partial: dict = {}
+        for e in msg["events"]:
+            if e[1] == "partial":
+                partial.setdefault(e[0], set()).add(e[2])
+        ok = (msg["refcnt"].tolist() == [b.ref_cnt for b in pool.blocks]
+              and msg["hashed"].astype(bool).tolist() == [
+                  b._block_hash is not None for b in pool.blocks]
+              and [(q, ids.tolist()) for q, ids in got] == [(q, ids) for q, ids in direct]
+              and all(partial.get(st, set()) == want for st, want in expect.items())
+              and msg["generated"] == generated[0])
+        seen.append(msg["step"])
+        if not ok:
+            bad.append(msg["step"])
+        expect.clear()
+        return True
+
+    def schedule(*a, **kw):
+        out = type(s).schedule(s, *a, **kw)
+        planned, live = out.num_scheduled_tokens, k.live
+        chunks = {r for r in live if r not in planned or s.requests[r].is_prefill_chunk}
+        expect[s.current_step] = {k.seq_of.get(r, -1) for r in chunks}
+        generated[0] += len(live) - len(chunks)
+        return out
+
+    k.pub.offer, s.schedule = offer, schedule
+    for _ in range(steps):
+        step()
+    return {"checked_samples": len(seen), "mismatched_samples": len(bad)}
 
 
 def main() -> None:
@@ -130,9 +211,10 @@ def main() -> None:
     if not py.exists():
         raise SystemExit(f"no vLLM venv at {VENV} (bash scripts/vllm_env.sh builds it)")
     sizes = (1000, 20000) if a.quick else (1000, 200000)
-    for n in sizes:  # rounds of about a second (a small pool's loop runs ~10x faster)
-        steps = (40 if a.quick else 400) * (10 if n <= 1000 else 1)
-        p = subprocess.run([str(py), __file__, "--child", str(n), str(steps), str(a.repeats)],
+    for n in sizes:  # rounds of 0.5-1.5 s, 10 pairs a repeat
+        steps = (40 if a.quick else 400) // (1 if n <= 1000 else 4)
+        p = subprocess.run([str(py), __file__, "--child", str(n), str(steps),
+                            str(10 * a.repeats)],
                            capture_output=True, text=True, cwd=harness.ROOT,
                            env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
         if p.returncode:
@@ -143,9 +225,13 @@ def main() -> None:
                          "throughput_cost_pct": cost},
                      f"{n:>7,} blocks ({r['used_blocks']:,} used): {r['steps_per_s_off']:,.0f} "
                      f"steps/s off, {r['steps_per_s_on']:,.0f} on ({cost:+.1f}%); "
-                     f"{r['extra_ms_per_step']:.3f} ms more a step; {r['samples']} samples, "
-                     f"{r['sample_ms']:.2f} ms each, {r['sample_share_pct']:.2f}% of the loop's "
-                     f"time (4 Hz x {r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%)")
+                     f"{r['extra_ms_per_step']:.3f} ms more a step, mirror {r['mirror']}, "
+                     f"{r['after_schedule_us']:.0f} us of it after schedule(); "
+                     f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "
+                     f"{r['sample_share_pct']:.2f}% of the loop's time (4 Hz x "
+                     f"{r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%); "
+                     f"{r['checked_samples']} samples checked against vLLM's state, "
+                     f"{r['mismatched_samples']} differ")
 
 
 def argparse_hidden() -> str:

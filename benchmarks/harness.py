@@ -86,9 +86,11 @@ def median_s(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
 
 
 def interleaved(variants: dict[str, Callable[[], object]], rounds: int,
-                warmup: int = 1) -> dict[str, list[float]]:
-    """Wall seconds of each variant per round; every round runs every variant once, in an
-    order rotated by the round number."""
+                warmup: int = 1, clock: Callable[[], float] = time.perf_counter
+                ) -> dict[str, list[float]]:
+    """Seconds of each variant per round by `clock` (wall time unless told, e.g.
+    time.process_time: this process's CPU time, which other work on the machine disturbs
+    less); every round runs every variant once, in an order rotated by the round number."""
     names = list(variants)
     for _ in range(warmup):
         for n in names:
@@ -97,9 +99,9 @@ def interleaved(variants: dict[str, Callable[[], object]], rounds: int,
     for r in range(max(1, rounds)):
         k = r % len(names)
         for n in names[k:] + names[:k]:
-            t0 = time.perf_counter()
+            t0 = clock()
             variants[n]()
-            out[n].append(time.perf_counter() - t0)
+            out[n].append(clock() - t0)
     return out
 
 

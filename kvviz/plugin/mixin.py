@@ -51,6 +51,10 @@ def mixin_class(base: type, make_sampler) -> type:
             guard(self, "schedule", PoolSampler.after_schedule, out)
             return out
 
+        def _handle_blocked_waiting_request(self, request):  # each waiting request it tries
+            guard(self, "schedule", PoolSampler.waiting_reached)
+            return super()._handle_blocked_waiting_request(request)
+
         def update_from_output(self, *a, **kw):
             out = super().update_from_output(*a, **kw)
             if not self.has_requests():  # run dry: the last state, until the next step

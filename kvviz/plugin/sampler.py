@@ -1,5 +1,6 @@
-"""The sampler inside vLLM's EngineCore: a mixin over the scheduler class vLLM chose, and the
-incremental mirror of its block pool (docs/NODE.md, "Inside vLLM").
+"""The sampler inside vLLM's EngineCore: what the scheduler decided (admissions, refusals and
+their reasons, preemptions, finishes, the queues, the request log) around the mirror of its
+block pool (kvviz/plugin/pool_mirror.py), as the messages of docs/NODE.md's block stream.
 
 Steps. vLLM's `Scheduler.current_step` counts `schedule()` calls. Every event is labelled with
 the step counter at the moment it happens (an admission or preemption inside schedule() S:
@@ -8,21 +9,18 @@ schedule() S + 1 runs before update S). A sample is taken at the start of a `sch
 before the counter moves, and after the last update when the scheduler runs dry: a sample
 labelled S reflects exactly the events labelled <= S, as docs/FORMAT.md asks.
 
-Cost. A full scan of the pool is O(blocks) Python (60-140 ms at 200,000 blocks), so nothing
-here scans: the pool's mutating verbs (get_new_blocks, free_blocks, touch, unpin_blocks, the
-hash insert / remove, reset_prefix_cache) are wrapped on the pool instance to note the block
-ids they touch, and a sample re-reads only those blocks' ref_cnt and hash; a request's block
-table is read from where the previous sample stopped (tables only grow while a request
-holds them). A sample then costs O(blocks touched + requests) Python plus O(blocks) numpy.
+Cost. Every step: O(admissions + requests not scheduled or still in prefill) Python after
+schedule(), and a call layer on each allocate_slots. Every sample (4 Hz): the pool mirror's
+refresh and tables, and O(running + waiting) Python for the queues.
 """
 from __future__ import annotations
 
 import logging
 import time
-
-import numpy as np
+from itertools import islice
 
 from kvviz.plugin import wire
+from kvviz.plugin.pool_mirror import PoolMirror
 
 log = logging.getLogger("kvviz.plugin")
 CARRY_MAX = 1 << 20  # events + finishes held for the next sample while the queue is full
@@ -44,7 +42,8 @@ class Settings:
 
 
 class PoolSampler:
-    """Hooks one scheduler's pool and produces the messages of docs/NODE.md's block stream."""
+    """Hooks one scheduler (and, through PoolMirror, its pool) and produces the messages of
+    docs/NODE.md's block stream."""
 
     def __init__(self, sched, settings: Settings, publisher, host: dict) -> None:
         kvm = sched.kv_cache_manager
@@ -54,17 +53,16 @@ class PoolSampler:
                                "model): kvviz maps single-group pools only")
         self.sched, self.settings, self.pub, self.host = sched, settings, publisher, host
         self.pool = coord.block_pool
-        self.tables = coord.single_type_managers[0].req_to_blocks
         self.B = int(sched.block_size)
-        n = self.pool.num_gpu_blocks
-        self.refcnt = np.zeros(n, np.int32)
-        self.hashed = np.zeros(n, np.uint8)
-        self.dirty: list[int] = []
-        self.cache: dict[str, list] = {}  # request id -> its table as read (_entry)
-        self.gen = 0
         self.seq_of: dict[str, int] = {}
         self.next_seq = 0
         self.live: set[str] = set()
+        # live requests whose prefill may be unfinished: admitted and not yet seen scheduled
+        # past it. A running request's KV falls behind its tokens again only by preemption
+        # or a new admission, except where a KV connector rewinds it (a failed load): there
+        # every live request is checked at every step.
+        self.prefilling: set[str] = set()
+        self.rewinds = getattr(sched, "connector", None) is not None
         self.events: list[list] = []
         self.generated = 0  # tokens sampled so far: steps a live request sampled in
         self.arrived: list[list] = []
@@ -77,57 +75,19 @@ class PoolSampler:
         self.last_step = -1
         self.disabled = False
         self.waiting_status = host["waiting_status"]
+        self.mirror = PoolMirror(self.pool, coord.single_type_managers[0].req_to_blocks,
+                                 self._after_reset)
         self._hook(kvm, coord)
 
-    # ---- hooks on the pool and the manager (instance attributes shadow the methods) --------
+    def _after_reset(self) -> None:
+        self.last_step, self.last_t = -1, 0.0  # the next schedule() samples the emptied cache
+
+    # ---- the admission hook on the manager (an instance attribute shadows the method) ------
     def _hook(self, kvm, coord) -> None:
-        pool, dirty = self.pool, self.dirty
-        get_new, free, touch = pool.get_new_blocks, pool.free_blocks, pool.touch
-        unpin, insert = pool.unpin_blocks, pool._insert_block_hash
-        remove, reset = pool._remove_cached_block_hashes, pool.reset_prefix_cache
-
-        def get_new_blocks(num_blocks):
-            ret = get_new(num_blocks)
-            dirty.extend([b.block_id for b in ret])
-            return ret
-
-        def free_blocks(ordered_blocks):
-            blocks = ordered_blocks if isinstance(ordered_blocks, list) else list(ordered_blocks)
-            free(blocks)
-            dirty.extend([b.block_id for b in blocks])
-
-        def touch_(blocks):
-            touch(blocks)
-            dirty.extend([b.block_id for b in blocks])
-
-        def unpin_blocks(blocks, on_reuse):
-            blocks = list(blocks)
-            unpin(blocks, on_reuse)
-            dirty.extend([b.block_id for b in blocks])
-
-        def insert_block_hash(key, block, num_tokens):
-            insert(key, block, num_tokens)
-            dirty.append(block.block_id)
-
-        def remove_hashes(block):
-            out = remove(block)
-            dirty.append(block.block_id)
-            return out
-
-        def reset_prefix_cache():
-            ok = reset()
-            if ok:  # the next schedule() samples, even at the same step: the emptied cache
-                self.hashed[:] = 0
-                self.last_step, self.last_t = -1, 0.0
-            return ok
-
-        self._orig = {"get_new_blocks": get_new_blocks, "free_blocks": free_blocks,
-                      "touch": touch_, "unpin_blocks": unpin_blocks,
-                      "_insert_block_hash": insert_block_hash,
-                      "_remove_cached_block_hashes": remove_hashes,
-                      "reset_prefix_cache": reset_prefix_cache}
-        for name, fn in self._orig.items():
-            setattr(pool, name, fn)
+        """Builds the allocate_slots wrapper that `waiting_reached` installs: schedule() calls
+        allocate_slots once per running request first (left unwrapped: a call layer each),
+        then once per admission it tries."""
+        pool = self.pool
         allocate, count = kvm.allocate_slots, coord.get_num_blocks_to_allocate
         last_count = [0]
         waiting = self.waiting_status
@@ -152,14 +112,17 @@ class PoolSampler:
                 self.admits[request.request_id] = free_now
             return out
 
-        kvm.allocate_slots = allocate_slots
-        self._hooked = ((pool, tuple(self._orig)), (kvm, ("allocate_slots",)))
+        self.kvm, self.admission_hook = kvm, allocate_slots
+
+    def waiting_reached(self) -> None:
+        """schedule() has reached its waiting queue: its allocate_slots calls are admissions
+        from here to the end of the step (after_schedule takes the wrapper off)."""
+        self.kvm.allocate_slots = self.admission_hook
 
     def unhook(self) -> None:
-        for obj, names in self._hooked:
-            for name in names:
-                obj.__dict__.pop(name, None)
         self.disabled = True
+        self.kvm.__dict__.pop("allocate_slots", None)
+        self.mirror.unhook()
 
     # ---- what the mixin calls -------------------------------------------------------------
     def arrived_request(self, request) -> None:
@@ -175,6 +138,7 @@ class PoolSampler:
     def preempted(self, request) -> None:
         seq = self.seq_of.get(request.request_id, -1)
         self.live.discard(request.request_id)
+        self.prefilling.discard(request.request_id)
         self.events.append([self.sched.current_step, "preempted", seq, None, 0, 0])
 
     def finished(self, request) -> None:
@@ -183,6 +147,7 @@ class PoolSampler:
         step = self.sched.current_step
         if rid in self.live:
             self.live.discard(rid)
+            self.prefilling.discard(rid)
             self.events.append([step, "finished", seq, None, 0, 0])
         self.done.append([seq, step, request.num_output_tokens, request.status.name,
                           request.num_preemptions])
@@ -192,6 +157,8 @@ class PoolSampler:
         step = self.sched.current_step
         if step == self.last_step:
             return
+        if len(self.mirror.dirty) > self.mirror.cap:
+            self.mirror.overflow()
         if s.every_steps:
             due = step - max(self.last_step, 0) >= s.every_steps or self.last_step < 0
         else:
@@ -202,29 +169,41 @@ class PoolSampler:
     def after_schedule(self, out) -> None:
         sched = self.sched
         step = sched.current_step
-        B = self.B
+        self.kvm.__dict__.pop("allocate_slots", None)  # the class's method again
+        B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
         for rid, free_after in self.admits.items():
             req = sched.requests.get(rid)
             if req is None or req.status is not self.host["running_status"]:
                 continue  # an async KV load: it waits on
-            self.live.add(rid)
-            self.events.append([step, "admitted", self.seq_of.get(rid, -1), None,
-                                req.num_tokens, free_after * B])
+            live.add(rid)
+            prefilling.add(rid)
+            events.append([step, "admitted", self.seq_of.get(rid, -1), None,
+                           req.num_tokens, free_after * B])
             self.last_fail = None
         self.admits.clear()
-        # vLLM's schedule() has advanced num_computed_tokens by what it scheduled: a running
-        # request samples a token in this step unless its prefill is still short (a chunk) or
-        # the token budget gave it nothing. Those are `partial` events (docs/FORMAT.md).
+        # vLLM's schedule() has advanced num_computed_tokens by what it scheduled: a live
+        # request samples a token in this step unless the token budget gave it nothing or its
+        # prefill is still short (a chunk). Those are `partial` events (docs/FORMAT.md).
         planned, requests, seq_of = out.num_scheduled_tokens, sched.requests, self.seq_of
-        for rid in self.live:
+        idle = live.difference(planned)
+        self.generated += len(live) - len(idle)
+        for rid in idle:
             req = requests.get(rid)
-            if req is None:
+            if req is not None:
+                events.append([step, "partial", seq_of.get(rid, -1), None,
+                               req.num_computed_tokens, 0])
+        past = []
+        for rid in live if self.rewinds else prefilling:
+            if rid not in planned:
                 continue
-            if rid in planned and not req.is_prefill_chunk:
-                self.generated += 1
+            req = requests[rid]
+            if req.is_prefill_chunk:
+                self.generated -= 1
+                events.append([step, "partial", seq_of.get(rid, -1), None,
+                               req.num_computed_tokens, 0])
             else:
-                self.events.append([step, "partial", seq_of.get(rid, -1), None,
-                                    req.num_computed_tokens, 0])
+                past.append(rid)
+        prefilling.difference_update(past)
         failed, self.failed = self.failed, None
         queue = sched.kv_holding_waiting or sched.waiting
         if not queue:
@@ -260,50 +239,19 @@ class PoolSampler:
 
     # ---- a sample ---------------------------------------------------------------------------
     def sample(self) -> None:
-        sched, pool = self.sched, self.pool
-        if self.dirty:
-            blocks, extra = pool.blocks, pool.cached_block_hashes_by_block
-            ids = np.fromiter(set(self.dirty), np.int64)
-            self.dirty.clear()
-            got = [blocks[b] for b in ids.tolist()]
-            self.refcnt[ids] = [b.ref_cnt for b in got]
-            self.hashed[ids] = [b._block_hash is not None or b.block_id in extra for b in got]
-        self.gen += 1
-        gen, cache, requests = self.gen, self.cache, sched.requests
-        seqs, computed, final, lens, parts = [], [], [], [], []
-        for rid, lst in self.tables.items():
-            n = len(lst)
-            if not n:
-                continue
-            ent = cache.get(rid)
-            if ent is None or ent[0] is not lst or ent[2] > n or (
-                    ent[2] and ent[1][ent[2] - 1] != lst[ent[2] - 1].block_id):
-                ent = cache[rid] = self._entry(rid, lst, requests.get(rid))
-            elif ent[2] < n:
-                k, buf = ent[2], ent[1]
-                if buf.size < n:
-                    buf = ent[1] = np.resize(buf, 2 * n)
-                buf[k:n] = [b.block_id for b in lst[k:n]]
-                ent[2] = n
-            ent[6] = gen
-            req = ent[5]
-            seqs.append(ent[3])
-            computed.append(0 if req is None else req.num_computed_tokens)
-            final.append(ent[4])
-            lens.append(n)
-            parts.append(ent[1][:n])
-        if len(cache) != len(lens):
-            for rid in [r for r, e in cache.items() if e[6] != gen]:
-                del cache[rid]
+        sched, pool, mirror = self.sched, self.pool, self.mirror
+        mirror.refresh()
+        seqs, computed, final, lens, blocks = mirror.tables(sched.requests, self.seq_of,
+                                                            sched.max_model_len)
         step = sched.current_step
+        seq_of = self.seq_of
         msg = {"wire": wire.WIRE_VERSION, "pool": self.host["pool"], "step": step,
                "t": time.time(), "num_free": pool.get_num_free_blocks(),
                "null_block": pool.null_block.block_id,
-               "refcnt": self.refcnt.copy(), "hashed": self.hashed.copy(),
-               "seqs": np.array(seqs, np.int64), "computed": np.array(computed, np.int64),
-               "final": np.array(final, np.int64), "lens": np.array(lens, np.int32),
-               "blocks": np.concatenate(parts) if parts else np.empty(0, np.int32),
-               "running": [self.seq_of.get(r.request_id, -1) for r in sched.running],
+               "refcnt": mirror.refcnt.copy(), "hashed": mirror.hashed.copy(),
+               "seqs": seqs, "computed": computed, "final": final, "lens": lens,
+               "blocks": blocks,
+               "running": [seq_of.get(r.request_id, -1) for r in sched.running],
                "waiting": self._waiting(), "head": self.head,
                "events": self.events, "arrived": self.arrived, "done": self.done,
                "generated": self.generated}
@@ -316,31 +264,15 @@ class PoolSampler:
             self.arrived = msg["arrived"] + self.arrived
             self.done = msg["done"] + self.done
 
-    def _entry(self, rid: str, lst: list, req) -> list:
-        """A request's cached table: [list, block ids (grown by doubling), blocks read, seq,
-        the most tokens it can reach, the request, the sample that saw it last]."""
-        n = len(lst)
-        buf = np.resize(np.fromiter((b.block_id for b in lst), np.int32, n), max(16, 2 * n))
-        most = 0 if req is None else min(self.sched.max_model_len,
-                                         req.num_prompt_tokens + req.max_tokens)
-        return [lst, buf, n, self.seq_of.get(rid, -1), most, req, 0]
-
     def _waiting(self, most: int = 4096) -> list:
-        """[seq, reason] per waiting request, the head first: the head's reason is the
-        scheduler's; the others were not considered ("queued") unless it skipped them."""
-        sched = self.sched
-        out = []
+        """[seq, reason] per waiting request (at most `most`), the head first: the head's
+        reason is the scheduler's; the others were not considered ("queued") unless it
+        skipped them ("deferred")."""
+        sched, seq_of, deferred = self.sched, self.seq_of, self.sched.deferred_waiting
+        out = [[seq_of.get(r.request_id, -1), "deferred" if r in deferred else "queued"]
+               for q in (sched.kv_holding_waiting, sched.waiting) for r in islice(q, most)]
+        del out[most:]
         head = self.head
-        for q in (sched.kv_holding_waiting, sched.waiting):
-            for req in q:
-                if len(out) >= most:
-                    return out
-                seq = self.seq_of.get(req.request_id, -1)
-                if not out and head is not None and head[0] == seq:
-                    out.append([seq, head[1]])
-                elif req in sched.deferred_waiting:
-                    out.append([seq, "deferred"])
-                else:
-                    out.append([seq, "queued"])
+        if out and head is not None and head[0] == out[0][0]:
+            out[0][1] = head[1]
         return out
-

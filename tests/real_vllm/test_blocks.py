@@ -162,3 +162,7 @@ def test_the_overhead_benchmark_runs_in_quick_form():
     for r in rows:
         assert r["sampler_on"] and r["samples"] >= 1 and r["kind"] == "KvvizBlocksScheduler"
         assert r["used_blocks"] > 0.8 * r["num_blocks"]
+        # every sample of the check equals vLLM's own state (the mirror's incremental and
+        # full refreshes both): the plugin's maps against the pool they mirror
+        assert r["checked_samples"] >= 50 and r["mismatched_samples"] == 0
+        assert r["requests"] == r["requests_off"]  # both schedulers got the same load

@@ -1,0 +1,217 @@
+"""The plugin's mirror of vLLM's block pool (kvviz/plugin/pool_mirror.py) on a stand-in pool
+that moves ref counts and prefix hashes through the verbs vLLM 0.32's BlockPool has, calling
+them through itself as vLLM does. Whatever way the mirror keeps current (a full read, the
+blocks its wrapped verbs noted), it must equal a full read of the pool at every refresh.
+(Against vLLM's own pool: benchmarks/bench_plugin.py's check, run by tests/real_vllm.)"""
+from __future__ import annotations
+
+import random
+import types
+
+import numpy as np
+import pytest
+
+from kvviz.plugin import pool_mirror
+from kvviz.plugin.pool_mirror import PoolMirror
+
+
+class Block:
+    __slots__ = ("block_id", "ref_cnt", "_block_hash")
+
+    def __init__(self, i: int) -> None:
+        self.block_id, self.ref_cnt, self._block_hash = i, 0, None
+
+
+class Pool:
+    """Block 0 is the null block; free blocks are handed out oldest-freed first, a cached one
+    losing its hashes on the way (through self._remove_cached_block_hashes, as in vLLM)."""
+
+    def __init__(self, n: int) -> None:
+        self.blocks = [Block(i) for i in range(n)]
+        self.num_gpu_blocks = n
+        self.free = list(range(1, n))
+        self.cached_block_hashes_by_block: dict[int, set] = {}
+
+    def get_new_blocks(self, num_blocks):
+        got = [self.blocks[self.free.pop(0)] for _ in range(num_blocks)]
+        for b in got:
+            self._remove_cached_block_hashes(b)
+            b.ref_cnt += 1
+        return got
+
+    def free_blocks(self, ordered_blocks):
+        for b in ordered_blocks:
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                self.free.append(b.block_id)
+
+    def unpin_blocks(self, blocks, on_reuse):
+        self.free_blocks(blocks)
+
+    def touch(self, blocks):
+        for b in blocks:
+            if b.ref_cnt == 0:
+                self.free.remove(b.block_id)
+            b.ref_cnt += 1
+
+    def _insert_block_hash(self, key, block, num_tokens):
+        if block._block_hash is None:
+            block._block_hash = key
+        elif key != block._block_hash:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, set()).add(key)
+
+    def _remove_cached_block_hashes(self, block):
+        out = [] if block._block_hash is None else [block._block_hash]
+        out += self.cached_block_hashes_by_block.pop(block.block_id, ())
+        block._block_hash = None
+        return out
+
+    def reset_prefix_cache(self):
+        if any(b.ref_cnt for b in self.blocks):
+            return False
+        for b in self.blocks:
+            b._block_hash = None
+        self.cached_block_hashes_by_block.clear()
+        return True
+
+
+def full_read(pool: Pool) -> tuple[list, list]:
+    extra = pool.cached_block_hashes_by_block
+    return ([b.ref_cnt for b in pool.blocks],
+            [int(b._block_hash is not None or b.block_id in extra) for b in pool.blocks])
+
+
+def mirrored(m: PoolMirror) -> tuple[list, list]:
+    return m.refcnt.tolist(), m.hashed.tolist()
+
+
+def churn(rng: random.Random, pool: Pool, held: list[list], steps: int) -> None:
+    """Requests taking new blocks, sharing cached ones, hashing, freeing (in any iterable),
+    unpinning; now and then a block's hashes dropped directly, or a prefix-cache reset."""
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.3 and len(pool.free) >= 4:
+            held.append(pool.get_new_blocks(rng.randint(1, 4)))
+        elif r < 0.45:
+            cached = [b for b in pool.blocks[1:] if b._block_hash is not None]
+            if cached:
+                share = rng.sample(cached, min(len(cached), rng.randint(1, 3)))
+                pool.touch(share)
+                held.append(share)
+        elif r < 0.65 and held:
+            b = rng.choice(rng.choice(held))
+            for _ in range(rng.randint(1, 2)):
+                pool._insert_block_hash(("h", rng.randrange(10_000)), b, 16)
+        elif r < 0.72:
+            pool._remove_cached_block_hashes(rng.choice(pool.blocks[1:]))
+        elif r < 0.95 and held:
+            blocks = held.pop(rng.randrange(len(held)))
+            if rng.random() < 0.5:
+                pool.free_blocks(reversed(blocks))  # an iterator, as vLLM passes one
+            else:
+                pool.unpin_blocks(iter(blocks), on_reuse=None)
+        elif r > 0.98:  # everything let go, then the prefix cache reset
+            while held:
+                pool.free_blocks(held.pop())
+            assert pool.reset_prefix_cache()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_watching_mirror_equals_a_full_read_at_every_refresh(seed):
+    rng, pool, held = random.Random(seed), Pool(48), []
+    resets = []
+    m = PoolMirror(pool, {}, lambda: resets.append(1))
+    churn(rng, pool, held, 30)
+    m.refresh()
+    m.watch()  # current now: from here on only the noted blocks are read again
+    ways = {True: 0, False: 0}
+    for _ in range(80):
+        churn(rng, pool, held, rng.randint(0, 12))
+        full = rng.choice([False, False, None])
+        before = len(m.dirty)
+        m.refresh(full)
+        ways[full is None and before * pool_mirror.FULL_SHARE > pool.num_gpu_blocks] += 1
+        assert mirrored(m) == full_read(pool)
+    assert ways[False] > 40 and resets  # mostly incremental, and the resets were seen
+
+
+def test_a_mirror_scans_until_a_scan_costs_more_than_its_share_then_watches(monkeypatch):
+    rng, pool, held = random.Random(7), Pool(32), []
+    m = PoolMirror(pool, {}, lambda: None)
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", float("inf"))  # a scan is never too dear
+    for _ in range(5):
+        churn(rng, pool, held, 10)
+        m.refresh()
+        assert mirrored(m) == full_read(pool) and not m.watching and not m.dirty
+    assert set(vars(pool)) & set(pool_mirror.VERBS) == set()  # no verb wrapped while scanning
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", 0.0)  # every scan is too dear
+    m.refresh()
+    assert m.watching and set(pool_mirror.VERBS) <= set(vars(pool))
+    for _ in range(20):
+        churn(rng, pool, held, 10)
+        m.refresh(full=False)
+        assert mirrored(m) == full_read(pool)
+
+
+def test_the_first_scan_does_not_decide():
+    """The first refresh has no earlier one to measure its cost against (a sampler's first
+    sample follows its construction at once)."""
+    m = PoolMirror(Pool(16), {}, lambda: None)
+    m.refresh()
+    assert not m.watching
+
+
+def test_after_an_overflow_the_next_refresh_reads_every_block():
+    rng, pool, held = random.Random(3), Pool(40), []
+    m = PoolMirror(pool, {}, lambda: None)
+    m.refresh()
+    m.watch()
+    churn(rng, pool, held, 60)
+    m.overflow()  # the ids noted are forgotten
+    assert not m.dirty
+    m.refresh(full=False)
+    assert mirrored(m) == full_read(pool)
+
+
+def test_unhook_gives_the_pool_its_own_verbs_back():
+    pool = Pool(8)
+    m = PoolMirror(pool, {}, lambda: None)
+    m.watch()
+    m.unhook()
+    assert vars(pool).keys() & {*pool_mirror.VERBS, "reset_prefix_cache"} == set()
+    assert pool.get_new_blocks(2)[0].ref_cnt == 1 and not m.dirty
+
+
+def req(prompt: int, most: int):
+    return types.SimpleNamespace(num_prompt_tokens=prompt, max_tokens=most,
+                                 num_computed_tokens=prompt)
+
+
+def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
+    pool = Pool(400)
+    tables: dict[str, list] = {}
+    requests = {f"r{i}": req(10 * i, 5) for i in range(6)}
+    seq_of = {f"r{i}": 100 + i for i in range(6)}
+    m = PoolMirror(pool, tables, lambda: None)
+    rng, longest = random.Random(11), 0
+    for _ in range(60):
+        rid = f"r{rng.randrange(6)}"
+        lst = tables.setdefault(rid, [])
+        r = rng.random()
+        if r < 0.6:
+            lst.extend(pool.get_new_blocks(rng.randint(1, 9)))  # long tables grow past SHORT
+        elif r < 0.8 and lst:
+            pool.free_blocks(tables.pop(rid))  # preempted or done: vLLM drops the list
+        elif lst:
+            tables[rid] = lst[: len(lst) // 2] + pool.get_new_blocks(1)  # a new list
+        seqs, computed, final, lens, blocks = m.tables(requests, seq_of, max_model_len=60)
+        held = [(r, lst) for r, lst in tables.items() if lst]
+        assert seqs.tolist() == [seq_of[r] for r, _ in held]
+        assert lens.tolist() == [len(lst) for _, lst in held]
+        assert blocks.tolist() == [b.block_id for _, lst in held for b in lst]
+        assert computed.tolist() == [requests[r].num_computed_tokens for r, _ in held]
+        assert final.tolist() == [min(60, requests[r].num_prompt_tokens + 5) for r, _ in held]
+        assert set(m.known) == {r for r, _ in held}
+        assert blocks.dtype == np.int32
+        longest = max([longest] + lens.tolist())
+    assert longest > pool_mirror.SHORT  # the grown path was taken
