@@ -17,10 +17,11 @@ Last resorts, before the sockets were closed: past HARD_MB (the main thread held
 a commit waiting on the disk) the thread writes the error line itself and ends the process
 (exit 2). The thread needs the GIL, which one decode holds for a while (msgspec, in C) as
 ZeroMQ's I/O thread keeps receiving, so a command also starts a watcher process (WATCHER, a
-bare interpreter) that reads the command's RSS every WATCH_PERIOD_S without it: past
-WATCH_MB it writes the error line and kills the command (SIGKILL). Either way what was
-committed stays in the recording (SQLite's WAL), whose status stays "running" (readers show
-it as "stopped unexpectedly" once its heartbeat is stale: kvviz/store/liveness.py).
+bare interpreter) that reads the command's RSS every WATCH_PERIOD_S (every millisecond near
+its limit) without it: past WATCH_MB it writes the error line and kills the command
+(SIGKILL). Either way what was committed stays in the recording (SQLite's WAL), whose
+status stays "running" (readers show it as "stopped unexpectedly" once its heartbeat is
+stale: kvviz/store/liveness.py).
 
 Where /proc/self/statm cannot be read (not Linux) the guard is off (`enabled` False). It
 reads the whole process's memory, so only a command that runs in a process of its own starts
@@ -38,10 +39,11 @@ from collections.abc import Callable
 
 MB = 1 << 20
 TRIP_MB = 950  # the paper sum of the bounds is 940 MB (docs/RELIABILITY.md)
-HARD_MB = 975  # the guard ends the process itself, the sockets still open
+HARD_MB = 965  # the guard ends the process itself, the sockets still open
 PERIOD_S = 0.02
-WATCH_MB = 995  # the watcher process kills the command (SIGKILL)
-WATCH_PERIOD_S = 0.01
+WATCH_MB = 975  # the watcher process kills the command (SIGKILL)
+WATCH_PERIOD_S = 0.01  # the watcher's period; 1 ms once RSS is within WATCH_NEAR_MB of it
+WATCH_NEAR_MB = 100
 BASE_MB = 60  # an interpreter with kvviz's libraries (the paper sum counts 60 MB)
 
 
@@ -67,10 +69,13 @@ def why(rss: int | str, trip_mb: int, then: str = "the sockets were closed") -> 
             f"frames? (kvviz takes topic, seq, payload); {then}")
 
 
-# argv: the command's pid, the limit (bytes), the period (s), the line ("{mb}" for its RSS)
+# argv: the command's pid, the limit (bytes), the period (s), the line ("{mb}" for its RSS),
+# the level (bytes) past which it reads every millisecond: a stream ZeroMQ receives at
+# GB/s grows the command by tens of MB in one 10 ms period (1,044 MB was seen at 995)
 WATCHER = """
 import os, signal, sys, time
 pid, limit, period, line = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+near = int(sys.argv[5])
 page = os.sysconf("SC_PAGE_SIZE")
 while os.getppid() == pid:
     try:
@@ -82,7 +87,7 @@ while os.getppid() == pid:
         os.write(2, line.replace("{mb}", str(rss >> 20)).encode() + b"\\n")
         os.kill(pid, signal.SIGKILL)
         break
-    time.sleep(period)
+    time.sleep(period if rss < near else 0.001)
 """
 
 
@@ -121,7 +126,8 @@ class MemoryGuard:
         try:
             self.watcher = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", WATCHER, str(os.getpid()),
-                 str(watch_mb * MB), str(WATCH_PERIOD_S), line],
+                 str(watch_mb * MB), str(WATCH_PERIOD_S), line,
+                 str((watch_mb - WATCH_NEAR_MB) * MB)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except OSError:
             self.watcher = None  # the thread's limits still hold where it can run
