@@ -4,7 +4,8 @@ Each configuration is one `kvviz.engine.Simulation` with one paged lane (the nod
 pool: `NodeSettings.lane()`, `capacity_tokens`), run in one compiled call that logs the
 blocks the pool holds after every step (an idle span once): peak and mean blocks in use and
 the usage curve come from the pool itself, not from a second model of it. The self-check's
-run (a StepRecord) is stepped from Python instead, to read every step's lists and tables.
+run (a StepRecord) is one compiled call too, logging beside it every step's lists and the
+sampled steps' block tables (kvviz/twin/logged.py).
 The queueing delays and the preemption curve come from the simulation's event log.
 """
 from __future__ import annotations
@@ -26,7 +27,8 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
 from kvviz.engine.eventlog import KIND_CODE
-from kvviz.twin.selfcheck import Recorder, RecordSpec, StepRecord
+from kvviz.twin.logged import run_logged
+from kvviz.twin.selfcheck import RecordSpec, StepRecord
 from kvviz.twin.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the kvviz package
@@ -69,34 +71,6 @@ def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
     return s
 
 
-def _step_through(sim: Simulation, rec: Recorder | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run `sim` (one lane) to the end: (step, blocks held, steps it stands for) after each
-    advance, an idle span as one entry; `rec` sees every step that was stepped. Without
-    `rec` the lane runs in one compiled call that logs the blocks held after each step."""
-    lane = sim.lanes[0]
-    if rec is None:
-        lane.log_held()
-        sim.run()
-        steps, blocks = lane.held_log()
-        return steps, blocks, np.diff(steps, prepend=0)
-    bs = lane.alloc.block_size
-    steps, blocks, weight = [], [], []
-    while not sim.finished:
-        idle = sim._idle_steps()  # the jump Simulation.run(advance="step") makes
-        if idle > 0:
-            sim.skip_idle(idle)
-        else:
-            sim.step()
-            if rec is not None:
-                rec.after_step(lane)
-        steps.append(sim.step_no)
-        blocks.append(lane.alloc.usage().allocated_tokens // bs)
-        weight.append(max(idle, 1))
-    return (np.asarray(steps, np.int64), np.asarray(blocks, np.int64),
-            np.asarray(weight, np.int64))
-
-
 def _queue_steps(sim: Simulation, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
     """(first admission - arrival step per admitted request, steps of the preemptions)."""
     ev, _ = sim.events.since(sim.events.oldest)
@@ -123,17 +97,23 @@ def run_config(stream: Stream, settings: NodeSettings,
                record: RecordSpec | bool | None = None) -> ConfigRun:
     """One configuration through the rule (what a worker does); `record`: keep the
     StepRecord the self-check compares (True: every list and table, the replay's ids)."""
-    rec = None if not record else Recorder(None if record is True else record)
     sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
-                     settings.engine(stream.step_ms, stream.max_seq_len),
-                     advance="jump" if rec is None else "step")
-    steps, blocks, weight = _step_through(sim, rec)
+                     settings.engine(stream.step_ms, stream.max_seq_len))
+    lane = sim.lanes[0]
+    rec = None
+    if record:
+        rec = run_logged(sim, RecordSpec() if record is True else record)
+    else:
+        lane.log_held()
+        sim.run()
+    steps, blocks = lane.held_log()
+    weight = np.diff(steps, prepend=0)
     summary = sim.summaries()[0]
     queue, preempt_steps = _queue_steps(sim, stream)
     at, peak, done = _curve(steps, blocks, preempt_steps)
     mean = float((blocks * weight).sum() / weight.sum()) if weight.size else 0.0
     return ConfigRun(settings, summary, queue, int(blocks.max()) if blocks.size else 0, mean,
-                     at, peak, done, rec.record() if rec is not None else None)
+                     at, peak, done, rec)
 
 
 def default_workers() -> int:

@@ -55,7 +55,7 @@ def test_the_compiled_occupancy_log_equals_reading_the_pool_after_each_stepped_s
     started small, so it grows (advance stops FULL) many times on the way."""
     from kvviz.engine import Simulation
     from kvviz.engine.rule import build
-    from kvviz.twin.runner import _step_through
+    from tests.twin.stepped import step_through
 
     # idle spans between the arrivals
     sparse = stream(200, 0.3, prefix=0.5 if prefix else 0.0)
@@ -65,15 +65,14 @@ def test_the_compiled_occupancy_log_equals_reading_the_pool_after_each_stepped_s
         return Simulation(sparse.workload, [settings.lane()], settings.cache(sparse.model),
                           settings.engine(sparse.step_ms, sparse.max_seq_len))
 
-    class Nothing:  # a recorder that reads nothing: forces the stepped path
-        def after_step(self, lane):
-            pass
-
-    stepped = _step_through(sim(), Nothing())
+    stepped = step_through(sim())
     fast = sim()
     lane = fast.lanes[0]
     lane.pool = lane.pool._replace(**build.held_log(4))
-    logged = _step_through(fast)
+    lane.log_held()
+    fast.run()
+    steps, blocks = lane.held_log()
+    logged = steps, blocks, np.diff(steps, prepend=0)
     assert stepped[1].max() > 0 and (stepped[2] > 1).any()  # blocks held, idle spans
     for a, b in zip(stepped, logged):
         np.testing.assert_array_equal(a, b)
