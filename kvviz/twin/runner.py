@@ -11,13 +11,11 @@ The queueing delays and the preemption curve come from the simulation's event lo
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -144,51 +142,68 @@ def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = N
 def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
                  progress: Callable[[int, int], None] | None,
                  record_first: RecordSpec | bool | None) -> list[ConfigRun]:
-    """`python -m kvviz.twin.worker` per configuration, `workers` at a time: a fresh
-    interpreter each, so neither a threaded parent (the dashboard) is forked nor its main
-    script (a Streamlit page) re-run, as multiprocessing's start methods would."""
+    """`workers` processes of `python -m kvviz.twin.worker`, each running configurations one
+    after another (the next one as it answers): fresh interpreters, so neither a threaded
+    parent (the dashboard) is forked nor its main script (a Streamlit page) re-run, as
+    multiprocessing's start methods would; each loads numba and the compiled rule once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     pending = list(enumerate(configs))
-    running: dict[int, tuple[subprocess.Popen, tempfile.TemporaryFile]] = {}
     runs: list[ConfigRun | None] = [None] * len(configs)
-    done = 0
+    procs, idle, busy = [], [], {}
     try:
-        while pending or running:
-            while pending and len(running) < workers:
+        for _ in range(workers):
+            proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            procs.append((proc, Connection(os.dup(proc.stdin.fileno()), readable=False),
+                          Connection(os.dup(proc.stdout.fileno()), writable=False)))
+            proc.stdin.close()
+            proc.stdout.close()
+        for worker in procs:  # once all are starting: a send waits for the worker to read
+            _send(worker, stream)
+            idle.append(worker)
+        done = 0
+        while pending or busy:
+            while pending and idle:
+                worker = idle.pop()
                 i, c = pending.pop(0)
-                out = tempfile.TemporaryFile()
-                proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
-                                        stdin=subprocess.PIPE, stdout=out, env=env)
-                proc.stdin.write(pickle.dumps((stream, c, record_first if i == 0 else None)))
-                proc.stdin.close()
-                running[i] = (proc, out)
-            finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
-            if not finished:
-                time.sleep(0.02)
-                continue
-            for i in finished:
-                proc, out = running.pop(i)
-                out.seek(0)
-                runs[i] = _answer(proc.returncode, out.read())
-                out.close()
+                _send(worker, (i, c, record_first if i == 0 else None))
+                busy[worker[2]] = worker
+            for back in wait(list(busy)):
+                worker = busy.pop(back)
+                try:
+                    msg = back.recv()
+                except EOFError:
+                    raise _stopped(worker[0]) from None
+                runs[msg[0]] = _answer(msg[1:])
+                idle.append(worker)
                 done += 1
                 if progress is not None:
                     progress(done, len(configs))
     finally:
-        for proc, out in running.values():
-            proc.kill()
+        failed = any(r is None for r in runs)
+        for proc, to, back in procs:
+            if failed:
+                proc.kill()
+            to.close()  # the worker's stdin ends: it exits
+            back.close()
             proc.wait()
-            out.close()
     return [r for r in runs if r is not None]
 
 
-def _answer(code: int, data: bytes) -> ConfigRun:
-    """A worker's pickled ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
+def _send(worker: tuple, obj) -> None:
     try:
-        msg = pickle.loads(data)
-    except Exception:  # noqa: BLE001 - a child that died before answering
-        raise RuntimeError(f"a what-if worker stopped (exit {code}) without an answer") from None
+        worker[1].send(obj)
+    except OSError:  # its stdin closed: it died
+        raise _stopped(worker[0]) from None
+
+
+def _stopped(proc: subprocess.Popen) -> RuntimeError:
+    return RuntimeError(f"a what-if worker stopped (exit {proc.wait()}) without an answer")
+
+
+def _answer(msg: tuple) -> ConfigRun:
+    """A worker's ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
     if msg[0] == "ok":
         return msg[1]
     if msg[1] == "input":
