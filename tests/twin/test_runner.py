@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -122,6 +123,19 @@ def test_a_configuration_that_fails_in_a_worker_raises_its_error(tight):
     configs = [TIGHT, NodeSettings(32, 129, enable_prefix_caching=False)]
     with pytest.raises(KvvizError, match="arrives at"):
         run_all(dataclasses.replace(tight, workload=late), configs, workers=2)
+
+
+class _Dies:
+    """Unpickled in a worker, it ends that process at once (exit 3)."""
+
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_worker_that_dies_is_named_with_its_exit_status(tight):
+    configs = [TIGHT, NodeSettings(32, 129, enable_prefix_caching=False)]
+    with pytest.raises(RuntimeError, match=r"worker stopped \(exit 3\) without an answer"):
+        run_all(dataclasses.replace(tight, workload=_Dies()), configs, workers=2)
 
 
 def test_the_baseline_alone_runs_when_no_alternative_is_given(tight):
