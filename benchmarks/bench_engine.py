@@ -20,8 +20,10 @@ advisor: the Compare page's block-size advisor sweep with the page's defaults (s
 
 whatif: `kvviz whatif`'s work on a 10,000-request node log (sharegpt-like, 10 req/s, half
   with shared prefixes; node: block 16, 4,097 vLLM blocks = 65,536 slots, vLLM's defaults
-  otherwise) through the named set `sizing` (block 16/32/64 x KV memory 0.75/1/1.25/1.5x:
-  12 alternatives, one equal to the node's own, plus the baseline = 13 runs) on all cores
+  otherwise; the node's own record: every busy step's lists and the block tables of 300
+  sampled steps, so the self-check runs in full) through the named set `sizing` (block
+  16/32/64 x KV memory 0.75/1/1.25/1.5x: 12 alternatives, one equal to the node's own, plus
+  the baseline = 13 runs) on all cores
   (kvviz.twin.whatif); beside it, the same 13 settings as plain Simulation.run() calls in one
   process, the engine alone without the twin's per-step reading of the pool.
 
@@ -35,6 +37,7 @@ vllm: kvviz's engine against vLLM 0.32's own scheduler loop (kvviz/reference/vll
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -180,7 +183,8 @@ def whatif(a) -> None:
     from kvviz.twin import plan
     from kvviz.twin import whatif as run_whatif
     from kvviz.twin.configs import alternatives
-    from kvviz.twin.runner import default_workers
+    from kvviz.twin.runner import default_workers, run_config
+    from kvviz.twin.selfcheck import RecordSpec
     from kvviz.twin.settings import NodeSettings
     from kvviz.twin.source import from_trace
 
@@ -189,6 +193,13 @@ def whatif(a) -> None:
     w = generate(cfg)
     src = from_trace(w, "bench", NodeSettings(16, 4097), model_preset("llama-3-8b"), 20.0,
                      cfg.max_seq_len)
+    # the node's own record, as an attach recording gives it: every busy step's lists and the
+    # block tables of 300 sampled steps (made once, untimed), so the self-check runs in full
+    busy = run_config(src.stream, src.settings, RecordSpec(None, frozenset())).record.busy
+    steps = np.concatenate([np.arange(x, y + 1) for x, y in busy.tolist()])
+    sampled = frozenset(steps[::max(1, steps.size // 300)].tolist())
+    node = run_config(src.stream, src.settings, RecordSpec(None, sampled)).record
+    src = dataclasses.replace(src, node_record=node)
     alt = alternatives({}, "sizing")
     configs = plan(src, alt)
     out: list = []
@@ -201,15 +212,18 @@ def whatif(a) -> None:
     res = harness.interleaved({"whatif": lambda: out.append(run_whatif(src, alt)),
                                "engine": engine_only}, a.repeats)
     wi, en = statistics.median(res["whatif"]), statistics.median(res["engine"])
-    base = out[-1].table[0]
+    base, check = out[-1].table[0], out[-1].self_check
     harness.emit(a, {"bench": "engine-whatif", "requests": a.requests, "runs": len(configs),
                      "workers": default_workers(), "whatif_s": wi, "engine_serial_s": en,
                      "baseline_steps": base["steps"],
-                     "baseline_preemptions": base["preemptions"]},
+                     "baseline_preemptions": base["preemptions"],
+                     "self_check_equal": check["equal"],
+                     "block_steps_compared": check["block_steps_compared"]},
                  f"whatif: {a.requests:,} requests x {len(configs)} runs on "
                  f"{default_workers()} cores: {wi:.1f} s; the same runs as Simulation.run() "
                  f"in one process: {en:.1f} s (baseline: {base['steps']:,} steps, "
-                 f"{base['preemptions']:,} preemptions)")
+                 f"{base['preemptions']:,} preemptions; self-check equal: {check['equal']}, "
+                 f"{check['block_steps_compared']} sampled steps' block ids)")
 
 
 def mooncake_like(n: int, seed: int) -> Workload:

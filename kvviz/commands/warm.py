@@ -43,8 +43,8 @@ def run(a: argparse.Namespace) -> int:
 
 
 def warm_rule() -> None:
-    """A few requests through every kind of lane, prefix hits and preemptions included, and
-    each verb of a pool driven directly."""
+    """A few requests through every kind of lane, prefix hits and preemptions included, the
+    twin's logged run (`kvviz whatif`'s baseline), and each verb of a pool driven directly."""
     from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfig, model_for
     from kvviz.core.workload import generate
     from kvviz.engine import Simulation
@@ -55,6 +55,10 @@ def warm_rule() -> None:
     sim = Simulation(w, [LaneSpec.parse(s) for s in LANES], cache,
                      EngineConfig(max_num_seqs=16, max_batched_tokens=256, max_seq_len=256))
     sim.run()
+    from kvviz.twin.runner import Stream, run_config
+    from kvviz.twin.settings import NodeSettings
+
+    run_config(Stream(w, cache.model, 20.0, 256), NodeSettings(16, 65, 16, 256), record=True)
     from kvviz.engine.kvpool import KVPool
 
     for text in LANES:  # the verbs of a pool driven directly (Learn, real mode's benchmark)

@@ -4,19 +4,18 @@ Each configuration is one `kvviz.engine.Simulation` with one paged lane (the nod
 pool: `NodeSettings.lane()`, `capacity_tokens`), run in one compiled call that logs the
 blocks the pool holds after every step (an idle span once): peak and mean blocks in use and
 the usage curve come from the pool itself, not from a second model of it. The self-check's
-run (a StepRecord) is stepped from Python instead, to read every step's lists and tables.
+run (a StepRecord) is one compiled call too, logging beside it every step's lists and the
+sampled steps' block tables (kvviz/twin/logged.py).
 The queueing delays and the preemption curve come from the simulation's event log.
 """
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,8 @@ from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload
 from kvviz.engine import Simulation
 from kvviz.engine.eventlog import KIND_CODE
-from kvviz.twin.selfcheck import Recorder, RecordSpec, StepRecord
+from kvviz.twin.logged import run_logged
+from kvviz.twin.selfcheck import RecordSpec, StepRecord
 from kvviz.twin.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the kvviz package
@@ -69,34 +69,6 @@ def arrival_steps(arrival_s: np.ndarray, step_ms: float) -> np.ndarray:
     return s
 
 
-def _step_through(sim: Simulation, rec: Recorder | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run `sim` (one lane) to the end: (step, blocks held, steps it stands for) after each
-    advance, an idle span as one entry; `rec` sees every step that was stepped. Without
-    `rec` the lane runs in one compiled call that logs the blocks held after each step."""
-    lane = sim.lanes[0]
-    if rec is None:
-        lane.log_held()
-        sim.run()
-        steps, blocks = lane.held_log()
-        return steps, blocks, np.diff(steps, prepend=0)
-    bs = lane.alloc.block_size
-    steps, blocks, weight = [], [], []
-    while not sim.finished:
-        idle = sim._idle_steps()  # the jump Simulation.run(advance="step") makes
-        if idle > 0:
-            sim.skip_idle(idle)
-        else:
-            sim.step()
-            if rec is not None:
-                rec.after_step(lane)
-        steps.append(sim.step_no)
-        blocks.append(lane.alloc.usage().allocated_tokens // bs)
-        weight.append(max(idle, 1))
-    return (np.asarray(steps, np.int64), np.asarray(blocks, np.int64),
-            np.asarray(weight, np.int64))
-
-
 def _queue_steps(sim: Simulation, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
     """(first admission - arrival step per admitted request, steps of the preemptions)."""
     ev, _ = sim.events.since(sim.events.oldest)
@@ -123,17 +95,23 @@ def run_config(stream: Stream, settings: NodeSettings,
                record: RecordSpec | bool | None = None) -> ConfigRun:
     """One configuration through the rule (what a worker does); `record`: keep the
     StepRecord the self-check compares (True: every list and table, the replay's ids)."""
-    rec = None if not record else Recorder(None if record is True else record)
     sim = Simulation(stream.workload, [settings.lane()], settings.cache(stream.model),
-                     settings.engine(stream.step_ms, stream.max_seq_len),
-                     advance="jump" if rec is None else "step")
-    steps, blocks, weight = _step_through(sim, rec)
+                     settings.engine(stream.step_ms, stream.max_seq_len))
+    lane = sim.lanes[0]
+    rec = None
+    if record:
+        rec = run_logged(sim, RecordSpec() if record is True else record)
+    else:
+        lane.log_held()
+        sim.run()
+    steps, blocks = lane.held_log()
+    weight = np.diff(steps, prepend=0)
     summary = sim.summaries()[0]
     queue, preempt_steps = _queue_steps(sim, stream)
     at, peak, done = _curve(steps, blocks, preempt_steps)
     mean = float((blocks * weight).sum() / weight.sum()) if weight.size else 0.0
     return ConfigRun(settings, summary, queue, int(blocks.max()) if blocks.size else 0, mean,
-                     at, peak, done, rec.record() if rec is not None else None)
+                     at, peak, done, rec)
 
 
 def default_workers() -> int:
@@ -164,51 +142,68 @@ def run_all(stream: Stream, configs: list[NodeSettings], workers: int | None = N
 def _in_children(stream: Stream, configs: list[NodeSettings], workers: int,
                  progress: Callable[[int, int], None] | None,
                  record_first: RecordSpec | bool | None) -> list[ConfigRun]:
-    """`python -m kvviz.twin.worker` per configuration, `workers` at a time: a fresh
-    interpreter each, so neither a threaded parent (the dashboard) is forked nor its main
-    script (a Streamlit page) re-run, as multiprocessing's start methods would."""
+    """`workers` processes of `python -m kvviz.twin.worker`, each running configurations one
+    after another (the next one as it answers): fresh interpreters, so neither a threaded
+    parent (the dashboard) is forked nor its main script (a Streamlit page) re-run, as
+    multiprocessing's start methods would; each loads numba and the compiled rule once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     pending = list(enumerate(configs))
-    running: dict[int, tuple[subprocess.Popen, tempfile.TemporaryFile]] = {}
     runs: list[ConfigRun | None] = [None] * len(configs)
-    done = 0
+    procs, idle, busy = [], [], {}
     try:
-        while pending or running:
-            while pending and len(running) < workers:
+        for _ in range(workers):
+            proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            procs.append((proc, Connection(os.dup(proc.stdin.fileno()), readable=False),
+                          Connection(os.dup(proc.stdout.fileno()), writable=False)))
+            proc.stdin.close()
+            proc.stdout.close()
+        for worker in procs:  # once all are starting: a send waits for the worker to read
+            _send(worker, stream)
+            idle.append(worker)
+        done = 0
+        while pending or busy:
+            while pending and idle:
+                worker = idle.pop()
                 i, c = pending.pop(0)
-                out = tempfile.TemporaryFile()
-                proc = subprocess.Popen([sys.executable, "-m", "kvviz.twin.worker"],
-                                        stdin=subprocess.PIPE, stdout=out, env=env)
-                proc.stdin.write(pickle.dumps((stream, c, record_first if i == 0 else None)))
-                proc.stdin.close()
-                running[i] = (proc, out)
-            finished = [i for i, (proc, _) in running.items() if proc.poll() is not None]
-            if not finished:
-                time.sleep(0.02)
-                continue
-            for i in finished:
-                proc, out = running.pop(i)
-                out.seek(0)
-                runs[i] = _answer(proc.returncode, out.read())
-                out.close()
+                _send(worker, (i, c, record_first if i == 0 else None))
+                busy[worker[2]] = worker
+            for back in wait(list(busy)):
+                worker = busy.pop(back)
+                try:
+                    msg = back.recv()
+                except EOFError:
+                    raise _stopped(worker[0]) from None
+                runs[msg[0]] = _answer(msg[1:])
+                idle.append(worker)
                 done += 1
                 if progress is not None:
                     progress(done, len(configs))
     finally:
-        for proc, out in running.values():
-            proc.kill()
+        failed = any(r is None for r in runs)
+        for proc, to, back in procs:
+            if failed:
+                proc.kill()
+            to.close()  # the worker's stdin ends: it exits
+            back.close()
             proc.wait()
-            out.close()
     return [r for r in runs if r is not None]
 
 
-def _answer(code: int, data: bytes) -> ConfigRun:
-    """A worker's pickled ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
+def _send(worker: tuple, obj) -> None:
     try:
-        msg = pickle.loads(data)
-    except Exception:  # noqa: BLE001 - a child that died before answering
-        raise RuntimeError(f"a what-if worker stopped (exit {code}) without an answer") from None
+        worker[1].send(obj)
+    except OSError:  # its stdin closed: it died
+        raise _stopped(worker[0]) from None
+
+
+def _stopped(proc: subprocess.Popen) -> RuntimeError:
+    return RuntimeError(f"a what-if worker stopped (exit {proc.wait()}) without an answer")
+
+
+def _answer(msg: tuple) -> ConfigRun:
+    """A worker's ("ok", ConfigRun) or ("error", kind, message) (our own child)."""
     if msg[0] == "ok":
         return msg[1]
     if msg[1] == "input":

@@ -108,61 +108,13 @@ def merge_runs(runs: list) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RecordSpec:
-    """What the replay's Recorder keeps: `seq_ids[i]` is the node's id of the replay's
-    request i (None: the index itself); the tables after the steps in `table_steps` (None:
-    every busy step); the scheduled requests of every step."""
+    """What the replay's record keeps (kvviz/twin/logged.py): `seq_ids[i]` is the node's id
+    of the replay's request i (None: the index itself); the tables after the steps in
+    `table_steps` (None: every busy step); the scheduled requests of every step."""
 
     seq_ids: np.ndarray | None = None
     table_steps: frozenset | None = None
     scheduled: bool = True
-
-
-class Recorder:
-    """Collects a StepRecord from a one-lane Simulation, one stepped step at a time."""
-
-    def __init__(self, spec: RecordSpec | None = None) -> None:
-        self.spec = spec or RecordSpec()
-        self.live: set[int] = set()
-        self.steps: list[int] = []
-        self.lists: dict[str, list] = {k: [] for k in LISTS[:3]}
-        self.sched: list = []
-        self.tables: dict[int, Tables] = {}
-        self.table_ids = 0
-
-    def after_step(self, lane) -> None:
-        plan = lane.last_plan
-        admitted = [int(r) for r in plan.admitted]
-        preempted = [int(r) for r in plan.preempted]
-        during = (self.live - set(preempted)) | set(admitted)
-        after = lane.run_ids
-        self.live = set(after.tolist())
-        if not during and not preempted:
-            return
-        step = lane.step_no
-        name = self._names
-        self.steps.append(step)
-        self.lists["admitted"].append(name(admitted))
-        self.lists["preempted"].append(name(preempted))
-        self.lists["finished"].append(name(sorted(during - self.live)))
-        if self.spec.scheduled:
-            self.sched.append(name(plan.ids.tolist()))
-        want = self.spec.table_steps
-        if (want is None or step in want) and self.table_ids < TABLE_BUDGET:
-            table = lane.alloc.block_table  # kvviz block b is vLLM's b + 1
-            t = Tables.of({int(n): table(r) + 1 for r, n in zip(after.tolist(),
-                                                                  name(after.tolist()))})
-            self.tables[step] = t
-            self.table_ids += int(t.blocks.size)
-
-    def _names(self, ids: list[int]) -> list[int]:
-        m = self.spec.seq_ids
-        return list(ids) if m is None else m[np.asarray(ids, np.int64)].tolist()
-
-    def record(self) -> StepRecord:
-        rec = StepRecord.from_steps(self.steps, self.lists["admitted"],
-                                    self.lists["preempted"], self.lists["finished"],
-                                    self.sched if self.spec.scheduled else None)
-        return StepRecord(rec.busy, rec.lists, self.tables)
 
 
 def _first_pair_diff(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],

@@ -1,29 +1,40 @@
-"""`python -m kvviz.twin.worker`: one what-if configuration, for kvviz.twin.runner.
+"""`python -m kvviz.twin.worker`: what-if configurations for kvviz.twin.runner, one after
+another in one process, so numba and the compiled rule load once per worker, not once per
+configuration.
 
-stdin: pickle of (Stream, NodeSettings, record) from the parent that started this process;
-stdout: pickle of ("ok", ConfigRun), or ("error", "input" | "bug", message).
+The parent speaks over this process's stdin and stdout as multiprocessing Connections
+(length-prefixed pickles): first the Stream, then (index, NodeSettings, record) per
+configuration, each answered with (index, "ok", ConfigRun) or (index, "error", "input" |
+"bug", message). The end of stdin ends the process. What a run prints goes to stderr.
 """
 from __future__ import annotations
 
-import pickle
+import os
 import sys
 import traceback
+from multiprocessing.connection import Connection
 
 
 def main() -> int:
+    jobs = Connection(os.dup(0), writable=False)
+    answers = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # a stray print must not land among the answers
     from kvviz.core.errors import KvvizError
     from kvviz.twin.runner import run_config
 
-    stream, settings, record = pickle.loads(sys.stdin.buffer.read())
     try:
-        msg = ("ok", run_config(stream, settings, record))
-    except (KvvizError, ValueError) as exc:
-        msg = ("error", "input", str(exc))
-    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-        msg = ("error", "bug", traceback.format_exc(limit=5))
-    sys.stdout.buffer.write(pickle.dumps(msg))
-    sys.stdout.buffer.flush()
-    return 0
+        stream = jobs.recv()
+        while True:
+            i, settings, record = jobs.recv()
+            try:
+                msg = (i, "ok", run_config(stream, settings, record))
+            except (KvvizError, ValueError) as exc:
+                msg = (i, "error", "input", str(exc))
+            except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+                msg = (i, "error", "bug", traceback.format_exc(limit=5))
+            answers.send(msg)
+    except EOFError:  # the parent is done (or gone)
+        return 0
 
 
 if __name__ == "__main__":

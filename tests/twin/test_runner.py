@@ -1,12 +1,17 @@
 """The what-if runner: every number from a real run of the rule, cross-checked."""
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import numpy as np
 import pytest
 
+from kvviz.core.errors import KvvizError
 from kvviz.twin import Alternatives, plan, whatif
 from kvviz.twin.configs import alternatives
 from kvviz.twin.runner import arrival_steps, run_all, run_config
+from kvviz.twin.selfcheck import compare
 from kvviz.twin.settings import NodeSettings
 from kvviz.twin.source import from_trace
 from kvviz.twin.table import COMPARED
@@ -55,7 +60,7 @@ def test_the_compiled_occupancy_log_equals_reading_the_pool_after_each_stepped_s
     started small, so it grows (advance stops FULL) many times on the way."""
     from kvviz.engine import Simulation
     from kvviz.engine.rule import build
-    from kvviz.twin.runner import _step_through
+    from tests.twin.stepped import step_through
 
     # idle spans between the arrivals
     sparse = stream(200, 0.3, prefix=0.5 if prefix else 0.0)
@@ -65,15 +70,14 @@ def test_the_compiled_occupancy_log_equals_reading_the_pool_after_each_stepped_s
         return Simulation(sparse.workload, [settings.lane()], settings.cache(sparse.model),
                           settings.engine(sparse.step_ms, sparse.max_seq_len))
 
-    class Nothing:  # a recorder that reads nothing: forces the stepped path
-        def after_step(self, lane):
-            pass
-
-    stepped = _step_through(sim(), Nothing())
+    stepped = step_through(sim())
     fast = sim()
     lane = fast.lanes[0]
     lane.pool = lane.pool._replace(**build.held_log(4))
-    logged = _step_through(fast)
+    lane.log_held()
+    fast.run()
+    steps, blocks = lane.held_log()
+    logged = steps, blocks, np.diff(steps, prepend=0)
     assert stepped[1].max() > 0 and (stepped[2] > 1).any()  # blocks held, idle spans
     for a, b in zip(stepped, logged):
         np.testing.assert_array_equal(a, b)
@@ -98,14 +102,40 @@ def test_arrival_steps_follow_the_simulation_clock():
 
 
 def test_the_pool_gives_what_one_process_gives(tight):
+    """Two workers, three configurations (a worker runs two, one after the other), the
+    baseline with its record."""
     configs = plan(from_trace(tight.workload, "s", TIGHT, MODEL, 20.0, tight.max_seq_len),
-                   alternatives({"block_size": "16,32"}))
-    one = run_all(tight, configs, workers=1)
-    two = run_all(tight, configs, workers=2)
+                   alternatives({"block_size": "32,64"}))
+    assert len(configs) == 3
+    one = run_all(tight, configs, workers=1, record_first=True)
+    two = run_all(tight, configs, workers=2, record_first=True)
     for a, b in zip(one, two):
         assert a.settings == b.settings and a.summary["steps"] == b.summary["steps"]
         assert a.summary["preemptions"] == b.summary["preemptions"]
         assert np.array_equal(a.queue_steps, b.queue_steps)
+    assert two[0].record is not None and two[1].record is None
+    assert compare(one[0].record, two[0].record)["equal"]
+    assert np.array_equal(one[0].record.busy, two[0].record.busy)
+
+
+def test_a_configuration_that_fails_in_a_worker_raises_its_error(tight):
+    late = dataclasses.replace(tight.workload, arrival_s=tight.workload.arrival_s + 1e18)
+    configs = [TIGHT, NodeSettings(32, 129, enable_prefix_caching=False)]
+    with pytest.raises(KvvizError, match="arrives at"):
+        run_all(dataclasses.replace(tight, workload=late), configs, workers=2)
+
+
+class _Dies:
+    """Unpickled in a worker, it ends that process at once (exit 3)."""
+
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_worker_that_dies_is_named_with_its_exit_status(tight):
+    configs = [TIGHT, NodeSettings(32, 129, enable_prefix_caching=False)]
+    with pytest.raises(RuntimeError, match=r"worker stopped \(exit 3\) without an answer"):
+        run_all(dataclasses.replace(tight, workload=_Dies()), configs, workers=2)
 
 
 def test_the_baseline_alone_runs_when_no_alternative_is_given(tight):

@@ -4,7 +4,8 @@ Modules, one per concept: state (the struct-of-arrays records), keys (prefix blo
 pool (vLLM's paged block pool), placement (contiguous first-fit / best-fit / buddy), kv (the
 memory interface the scheduler calls), scheduler (schedule / update), shares, events,
 advance (the step loop), direct (the memory verbs for a pool driven without the scheduler),
-build (the records from a workload), view (the read verbs over a pool's arrays). The Python
+build (the records from a workload), view (the read verbs over a pool's arrays), steplog
+(advance's loop logging each step's lists and block tables: the twin's self-check). The Python
 handles: kvviz/engine/lane.py (a lane), kvviz/engine/kvpool.py (a pool driven directly).
 
 Compiled code is cached (cache=True) in one directory per version of these sources:
