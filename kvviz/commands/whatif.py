@@ -10,6 +10,7 @@ import sys
 from kvviz.core import limits as at
 from kvviz.core.config import MODEL_HELP, model_for
 from kvviz.core.safeio import check_input_file
+from kvviz.settings.collector import MEMORY_BUDGET_MB
 from kvviz.traces.args import add_trace_arguments, load_trace_args, resolve_max_seq_len
 from kvviz.twin.configs import (
     MAX_CONFIGS,
@@ -81,6 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_trace_arguments(s)
     s.add_argument("--workers", type=at.THREADS, default=None, metavar="N",
                    help=at.rng("processes (default: this machine's cores)", at.THREADS))
+    s.add_argument("--memory-budget-mb", type=MEMORY_BUDGET_MB, default=None, metavar="MB",
+                   help=at.rng("the memory the run may hold in all its processes (default 80%% "
+                               "of the memory available now); fewer configurations run at "
+                               "once to stay within it", MEMORY_BUDGET_MB))
     s.add_argument("--json", action="store_true",
                    help="one JSON line with the self-check, then one per configuration")
 
@@ -129,9 +134,11 @@ def run(a: argparse.Namespace) -> int:
             print(f"\r[{bar:<30}] {done}/{total} configurations", end="", file=sys.stderr,
                   flush=True)
 
-    res = whatif(src, alt, a.workers, progress)
+    res = whatif(src, alt, a.workers, progress, a.memory_budget_mb)
     if show:
         print(file=sys.stderr)
+    if res.note:
+        print(f"kvviz whatif: {res.note}", file=sys.stderr)
     if a.json:
         print(json.dumps({"input": src.name, "requests": len(src.stream.workload),
                           "node_settings": src.settings.as_dict(),

@@ -84,13 +84,9 @@ def mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MB" if n < 10 * 2**20 else f"{n / 2**20:,.0f} MB"
 
 
-def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
-          available: int | None = None, device_free: int | None = None) -> None:
-    """KvvizError naming the total and the limit when `n` does not fit: the budget if given,
-    else AVAILABLE_SHARE of `available` (read now when None); device pools against
-    `device_free` (the caller asks torch; None: not checked). No limit known (no
-    /proc/meminfo, no budget): nothing is refused."""
-    shown = ", ".join(f"{what} {mb(b)}" for what, b in n.parts if b)
+def _limits(budget_mb: float | None, available: int | None,
+            flag: str) -> list[tuple[int, str]]:
+    """(bytes, whose limit) for each limit that applies: the budget, the machine's share."""
     available = available_bytes() if available is None else available
     limits = []
     if budget_mb is not None:
@@ -99,6 +95,23 @@ def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
         share = 1.0 if budget_mb is not None else AVAILABLE_SHARE
         limits.append((int(available * share), f"{share:.0%} of the {mb(available)} this "
                        "machine has available now"))
+    return limits
+
+
+def limit_bytes(budget_mb: float | None, available: int | None = None) -> int | None:
+    """The limit `check` holds a run to (None: none known)."""
+    limits = _limits(budget_mb, available, "")
+    return min(limits)[0] if limits else None
+
+
+def check(n: Need, budget_mb: float | None, flag: str = "--memory-budget-mb",
+          available: int | None = None, device_free: int | None = None) -> None:
+    """KvvizError naming the total and the limit when `n` does not fit: the budget if given,
+    else AVAILABLE_SHARE of `available` (read now when None); device pools against
+    `device_free` (the caller asks torch; None: not checked). No limit known (no
+    /proc/meminfo, no budget): nothing is refused."""
+    shown = ", ".join(f"{what} {mb(b)}" for what, b in n.parts if b)
+    limits = _limits(budget_mb, available, flag)
     if limits:
         limit, whose = min(limits)
         more = whose.startswith(flag) or budget_mb is None  # raising the flag would help

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvviz.twin.configs import Alternatives
-from kvviz.twin.runner import ConfigRun, run_all
+from kvviz.twin.memory import fit_workers
+from kvviz.twin.runner import ConfigRun, default_workers, run_all
 from kvviz.twin.selfcheck import RecordSpec, compare, no_node_run
 from kvviz.twin.settings import NodeSettings
 from kvviz.twin.source import Source
@@ -24,6 +25,7 @@ class WhatIf:
     self_check: dict
     runs: list[ConfigRun]  # runs[0]: the baseline
     table: list[dict]  # one row per run, `change` against the baseline
+    note: str | None = None  # fewer workers than asked, for memory (twin/memory.py)
 
 
 def plan(source: Source, alt: Alternatives) -> list[NodeSettings]:
@@ -35,8 +37,15 @@ def plan(source: Source, alt: Alternatives) -> list[NodeSettings]:
 
 
 def whatif(source: Source, alt: Alternatives, workers: int | None = None,
-           progress: Callable[[int, int], None] | None = None) -> WhatIf:
+           progress: Callable[[int, int], None] | None = None,
+           memory_budget_mb: float | None = None) -> WhatIf:
+    """KvvizError before anything runs when the largest configuration does not fit memory
+    (the budget, else 80% of what the machine has available); fewer workers when they all
+    would not (WhatIf.note says so)."""
     configs = plan(source, alt)
+    workers = min(len(configs), workers or default_workers())
+    workers, note = fit_workers(configs, len(source.stream.workload), workers,
+                                memory_budget_mb)
     node = source.node_record
     spec = None if node is None else RecordSpec(node.seq_ids, frozenset(node.tables),
                                                 node.has("scheduled"))
@@ -45,4 +54,4 @@ def whatif(source: Source, alt: Alternatives, workers: int | None = None,
         check = no_node_run(source.name)
     else:
         check = compare(node, runs[0].record)
-    return WhatIf(source, check, runs, rows(runs))
+    return WhatIf(source, check, runs, rows(runs), note)
