@@ -52,7 +52,10 @@ def _record(path: Path, lanes: list[str]) -> None:
     flags = [x for lane in lanes for x in ("--lane", lane)]
     if any(lane.endswith(":prefix") for lane in lanes):
         flags += ["--prefix-sharing", "0.5", "--kv-events-record"]
+    # every request at once: the lanes full, refusals and preemptions in the tiles (the same
+    # end state on any machine)
     assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
+                 "--rate", "inf",
                  *flags, "--max-steps", "1500", "--out", str(path)]) == 0
 
 
