@@ -14,7 +14,7 @@ from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
 from kvviz.viz import timeseries as vt
 from pages import blockview
-from tests.pages.pagehelpers import decode, heatmaps, no_exception, page
+from tests.pages.pagehelpers import decode, heatmaps, no_exception, page, tile_grids
 from tests.pages.recordings import write_recording
 
 
@@ -170,19 +170,6 @@ def test_pause_stops_time_where_the_user_saw_it(runs):
     assert at.slider(key="replay_t").value == seen
 
 
-def _tile_rows(at) -> list[dict[str, str]]:
-    """Each headline grid drawn (one per lane, in lane order): label -> value."""
-    import html as _html
-    import re
-    out = []
-    for h in at.get("html"):
-        labels = re.findall(r'aria-label="([^"]*)"', str(h.proto.body))
-        row = dict(_html.unescape(x).partition(": ")[::2] for x in labels)
-        if "Largest hole" in row:
-            out.append(row)
-    return out
-
-
 def test_a_lanes_numbers_are_those_of_its_maps_instant(tmp_path, monkeypatch):
     """Samples every 5 steps, maps every 50: between two maps the tiles under a map read the
     sample taken with that map, not the later one at the cursor."""
@@ -212,5 +199,5 @@ def test_a_lanes_numbers_are_those_of_its_maps_instant(tmp_path, monkeypatch):
     at = page("pages/replay.py", run="rec.db")
     at.slider(key="replay_t").set_value(4.9).run()
     no_exception(at)
-    rows = _tile_rows(at)
+    rows = tile_grids(at)
     assert len(rows) == 2 and rows[0] == want
