@@ -50,3 +50,21 @@ def test_a_job_never_started_says_so():
                                            (3 * 3600 + 7 * 60, "3 h 07 min")])
 def test_durations_read_plainly(seconds, text):
     assert duration_text(seconds) == text
+
+
+def _stopped_box():
+    from types import SimpleNamespace
+
+    from kvviz.runs.status import STOPPED, JobStatus
+    from pages import widgets
+    line = ("kvviz attach: stopped: stopped by SIGTERM; 5 of 5 scrapes ok; recording "
+            "/a/long/path/to/the/runs/directory/node-20261206-014949.db")
+    widgets.job_status_box("Attach", SimpleNamespace(status=lambda: JobStatus(
+        STOPPED, 1, 0, 0.0, None, "http://n:8000/metrics", line)), "att")
+
+
+def test_why_a_job_stopped_is_shown_whole_not_scrolled():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_stopped_box).run()
+    (code,) = at.code
+    assert code.value.endswith("node-20261206-014949.db") and code.proto.wrap_lines
