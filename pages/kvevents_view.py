@@ -80,6 +80,10 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
              "stores of blocks the stream said were cached already"),
             ("cleared", f"{f.cleared:,}", "AllBlocksCleared events: the whole cache emptied"),
         ], min_rem=7.5))
+        if f.unconfirmed:  # stored - evicted != cached: say where the difference is
+            st.caption(f"{len(f.unconfirmed):,} more blocks were cached before a lost batch "
+                       "and not seen since: not counted (the lost batch may have evicted "
+                       "them).")
         life, div = f.median_lifetime(), sorted(f.divergence_depths())
         st.text(f"Median block lifetime (store to eviction): "
                 f"{'none evicted yet' if life is None else f'{life:.1f} s'}; prompts diverge "
