@@ -11,6 +11,7 @@ from kvviz.node.kvevents import diagnose
 from kvviz.runs import directory
 from kvviz.store import kv_reader
 from kvviz.viz import kvevents as vk
+from kvviz.viz import theme
 from pages import kvevents_model, kvevents_record, recording
 from pages import kvevents_waiting as kw
 
@@ -68,13 +69,21 @@ def node_view(model, streams, names, summaries, gaps, timeline) -> None:
                  for k in keys}
         key = st.selectbox("Cache", keys, format_func=label.get, key="kve_forest")
         f = model.forests[key]
-        cols = st.columns(6)
-        for c, (t, v) in zip(cols, [("cached blocks", len(f.parent)),
-                                    ("cached tokens", f.cached_tokens),
-                                    ("stored (announced)", f.stored), ("evicted", f.removed),
-                                    ("re-announced (already cached)", f.duplicates),
-                                    ("cleared", f.cleared)]):
-            c.metric(t, f"{v:,}")
+        # one wrapping grid: no label cut short ("re-announced (already c…") at any width
+        st.html(theme.headline_html([
+            ("cached blocks", f"{len(f.parent):,}", "blocks in the rebuilt prefix cache"),
+            ("cached tokens", f"{f.cached_tokens:,}", "tokens those blocks hold"),
+            ("stored (announced)", f"{f.stored:,}",
+             "every block a BlockStored announced, re-announced ones included"),
+            ("evicted", f"{f.removed:,}", "blocks a BlockRemoved took out"),
+            ("re-announced (already cached)", f"{f.duplicates:,}",
+             "stores of blocks the stream said were cached already"),
+            ("cleared", f"{f.cleared:,}", "AllBlocksCleared events: the whole cache emptied"),
+        ], min_rem=7.5))
+        if f.unconfirmed:  # stored - evicted != cached: say where the difference is
+            st.caption(f"{len(f.unconfirmed):,} more blocks were cached before a lost batch "
+                       "and not seen since: not counted (the lost batch may have evicted "
+                       "them).")
         life, div = f.median_lifetime(), sorted(f.divergence_depths())
         st.text(f"Median block lifetime (store to eviction): "
                 f"{'none evicted yet' if life is None else f'{life:.1f} s'}; prompts diverge "

@@ -28,7 +28,7 @@ def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float]) -> None:
             lane_map(ready[lane][0], lane, zoom, i)
     for col, lane in zip(st.columns(len(names)), names):
         with col:
-            lane_details(r, lane, ready[lane][0], t_now)
+            lane_details(r, lane, *ready[lane], t_now)
 
 
 def lane_map(bm, lane: str, zoom: tuple[float, float], i: int) -> None:
@@ -42,12 +42,14 @@ def lane_map(bm, lane: str, zoom: tuple[float, float], i: int) -> None:
                               key=key, on_zoom=partial(zoom_to, key, bm.num_blocks))
 
 
-def lane_details(r, lane: str, bm, t_now: float) -> None:
-    """Under the heatmap: headline numbers, the latest refusals, the lane's KV events."""
-    last = r.samples(lane, since_t=t_now - 5.0)  # the latest sample, without the history
+def lane_details(r, lane: str, bm, t_map: float, t_now: float) -> None:
+    """Under the heatmap: headline numbers, the latest refusals, the lane's KV events. The
+    numbers and refusals are of the map's instant (the sample taken with it: one seek), not
+    of a sample the collector wrote after the map was read or while maps are thinned."""
+    last = r.sample_at(lane, t_map)
     if not last.empty:
         blockview.headline_metrics(last.iloc[-1])
-    latest_failures(r, lane)
+    latest_failures(r, lane, t_map)
     kvevents_live.lane_events(r, lane, bm, None if last.empty else last.iloc[-1], t_now)
 
 
@@ -57,13 +59,15 @@ def failure_text(ev) -> str:
     why = {"FRAGMENTATION": "free >= need, but no hole that large",
            "CAPACITY": "not enough free in total",
            "POLICY": "memory would serve; the scheduler refused"}.get(ev.reason, "")
-    return (f"**{ev.reason}** at t = {ev.t:.1f} s: seq {int(ev.seq_id)} needs {need:,} "
+    return (f"**{ev.reason}** at t = {ev.t:.2f} s: seq {int(ev.seq_id)} needs {need:,} "
             f"slots; free {free:,}, largest hole {hole:,} ({why})")
 
 
-def latest_failures(r, lane: str) -> None:
-    """The lane's latest admission failure of each class, need against free and hole."""
+def latest_failures(r, lane: str, t_map: float) -> None:
+    """The lane's latest admission failure of each class up to the map's instant, need
+    against free and hole (each at its own moment: its time to the step, as the map's)."""
     ev = r.events(lane=lane, kinds=["admit_failed"], limit=200)
+    ev = ev[ev["t"] <= t_map]
     if ev.empty:
         st.caption("No admission failure yet.")
         return

@@ -44,6 +44,9 @@ def node_tab() -> None:
     run = st.selectbox("Node recording", runs, key="node_pick",
                        index=runs.index(stored) if stored in runs else 0)
     st.session_state[RUN_KEY] = run
+    if not (directory.runs_dir() / run).exists():  # a job just started: its file comes next
+        node_panel.node_panel(run)  # waits for it, then redraws the whole page
+        return
     node_blocks.panel(run)  # the vLLM plugin's real block pool, when the recording has it
     # a kvviz attach recording: scrapes and events side by side, from one read
     node_panel.node_panel(run, node_attach.events_panel if node_attach.has_events(run) else None)

@@ -140,7 +140,7 @@ def node_panel(path, key: str) -> None:
     per version of the file), when it has the plugin's request log; a line saying how to
     record one otherwise; st.error naming what is wrong with a log it cannot replay."""
     if not has_request_log(path):
-        st.caption("What if? " + NO_REQUEST_LOG.capitalize() + ".")
+        st.caption("What if? " + NO_REQUEST_LOG[:1].upper() + NO_REQUEST_LOG[1:] + ".")
         return
     try:
         st_ = Path(path).stat()

@@ -90,7 +90,7 @@ def job_status_box(title: str, job, key: str, restart=None,
     if s.last_message and s.state == RUNNING:  # its progress line: small text, not a log
         st.caption(md(s.last_message.strip().splitlines()[-1]))
     elif s.last_message:  # why it stopped: code, not an expander (the box may sit in one)
-        st.code(s.last_message, language=None)
+        st.code(s.last_message, language=None, wrap_lines=True)  # the whole line, no scroll
     stop, again = st.columns(2)
     if stop.button("Stop", key=f"{key}_stop", icon=":material/stop:",
                    disabled=s.state != RUNNING):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -165,6 +166,7 @@ def main(argv: list[str]) -> int:
 
     mb = int(argv[0]) if argv else CHILD_MB
     _limit(mb)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the command's to handle
     for line in sys.stdin.buffer:
         req = json.loads(line)
         t0 = time.time()

@@ -70,7 +70,9 @@ def forest_figure(df: pd.DataFrame, colour: str = "evictions") -> go.Figure:
     fig.add_trace(go.Icicle(
         ids=df["id"], parents=df["parent"], values=df["subtree_tokens"],
         branchvalues="total", labels=df["id"].str.slice(-8),
+        # from 0: a count or an age is never negative, even when every block reads 0
         marker=dict(colors=c, colorscale="YlOrRd" if colour == "evictions" else "Blues_r",
+                    cmin=0.0, cmax=max(1.0, float(c.max())),
                     colorbar=dict(title="evicted" if colour == "evictions" else "age (s)")),
         customdata=np.stack([df["depth"], df["subtree_blocks"], df["evictions"],
                              df["age_s"]], axis=-1),

@@ -83,6 +83,15 @@ def headlines(row: pd.Series | dict | None) -> list[Headline]:
             for h in heads]
 
 
+def _usable_blocks(r: dict) -> float | None:
+    """Blocks that hold KV: the capacity in tokens over the block size when the node gives
+    both (vLLM: num_gpu_blocks less its null block per engine), else num_gpu_blocks."""
+    tokens, size = _num(r.get("kv_capacity_tokens")), _num(r.get("block_size"))
+    if tokens is not None and size and tokens % size == 0:
+        return tokens / size
+    return _num(r.get("num_gpu_blocks"))
+
+
 def _headlines(r: dict) -> list[Headline]:
     usage = _num(r.get("kv_usage"))
     since = _num(r.get("prefix_hit_rate"))
@@ -91,10 +100,11 @@ def _headlines(r: dict) -> list[Headline]:
     return [
         Headline("KV usage", percent(usage, none=NOT_EXPORTED),
                  USAGE_DEFINITION),
-        Headline("KV capacity (blocks)", _fmt(_num(r.get("num_gpu_blocks")), ",.0f"),
-                 f"the engine's num_gpu_blocks, of {_fmt(_num(r.get('block_size')), '.0f')} "
-                 "slots each; vLLM keeps one of them (block 0, its null block) back, so one "
-                 "block fewer per engine holds KV"),
+        Headline("KV capacity (blocks)", _fmt(_usable_blocks(r), ",.0f"),
+                 f"blocks that can hold KV, of {_fmt(_num(r.get('block_size')), '.0f')} slots "
+                 f"each: the engine's num_gpu_blocks "
+                 f"({_fmt(_num(r.get('num_gpu_blocks')), ',.0f')}) less the one vLLM keeps "
+                 "back per engine (block 0, its null block), as the usage counts them"),
         Headline("KV capacity (tokens)", _fmt(_num(r.get("kv_capacity_tokens")), ",.0f"),
                  "slots that can hold KV: vLLM's usable blocks (num_gpu_blocks - 1 per engine) "
                  "x block size; SGLang's max_total_num_tokens"),

@@ -2,10 +2,12 @@
 Learn's Next advances the story. Takes a screenshot of each page but Live (whose pictures
 test_browser_live.py takes): into $KVVIZ_SCREENSHOTS when set
 (`KVVIZ_SCREENSHOTS=docs/screenshots` refreshes the README's pictures), else into
-.pytest-screenshots."""
+.pytest-screenshots. The Node page's picture is of a `kvviz attach` recording: a real vLLM's when
+$KVVIZ_NODE_RECORDING names one (docs/NODE.md section 7's commands), else a small synthetic one."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +45,13 @@ def app(tmp_path_factory) -> Iterator[str]:
 
     runs = tmp_path_factory.mktemp("runs")
     write_recording(runs / "demo-recording.db", steps=900, every=15, capacity=8192)
+    real = os.environ.get("KVVIZ_NODE_RECORDING")
+    if real:
+        shutil.copy(real, runs / "node-vllm.db")
+    else:
+        from tests.kvevents.conftest import free_base_port
+        from tests.kvevents.recordings import write_attach_recording
+        write_attach_recording(runs / "node-attach.db", free_base_port(2))
     with serve(runs, log=runs / "server.log") as url:
         yield url
 
@@ -153,7 +162,7 @@ def test_page_loads_without_error(browser, app, name: str):
     if name == "replay":  # show the finished demo recording rather than the live one
         page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").first.click()
         page.get_by_role("option", name="demo-recording.db").click()
-    settle(page, PLOTLY_HEAT if name == "replay" else "h1")
+    settle(page, {"replay": PLOTLY_HEAT, "node": "text=Last scrape"}.get(name, "h1"))
     assert_no_error(page)
     if name == "compare":  # a screenshot worth looking at: run the default comparison
         page.get_by_role("button", name="Run comparison").click()

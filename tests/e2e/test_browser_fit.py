@@ -1,6 +1,7 @@
-"""Live at the widths people use, with 3 and 4 lanes: every lane a recording holds is drawn,
+"""Live at the widths people use, with 1 to 4 lanes: every lane a recording holds is drawn,
 no headline or KV-event tile is drawn over another, no value is cut ("1…"), and the
-sidebar's lane chips each show their whole name."""
+sidebar's lane chips each show their whole name. A picture of each case goes to
+.pytest-screenshots/fit/ (to look at; not the README's)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ pytestmark = [pytest.mark.browser,
                                  reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
 sync_api = pytest.importorskip("playwright.sync_api")
 
+ONE = ["paged:16"]
+TWO = ["contiguous:first-fit:pow2", "paged:16"]
 THREE = ["contiguous:first-fit:pow2", "contiguous:first-fit:max", "paged:16"]
 FOUR = ["contiguous:first-fit:pow2", "contiguous:buddy:pow2", "paged:16", "paged:16:prefix"]
 TILES = "[role=group][aria-description]"  # kvviz.viz.theme.headline_html's tiles
@@ -41,19 +44,26 @@ CHIPS = ("() => [...document.querySelectorAll('[data-testid=stMultiSelectTagsCon
          "span[title]')].filter(s => s.scrollWidth > s.clientWidth + 1).map(s => s.title)")
 
 
+RUNS = {"one.db": ONE, "two.db": TWO, "three.db": THREE, "four.db": FOUR}
+SHOTS = Path(__file__).resolve().parents[2] / ".pytest-screenshots" / "fit"
+
+
 def _record(path: Path, lanes: list[str]) -> None:
     flags = [x for lane in lanes for x in ("--lane", lane)]
     if any(lane.endswith(":prefix") for lane in lanes):
         flags += ["--prefix-sharing", "0.5", "--kv-events-record"]
+    # every request at once: the lanes full, refusals and preemptions in the tiles (the same
+    # end state on any machine)
     assert main(["collect", "--mode", "sim", "--quiet", "--steps-per-s", "0", "--hz", "20",
+                 "--rate", "inf",
                  *flags, "--max-steps", "1500", "--out", str(path)]) == 0
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> Iterator[str]:
     runs = tmp_path_factory.mktemp("runs")
-    _record(runs / "three.db", THREE)
-    _record(runs / "four.db", FOUR)
+    for name, lanes in RUNS.items():
+        _record(runs / name, lanes)
     with serve(runs, log=runs / "server.log") as url:
         yield url
 
@@ -66,11 +76,10 @@ def browser(app) -> Iterator:
         b.close()
 
 
-@pytest.mark.parametrize("run, lanes, width", [("three.db", THREE, 1280),
-                                               ("four.db", FOUR, 1280),
-                                               ("four.db", FOUR, 1500),
-                                               ("three.db", THREE, 1920)])
-def test_every_lane_drawn_and_no_tile_over_another(browser, app, run, lanes, width):
+@pytest.mark.parametrize("run, width", [(run, w) for run in RUNS for w in (1280, 1920)]
+                         + [("four.db", 1500)])
+def test_every_lane_drawn_and_no_tile_over_another(browser, app, run, width):
+    lanes = RUNS[run]
     page = browser.new_page(viewport={"width": width, "height": 1600})
     page.goto(app)
     page.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
@@ -78,6 +87,8 @@ def test_every_lane_drawn_and_no_tile_over_another(browser, app, run, lanes, wid
     page.get_by_role("option", name=run).click(force=True)
     settle(page, f"text=Showing recording {run}")
     settle(page, f"{TILES}[aria-label^='Tokens/s']")
+    SHOTS.mkdir(parents=True, exist_ok=True)  # before the checks: a failure is seen too
+    page.screenshot(path=str(SHOTS / f"live-{len(lanes)}lanes-{width}.png"), full_page=True)
     heads = page.eval_on_selector_all("h4", "els => els.map(e => e.innerText)")
     assert [h for h in heads if h in lanes] == lanes
     assert page.evaluate(FIT) == []

@@ -107,6 +107,11 @@ def _pick_option(page, field, name: str, tries: int = 3) -> None:
                 raise
 
 
+def _t(page) -> float:
+    """The engine time the Live page shows ("t = 12.35 s")."""
+    return float(re.search(r"t = ([\d.]+) s;", page.inner_text("body")).group(1))
+
+
 def test_live_walk_as_a_new_user(tmp_path):
     outside: list[str] = []
     with serve(tmp_path, log=tmp_path / "server.log") as url, \
@@ -173,6 +178,22 @@ def test_live_walk_as_a_new_user(tmp_path):
         # favicon and every asset from this server
         icons = page.eval_on_selector_all("link[rel~=icon]", "els => els.map(e => e.href)")
         assert icons and all(h.startswith(url) for h in icons), icons
+        # Pause, then each Step press shows its engine step: t moves on by one step (0.05 s)
+        page.get_by_role("button", name="Pause").click()
+        page.wait_for_selector("text=/status: running \\(paused\\)/", timeout=20_000)
+        page.wait_for_timeout(1500)  # the map of the moment it paused is drawn
+        seen = [_t(page)]
+        for _ in range(3):
+            page.get_by_role("button", name="Step", exact=True).click()
+            deadline = time.monotonic() + 15
+            while _t(page) == seen[-1]:
+                assert time.monotonic() < deadline, f"a Step press changed nothing: {seen}"
+                page.wait_for_timeout(100)
+            seen.append(_t(page))
+        steps = [b - a for a, b in zip(seen, seen[1:])]
+        assert all(0.04 <= d <= 0.06 for d in steps), seen  # one step of 0.05 s, shown to 0.01
+        page.get_by_role("button", name="Resume").click()
+        page.wait_for_selector("text=/status: running\\./", timeout=20_000)
         # a prefix lane from the form: shared blocks and hits within a minute
         page.get_by_text("Collector settings: workload, lanes").click()
         lanes = page.get_by_test_id("stMain").get_by_test_id("stMultiSelect").first

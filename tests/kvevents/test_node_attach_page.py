@@ -84,6 +84,7 @@ def test_the_form_starts_an_attach_job_that_records_both(runs):
         # the status says running: nothing beside it may say there is no recording
         shown = " ".join(i.value for i in at.info)
         assert "No node recording yet" not in shown, shown
+        assert not at.error, [e.value for e in at.error]  # nothing reads it before it exists
         assert at.selectbox(key="node_pick").value.startswith("node-")
 
         def both(a) -> bool:

@@ -12,7 +12,7 @@ import streamlit as st
 ROOT = Path(__file__).resolve().parents[2]
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
-from tests.pages.pagehelpers import figures, no_exception, page  # noqa: E402
+from tests.pages.pagehelpers import figures, no_exception, page, tile_grids  # noqa: E402
 
 PAGE = "pages/node.py"  # the KV events view is its "KV events" tab
 
@@ -193,3 +193,17 @@ def test_a_recording_that_ended_in_an_error_shows_its_message_as_text(kv_runs):
     shown = [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
     assert any("ended with an error" in e and "RSS 951 MB" in e for e in shown)
     assert any(r"\*\*not markdown\*\*" in e.value for e in at.error)  # escaped, not bold
+
+
+def test_stored_less_evicted_is_cached_plus_the_blocks_a_lost_batch_left_unconfirmed(kv_runs):
+    """Pod a lost two batches: its counts say where every stored block went."""
+    write_kv_recording(kv_runs / "ev.db", free_base_port(2))
+    at = page(PAGE)
+    no_exception(at)
+    t = tile_grids(at, has="cached blocks")[0]
+    stored, evicted, again, cached = (int(t[k].replace(",", "")) for k in (
+        "stored (announced)", "evicted", "re-announced (already cached)", "cached blocks"))
+    said = [c.value for c in at.caption if "before a lost batch" in c.value]
+    assert said, "the difference is not explained"
+    doubt = int(said[0].split()[0].replace(",", ""))
+    assert stored - again - evicted == cached + doubt > cached

@@ -55,3 +55,12 @@ def test_the_timeline_has_a_panel_per_stream_and_folds_the_rest():
     assert len(fig.data) == 8  # stored + evicted per panel
     assert fig.layout.annotations[-1].text == "8 more streams"
     assert list(fig.data[-2].y) == [24, 24, 24]  # 8 streams x 3 blocks
+
+
+def test_the_colour_scale_starts_at_0_even_when_no_block_was_evicted():
+    """Plotly centres a flat scale on its value (-0.4..0.4 for all zeros): a count of
+    evictions or an age below 0 means nothing."""
+    df = vk.forest_table(_random_forest(20, 2), now=30.0)
+    for colour in ("evictions", "age_s"):
+        m = vk.forest_figure(df, colour).data[0].marker
+        assert m.cmin == 0 and m.cmax >= max(1.0, float(df[colour].max()))

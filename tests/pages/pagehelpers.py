@@ -103,3 +103,17 @@ def tiles(at: AppTest) -> dict[str, str]:
             name, _, value = _html.unescape(label).partition(": ")
             out[name] = value
     return out
+
+
+def tile_grids(at: AppTest, has: str = "Largest hole") -> list[dict[str, str]]:
+    """Each headline grid drawn that has a tile `has` (one per lane, in lane order): label ->
+    value."""
+    import html as _html
+    out = []
+    for h in at.get("html"):
+        labels = re.findall(r'aria-label="([^"]*)"', str(h.proto.body))
+        row = dict(_html.unescape(x).partition(": ")[::2] for x in labels)
+        if has in row:
+            out.append(row)
+    return out
+

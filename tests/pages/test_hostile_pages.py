@@ -15,7 +15,7 @@ from tests.kvevents.hostile_recordings import HOSTILE, _record
 from tests.kvevents.recordings import write_kv_recording
 from tests.kvevents.schema_pub import payload, store
 from tests.pages.hostile_text import endpoint, lane_name, rename_endpoints, rename_lane
-from tests.pages.pagehelpers import figures, no_exception, page
+from tests.pages.pagehelpers import figures, no_exception, page, tiles
 from tests.torchsnap.snaps import dumps, make_snapshot
 
 
@@ -35,7 +35,7 @@ def test_the_kv_events_tab_on_a_hostile_stream_is_a_view_or_an_error(runs, name)
         assert any("run header row is missing" in e for e in errors), errors
     else:
         assert not errors, errors
-        assert at.metric or any("No KV events" in i.value for i in at.info), "no view drawn"
+        assert tiles(at) or any("No KV events" in i.value for i in at.info), "no view drawn"
 
 
 def test_a_gap_heavy_stream_says_what_it_lost(runs):
@@ -69,7 +69,7 @@ def test_a_large_recording_is_read_up_to_the_cap_and_says_so(runs, monkeypatch):
     assert got, warn
     total, read = (int(g.replace(",", "")) for g in got.groups())
     assert total == 6_000 and 3_000 <= read <= 3_400
-    cached = {m.label: m.value for m in at.metric}["cached blocks"]
+    cached = tiles(at)["cached blocks"]
     assert int(cached.replace(",", "")) == read  # 1 block per stored event, none evicted
 
 

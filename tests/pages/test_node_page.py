@@ -274,3 +274,11 @@ def test_a_growing_node_recording_is_drawn_from_its_latest_scrapes_only(node_run
     no_exception(at)
     assert any("the latest 1,800 scrapes" in c.value for c in at.caption)
     w.close()
+
+
+def test_a_recording_without_a_request_log_names_the_doc_as_it_is_spelled(node_runs):
+    write_node_run(node_runs / "node-a.db", ["ok", "ok"])
+    at = page(PAGE)
+    no_exception(at)
+    said = [c.value for c in at.caption if c.value.startswith("What if?")]
+    assert said and "docs/NODE.md" in said[0] and "kvviz attach --blocks" in said[0], said

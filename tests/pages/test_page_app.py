@@ -194,6 +194,9 @@ def test_the_status_box_stops_and_restarts_the_collector(runs):
     at.button(key="collector_stop").click().run()
     assert democollector.collector().status().state == "stopped"
     assert any("Collector stopped" in w.value for w in at.warning)
+    said = " ".join(c.value for c in at.caption).replace("\\", "")  # Markdown escapes
+    assert "Last run: workload" in said and "Running:" not in said, said  # not still running
     at.button(key="collector_restart").click().run()
     s = democollector.collector().status()
     assert s.state == "running" and s.recording != first
+    assert "Running: workload" in " ".join(c.value for c in at.caption).replace("\\", "")

@@ -12,8 +12,9 @@ import streamlit as st
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
+from kvviz.viz import timeseries as vt
 from pages import blockview
-from tests.pages.pagehelpers import decode, heatmaps, no_exception, page
+from tests.pages.pagehelpers import decode, heatmaps, no_exception, page, tile_grids
 from tests.pages.recordings import write_recording
 
 
@@ -154,3 +155,49 @@ def test_without_a_live_recording_it_points_at_the_recordings_there_are(runs):
     no_exception(at)
     assert at.session_state["kvviz_run"] == "live collector"
     assert "Pick one of the 1 recordings under **Run** in the sidebar" in at.info[0].value
+
+
+def test_pause_stops_time_where_the_user_saw_it(runs):
+    at = page("pages/replay.py", run="rec.db")
+    at.button(key="replay_play").click().run()  # at the end: Play starts from the beginning
+    at.run()  # one tick of play
+    seen = at.slider(key="replay_t").value
+    at.button(key="replay_play").click().run()
+    no_exception(at)
+    assert at.button(key="replay_play").label == "Play"
+    assert at.slider(key="replay_t").value == seen
+    at.run()  # and it stays there
+    assert at.slider(key="replay_t").value == seen
+
+
+def test_a_lanes_numbers_are_those_of_its_maps_instant(tmp_path, monkeypatch):
+    """Samples every 5 steps, maps every 50: between two maps the tiles under a map read the
+    sample taken with that map, not the later one at the cursor."""
+    from kvviz.store.writer import RunWriter
+    from tests.pages.recordings import make_sim, meta_for, sample
+    monkeypatch.setenv("KVVIZ_RUNS_DIR", str(tmp_path))
+    st.cache_resource.clear()
+    sim = make_sim(capacity=8192)
+    w = RunWriter(tmp_path / "rec.db", meta_for(sim))
+    prev: dict[str, int] = {}
+    for _ in range(300):
+        sim.step()
+        if sim.step_no % 5 == 0:
+            sample(w, sim, sim.time_s, prev, 0.1, with_maps=sim.step_no % 50 == 0)
+            w.commit()
+    w.close("finished")
+    r = directory.open_run(tmp_path, "rec.db")
+    try:
+        lane = r.lanes()[0]
+        t_map = r.blockmap_at(lane, 4.9)[1]  # the map of step 200 (t = 4.0 s at 20 ms a step)
+        at_map = r.sample_at(lane, t_map).iloc[-1]
+        at_cursor = r.sample_at(lane, 4.9).iloc[-1]
+    finally:
+        r.close()
+    want, later = ({h.label: h.value for h in vt.headline(x)} for x in (at_map, at_cursor))
+    assert at_cursor["t"] > t_map and want != later  # the two instants' tiles differ
+    at = page("pages/replay.py", run="rec.db")
+    at.slider(key="replay_t").set_value(4.9).run()
+    no_exception(at)
+    rows = tile_grids(at)
+    assert len(rows) == 2 and rows[0] == want

@@ -50,3 +50,39 @@ def test_a_job_never_started_says_so():
                                            (3 * 3600 + 7 * 60, "3 h 07 min")])
 def test_durations_read_plainly(seconds, text):
     assert duration_text(seconds) == text
+
+
+def _stopped_box():
+    from types import SimpleNamespace
+
+    from kvviz.runs.status import STOPPED, JobStatus
+    from pages import widgets
+    line = ("kvviz attach: stopped: stopped by SIGTERM; 5 of 5 scrapes ok; recording "
+            "/a/long/path/to/the/runs/directory/node-20261206-014949.db")
+    widgets.job_status_box("Attach", SimpleNamespace(status=lambda: JobStatus(
+        STOPPED, 1, 0, 0.0, None, "http://n:8000/metrics", line)), "att")
+
+
+def test_why_a_job_stopped_is_shown_whole_not_scrolled():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_stopped_box).run()
+    (code,) = at.code
+    assert code.value.endswith("node-20261206-014949.db") and code.proto.wrap_lines
+
+
+def _running_box():
+    import time as _t
+    from types import SimpleNamespace
+
+    from kvviz.runs.status import RUNNING, JobStatus
+    from pages import widgets
+    log = "measuring block 16\nmeasuring block 32\nmeasuring block 64: 3 of 9"
+    widgets.job_status_box("Advisor", SimpleNamespace(status=lambda: JobStatus(
+        RUNNING, 1, None, _t.time(), None, None, log)), "adv")
+
+
+def test_a_running_jobs_progress_is_its_latest_line_not_a_log_block():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_running_box).run()
+    assert not at.code
+    assert [c.value.replace("\\", "") for c in at.caption] == ["measuring block 64: 3 of 9"]

@@ -141,9 +141,10 @@ def test_headlines_and_segment_table(snap):
     assert vs.human_bytes(512) == "512 B" and vs.human_bytes(3 * 2**30) == "3.0 GiB"
 
 
-def test_the_capacity_headlines_say_how_blocks_and_tokens_differ_for_vllm():
-    """vLLM's num_gpu_blocks counts its null block; the tokens count only blocks that hold KV,
-    so blocks x block size is one block per engine more than the tokens: both say so."""
+def test_the_capacity_headlines_count_the_blocks_that_hold_kv_for_vllm():
+    """vLLM's num_gpu_blocks counts its null block; both capacity tiles count only the blocks
+    that hold KV (blocks x block size = tokens, as "0 of 71 blocks in use" beside them), and
+    the blocks tile names num_gpu_blocks and the null block."""
     import dataclasses
 
     from kvviz.node.promtext import sample_from_text
@@ -153,6 +154,8 @@ def test_the_capacity_headlines_say_how_blocks_and_tokens_differ_for_vllm():
     heads = {h.label: h for h in vn.headlines(dataclasses.asdict(s))}
     blocks, tokens = heads["KV capacity (blocks)"], heads["KV capacity (tokens)"]
     engines = 2  # the fixture's two engines
-    assert int(blocks.value.replace(",", "")) * 16 - int(tokens.value.replace(",", "")) == (
-        engines * 16)
-    assert "null block" in blocks.help and "num_gpu_blocks - 1" in tokens.help
+    # the tile counts the blocks that hold KV, as the usage and the KV events tab do
+    assert int(blocks.value.replace(",", "")) * 16 == int(tokens.value.replace(",", ""))
+    assert int(blocks.value.replace(",", "")) + engines == s.num_gpu_blocks
+    assert f"num_gpu_blocks ({s.num_gpu_blocks:,})" in blocks.help and \
+        "null block" in blocks.help and "num_gpu_blocks - 1" in tokens.help

@@ -74,6 +74,7 @@ def why(rss: int | str, trip_mb: int, then: str = "the sockets were closed") -> 
 # GB/s grows the command by tens of MB in one 10 ms period (1,044 MB was seen at 995)
 WATCHER = """
 import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the command's to handle
 pid, limit, period, line = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 near = int(sys.argv[5])
 page = os.sysconf("SC_PAGE_SIZE")
