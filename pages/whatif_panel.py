@@ -114,6 +114,8 @@ def panel(source: Source, key: str) -> None:
     check = res.self_check
     (st.success if check["equal"] else st.info if check["equal"] is None else st.warning)(
         md("Self-check: " + check["verdict"]))
+    if res.note:  # fewer configurations at once than cores, for memory
+        st.caption(md(res.note))
     st.dataframe(_table(res.table), hide_index=True, use_container_width=True)
     curves = [Curve(r["config"], run.curve_step, run.curve_blocks, run.curve_preempted,
                     run.settings.usable_blocks) for r, run in zip(res.table, res.runs)]

@@ -121,3 +121,35 @@ def test_pools_on_cuda_are_checked_against_the_devices_free_memory():
     with pytest.raises(KvvizError, match="CUDA device"):
         memory.check(need, None, available=64 << 30, device_free=80 << 30)
     memory.check(need, None, available=64 << 30, device_free=200 << 30)
+
+
+def _whatif_trace(tmp_path, rows: int = 200):
+    trace = tmp_path / "node.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{i * 0.05},40,8\n" for i in range(rows)))
+    return trace
+
+
+def test_whatif_refuses_a_configuration_that_alone_does_not_fit_before_any_worker(
+        nothing_built, tmp_path, monkeypatch):
+    import kvviz.twin as twin
+
+    monkeypatch.setattr(twin, "run_all", _never)
+    argv = ["whatif", str(_whatif_trace(tmp_path)), "--block-size", "1", "--num-blocks",
+            "16777217", "--memory-budget-mb", "1000"]
+    line = _one_error("whatif", argv, "block metadata", "limit of 1,000 MB")
+    assert f"{16777216 * memory.PAGED_BLOCK_BYTES / 2**20:,.0f} MB" in line
+
+
+def test_whatif_runs_fewer_configurations_at_once_when_all_would_not_fit(tmp_path):
+    """16 configurations of 2^20 one-slot blocks (160 MB of metadata each) under a 1,000 MB
+    budget with 16 workers asked: a few at a time, said once; every configuration runs."""
+    argv = ["whatif", str(_whatif_trace(tmp_path, 20)), "--block-size", "1", "--num-blocks",
+            ",".join(str((1 << 20) - k) for k in range(16)), "--workers", "16",
+            "--memory-budget-mb", "1000", "--json"]
+    res = run_cli(argv)
+    assert res.code == 0, res.err
+    (note,) = [x for x in res.err.splitlines() if "at a time" in x]
+    fit = int(note.split("running ")[1].split()[0])
+    assert 1 <= fit < 16 and "limit of 1,000 MB" in note, note
+    assert len(res.out.strip().splitlines()) == 1 + 17  # the head line, then each run
