@@ -273,11 +273,10 @@ def find_longest_cache_hit(p, cfg, req, r, hits):
 
 
 @njit(cache=True)
-def blocks_to_allocate(p, cfg, row, num_tokens, hits, num_hits):
-    """Free blocks that allocate_slots takes for `num_tokens`: the new blocks plus the hits
-    sitting in the free queue (vLLM's get_num_blocks_to_allocate)."""
-    held = p.row_num_blocks[row] if row >= 0 else 0
-    need = max(0, -(-num_tokens // cfg.block_size) - held - num_hits)
+def blocks_to_allocate(p, cfg, num_tokens, hits, num_hits):
+    """Free blocks that admitting a waiting request with `num_tokens` takes: the new blocks
+    plus its prefix hits sitting in the free queue (vLLM's get_num_blocks_to_allocate)."""
+    need = max(0, -(-num_tokens // cfg.block_size) - num_hits)
     for i in range(num_hits):
         if p.in_lru[hits[i]]:
             need += 1
@@ -286,13 +285,18 @@ def blocks_to_allocate(p, cfg, row, num_tokens, hits, num_hits):
 
 @njit(cache=True)
 def allocate_slots(p, cfg, req, row, r, num_tokens):
-    """Blocks for `num_tokens` slots of running request r (row: its block table), then
+    """vLLM's allocate_slots for running request r (row: its block table): slots up to
+    `num_tokens`; False, and nothing changed, when the free blocks do not suffice. Then
     vLLM's cache_full_blocks: every full block not yet cached is, under its hash."""
     bs = cfg.block_size
-    need = -(-num_tokens // bs) - p.row_num_blocks[row]
-    for _ in range(need):
-        p.block_table[row, p.row_num_blocks[row]] = get_new_block(p, r)
-        p.row_num_blocks[row] += 1
+    held = p.row_num_blocks[row]
+    if num_tokens > held * bs:  # new blocks (a decode needs one every block_size tokens)
+        need = -(-num_tokens // bs) - held
+        if need > num_free_blocks(p):
+            return False
+        for k in range(held, held + need):
+            p.block_table[row, k] = get_new_block(p, r)
+        p.row_num_blocks[row] = held + need
     if num_tokens > p.row_len[row]:
         p.c[NUM_USED] += num_tokens - p.row_len[row]
         p.row_len[row] = num_tokens
@@ -307,6 +311,7 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
             cache_block(p, p.block_table[row, k], h, (k + 1) * bs, parent)
             k += 1
         p.row_num_cached[row] = max(p.row_num_cached[row], full)
+    return True
 
 
 @njit(cache=True)
