@@ -99,7 +99,7 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
     p.c[NUM_USED] += num_tokens
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # per running request per step
 def grow(p, cfg, req, r, num_tokens):
     """Slots up to `num_tokens` for running request r; False (nothing changed) if memory
     does not suffice (vLLM's allocate_slots returning None)."""
