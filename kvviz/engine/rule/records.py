@@ -1,8 +1,9 @@
 """How the compiled rule holds a lane's state: records of borrowed arrays (numba extension).
 
-Python holds a lane's state as the Pool and Requests namedtuples of arrays (state.py). The
-rule reads them as records: `p.running`, `req.num_tokens`, exactly as the tuples read. What
-a record is matters only to the compiler, and only for speed:
+Python holds a lane's state as the Pool and Requests namedtuples of arrays and the Config
+namedtuple of scalars (state.py). The rule reads them as records: `p.running`,
+`req.num_tokens`, `cfg.block_size`, exactly as the tuples read. What a record is matters
+only to the compiler, and only for speed:
 
 - A tuple argument is passed by value (every array flattened into the call) and numba
   counts a reference to each of its arrays on entry and drops it on exit: an atomic
@@ -54,10 +55,10 @@ def borrowed(t: types.Array) -> BorrowedArray:
 
 
 class RecordType(types.Type):
-    """A pointer to a struct of borrowed arrays, read by field name."""
+    """A pointer to a struct of borrowed arrays (and scalars: Config), read by field name."""
 
     def __init__(self, label: str, fields: tuple):
-        self.fields = fields  # ((name, BorrowedArray), ...)
+        self.fields = fields  # ((name, BorrowedArray or scalar type), ...)
         self.index = {name: i for i, (name, _) in enumerate(fields)}
         super().__init__(name=f"{label}({', '.join(f'{n}: {t}' for n, t in fields)})")
 
