@@ -120,7 +120,8 @@ class Lane:
     def _grow_events(self) -> None:
         """Room for one more step in every log that is on (advance answered FULL)."""
         p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
-        bound = 3 * int(p.c[S.NUM_RUNNING]) + 2 * self.cfg.max_num_seqs + int(
+        admissions = min(self.cfg.max_num_seqs, p.running.size)
+        bound = 3 * int(p.c[S.NUM_RUNNING]) + 2 * admissions + int(
             p.c[S.TOO_BIG_LEFT]) + 2  # events.step_bound
         fresh = {}
         if p.ev_step.size - n < bound:

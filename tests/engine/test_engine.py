@@ -217,3 +217,15 @@ def test_metrics_split_internal_slack_of_sequences_that_share_prefix_blocks():
     m = metrics.compute(lane.snapshot())
     assert (m.used_tokens, m.slack_tokens) == (42, 22)
     assert (m.reserved_tokens, m.internal_tokens) == (6, 16)
+
+
+def test_the_event_columns_grow_with_what_runs_not_with_max_num_seqs():
+    # no batch cap (10^6 sequences) once reserved room for 2M events per step: a 240 MB pool
+    w = generate(WorkloadConfig("sharegpt-like", num_requests=200, seed=0))
+    sim = Simulation(w, [LaneSpec.parse("paged:16")], CacheConfig(capacity_tokens=1_000_000),
+                     EngineConfig(max_num_seqs=1_000_000, max_batched_tokens=10**9))
+    sim.run()
+    lane = sim.lanes[0]
+    assert lane.done == 200
+    assert len(sim.events) >= 400  # an admission and a finish each
+    assert lane.pool.ev_step.size <= max(4096, 4 * len(sim.events))  # not 2M

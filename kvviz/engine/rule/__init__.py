@@ -1,7 +1,9 @@
 """vLLM 0.32's scheduling rule and the KV pools it drives, written once and compiled (numba).
 
-Modules, one per concept: state (the struct-of-arrays records), keys (prefix block hashes),
-pool (vLLM's paged block pool), placement (contiguous first-fit / best-fit / buddy), kv (the
+Modules, one per concept: state (the struct-of-arrays state), records (how the compiled
+code holds it: records of borrowed arrays), keys (prefix block hashes), pool (vLLM's paged
+block pool; hashmap: its hash -> block table), placement (contiguous first-fit / best-fit /
+buddy), kv (the
 memory interface the scheduler calls), scheduler (schedule / update), shares, events,
 advance (the step loop), direct (the memory verbs for a pool driven without the scheduler),
 build (the records from a workload), view (the read verbs over a pool's arrays), steplog

@@ -1,13 +1,14 @@
 """The step loop: a lane advances on its own clock (arrivals by step) or by one step at a
 time the caller times (a live collector), stopping before the event columns could overflow.
 Each function here is an entry point Python calls with the Pool and Requests tuples; it
-hands the rule their records (state.records).
+hands the rule their records (records.py).
 """
 from __future__ import annotations
 
 from numba import njit
 
 from kvviz.engine.rule.events import log_held, room
+from kvviz.engine.rule.records import records
 from kvviz.engine.rule.scheduler import num_waiting, schedule, step, update
 from kvviz.engine.rule.shares import account
 from kvviz.engine.rule.state import (
@@ -17,7 +18,6 @@ from kvviz.engine.rule.state import (
     PRESSURE,
     REJECTED,
     STEP,
-    records,
 )
 
 FULL, DONE_OR_UNTIL = 1, 0  # advance's answers: the event columns need room / it stopped
@@ -35,8 +35,8 @@ def advance(p, cfg, req, until_step):
     request arrives at the first step whose clock reaches its arrival time; while nothing
     runs or waits, the idle steps up to the next arrival are added at once (no event, equal
     shares). Returns FULL when the event log needs room first."""
-    pool, reqs = records(p, req)
-    return _advance(pool, cfg, reqs, until_step)
+    pool, conf, reqs = records(p, cfg, req)
+    return _advance(pool, conf, reqs, until_step)
 
 
 @njit(cache=True)
@@ -64,11 +64,11 @@ def _advance(p, cfg, req, until_step):
 def step_at(p, cfg, req, arrived, time_s):
     """One step at the caller's clock, `arrived` requests arrived (a live collector).
     Returns FULL (nothing done) when the event log needs room first."""
-    pool, reqs = records(p, req)
-    if not room(pool, cfg):
+    pool, conf, reqs = records(p, cfg, req)
+    if not room(pool, conf):
         return FULL
     pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
-    step(pool, cfg, reqs, time_s)
+    step(pool, conf, reqs, time_s)
     return DONE_OR_UNTIL
 
 
@@ -76,26 +76,26 @@ def step_at(p, cfg, req, arrived, time_s):
 def schedule_at(p, cfg, req, arrived, time_s):
     """step_at's first half (real mode: the KV executor writes the plan before update):
     arrivals and schedule(). Returns FULL (nothing done) when the event log needs room."""
-    pool, reqs = records(p, req)
-    if not room(pool, cfg):
+    pool, conf, reqs = records(p, cfg, req)
+    if not room(pool, conf):
         return FULL
     pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
     pool.c[STEP] += 1
-    pool.c[PRESSURE] = schedule(pool, cfg, reqs, time_s)
+    pool.c[PRESSURE] = schedule(pool, conf, reqs, time_s)
     return DONE_OR_UNTIL
 
 
 @njit(cache=True)
 def finish_step(p, cfg, req, time_s):
     """step_at's second half: update() and the step's shares."""
-    pool, reqs = records(p, req)
-    update(pool, cfg, reqs, time_s)
-    account(pool, cfg, reqs, pool.c[PRESSURE] != 0, 1, time_s)
+    pool, conf, reqs = records(p, cfg, req)
+    update(pool, conf, reqs, time_s)
+    account(pool, conf, reqs, pool.c[PRESSURE] != 0, 1, time_s)
 
 
 @njit(cache=True)
 def skip_idle(p, cfg, req, k, time_s):
     """k idle steps at once (nothing runs or waits), the last at `time_s`."""
-    pool, reqs = records(p, req)
+    pool, conf, reqs = records(p, cfg, req)
     pool.c[STEP] += k
-    account(pool, cfg, reqs, False, k, time_s)
+    account(pool, conf, reqs, False, k, time_s)

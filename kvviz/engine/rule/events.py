@@ -38,9 +38,10 @@ def emit(p, time_s, step, kind, seq, reason, need, free, largest, count):
 @njit(cache=True)
 def step_bound(p, cfg):
     """Most events one step can log: preemptions, finishes (<= running) and admissions
-    (<= max_num_seqs), partial steps (<= running + admissions), the rejections still
-    possible, one refusal, one eviction count."""
-    return 3 * p.c[NUM_RUNNING] + 2 * cfg.max_num_seqs + p.c[TOO_BIG_LEFT] + 2
+    (<= max_num_seqs and the rows), partial steps (<= running + admissions), the rejections
+    still possible, one refusal, one eviction count."""
+    admissions = min(cfg.max_num_seqs, p.running.size)
+    return 3 * p.c[NUM_RUNNING] + 2 * admissions + p.c[TOO_BIG_LEFT] + 2
 
 
 @njit(cache=True)

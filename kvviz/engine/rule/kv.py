@@ -55,7 +55,7 @@ def check_admission(p, cfg, req, r, num_hits, running):
     total = req.num_tokens[r]
     bs = cfg.block_size
     if cfg.paged:
-        need = pool.blocks_to_allocate(p, cfg, -1, total, p.hits, num_hits)
+        need = pool.blocks_to_allocate(p, cfg, total, p.hits, num_hits)
         free = pool.num_free_blocks(p)
         keep = 0 if running == 0 else cfg.watermark_blocks
         if need + keep <= free:
@@ -99,17 +99,13 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
     p.c[NUM_USED] += num_tokens
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # per running request per step
 def grow(p, cfg, req, r, num_tokens):
     """Slots up to `num_tokens` for running request r; False (nothing changed) if memory
     does not suffice (vLLM's allocate_slots returning None)."""
     row = req.row[r]
     if cfg.paged:
-        need = pool.blocks_to_allocate(p, cfg, row, num_tokens, p.hits, 0)
-        if need > pool.num_free_blocks(p):
-            return False
-        pool.allocate_slots(p, cfg, req, row, r, num_tokens)
-        return True
+        return pool.allocate_slots(p, cfg, req, row, r, num_tokens)
     extra = num_tokens - p.row_len[row]
     if extra <= 0:
         return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvviz.engine.rule.hashmap import EMPTY, delete_slot, get_cached_block, slot
 from kvviz.engine.rule.keys import ROOT, block_hash
 from kvviz.engine.rule.state import (
     EVICTIONS,
@@ -28,44 +29,6 @@ from kvviz.engine.rule.state import (
     NUM_KV_LOG,
     NUM_USED,
 )
-
-_EMPTY = np.uint64(0)
-
-
-# ---- cached_block_hash_to_block ------------------------------------------------------------
-@njit(cache=True)
-def _slot(p, h):
-    mask = p.hash_keys.size - 1
-    i = np.int64(h & np.uint64(mask))
-    while p.hash_keys[i] != _EMPTY and p.hash_keys[i] != h:
-        i = (i + 1) & mask
-    return i
-
-
-@njit(cache=True)
-def get_cached_block(p, h):
-    """The first block cached under hash h, or -1."""
-    i = _slot(p, h)
-    return np.int64(p.hash_blocks[i]) if p.hash_keys[i] == h else np.int64(-1)
-
-
-@njit(cache=True)
-def _delete_slot(p, i):
-    """Empty slot i, shifting later entries of its probe run back (no tombstones)."""
-    keys, mask = p.hash_keys, p.hash_keys.size - 1
-    j = i
-    while True:
-        keys[i] = _EMPTY
-        while True:
-            j = (j + 1) & mask
-            if keys[j] == _EMPTY:
-                return
-            home = np.int64(keys[j] & np.uint64(mask))
-            if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
-                break
-        keys[i] = keys[j]
-        p.hash_blocks[i] = p.hash_blocks[j]
-        i = j
 
 
 @njit(cache=True)
@@ -86,7 +49,7 @@ def cache_block(p, b, h, end, parent):
     cached under h stays first; b follows it."""
     if p.block_hash[b] == h:
         return
-    if p.block_hash[b] != _EMPTY:
+    if p.block_hash[b] != EMPTY:
         forget(p, b)
     if p.c[KV_LOG_ON]:
         _log(p, 1, h, end, parent)
@@ -94,7 +57,7 @@ def cache_block(p, b, h, end, parent):
     p.block_end[b] = end
     p.block_parent[b] = parent
     p.dup_next[b] = -1
-    i = _slot(p, h)
+    i = slot(p, h)
     if p.hash_keys[i] != h:
         p.hash_keys[i] = h
         p.hash_blocks[i] = b
@@ -110,12 +73,12 @@ def forget(p, b):
     """Block b no longer holds its hash's content (evicted): vLLM's _maybe_evict_cached_block."""
     h = p.block_hash[b]
     if p.c[KV_LOG_ON]:
-        _log(p, 2, h, p.block_end[b], _EMPTY)
-    i = _slot(p, h)
+        _log(p, 2, h, p.block_end[b], EMPTY)
+    i = slot(p, h)
     first = p.hash_blocks[i]
     if first == b:
         if p.dup_next[b] == -1:
-            _delete_slot(p, i)
+            delete_slot(p, i)
         else:
             p.hash_blocks[i] = p.dup_next[b]
     else:
@@ -123,7 +86,7 @@ def forget(p, b):
         while p.dup_next[x] != b:
             x = p.dup_next[x]
         p.dup_next[x] = p.dup_next[b]
-    p.block_hash[b] = _EMPTY
+    p.block_hash[b] = EMPTY
     p.dup_next[b] = -1
 
 
@@ -219,7 +182,7 @@ def free_blocks(p, cfg, row, seq):
         p.block_owner[b] = -1
         p.c[NUM_HELD] -= 1
         p.c[NUM_USED] -= fill
-        if p.block_hash[b] != _EMPTY:
+        if p.block_hash[b] != EMPTY:
             _lru_append(p, b)
             p.content[b] = fill
         else:
@@ -273,40 +236,61 @@ def find_longest_cache_hit(p, cfg, req, r, hits):
 
 
 @njit(cache=True)
-def blocks_to_allocate(p, cfg, row, num_tokens, hits, num_hits):
-    """Free blocks that allocate_slots takes for `num_tokens`: the new blocks plus the hits
-    sitting in the free queue (vLLM's get_num_blocks_to_allocate)."""
-    held = p.row_num_blocks[row] if row >= 0 else 0
-    need = max(0, -(-num_tokens // cfg.block_size) - held - num_hits)
+def blocks_to_allocate(p, cfg, num_tokens, hits, num_hits):
+    """Free blocks that admitting a waiting request with `num_tokens` takes: the new blocks
+    plus its prefix hits sitting in the free queue (vLLM's get_num_blocks_to_allocate)."""
+    need = max(0, -(-num_tokens // cfg.block_size) - num_hits)
     for i in range(num_hits):
         if p.in_lru[hits[i]]:
             need += 1
     return need
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # per running request per step
 def allocate_slots(p, cfg, req, row, r, num_tokens):
-    """Blocks for `num_tokens` slots of running request r (row: its block table), then
-    vLLM's cache_full_blocks: every full block not yet cached is, under its hash."""
-    bs = cfg.block_size
-    need = -(-num_tokens // bs) - p.row_num_blocks[row]
-    for _ in range(need):
-        p.block_table[row, p.row_num_blocks[row]] = get_new_block(p, r)
-        p.row_num_blocks[row] += 1
+    """vLLM's allocate_slots for running request r (row: its block table): slots up to
+    `num_tokens`; False, and nothing changed, when the free blocks do not suffice. Then
+    vLLM's cache_blocks: every full block not yet cached is, under its hash."""
+    if num_tokens > p.row_num_blocks[row] * cfg.block_size:  # a decode: once a block
+        if not allocate_new_blocks(p, cfg, row, r, num_tokens):
+            return False
     if num_tokens > p.row_len[row]:
         p.c[NUM_USED] += num_tokens - p.row_len[row]
         p.row_len[row] = num_tokens
     if cfg.prefix_caching:
-        full = num_tokens // bs
-        k = p.row_num_cached[row]
-        h = p.row_hashes[row, k - 1] if k else ROOT
-        while k < full:
-            parent = h if k else _EMPTY
-            h = block_hash(cfg, req, r, k, h)
-            p.row_hashes[row, k] = h
-            cache_block(p, p.block_table[row, k], h, (k + 1) * bs, parent)
-            k += 1
-        p.row_num_cached[row] = max(p.row_num_cached[row], full)
+        cache_blocks(p, cfg, req, row, r, num_tokens)
+    return True
+
+
+@njit(cache=True)
+def allocate_new_blocks(p, cfg, row, r, num_tokens):
+    """The blocks the row lacks for `num_tokens`, from the free queue; False (none taken)
+    when there are not enough free."""
+    held = p.row_num_blocks[row]
+    need = -(-num_tokens // cfg.block_size) - held
+    if need > num_free_blocks(p):
+        return False
+    for k in range(held, held + need):
+        p.block_table[row, k] = get_new_block(p, r)
+    p.row_num_blocks[row] = held + need
+    return True
+
+
+@njit(cache=True)
+def cache_blocks(p, cfg, req, row, r, num_tokens):
+    """vLLM's cache_full_blocks: the row's full blocks up to `num_tokens` not yet cached
+    are, each under its hash (chained from the block before)."""
+    bs = cfg.block_size
+    full = num_tokens // bs
+    k = p.row_num_cached[row]
+    h = p.row_hashes[row, k - 1] if k else ROOT
+    while k < full:
+        parent = h if k else EMPTY
+        h = block_hash(cfg, req, r, k, h)
+        p.row_hashes[row, k] = h
+        cache_block(p, p.block_table[row, k], h, (k + 1) * bs, parent)
+        k += 1
+    p.row_num_cached[row] = max(p.row_num_cached[row], full)
 
 
 @njit(cache=True)

@@ -36,8 +36,7 @@ def fill(p, cfg, req):
         allocated = p.c[NUM_HELD] * bs
         for i in range(p.c[NUM_RUNNING]):  # blocks past each request's last slot
             r = p.running[i]
-            held = -(-req.num_computed_tokens[r] // bs) * bs
-            internal += max(0, held - req.kv_final[r])
+            internal += max(0, p.row_num_blocks[req.row[r]] * bs - req.kv_final[r])
         tail = allocated - used
     else:
         allocated = p.c[HELD_CELLS] * bs

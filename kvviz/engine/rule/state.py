@@ -7,23 +7,15 @@ array `Pool.c` at an index named below; every other field is an array the compil
 writes in place. Integer widths: token counts, steps and counters are int64 (numba wraps
 silently), block ids int32.
 
-Inside the compiled rule, `Pool` and `Requests` travel as records (numba StructRefs over
-the same arrays: `records`), not as tuples. Numba passes a tuple of arrays by value, and
-every compiled call that takes one takes a reference to each of its arrays on entry and
-drops it on exit: two atomic operations per array per call. With Pool's 60 arrays that was
-two thirds of a step's time (measured with perf: NRT_incref / NRT_decref). A record is one
-reference per call, whatever its fields. Each entry point Python calls (advance.py,
-direct.py) makes the records once; interpreted (NUMBA_DISABLE_JIT=1) the tuples are used
-as they are, with the same field names.
+Inside the compiled rule, `Pool` and `Requests` travel as records over the same arrays
+(records.py: why, and how), read by the same field names; each entry point Python calls
+(advance.py, direct.py) makes them once.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, types
-from numba.core import config
-from numba.experimental import structref
 
 # Pool.c: the lane's scalars (int64), by name
 (STEP, DONE, REJECTED, PREEMPTIONS, TOKENS_GENERATED, QUERY_TOKENS, HIT_TOKENS,
@@ -141,37 +133,3 @@ class Pool(NamedTuple):
     # step) the step and the blocks (cells) held then: the twin's occupancy curve
     held_step: np.ndarray  # int64
     held_blocks: np.ndarray  # int64
-
-
-# ---- the records the compiled rule passes around ------------------------------------------
-@structref.register
-class PoolRecordType(types.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, types.unliteral(t)) for name, t in fields)
-
-
-@structref.register
-class RequestsRecordType(types.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, types.unliteral(t)) for name, t in fields)
-
-
-class PoolRecord(structref.StructRefProxy):
-    """Pool's arrays as one compiled record (the same arrays, not copies)."""
-
-
-class RequestsRecord(structref.StructRefProxy):
-    """Requests' arrays as one compiled record (the same arrays, not copies)."""
-
-
-structref.define_proxy(PoolRecord, PoolRecordType, list(Pool._fields))
-structref.define_proxy(RequestsRecord, RequestsRecordType, list(Requests._fields))
-
-if config.DISABLE_JIT:  # interpreted: the namedtuples themselves
-    def records(p, req):
-        return p, req
-else:
-    @njit(cache=True)
-    def records(p, req):
-        """(Pool, Requests) as records over the same arrays, for the compiled rule."""
-        return PoolRecord(*p), RequestsRecord(*req)

@@ -1,0 +1,134 @@
+"""How the compiled rule holds a lane's state: records of borrowed arrays (numba extension).
+
+Python holds a lane's state as the Pool and Requests namedtuples of arrays and the Config
+namedtuple of scalars (state.py). The rule reads them as records: `p.running`,
+`req.num_tokens`, `cfg.block_size`, exactly as the tuples read. What a record is matters
+only to the compiler, and only for speed:
+
+- A tuple argument is passed by value (every array flattened into the call) and numba
+  counts a reference to each of its arrays on entry and drops it on exit: an atomic
+  increment and decrement per array per call (with Pool's 60 arrays, two thirds of a step,
+  perf). A record is one pointer.
+- numba's own records (StructRef) are still counted: the record per call, and each array
+  read from one (perf: ~30% of a step with thousands running, in NRT_incref / NRT_decref).
+  Here a record is a plain pointer to a struct that lives in the entry point's stack frame,
+  and its fields are `BorrowedArray`s: numba arrays without a reference count (their
+  meminfo is null and their type holds no managed pointer, so numba emits no counting).
+
+That is safe because the entry points (advance.py, direct.py) are called from Python, which
+holds the tuples, hence every array, for the whole call; a record never leaves the call
+that made it. Interpreted (NUMBA_DISABLE_JIT=1), `records` returns the tuples themselves.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, config, imputils, types
+from numba.core.datamodel import models, register_default
+from numba.core.extending import infer_getattr, intrinsic, lower_getattr_generic
+from numba.core.typing.templates import AttributeTemplate
+
+
+class BorrowedArray(types.Array):
+    """A numpy array whose owner outlives the compiled call: no reference counting."""
+
+    def __init__(self, dtype, ndim, layout, readonly=False, aligned=True):
+        super().__init__(dtype, ndim, layout, readonly=readonly, aligned=aligned,
+                         name=f"borrowed array({dtype}, {ndim}d, {layout})")
+
+
+@register_default(BorrowedArray)
+class BorrowedArrayModel(models.StructModel):
+    """numba's array layout with the meminfo as a plain pointer (never counted)."""
+
+    def __init__(self, dmm, fe_type):
+        members = [("meminfo", types.voidptr), ("parent", types.pyobject),
+                   ("nitems", types.intp), ("itemsize", types.intp),
+                   ("data", types.CPointer(fe_type.dtype)),
+                   ("shape", types.UniTuple(types.intp, fe_type.ndim)),
+                   ("strides", types.UniTuple(types.intp, fe_type.ndim))]
+        super().__init__(dmm, fe_type, members)
+
+
+def borrowed(t: types.Array) -> BorrowedArray:
+    return BorrowedArray(t.dtype, t.ndim, t.layout, readonly=not t.mutable,
+                         aligned=t.aligned)
+
+
+class RecordType(types.Type):
+    """A pointer to a struct of borrowed arrays (and scalars: Config), read by field name."""
+
+    def __init__(self, label: str, fields: tuple):
+        self.fields = fields  # ((name, BorrowedArray or scalar type), ...)
+        self.index = {name: i for i, (name, _) in enumerate(fields)}
+        super().__init__(name=f"{label}({', '.join(f'{n}: {t}' for n, t in fields)})")
+
+
+@register_default(RecordType)
+class RecordModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        payload = ir.LiteralStructType([dmm.lookup(t).get_data_type()
+                                        for _, t in fe_type.fields])
+        super().__init__(dmm, fe_type, payload.as_pointer())
+
+
+@infer_getattr
+class _RecordAttribute(AttributeTemplate):
+    key = RecordType
+
+    def generic_resolve(self, typ, attr):
+        if attr in typ.index:
+            return typ.fields[typ.index[attr]][1]
+
+
+@lower_getattr_generic(RecordType)
+def _record_getattr(context, builder, typ, val, attr):
+    ftype = typ.fields[typ.index[attr]][1]
+    ptr = cgutils.gep_inbounds(builder, val, 0, typ.index[attr])
+    value = context.data_model_manager[ftype].load_from_data_pointer(builder, ptr)
+    return imputils.impl_ret_borrowed(context, builder, ftype, value)
+
+
+def _field_type(t):
+    return borrowed(t) if isinstance(t, types.Array) else t
+
+
+def _record_type(tuple_type, label):
+    return RecordType(label, tuple((name, _field_type(t)) for name, t in
+                                   zip(tuple_type.fields, tuple_type.types)))
+
+
+def _record_of(context, builder, rtype, tuple_type, value):
+    """A record of type `rtype` over namedtuple `value`'s fields, in the caller's stack
+    frame: its arrays borrowed (meminfo null), its scalars copied."""
+    payload = context.data_model_manager[rtype].get_value_type().pointee
+    ptr = cgutils.alloca_once(builder, payload)
+    for i, (_, ftype) in enumerate(rtype.fields):
+        v = builder.extract_value(value, i)
+        if isinstance(ftype, BorrowedArray):
+            ary = context.make_array(tuple_type.types[i])(context, builder, v)
+            mine = context.make_array(ftype)(context, builder)
+            for member in ("parent", "nitems", "itemsize", "data", "shape", "strides"):
+                setattr(mine, member, getattr(ary, member))
+            mine.meminfo = cgutils.get_null_value(mine.meminfo.type)
+            v = mine._getvalue()
+        dm = context.data_model_manager[ftype]
+        builder.store(dm.as_data(builder, v), cgutils.gep_inbounds(builder, ptr, 0, i))
+    return ptr
+
+
+if config.DISABLE_JIT:  # interpreted: the namedtuples themselves
+    def records(p, cfg, req):
+        return p, cfg, req
+else:
+    @intrinsic
+    def records(typingctx, p, cfg, req):
+        """(Pool, Config, Requests) as records over the same arrays (and Config's
+        scalars), valid until the calling function returns."""
+        rtypes = (_record_type(p, "PoolRecord"), _record_type(cfg, "ConfigRecord"),
+                  _record_type(req, "RequestsRecord"))
+
+        def codegen(context, builder, sig, args):
+            ptrs = [_record_of(context, builder, r, t, v)
+                    for r, t, v in zip(rtypes, sig.args, args)]
+            return context.make_tuple(builder, sig.return_type, ptrs)
+        return types.Tuple(rtypes)(p, cfg, req), codegen
