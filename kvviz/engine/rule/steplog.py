@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from kvviz.engine.rule.advance import DONE_OR_UNTIL, FULL, _advance
+from kvviz.engine.rule.records import records
 from kvviz.engine.rule.scheduler import num_waiting
 from kvviz.engine.rule.state import (
     ARRIVED,
@@ -35,7 +36,6 @@ from kvviz.engine.rule.state import (
     NUM_SCHED,
     REJECTED,
     STEP,
-    records,
 )
 
 LOG_FULL = 3  # advance.FULL (1) and DONE_OR_UNTIL (0) keep their meaning
@@ -107,20 +107,20 @@ def advance_logged(p, cfg, req, log, table_steps, every_step, budget):
     after the steps in `table_steps` (sorted), or after every logged step when
     `every_step`, while fewer than `budget` block ids are kept. Returns LOG_FULL or FULL
     when a log needs room first (nothing of the next step done), else DONE_OR_UNTIL."""
-    pool, reqs = records(p, req)
+    pool, conf, reqs = records(p, cfg, req)
     c = pool.c
     before = np.zeros(pool.running.size, np.int64)
-    mark = np.zeros(cfg.n, np.int8)
-    while c[DONE] + c[REJECTED] < cfg.n:
+    mark = np.zeros(conf.n, np.int8)
+    while c[DONE] + c[REJECTED] < conf.n:
         until = c[STEP] + 1
-        if c[NUM_RUNNING] == 0 and num_waiting(pool) == 0 and c[ARRIVED] < cfg.n:
+        if c[NUM_RUNNING] == 0 and num_waiting(pool) == 0 and c[ARRIVED] < conf.n:
             until = reqs.arrival_step[c[ARRIVED]]  # the idle span, then its arrival's step
         want = every_step or _member(table_steps, until)
-        if not _room(log, pool, cfg, want):
+        if not _room(log, pool, conf, want):
             return LOG_FULL
         k = c[NUM_RUNNING]
         before[:k] = pool.running[:k]
-        if _advance(pool, cfg, reqs, until) == FULL:
+        if _advance(pool, conf, reqs, until) == FULL:
             return FULL
         if _log_lists(pool, log, before, k, mark) and want and log.lc[L_TAB_BLOCKS] < budget:
             _log_tables(pool, reqs, log)
