@@ -97,11 +97,13 @@ def test_live_heatmap_renders_and_changes(browser, app):
     for i in range(3):
         assert page.locator(HEAT).nth(i).evaluate(COLOURS) >= 3  # states painted, not blank
     before = page.evaluate(DIGESTS)  # hashes of the state grids the canvases painted
-    changed, end = False, time.monotonic() + 5
+    # the demo repaints once a second; a machine loaded to 9 (a CI run beside two
+    # benchmarks) has taken over 5 s, so wait up to 30
+    changed, end = False, time.monotonic() + 30
     while not changed and time.monotonic() < end:
         page.wait_for_timeout(200)
         changed = page.evaluate(DIGESTS) != before
-    assert changed, "the Live heatmap did not change within 5 s"
+    assert changed, "the Live heatmap did not change within 30 s"
     # hover: the box names the block under the mouse, and stays on it through the next
     # repaints (the heatmap stays where it is while the numbers above it change)
     box = page.locator(HEAT).nth(PAGED).bounding_box()
