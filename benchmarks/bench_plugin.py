@@ -12,6 +12,10 @@ Rounds alternate the two (harness.interleaved), 10 pairs a repeat, each a fixed 
 steps after the fill (400 at 1,000 blocks, 100 above, 0.5-1.5 s; --quick a tenth), timed in
 the process's CPU time (the publisher's thread included), which the machine's other work
 disturbs less than the wall clock; steps/s are the steps over the sum of the rounds.
+Process CPU time is the measure because the publisher's thread encodes holding the GIL the
+engine's thread needs; the engine thread's own CPU time (`thread_cost_pct`), the quartiles
+of the per-pair cost and the GC time a step in each kind of round are reported beside it
+(docs/BENCHMARKS.md).
 Both are built as EngineCore leaves its scheduler: the start-up heap frozen for the GC and
 vLLM's environment cache on.
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
