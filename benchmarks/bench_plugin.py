@@ -12,6 +12,10 @@ Rounds alternate the two (harness.interleaved), 10 pairs a repeat, each a fixed 
 steps after the fill (400 at 1,000 blocks, 100 above, 0.5-1.5 s; --quick a tenth), timed in
 the process's CPU time (the publisher's thread included), which the machine's other work
 disturbs less than the wall clock; steps/s are the steps over the sum of the rounds.
+Process CPU time is the measure because the publisher's thread encodes holding the GIL the
+engine's thread needs; the engine thread's own CPU time (`thread_cost_pct`), the quartiles
+of the per-pair cost and the GC time a step in each kind of round are reported beside it
+(docs/BENCHMARKS.md).
 Both are built as EngineCore leaves its scheduler: the start-up heap frozen for the GC and
 vLLM's environment cache on.
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
@@ -28,6 +32,7 @@ what sampling costs whatever the step time.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -119,14 +124,36 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     for name, s in scheds.items():
         for _ in range(fill):
             step(s, name)
-    variants = {n: (lambda s=s, n=n: [step(s, n) for _ in range(steps)])
-                for n, s in scheds.items()}
+    thread = {n: [] for n in scheds}  # the engine thread's CPU time per round
+    gc_s = {n: 0.0 for n in scheds}  # collections that ran in each kind of round
+    mode, gc_t0 = [""], [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_t0[0] = time.thread_time()
+        elif mode[0]:
+            gc_s[mode[0]] += time.thread_time() - gc_t0[0]
+
+    def rounds_of(s, n: str) -> None:
+        mode[0] = n
+        t0 = time.thread_time()
+        for _ in range(steps):
+            step(s, n)
+        thread[n].append(time.thread_time() - t0)
+        mode[0] = ""
+
+    variants = {n: (lambda s=s, n=n: rounds_of(s, n)) for n, s in scheds.items()}
     for run in variants.values():  # warm, outside the figures
         run()
     spent.clear()
     per_step[0] = 0.0
+    thread = {n: [] for n in scheds}
+    gc.callbacks.append(on_gc)
     rows = harness.interleaved(variants, rounds, warmup=0, clock=time.process_time)
+    gc.callbacks.remove(on_gc)
     on_wall, off_wall = sum(rows["on"]), sum(rows["off"])
+    pairs = sorted(100 * (a / b - 1) for a, b in zip(rows["on"], rows["off"]))
+    q1, q2, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
     pool = scheds["on"].kv_cache_manager.block_pool
     out = {"num_blocks": num_blocks, "steps_per_round": steps, "rounds": rounds,
            "used_blocks": pool.num_gpu_blocks - 1 - pool.get_num_free_blocks(),
@@ -136,6 +163,9 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "sample_share_pct": 100 * sum(spent) / on_wall,
            "after_schedule_us": 1e6 * per_step[0] / (steps * rounds),
            "extra_ms_per_step": 1e3 * (on_wall - off_wall) / (steps * rounds),
+           "thread_cost_pct": 100 * (sum(thread["on"]) / sum(thread["off"]) - 1),
+           "pair_cost_pct_quartiles": [q1, q2, q3],
+           "gc_us_per_step": {n: 1e6 * v / (steps * rounds) for n, v in gc_s.items()},
            "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
            "mirror": "watching" if k.mirror.watching else "scanning",
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
@@ -224,7 +254,11 @@ def main() -> None:
         harness.emit(a, {"bench": "plugin", "quick": a.quick, **r,
                          "throughput_cost_pct": cost},
                      f"{n:>7,} blocks ({r['used_blocks']:,} used): {r['steps_per_s_off']:,.0f} "
-                     f"steps/s off, {r['steps_per_s_on']:,.0f} on ({cost:+.1f}%); "
+                     f"steps/s off, {r['steps_per_s_on']:,.0f} on ({cost:+.1f}%; engine "
+                     f"thread {r['thread_cost_pct']:+.1f}%; pairs' quartiles "
+                     + " / ".join(f"{q:+.1f}" for q in r["pair_cost_pct_quartiles"])
+                     + f"%; GC {r['gc_us_per_step']['off']:.0f} / "
+                     f"{r['gc_us_per_step']['on']:.0f} us a step); "
                      f"{r['extra_ms_per_step']:.3f} ms more a step, mirror {r['mirror']}, "
                      f"{r['after_schedule_us']:.0f} us of it after schedule(); "
                      f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "

@@ -102,8 +102,9 @@ class PoolMirror:
         self.watching = True
 
     def unhook(self) -> None:
-        for name in self.hooks:
-            self.pool.__dict__.pop(name, None)  # the class's method again
+        for name, fn in self.hooks.items():  # the class's method again (never through
+            if getattr(self.pool, name, None) is fn:  # pool.__dict__: see
+                delattr(self.pool, name)  # PoolSampler._unhook_admissions)
         self.watching = False
 
     def overflow(self) -> None:

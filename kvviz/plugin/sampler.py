@@ -63,10 +63,11 @@ class PoolSampler:
         # every live request is checked at every step.
         self.prefilling: set[str] = set()
         self.rewinds = getattr(sched, "connector", None) is not None
-        self.events: list[list] = []
+        self.events: list[tuple] = []  # rows as tuples: the GC stops tracking a tuple of
+        # scalars, so rows held until the next sample are not traversed by every collection
         self.generated = 0  # tokens sampled so far: steps a live request sampled in
-        self.arrived: list[list] = []
-        self.done: list[list] = []
+        self.arrived: list[tuple] = []
+        self.done: list[tuple] = []
         self.admits: dict[str, int] = {}  # this step's admissions -> free blocks after
         self.failed: tuple | None = None  # this step's refused head: (rid, need, free)
         self.last_fail: tuple | None = None  # (seq, reason) of the last admit_failed event
@@ -112,16 +113,27 @@ class PoolSampler:
                 self.admits[request.request_id] = free_now
             return out
 
-        self.kvm, self.admission_hook = kvm, allocate_slots
+        self.kvm, self.admission_hook, self.hooked = kvm, allocate_slots, False
 
     def waiting_reached(self) -> None:
         """schedule() has reached its waiting queue: its allocate_slots calls are admissions
         from here to the end of the step (after_schedule takes the wrapper off)."""
-        self.kvm.allocate_slots = self.admission_hook
+        if not self.hooked:
+            self.kvm.allocate_slots = self.admission_hook
+            self.hooked = True
+
+    def _unhook_admissions(self) -> None:
+        """The class's allocate_slots again. Set and deleted as an attribute, never through
+        the manager's `__dict__`: reading that makes CPython 3.11 build the instance's dict,
+        after which no method call on the manager is specialized again (~20 ns more per call,
+        docs/BENCHMARKS.md)."""
+        if self.hooked:
+            self.hooked = False
+            del self.kvm.allocate_slots
 
     def unhook(self) -> None:
         self.disabled = True
-        self.kvm.__dict__.pop("allocate_slots", None)
+        self._unhook_admissions()
         self.mirror.unhook()
 
     # ---- what the mixin calls -------------------------------------------------------------
@@ -132,14 +144,14 @@ class PoolSampler:
         seq = self.seq_of[rid] = self.next_seq
         self.next_seq += 1
         hashes = self.host["hashes"](request.block_hashes)
-        self.arrived.append([seq, rid, self.sched.current_step + 1, request.num_prompt_tokens,
-                             request.max_tokens, hashes[0], hashes[1]])
+        self.arrived.append((seq, rid, self.sched.current_step + 1, request.num_prompt_tokens,
+                             request.max_tokens, hashes[0], hashes[1]))
 
     def preempted(self, request) -> None:
         seq = self.seq_of.get(request.request_id, -1)
         self.live.discard(request.request_id)
         self.prefilling.discard(request.request_id)
-        self.events.append([self.sched.current_step, "preempted", seq, None, 0, 0])
+        self.events.append((self.sched.current_step, "preempted", seq, None, 0, 0))
 
     def finished(self, request) -> None:
         rid = request.request_id
@@ -148,9 +160,9 @@ class PoolSampler:
         if rid in self.live:
             self.live.discard(rid)
             self.prefilling.discard(rid)
-            self.events.append([step, "finished", seq, None, 0, 0])
-        self.done.append([seq, step, request.num_output_tokens, request.status.name,
-                          request.num_preemptions])
+            self.events.append((step, "finished", seq, None, 0, 0))
+        self.done.append((seq, step, request.num_output_tokens, request.status.name,
+                          request.num_preemptions))
 
     def before_schedule(self) -> None:
         s = self.settings
@@ -169,7 +181,7 @@ class PoolSampler:
     def after_schedule(self, out) -> None:
         sched = self.sched
         step = sched.current_step
-        self.kvm.__dict__.pop("allocate_slots", None)  # the class's method again
+        self._unhook_admissions()
         B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
         for rid, free_after in self.admits.items():
             req = sched.requests.get(rid)
@@ -177,8 +189,8 @@ class PoolSampler:
                 continue  # an async KV load: it waits on
             live.add(rid)
             prefilling.add(rid)
-            events.append([step, "admitted", self.seq_of.get(rid, -1), None,
-                           req.num_tokens, free_after * B])
+            events.append((step, "admitted", self.seq_of.get(rid, -1), None,
+                           req.num_tokens, free_after * B))
             self.last_fail = None
         self.admits.clear()
         # vLLM's schedule() has advanced num_computed_tokens by what it scheduled: a live
@@ -190,8 +202,8 @@ class PoolSampler:
         for rid in idle:
             req = requests.get(rid)
             if req is not None:
-                events.append([step, "partial", seq_of.get(rid, -1), None,
-                               req.num_computed_tokens, 0])
+                events.append((step, "partial", seq_of.get(rid, -1), None,
+                               req.num_computed_tokens, 0))
         past = []
         for rid in live if self.rewinds else prefilling:
             if rid not in planned:
@@ -199,8 +211,8 @@ class PoolSampler:
             req = requests[rid]
             if req.is_prefill_chunk:
                 self.generated -= 1
-                events.append([step, "partial", seq_of.get(rid, -1), None,
-                               req.num_computed_tokens, 0])
+                events.append((step, "partial", seq_of.get(rid, -1), None,
+                               req.num_computed_tokens, 0))
             else:
                 past.append(rid)
         prefilling.difference_update(past)
@@ -216,7 +228,7 @@ class PoolSampler:
         cls = wire.REASONS[reason]
         if reason != "preempting" and self.last_fail != (seq, cls):
             self.last_fail = (seq, cls)
-            self.events.append([step, "admit_failed", seq, cls, need * B, free * B])
+            self.events.append((step, "admit_failed", seq, cls, need * B, free * B))
 
     def _why(self, req, out, failed) -> tuple[str, int, int]:
         """Why schedule() left `req` at the head of the queue: the branch its loop took."""

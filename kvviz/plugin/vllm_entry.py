@@ -57,7 +57,7 @@ def _register() -> None:
 
 
 def _with_sampler(base: type, version: str) -> type:
-    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+    from vllm import envs
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import RequestStatus
 
@@ -73,13 +73,13 @@ def _with_sampler(base: type, version: str) -> type:
 
     def hashes(block_hashes) -> tuple[bytes, int]:
         """A prompt's block-hash chain as the KV-event stream carries it: 64-bit ints (vLLM's
-        default) as little-endian uint64, or the raw hash bytes back to back."""
+        default) as little-endian uint64, or the raw hash bytes back to back; the same bytes
+        as `maybe_convert_block_hash` per hash, read with one switch lookup a request."""
         if not block_hashes:
             return b"", 8
-        ext = [maybe_convert_block_hash(h) for h in block_hashes]
-        if isinstance(ext[0], int):
-            return b"".join(h.to_bytes(8, "little") for h in ext), 8
-        return b"".join(ext), len(ext[0])
+        if not envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES:
+            return b"".join(block_hashes), len(block_hashes[0])
+        return int_hashes_le(block_hashes), 8
 
     def make_sampler(sched) -> PoolSampler:
         cfg = sched.vllm_config
@@ -111,6 +111,16 @@ def _with_sampler(base: type, version: str) -> type:
         return sampler
 
     return mixin_class(base, make_sampler)
+
+
+def int_hashes_le(block_hashes) -> bytes:
+    """Each hash as vLLM's maybe_convert_block_hash makes it an int (its bytes read big-endian,
+    the low 64 bits kept), written as 8 little-endian bytes: its last 8 bytes reversed (a
+    shorter hash zero-padded), without an int or a call per hash."""
+    return b"".join([(_ZEROS + h)[:-9:-1] for h in block_hashes])
+
+
+_ZEROS = bytes(8)
 
 
 def _bytes_per_token(sched) -> int:

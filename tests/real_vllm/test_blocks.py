@@ -166,3 +166,29 @@ def test_the_overhead_benchmark_runs_in_quick_form():
         # full refreshes both): the plugin's maps against the pool they mirror
         assert r["checked_samples"] >= 50 and r["mismatched_samples"] == 0
         assert r["requests"] == r["requests_off"]  # both schedulers got the same load
+
+
+HASHES = r"""
+import random
+from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+from kvviz.plugin.vllm_entry import int_hashes_le
+rng = random.Random(39)
+bad = 0
+for n in range(400):
+    width = rng.choice([1, 7, 8, 9, 16, 32]) if n % 2 else 32  # vLLM's: 32 (sha256)
+    hs = [rng.randbytes(width) for _ in range(rng.randrange(1, 50))]
+    want = b"".join(maybe_convert_block_hash(h).to_bytes(8, "little") for h in hs)
+    bad += int_hashes_le(hs) != want
+print("differ", bad)
+"""
+
+
+def test_the_request_logs_hash_chain_is_what_vllms_own_conversion_gives():
+    """The request log's hash chain (kvviz/plugin/vllm_entry.py's int_hashes_le, one join a
+    request) equals vLLM's maybe_convert_block_hash + 8 little-endian bytes, hash by hash."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "1", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([str(venv_python()), "-c", HASHES], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "differ 0" in p.stdout
