@@ -80,7 +80,7 @@ class Lane:
         """Step on the lane's own clock until it finishes (or reaches `until_step`)."""
         until = NO_LIMIT if until_step is None else until_step
         while advance(self.pool, self.cfg, self.req, until) == FULL:
-            self._grow_events()
+            self.grow_events()
 
     def step_at(self, arrived: int, time_s: float) -> None:
         """One step at the caller's clock with `arrived` requests arrived; in real mode the
@@ -88,10 +88,10 @@ class Lane:
         t = float(time_s)
         if self.kv is None and self.after_schedule is None:
             while step_at(self.pool, self.cfg, self.req, arrived, t) == FULL:
-                self._grow_events()
+                self.grow_events()
             return
         while schedule_at(self.pool, self.cfg, self.req, arrived, t) == FULL:
-            self._grow_events()
+            self.grow_events()
         if self.after_schedule is not None:
             self.after_schedule(self)
         ids, starts, counts = self.scheduled()
@@ -117,7 +117,7 @@ class Lane:
         """k idle steps (the last at `last_time_s`): no event, k equal steps of shares."""
         skip_idle(self.pool, self.cfg, self.req, k, float(last_time_s))
 
-    def _grow_events(self) -> None:
+    def grow_events(self) -> None:
         """Room for one more step in every log that is on (advance answered FULL)."""
         p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
         admissions = min(self.cfg.max_num_seqs, p.running.size)

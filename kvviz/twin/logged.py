@@ -36,7 +36,7 @@ def run_logged(sim: Simulation, spec: RecordSpec) -> StepRecord:
         answer = steplog.advance_logged(lane.pool, lane.cfg, lane.req, log, want, every,
                                         TABLE_BUDGET)
         if answer == FULL:
-            lane._grow_events()
+            lane.grow_events()
         elif answer == steplog.LOG_FULL:
             log = steplog.grown(log, lane.cfg, width)
         else:

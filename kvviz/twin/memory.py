@@ -17,24 +17,27 @@ def fit_workers(configs: list[NodeSettings], requests: int, workers: int,
                 budget_mb: float | None = None,
                 available: int | None = None) -> tuple[int, str | None]:
     """(workers to use, a note when fewer than asked), or KvvizError when one will not fit."""
+    if available is None:  # read once, for the check and the limit
+        available = memory.available_bytes()
     stream = requests * memory.REQUEST_BYTES
-    parent = stream + memory.BASE_BYTES
+    parent = stream + memory.BASE_BYTES  # the stream and an interpreter: so is each worker
     pools = sorted((memory.lane_bytes(c.lane(), c.capacity_tokens) for c in configs),
                    reverse=True)
-    one = memory.Need(parent + (pools[0] + stream + memory.BASE_BYTES if workers > 1 else
-                                pools[0]),
-                      0, (("the largest configuration's block metadata", pools[0]),
-                          (f"{requests} requests", stream), ("the interpreter",
-                                                             memory.BASE_BYTES)))
-    memory.check(one, budget_mb, available=available)  # the error names the limit
+    # one worker: its pool and its own stream and interpreter beside the parent's; none
+    # (workers <= 1, the runs in this process): the pool beside the parent
+    one = parent + pools[0] + (parent if workers > 1 else 0)
+    memory.check(memory.Need(one, 0, (
+        ("the largest configuration's block metadata", pools[0]),
+        (f"{requests} requests", stream), ("the interpreter", memory.BASE_BYTES))),
+        budget_mb, available=available)  # the error names the limit
     limit = memory.limit_bytes(budget_mb, available)
     if workers <= 1 or limit is None:
         return workers, None
     total, fit = parent, 0
-    for p in pools[:workers]:
-        if total + p + stream + memory.BASE_BYTES > limit:
+    for pool in pools[:workers]:
+        if total + pool + parent > limit:
             break
-        total += p + stream + memory.BASE_BYTES
+        total += pool + parent
         fit += 1
     fit = max(1, fit)
     if fit >= workers:

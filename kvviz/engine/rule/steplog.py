@@ -15,7 +15,7 @@ logged step four lists, one after another in `ids`:
 and, at the steps asked for while fewer than `budget` block ids are kept, each running
 request's block table after the step (vLLM's numbering: kvviz block b is vLLM's b + 1).
 The log's arrays are Python's (`empty`, `grown`); a call answers LOG_FULL when the next step
-might not fit them, FULL when the lane's own logs need room (Lane._grow_events).
+might not fit them, FULL when the lane's own logs need room (Lane.grow_events).
 """
 from __future__ import annotations
 
