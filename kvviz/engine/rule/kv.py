@@ -11,6 +11,7 @@ from __future__ import annotations
 from numba import njit
 
 from kvviz.engine.rule import placement, pool
+from kvviz.engine.rule.shares import held_changed
 from kvviz.engine.rule.state import (
     NUM_FREE_ROWS,
     NUM_USED,
@@ -90,11 +91,13 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
     row = new_row(p, req, r)
     if cfg.paged:
         pool.take_hits(p, row, r, p.hits, num_hits, cfg.block_size)
+        held_changed(p, cfg, req, r, 0, num_hits)
         pool.allocate_slots(p, cfg, req, row, r, num_tokens)
         return
     cells = placement.cells_for(cfg, max(req.num_tokens[r], req.reserve[r]))
     p.row_start[row] = placement.place(p, cfg, cells)
     p.row_num_blocks[row] = cells
+    held_changed(p, cfg, req, r, 0, cells)
     p.row_len[row] = num_tokens
     p.c[NUM_USED] += num_tokens
 
@@ -110,11 +113,12 @@ def grow(p, cfg, req, r, num_tokens):
     if extra <= 0:
         return True
     size = p.row_num_blocks[row]
-    more = -(-num_tokens // cfg.block_size) - size
-    if more > 0:
+    if num_tokens > size * cfg.block_size:  # past the range's last cell
+        more = -(-num_tokens // cfg.block_size) - size
         if not placement.grow_in_place(p, cfg, p.row_start[row], size, more):
             return False
         p.row_num_blocks[row] = size + more
+        held_changed(p, cfg, req, r, size, size + more)
     p.row_len[row] = num_tokens
     p.c[NUM_USED] += extra
     return True
@@ -124,6 +128,7 @@ def grow(p, cfg, req, r, num_tokens):
 def free(p, cfg, req, r):
     """Request r gives back everything it holds (finished or preempted)."""
     row = req.row[r]
+    held_changed(p, cfg, req, r, p.row_num_blocks[row], 0)
     if cfg.paged:
         pool.free_blocks(p, cfg, row, r)
     else:

@@ -18,6 +18,7 @@ from numba import njit
 
 from kvviz.engine.rule.hashmap import EMPTY, delete_slot, get_cached_block, slot
 from kvviz.engine.rule.keys import ROOT, block_hash
+from kvviz.engine.rule.shares import held_changed
 from kvviz.engine.rule.state import (
     EVICTIONS,
     KV_LOG_ON,
@@ -252,13 +253,15 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
     `num_tokens`; False, and nothing changed, when the free blocks do not suffice. Then
     vLLM's cache_blocks: every full block not yet cached is, under its hash."""
     if num_tokens > p.row_num_blocks[row] * cfg.block_size:  # a decode: once a block
+        held = p.row_num_blocks[row]
         if not allocate_new_blocks(p, cfg, row, r, num_tokens):
             return False
+        held_changed(p, cfg, req, r, held, p.row_num_blocks[row])
     if num_tokens > p.row_len[row]:
         p.c[NUM_USED] += num_tokens - p.row_len[row]
         p.row_len[row] = num_tokens
-    if cfg.prefix_caching:
-        cache_blocks(p, cfg, req, row, r, num_tokens)
+    if cfg.prefix_caching and num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size:
+        cache_blocks(p, cfg, req, row, r, num_tokens)  # a block filled up
     return True
 
 

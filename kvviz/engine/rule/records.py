@@ -21,11 +21,15 @@ that made it. Interpreted (NUMBA_DISABLE_JIT=1), `records` returns the tuples th
 """
 from __future__ import annotations
 
+import operator
+
 from llvmlite import ir
 from numba.core import cgutils, config, imputils, types
+from numba.core.imputils import lower_builtin
 from numba.core.datamodel import models, register_default
 from numba.core.extending import infer_getattr, intrinsic, lower_getattr_generic
 from numba.core.typing.templates import AttributeTemplate
+from numba.np import arrayobj
 
 
 class BorrowedArray(types.Array):
@@ -47,6 +51,54 @@ class BorrowedArrayModel(models.StructModel):
                    ("shape", types.UniTuple(types.intp, fe_type.ndim)),
                    ("strides", types.UniTuple(types.intp, fe_type.ndim))]
         super().__init__(dmm, fe_type, members)
+
+
+def _item_pointer(context, builder, aryty, ary, idxty, idx):
+    """The address of one element, indices as given: no wraparound of negative ones (the
+    rule never indexes from the end; under NUMBA_BOUNDSCHECK=1 every index is checked, and
+    a negative one raises IndexError)."""
+    arr = context.make_array(aryty)(context, builder, ary)
+    if isinstance(idxty, types.BaseTuple):
+        inds = [context.cast(builder, v, t, types.intp) for v, t in
+                zip(cgutils.unpack_tuple(builder, idx, len(idxty)), idxty.types)]
+    else:
+        inds = [context.cast(builder, idx, idxty, types.intp)]
+    return cgutils.get_item_pointer2(
+        context, builder, data=arr.data, shape=cgutils.unpack_tuple(builder, arr.shape),
+        strides=cgutils.unpack_tuple(builder, arr.strides), layout=aryty.layout, inds=inds,
+        wraparound=False, boundscheck=context.enable_boundscheck)
+
+
+def _element(aryty, idxty) -> bool:
+    """Whether `aryty[idxty]` names one element by integers (else numba's own indexing)."""
+    if isinstance(idxty, types.Integer):
+        return aryty.ndim == 1
+    return (isinstance(idxty, types.BaseTuple) and len(idxty) == aryty.ndim
+            and all(isinstance(t, types.Integer) for t in idxty.types))
+
+
+@lower_builtin(operator.getitem, BorrowedArray, types.Integer)
+@lower_builtin(operator.getitem, BorrowedArray, types.BaseTuple)
+def _getitem(context, builder, sig, args):
+    aryty, idxty = sig.args
+    if not _element(aryty, idxty):
+        return arrayobj.getitem_array_tuple(context, builder, sig, args) if isinstance(
+            idxty, types.BaseTuple) else arrayobj.getitem_arraynd_intp(context, builder, sig,
+                                                                     args)
+    ptr = _item_pointer(context, builder, aryty, args[0], idxty, args[1])
+    return arrayobj.load_item(context, builder, aryty, ptr)
+
+
+@lower_builtin(operator.setitem, BorrowedArray, types.Integer, types.Any)
+@lower_builtin(operator.setitem, BorrowedArray, types.BaseTuple, types.Any)
+def _setitem(context, builder, sig, args):
+    aryty, idxty, valty = sig.args
+    if not _element(aryty, idxty) or isinstance(valty, types.Array):
+        return arrayobj.setitem_array(context, builder, sig, args)
+    ptr = _item_pointer(context, builder, aryty, args[0], idxty, args[1])
+    val = context.cast(builder, args[2], valty, aryty.dtype)
+    arrayobj.store_item(context, builder, aryty, val, ptr)
+    return context.get_dummy_value()
 
 
 def borrowed(t: types.Array) -> BorrowedArray:
@@ -82,9 +134,15 @@ class _RecordAttribute(AttributeTemplate):
 
 @lower_getattr_generic(RecordType)
 def _record_getattr(context, builder, typ, val, attr):
+    """A field's value, loaded as invariant: a record's fields never change while it lives,
+    so the compiler may keep them in registers across the stores the rule makes into its
+    arrays (without it, every store into an int64 array may alias a field's shape or data
+    pointer, and the next access reloads them)."""
     ftype = typ.fields[typ.index[attr]][1]
     ptr = cgutils.gep_inbounds(builder, val, 0, typ.index[attr])
-    value = context.data_model_manager[ftype].load_from_data_pointer(builder, ptr)
+    load = builder.load(ptr)
+    load.set_metadata("invariant.load", builder.module.add_metadata([]))
+    value = context.data_model_manager[ftype].from_data(builder, load)
     return imputils.impl_ret_borrowed(context, builder, ftype, value)
 
 
@@ -113,7 +171,11 @@ def _record_of(context, builder, rtype, tuple_type, value):
             v = mine._getvalue()
         dm = context.data_model_manager[ftype]
         builder.store(dm.as_data(builder, v), cgutils.gep_inbounds(builder, ptr, 0, i))
-    return ptr
+    # A fence: the record's pointer as an opaque asm passes it on, after the stores above
+    # and with memory clobbered, so no invariant load of a field (_record_getattr) can be
+    # moved before the field is written.
+    fence = ir.FunctionType(ptr.type, [ptr.type])
+    return builder.asm(fence, "", "=r,0,~{memory}", [ptr], side_effect=True)
 
 
 if config.DISABLE_JIT:  # interpreted: the namedtuples themselves

@@ -134,8 +134,9 @@ def schedule(p, cfg, req, time_s):
     """One schedule(): the plan into sched_*, the events of its decisions into the log
     (partial steps last). Returns whether the step was under memory pressure (a
     preemption, or the head refused for memory)."""
-    pressure = _decide(p, cfg, req, time_s)
-    log_partial(p, req, time_s)
+    pressure, partial = _decide(p, cfg, req, time_s)
+    if partial:
+        log_partial(p, req, time_s)
     return pressure
 
 
@@ -143,10 +144,12 @@ def schedule(p, cfg, req, time_s):
 def _decide(p, cfg, req, time_s):
     c = p.c
     budget = cfg.max_num_batched_tokens
-    c[NUM_SCHED] = 0
     c[NUM_PREEMPTED] = 0
     c[REFUSED_SEQ] = -1
-    # First, schedule the RUNNING requests.
+    # First, schedule the RUNNING requests. (The loop keeps the plan's length in a local: a
+    # counter in p.c would be re-read after every store into an array.)
+    partial = False  # a request left short of its known tokens: log_partial has work
+    k = 0
     i = 0
     while i < c[NUM_RUNNING] and budget > 0:
         r = p.running[i]
@@ -159,13 +162,19 @@ def _decide(p, cfg, req, time_s):
                 break
         if not scheduled:
             break
-        _schedule_one(p, r, start, n)
+        p.sched_ids[k] = r
+        p.sched_starts[k] = start
+        p.sched_counts[k] = n
+        k += 1
         req.num_computed_tokens[r] = start + n
+        partial |= start + n < req.num_tokens[r]
         budget -= n
         i += 1
-    c[FIRST_ADMITTED] = c[NUM_SCHED]
+    c[NUM_SCHED] = k
+    c[FIRST_ADMITTED] = k
+    partial |= i < c[NUM_RUNNING]  # the budget ran out before them
     if c[NUM_PREEMPTED]:
-        return True
+        return True, partial
     # Next, schedule the WAITING requests (only if no preemptions happened).
     first = c[NUM_SCHED]
     refused, reason, need, free, largest = -1, R_NONE, 0, 0, 0
@@ -207,6 +216,7 @@ def _decide(p, cfg, req, time_s):
             c[HIT_TOKENS] += hit
         p.admitted_free[c[NUM_SCHED] - first] = kv.free_slots(p, cfg)
         _schedule_one(p, r, hit, n)
+        partial |= hit + n < total
         budget -= n
     if c[NUM_SCHED] > first:
         c[LAST_FAIL_SEQ] = -1
@@ -215,7 +225,7 @@ def _decide(p, cfg, req, time_s):
             emit(p, time_s, c[STEP], K_ADMITTED, r, R_NONE, req.num_tokens[r],
                  p.admitted_free[k - first], 0, 1)
     if refused < 0:
-        return False
+        return False, partial
     c[REFUSED_SEQ], c[REFUSED_REASON] = refused, reason
     c[REFUSED_NEED], c[REFUSED_FREE], c[REFUSED_LARGEST] = need, free, largest
     if refused != c[LAST_FAIL_SEQ] or reason != c[LAST_FAIL_REASON]:
@@ -224,7 +234,7 @@ def _decide(p, cfg, req, time_s):
         c[LAST_FAIL_REASON] = reason
         c[FAIL_CAPACITY + reason - 1] += 1
         emit(p, time_s, c[STEP], K_ADMIT_FAILED, refused, reason, need, free, largest, 1)
-    return reason != R_POLICY
+    return reason != R_POLICY, partial
 
 
 @njit(cache=True)
@@ -232,18 +242,22 @@ def update(p, cfg, req, time_s):
     """vLLM's update_from_output: every scheduled request whose KV caught up samples one
     token; one that reached max_tokens finishes and frees its blocks (in step order)."""
     c = p.c
-    c[NUM_FINISHED] = 0
+    finished = 0
+    sampled = 0
     for k in range(c[NUM_SCHED]):
         r = p.sched_ids[k]
         if req.num_computed_tokens[r] != req.num_tokens[r]:
             continue  # a prefill chunk: nothing sampled
         req.num_tokens[r] += 1
-        req.num_output_tokens[r] += 1
-        c[TOKENS_GENERATED] += 1
-        if req.num_output_tokens[r] >= req.max_tokens[r]:
-            p.finished[c[NUM_FINISHED]] = r
-            c[NUM_FINISHED] += 1
-    if not c[NUM_FINISHED]:
+        out = req.num_output_tokens[r] + 1
+        req.num_output_tokens[r] = out
+        sampled += 1
+        if out >= req.max_tokens[r]:
+            p.finished[finished] = r
+            finished += 1
+    c[TOKENS_GENERATED] += sampled
+    c[NUM_FINISHED] = finished
+    if not finished:
         return
     for k in range(c[NUM_FINISHED]):
         r = p.finished[k]

@@ -13,6 +13,7 @@ from kvviz.engine.rule.state import (
     EVICTIONS,
     EVICTIONS_SEEN,
     HELD_CELLS,
+    INTERNAL,
     K_EVICTED,
     NUM_HELD,
     NUM_RUNNING,
@@ -24,26 +25,31 @@ from kvviz.engine.rule.state import (
 EXACT_FLOAT_REPEATS = 1 << 20  # kvviz/engine/shares.py's add_repeated
 
 
+@njit(cache=True, inline="always")  # where a row's blocks (cells) change
+def held_changed(p, cfg, req, r, before, after):
+    """Request r's row went from `before` to `after` blocks (cells): the internal
+    fragmentation sum (blocks past the request's last slot) follows."""
+    final = req.kv_final[r]
+    bs = cfg.block_size
+    p.c[INTERNAL] += max(0, after * bs - final) - max(0, before * bs - final)
+
+
 @njit(cache=True)
 def fill(p, cfg, req):
     """(used, reserved, internal, free, tail, efi) of the lane now."""
     bs = cfg.block_size
     used = p.c[NUM_USED]
-    internal = np.int64(0)
+    internal = p.c[INTERNAL]
     tail = np.int64(0)
     efi = 0.0
     if cfg.paged:
         allocated = p.c[NUM_HELD] * bs
-        for i in range(p.c[NUM_RUNNING]):  # blocks past each request's last slot
-            r = p.running[i]
-            internal += max(0, p.row_num_blocks[req.row[r]] * bs - req.kv_final[r])
         tail = allocated - used
     else:
         allocated = p.c[HELD_CELLS] * bs
-        for i in range(p.c[NUM_RUNNING]):
-            r = p.running[i]
-            tail += (-req.num_computed_tokens[r]) % bs
-            internal += max(0, p.row_num_blocks[req.row[r]] * bs - req.kv_final[r])
+        if bs > 1:  # the unwritten end of each range's last cell
+            for i in range(p.c[NUM_RUNNING]):
+                tail += (-req.num_computed_tokens[p.running[i]]) % bs
     free = cfg.capacity - allocated
     if not cfg.paged and free > 0:
         efi = 1.0 - placement.largest_hole(p, cfg) * bs / free

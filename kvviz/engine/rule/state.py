@@ -24,8 +24,9 @@ import numpy as np
  NUM_FREE_STACK, LRU_HEAD, LRU_TAIL, LRU_COUNT, NUM_FREE_ROWS, NUM_EVENTS, NUM_SCHED,
  NUM_PREEMPTED, NUM_HOLES, HELD_CELLS, TOO_BIG_LEFT, PRESSURE, NUM_FINISHED,
  FIRST_ADMITTED, REFUSED_SEQ, REFUSED_REASON, REFUSED_NEED, REFUSED_FREE, REFUSED_LARGEST,
- KV_LOG_ON, NUM_KV_LOG, HELD_LOG_ON, NUM_HELD_LOG, NUM_COUNTERS) = range(44)
-# the last step's plan: sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the
+ KV_LOG_ON, NUM_KV_LOG, HELD_LOG_ON, NUM_HELD_LOG, INTERNAL, NUM_COUNTERS) = range(45)
+# INTERNAL: the running requests' internal fragmentation, Σ max(0, held slots - kv_final)
+# (kept as rows grow and go: shares.held_changed). The last step's plan: sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the
 # head refused (REFUSED_SEQ, -1: none) with its answer
 
 # reasons (eventlog.REASONS' codes) and event kinds (eventlog.KINDS' codes)
