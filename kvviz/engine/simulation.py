@@ -2,15 +2,17 @@
 
 Every lane runs the one compiled scheduling rule (kvviz/engine/rule). Lanes share only the
 request stream, so run() runs each lane alone on its own clock (one compiled call; idle
-time up to the next arrival is jumped over) and merges the event logs in the step order (by
-step, then lane). step() advances every lane one step at a caller's clock (a live collector,
+time up to the next arrival is jumped over), lanes side by side in threads (the compiled
+loop releases the GIL), and merges the event logs in the step order (by step, then lane). step() advances every lane one step at a caller's clock (a live collector,
 real mode's KV executor, Learn).
 """
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -24,6 +26,8 @@ from kvviz.engine.rule.build import arrival_steps, check_arrivals
 # all lanes together from Python; the same results.
 ENGINES = ("jump", "step")
 CHUNK = 1 << 16  # steps per compiled call while a progress callback listens
+LANE_THREADS = os.cpu_count() or 1  # run(): lanes side by side in this many threads
+PROGRESS_S = 0.1  # how often run() reports progress while lanes run in threads
 
 
 class Simulation:
@@ -127,24 +131,43 @@ class Simulation:
         """Each lane alone on its own clock; the logs merged by step, then lane."""
         if max_steps is None:  # a request past the last step: the error stepping gives
             check_arrivals(self._arrival, self.engine.step_ms)
-        total, lanes, parts = len(self.workload), tuple(self.events.lanes), []
+        total, lanes = len(self.workload), tuple(self.events.lanes)
         limit = math.inf if max_steps is None else max_steps
-        for code, lane in enumerate(self.lanes):
-            t0 = time.perf_counter()
-            while not lane.finished and lane.step_no < limit:
-                until = limit if progress is None else min(limit, self._chunk_end(lane))
-                lane.run(None if until == math.inf else int(until))
-                if progress is not None:
-                    progress(sum(x.done + x.rejected for x in self.lanes) // len(self.lanes),
-                             total)
-            lane.wall_seconds += time.perf_counter() - t0
-            parts.append(lane.drain(code, lanes))
-            self.step_no = max(self.step_no, lane.step_no)
+
+        def report() -> None:
+            if progress is not None:
+                progress(sum(x.done + x.rejected for x in self.lanes) // len(self.lanes), total)
+
+        workers = min(len(self.lanes), LANE_THREADS)
+        if workers == 1:
+            for lane in self.lanes:
+                self._run_lane(lane, limit, report if progress is not None else None)
+        else:  # the compiled loop releases the GIL: lanes side by side, progress from here
+            with ThreadPoolExecutor(workers, thread_name_prefix="kvviz-lane") as ex:
+                running = [ex.submit(self._run_lane, lane, limit, None) for lane in self.lanes]
+                while wait(running, timeout=PROGRESS_S)[1]:
+                    report()
+                for f in running:
+                    f.result()
+                report()
+        parts = [lane.drain(code, lanes) for code, lane in enumerate(self.lanes)]
+        self.step_no = max([self.step_no] + [lane.step_no for lane in self.lanes])
         if sum(len(c) for c in parts):
             step = np.concatenate([c["step"] for c in parts])
             lane_of = np.concatenate([c["lane"] for c in parts]).astype(np.int64)
             order = np.lexsort((np.arange(step.size), lane_of, step))
             self.events.merge(parts, order)
+
+    def _run_lane(self, lane: Lane, limit: float, report: Callable[[], None] | None) -> None:
+        """One lane to the end (or `limit`); with `report`, in chunks with a report after
+        each."""
+        t0 = time.perf_counter()
+        while not lane.finished and lane.step_no < limit:
+            until = limit if report is None else min(limit, self._chunk_end(lane))
+            lane.run(None if until == math.inf else int(until))
+            if report is not None:
+                report()
+        lane.wall_seconds += time.perf_counter() - t0
 
     @staticmethod
     def _chunk_end(lane: Lane) -> int:

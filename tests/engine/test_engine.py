@@ -229,3 +229,28 @@ def test_the_event_columns_grow_with_what_runs_not_with_max_num_seqs():
     assert lane.done == 200
     assert len(sim.events) >= 400  # an admission and a finish each
     assert lane.pool.ev_step.size <= max(4096, 4 * len(sim.events))  # not 2M
+
+
+def test_lanes_in_threads_equal_lanes_one_after_another(monkeypatch):
+    # run() runs lanes side by side (the compiled loop releases the GIL): the same summaries
+    # and the same merged event log as one lane after another, and progress is reported
+    # from the calling thread (a page's progress bar lives there).
+    import threading
+
+    from kvviz.engine import simulation
+    w = workload(rate=40.0, n=300)
+    seen = []
+
+    def progress(done, total):
+        seen.append((threading.current_thread() is threading.main_thread(), done, total))
+
+    monkeypatch.setattr(simulation, "LANE_THREADS", 3)
+    a = sim(w)
+    side = a.run(progress=progress)
+    monkeypatch.setattr(simulation, "LANE_THREADS", 1)
+    b = sim(w)
+    alone = b.run()
+    assert without_wall(side) == without_wall(alone)
+    assert a.events.events == b.events.events and len(a.events) > 300
+    assert seen and all(main for main, _, _ in seen)
+    assert seen[-1][1:] == (300, 300)

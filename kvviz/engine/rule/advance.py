@@ -29,7 +29,7 @@ def clock(cfg, step_no):
     return step_no * cfg.step_ms / 1000.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # lanes run side by side in threads (Simulation.run)
 def advance(p, cfg, req, until_step):
     """Step until every request finished or rejected, or step `until_step`. Arrivals: a
     request arrives at the first step whose clock reaches its arrival time; while nothing
