@@ -154,7 +154,8 @@ def _decide(p, cfg, req, time_s):
     while i < c[NUM_RUNNING] and budget > 0:
         r = p.running[i]
         start = req.num_computed_tokens[r]
-        n = min(req.num_tokens[r] - start, budget)
+        total = req.num_tokens[r]
+        n = min(total - start, budget)
         scheduled = True
         while not kv.grow(p, cfg, req, r, start + n):  # vLLM: preempt the lowest priority
             if _preempt(p, cfg, req, time_s) == r:
@@ -167,7 +168,7 @@ def _decide(p, cfg, req, time_s):
         p.sched_counts[k] = n
         k += 1
         req.num_computed_tokens[r] = start + n
-        partial |= start + n < req.num_tokens[r]
+        partial |= start + n < total
         budget -= n
         i += 1
     c[NUM_SCHED] = k
