@@ -3,8 +3,9 @@
 Every lane runs the one compiled scheduling rule (kvviz/engine/rule). Lanes share only the
 request stream, so run() runs each lane alone on its own clock (one compiled call; idle
 time up to the next arrival is jumped over), lanes side by side in threads (the compiled
-loop releases the GIL), and merges the event logs in the step order (by step, then lane). step() advances every lane one step at a caller's clock (a live collector,
-real mode's KV executor, Learn).
+loop releases the GIL), and merges the event logs in the step order (by step, then lane).
+step() advances every lane one step at a caller's clock (a live collector, real mode's KV
+executor, Learn).
 """
 from __future__ import annotations
 

@@ -64,6 +64,10 @@ def _rules(db: sqlite3.Connection, rep, table: str, rules: list) -> None:
             rep.bad(f"{table} row {first}", f"breaks '{words}' ({n} rows do)")
 
 
+def _int_total(c: str) -> str:
+    return f"TOTAL(CASE WHEN {INT.format(c=c)} THEN {c} END)"
+
+
 def kv_events(db: sqlite3.Connection, rep, have: set[str]) -> dict:
     """The KV-event tables' contents (empty when the file has none), checked."""
     if "kv_batches" not in have:
@@ -75,10 +79,12 @@ def kv_events(db: sqlite3.Connection, rep, have: set[str]) -> dict:
     for table, rules in KV_RULES.items():
         _rules(db, rep, table, rules)
     streams = db.execute("SELECT COUNT(*) FROM kv_streams").fetchone()[0]
+    # the counts summed where they are integers (a row with another type, e.g. a REAL
+    # -9e999, broke a rule above; its value would make the total infinite)
     n, events, stored, removed, ok, replayed, lo, hi = db.execute(
-        "SELECT COUNT(*), TOTAL(n_events), TOTAL(n_stored), TOTAL(n_removed), "
-        "TOTAL(status = 'ok'), TOTAL(replayed = 1), MIN(t), MAX(t) FROM kv_batches "
-        f"WHERE {NUM.format(c='t')}").fetchone()
+        f"SELECT COUNT(*), {_int_total('n_events')}, {_int_total('n_stored')}, "
+        f"{_int_total('n_removed')}, TOTAL(status = 'ok'), TOTAL(replayed = 1), MIN(t), "
+        f"MAX(t) FROM kv_batches WHERE {NUM.format(c='t')}").fetchone()
     gaps, restarts, filled = db.execute(
         "SELECT TOTAL(kind = 'gap'), TOTAL(kind = 'restart'), TOTAL(filled = 1 AND "
         "kind = 'gap') FROM kv_gaps").fetchone()

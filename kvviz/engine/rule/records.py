@@ -25,9 +25,9 @@ import operator
 
 from llvmlite import ir
 from numba.core import cgutils, config, imputils, types
-from numba.core.imputils import lower_builtin
 from numba.core.datamodel import models, register_default
 from numba.core.extending import infer_getattr, intrinsic, lower_getattr_generic
+from numba.core.imputils import lower_builtin
 from numba.core.typing.templates import AttributeTemplate
 from numba.np import arrayobj
 

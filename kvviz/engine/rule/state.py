@@ -26,8 +26,9 @@ import numpy as np
  FIRST_ADMITTED, REFUSED_SEQ, REFUSED_REASON, REFUSED_NEED, REFUSED_FREE, REFUSED_LARGEST,
  KV_LOG_ON, NUM_KV_LOG, HELD_LOG_ON, NUM_HELD_LOG, INTERNAL, NUM_COUNTERS) = range(45)
 # INTERNAL: the running requests' internal fragmentation, Σ max(0, held slots - kv_final)
-# (kept as rows grow and go: shares.held_changed). The last step's plan: sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the
-# head refused (REFUSED_SEQ, -1: none) with its answer
+# (kept as rows grow and go: shares.held_changed). The last step's plan:
+# sched_*[:FIRST_ADMITTED] ran before, the rest were admitted; the head refused
+# (REFUSED_SEQ, -1: none) with its answer
 
 # reasons (eventlog.REASONS' codes) and event kinds (eventlog.KINDS' codes)
 R_NONE, R_CAPACITY, R_FRAGMENTATION, R_POLICY = 0, 1, 2, 3
