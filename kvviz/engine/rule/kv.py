@@ -89,7 +89,7 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
     num_hits blocks the prefix hits in p.hits (the caller checked that it fits)."""
     row = new_row(p, req, r)
     if cfg.paged:
-        pool.take_hits(p, row, r, p.hits, num_hits, cfg.block_size)
+        pool.take_hits(p, row, p.hits, num_hits, cfg.block_size)
         pool.allocate_slots(p, cfg, req, row, r, num_tokens)
         return
     cells = placement.cells_for(cfg, max(req.num_tokens[r], req.reserve[r]))
@@ -125,7 +125,7 @@ def free(p, cfg, req, r):
     """Request r gives back everything it holds (finished or preempted)."""
     row = req.row[r]
     if cfg.paged:
-        pool.free_blocks(p, cfg, row, r)
+        pool.free_blocks(p, cfg, row)
     else:
         placement.release_range(p, cfg, p.row_start[row], p.row_num_blocks[row])
         p.c[NUM_USED] -= p.row_len[row]
