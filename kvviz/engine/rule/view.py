@@ -95,8 +95,9 @@ class PoolView:
         seqs = p.row_seq[rows] if names is None else names[p.row_seq[rows]]
         if not self.contiguous:
             owner = np.full(self.num_blocks, FREE, np.int32)
-            first_holders(p.block_table, p.row_num_blocks, rows, seqs.astype(np.int32), owner)
-            owned = owner != FREE
+            first_holders(p.block_table, p.row_num_blocks, p.ref_cnt, rows,
+                          seqs.astype(np.int32), owner)
+            owned = p.ref_cnt > 0
             filled = np.where(owned, bs, p.content).astype(np.int32)
             rows = rows[p.row_len[rows] % bs != 0]  # a row's only partly written block: its
             k = p.row_len[rows] // bs  # last (the rule holds ceil(row_len / bs) blocks)
@@ -122,15 +123,17 @@ class PoolView:
 
 
 @njit(cache=True)
-def first_holders(block_table, row_num_blocks, rows, seqs, owner):
-    """A paged map's owners: each block in the tables of `rows` is owned by the first of them
-    (in that order) whose table holds it, named seqs[i]; `owner` (FREE everywhere) is filled
-    in. O(blocks in the tables), so the step keeps no owner per block."""
+def first_holders(block_table, row_num_blocks, ref_cnt, rows, seqs, owner):
+    """A paged map's owners: each held block (ref_cnt > 0) in the tables of `rows` is owned
+    by the first of them (in that order) whose table holds it, named seqs[i]; `owner` (FREE
+    everywhere) is filled in. O(blocks in the tables), so the step keeps no owner per block.
+    Held and free are the pool's own ref counts, so a table that disagrees with them shows
+    (kvviz/kv/audit_layout.py)."""
     for i in range(rows.size):
         row = rows[i]
         for j in range(row_num_blocks[row]):
             b = block_table[row, j]
-            if owner[b] == FREE:
+            if owner[b] == FREE and ref_cnt[b] > 0:
                 owner[b] = seqs[i]
 
 
