@@ -1,6 +1,6 @@
 """Simulator throughput: kvviz's engine against a plain-Python loop, both sides in one run.
 
-    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor|vllm|whatif]
+    python benchmarks/bench_engine.py [floor|four-lanes|million|advisor|vllm|whatif|shared]
                                       [--repeats 3] [--json]
 
 --engine jump|step is accepted for old scripts: both run the one scheduling rule.
@@ -26,6 +26,12 @@ whatif: `kvviz whatif`'s work on a 10,000-request node log (sharegpt-like, 10 re
   the baseline = 13 runs) on all cores
   (kvviz.twin.whatif); beside it, the same 13 settings as plain Simulation.run() calls in one
   process, the engine alone without the twin's per-step reading of the pool.
+
+shared: one prefix shared by every running request (tests/engine/test_no_wrap.py's stream):
+  100,000 requests at once, prompts of 256 tokens of which 240 are one system prompt (15
+  blocks of 16, each held by 1,024 running requests) and 1 output token, paged:16:prefix,
+  1,024 seqs, room for all; process CPU time, medians. Step, preemption and hit totals are
+  printed: a change to the rule's bookkeeping must leave them equal.
 
 vllm: kvviz's engine against vLLM 0.32's own scheduler loop (kvviz/reference/vllm_scheduler.py
   in the venv KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0), on the same streams: 1,000
@@ -158,6 +164,32 @@ def million(a) -> None:
                      "engine": a.engine,
                      "peak_rss_mb": rss, "steps": max(s["steps"] for s in out)},
                  f"{a.requests:,} requests, 2 lanes: {t:.1f} s, peak RSS {rss:.0f} MB")
+
+
+def shared(a) -> None:
+    seqs, prompt, prefix = 1024, 256, 240
+    n = a.requests
+    w = Workload(arrival_s=np.zeros(n), prompt=np.full(n, prompt, np.int64),
+                 output=np.ones(n, np.int64), prefix_group=np.zeros(n, np.int64),
+                 prefix_tokens=prefix)
+    out: list = []
+
+    def run() -> None:
+        sim = Simulation(w, [LaneSpec.parse("paged:16:prefix")],
+                         CacheConfig(capacity_tokens=seqs * (prompt + 16)),
+                         EngineConfig(max_num_seqs=seqs, max_batched_tokens=seqs * prompt,
+                                      max_seq_len=prompt + 1), advance=ENGINE["advance"])
+        out.append(sim.run()[0])
+
+    t = statistics.median(harness.interleaved({"kvviz": run}, a.repeats,
+                                              clock=time.process_time)["kvviz"])
+    s = out[-1]
+    harness.emit(a, {"bench": "engine-shared-prefix", "requests": n, "seconds": t,
+                     "steps": s["steps"], "preemptions": s["preemptions"],
+                     "prefix_hit_rate": s["prefix_hit_rate"]},
+                 f"{n:,} requests sharing 15 blocks of 16, 1,024 running: {t:.3f} s CPU; "
+                 f"steps {s['steps']}, preemptions {s['preemptions']}, hit rate "
+                 f"{s['prefix_hit_rate']:.6f}")
 
 
 def advisor(a) -> None:
@@ -310,10 +342,10 @@ def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("case", nargs="?", default="floor", choices=["floor", "four-lanes",
                                                                   "million", "advisor", "vllm",
-                                                                  "whatif"])
+                                                                  "whatif", "shared"])
     ap.add_argument("--requests", type=int, default=None,
                     help="default: 10,000 (floor), 20,000 (four-lanes), 1,000,000 (million), "
-                    "1,000 (advisor)")
+                    "1,000 (advisor), 100,000 (shared)")
     ap.add_argument("--lanes", nargs="*", default=["contiguous:first-fit:max",
                                                     "contiguous:buddy:pow2"],
                     help="floor: further lanes timed for reference")
@@ -322,10 +354,11 @@ def main() -> None:
     a = ap.parse_args()
     ENGINE["advance"] = a.engine
     default = {"floor": 10_000, "four-lanes": 20_000, "million": 1_000_000,
-               "advisor": 1_000, "vllm": 1_000, "whatif": 10_000}[a.case]
+               "advisor": 1_000, "vllm": 1_000, "whatif": 10_000,
+               "shared": 100_000}[a.case]
     a.requests = a.requests or (default // 20 if a.quick else default)
     {"floor": floor, "four-lanes": four_lanes, "million": million,
-     "advisor": advisor, "vllm": vllm, "whatif": whatif}[a.case](a)
+     "advisor": advisor, "vllm": vllm, "whatif": whatif, "shared": shared}[a.case](a)
 
 
 if __name__ == "__main__":

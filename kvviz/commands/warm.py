@@ -65,6 +65,7 @@ def warm_rule() -> None:
         pool = KVPool(LaneSpec.parse(text), 1024)
         pool.admit(0, 40)
         pool.append_batch([0], 20)
+        pool.snapshot()  # a paged map's owners: view.first_holders
         pool.check(8)
         pool.release(0)
 

@@ -91,7 +91,8 @@ def check_tables(found: Found, ids, tables, nblocks, bm: BlockMap) -> None:
         elif c > 1 and r < c:
             why = f"block {b} is in {c} block tables (sequence {s}, ...) but its refcount is {r}"
         elif c == 0:
-            why = f"block {b} is owned by sequence {o} but in no block table"
+            why = (f"block {b} has refcount {r} but is in no block table" if o == FREE
+                   else f"block {b} is owned by sequence {o} but in no block table")
         elif not owner_holds[b]:
             why = f"block {b} is owned by sequence {o} but in the block table of sequence {s}"
         else:

@@ -11,11 +11,10 @@ from kvviz.engine.lane import Lane
 from kvviz.engine.rule import state as S
 
 N = 10_000_000
-# every prompt starts with one 256-token system prompt: one shared block of 256 (a block
-# shared by every running request costs a scan of the running tables each time its owner
-# leaves: 15 shared blocks of 16 made this test take 400 s; one keeps it to seconds)
-BLOCK = 256
-PROMPT, SHARED, OUTPUT = 512, 256, 1
+# every prompt starts with one 240-token system prompt: 15 blocks of 16 shared by every
+# running request, 1,024 holders each, all leaving together each step
+BLOCK = 16
+PROMPT, SHARED, OUTPUT = 256, 240, 1
 SEQS = 1024  # admitted per step: one step each, prefill and its one output token
 INT32 = 2**31
 

@@ -149,7 +149,7 @@ def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> 
         sched_ids=np.zeros(rows, np.int64), sched_starts=np.zeros(rows, np.int64),
         sched_counts=np.zeros(rows, np.int64), preempted=np.zeros(rows, np.int64),
         finished=np.zeros(rows, np.int64),
-        ref_cnt=np.zeros(nb, np.int32), block_owner=np.full(nb, -1, np.int64),
+        ref_cnt=np.zeros(nb, np.int32),
         block_hash=np.zeros(nb, np.uint64), dup_next=np.full(nb, -1, np.int32),
         block_end=np.zeros(nb, np.int64), block_parent=np.zeros(nb, np.uint64),
         content=np.zeros(nb, np.int64),

@@ -90,7 +90,7 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
     num_hits blocks the prefix hits in p.hits (the caller checked that it fits)."""
     row = new_row(p, req, r)
     if cfg.paged:
-        pool.take_hits(p, row, r, p.hits, num_hits, cfg.block_size)
+        pool.take_hits(p, row, p.hits, num_hits, cfg.block_size)
         held_changed(p, cfg, req, r, 0, num_hits)
         pool.allocate_slots(p, cfg, req, row, r, num_tokens)
         return
@@ -130,7 +130,7 @@ def free(p, cfg, req, r):
     row = req.row[r]
     held_changed(p, cfg, req, r, p.row_num_blocks[row], 0)
     if cfg.paged:
-        pool.free_blocks(p, cfg, row, r)
+        pool.free_blocks(p, cfg, row)
     else:
         placement.release_range(p, cfg, p.row_start[row], p.row_num_blocks[row])
         p.c[NUM_USED] -= p.row_len[row]

@@ -128,10 +128,9 @@ def _lru_remove(p, b):
 
 
 @njit(cache=True)
-def get_new_block(p, owner):
+def get_new_block(p):
     """vLLM's get_new_blocks for one block: the queue's front, evicting a cached block only
-    when no plain one is left; the block is `owner`'s, ref_cnt 1. The caller checked that
-    a block is free."""
+    when no plain one is left; ref_cnt 1. The caller checked that a block is free."""
     c = p.c
     if c[NUM_FREE_STACK] > 0:
         c[NUM_FREE_STACK] -= 1
@@ -143,13 +142,12 @@ def get_new_block(p, owner):
         p.content[b] = 0
         c[EVICTIONS] += 1
     p.ref_cnt[b] = 1
-    p.block_owner[b] = owner
     c[NUM_HELD] += 1
     return b
 
 
 @njit(cache=True)
-def touch(p, b, owner):
+def touch(p, b):
     """A prefix hit takes block b: out of the free queue if it was cached free (its content
     counts as used again), else one more reference (vLLM's touch)."""
     if p.in_lru[b]:
@@ -157,14 +155,13 @@ def touch(p, b, owner):
         p.c[NUM_USED] += p.content[b]
         p.content[b] = 0
         p.ref_cnt[b] = 1
-        p.block_owner[b] = owner
         p.c[NUM_HELD] += 1
     else:
         p.ref_cnt[b] += 1
 
 
 @njit(cache=True)
-def free_blocks(p, cfg, row, seq):
+def free_blocks(p, cfg, row):
     """vLLM's KVCacheManager.free: the row's blocks, tail first, each one reference less;
     those nobody holds go back to the queue, a cached one to the tail, a plain one to the
     front (the first freed is taken first)."""
@@ -177,10 +174,7 @@ def free_blocks(p, cfg, row, seq):
         p.ref_cnt[b] -= 1
         fill = min(max(length - j * bs, 0), bs)
         if p.ref_cnt[b] > 0:
-            if p.block_owner[b] == seq:  # a shared block: the lowest holder left owns it
-                p.block_owner[b] = lowest_holder(p, b, row)
             continue
-        p.block_owner[b] = -1
         p.c[NUM_HELD] -= 1
         p.c[NUM_USED] -= fill
         if p.block_hash[b] != EMPTY:
@@ -195,21 +189,6 @@ def free_blocks(p, cfg, row, seq):
     p.row_num_blocks[row] = 0
     p.row_len[row] = 0
     p.row_num_cached[row] = 0
-
-
-@njit(cache=True)
-def lowest_holder(p, b, leaving):
-    """The lowest request id among the rows (but `leaving`) whose tables hold block b."""
-    best = np.int64(-1)
-    for row in range(p.row_seq.size):
-        s = p.row_seq[row]
-        if row == leaving or s < 0 or (best >= 0 and s >= best):
-            continue
-        for j in range(p.row_num_blocks[row]):
-            if p.block_table[row, j] == b:
-                best = s
-                break
-    return best
 
 
 # ---- prefix hits and slots -----------------------------------------------------------------
@@ -254,7 +233,7 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
     vLLM's cache_blocks: every full block not yet cached is, under its hash."""
     if num_tokens > p.row_num_blocks[row] * cfg.block_size:  # a decode: once a block
         held = p.row_num_blocks[row]
-        if not allocate_new_blocks(p, cfg, row, r, num_tokens):
+        if not allocate_new_blocks(p, cfg, row, num_tokens):
             return False
         held_changed(p, cfg, req, r, held, p.row_num_blocks[row])
     if num_tokens > p.row_len[row]:
@@ -266,7 +245,7 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
 
 
 @njit(cache=True)
-def allocate_new_blocks(p, cfg, row, r, num_tokens):
+def allocate_new_blocks(p, cfg, row, num_tokens):
     """The blocks the row lacks for `num_tokens`, from the free queue; False (none taken)
     when there are not enough free."""
     held = p.row_num_blocks[row]
@@ -274,7 +253,7 @@ def allocate_new_blocks(p, cfg, row, r, num_tokens):
     if need > num_free_blocks(p):
         return False
     for k in range(held, held + need):
-        p.block_table[row, k] = get_new_block(p, r)
+        p.block_table[row, k] = get_new_block(p)
     p.row_num_blocks[row] = held + need
     return True
 
@@ -297,12 +276,12 @@ def cache_blocks(p, cfg, req, row, r, num_tokens):
 
 
 @njit(cache=True)
-def take_hits(p, row, r, hits, num_hits, bs):
+def take_hits(p, row, hits, num_hits, bs):
     """A new row starts from its prefix hits (their hashes from the scratch row)."""
     scratch = p.row_hashes.shape[0] - 1
     for k in range(num_hits):
         b = hits[k]
-        touch(p, b, r)
+        touch(p, b)
         p.block_table[row, k] = b
         p.row_hashes[row, k] = p.row_hashes[scratch, k]
     p.row_num_blocks[row] = num_hits

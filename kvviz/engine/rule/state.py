@@ -85,7 +85,6 @@ class Pool(NamedTuple):
     finished: np.ndarray  # int64: this step's finished requests, in order
     # paged: vLLM's BlockPool (vllm/v1/core/block_pool.py) and per-row block tables
     ref_cnt: np.ndarray  # int32 per block
-    block_owner: np.ndarray  # int64 per block: the holder the BlockMap names (-1 free)
     block_hash: np.ndarray  # uint64 per block (0: none)
     dup_next: np.ndarray  # int32 per block: next block cached under the same hash
     block_end: np.ndarray  # int64 per block: the token position its hash reaches

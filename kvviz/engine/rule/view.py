@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numba import njit
 
 from kvviz.core.admission import Usage
 from kvviz.core.blockmap import FREE, BlockMap
@@ -88,16 +89,20 @@ class PoolView:
         return np.stack([p.row_start[rows] * g, p.row_num_blocks[rows] * g], axis=1)
 
     def _blockmap(self, rows: np.ndarray) -> BlockMap:
-        """Every block's (cell's) state, copied; `rows`: every row holding memory."""
+        """Every block's (cell's) state, copied; `rows`: every row holding memory, in the
+        order that names a shared block's owner (the first row holding it)."""
         p, bs, names = self.src.pool, self.block_size, self._names()
+        seqs = p.row_seq[rows] if names is None else names[p.row_seq[rows]]
         if not self.contiguous:
-            owned = p.block_owner >= 0
-            owner = p.block_owner if names is None else names[np.maximum(p.block_owner, 0)]
+            owner = np.full(self.num_blocks, FREE, np.int32)
+            first_holders(p.block_table, p.row_num_blocks, p.ref_cnt, rows,
+                          seqs.astype(np.int32), owner)
+            owned = p.ref_cnt > 0
             filled = np.where(owned, bs, p.content).astype(np.int32)
             rows = rows[p.row_len[rows] % bs != 0]  # a row's only partly written block: its
             k = p.row_len[rows] // bs  # last (the rule holds ceil(row_len / bs) blocks)
             filled[p.block_table[rows, k]] = p.row_len[rows] - k * bs
-            return BlockMap(owner=np.where(owned, owner, FREE).astype(np.int32), filled=filled,
+            return BlockMap(owner=owner, filled=filled,
                             allocated=np.where(owned, bs, 0).astype(np.int32),
                             refcount=p.ref_cnt.astype(np.int16), cached=p.in_lru.copy(),
                             block_size=bs, bytes_per_token=self.bytes_per_token,
@@ -105,7 +110,6 @@ class PoolView:
         n = self.num_blocks
         owner = np.full(n, FREE, np.int32)
         filled = np.zeros(n, np.int32)
-        seqs = p.row_seq[rows] if names is None else names[p.row_seq[rows]]
         for seq, row in zip(seqs.tolist(), rows.tolist()):
             s, k = int(p.row_start[row]), int(p.row_num_blocks[row])
             owner[s:s + k] = seq
@@ -116,6 +120,21 @@ class PoolView:
                         cached=np.zeros(n, np.bool_), block_size=bs,
                         bytes_per_token=self.bytes_per_token, label=self.label,
                         contiguous=True, buddy=self.placement == "buddy")
+
+
+@njit(cache=True)
+def first_holders(block_table, row_num_blocks, ref_cnt, rows, seqs, owner):
+    """A paged map's owners: each held block (ref_cnt > 0) in the tables of `rows` is owned
+    by the first of them (in that order) whose table holds it, named seqs[i]; `owner` (FREE
+    everywhere) is filled in. O(blocks in the tables), so the step keeps no owner per block.
+    Held and free are the pool's own ref counts, so a table that disagrees with them shows
+    (kvviz/kv/audit_layout.py)."""
+    for i in range(rows.size):
+        row = rows[i]
+        for j in range(row_num_blocks[row]):
+            b = block_table[row, j]
+            if owner[b] == FREE and ref_cnt[b] > 0:
+                owner[b] = seqs[i]
 
 
 class KVView(PoolView):
