@@ -28,14 +28,15 @@ def run(a: argparse.Namespace) -> int:
     say = (lambda _m: None) if a.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     from kvviz.engine.rule import cache_dir
 
-    say(f"kvviz warm: compiling the scheduling rule (cache: {cache_dir()}) ...")
+    say(f"kvviz warm: the scheduling rule: loading it from {cache_dir()}, or compiling it "
+        "there (about a minute, once) ...")
     t0 = time.perf_counter()
     warm_rule()
     say(f"kvviz warm: the scheduling rule is ready ({time.perf_counter() - t0:.1f} s)")
     if importlib.util.find_spec("torch") is None:
         say("kvviz warm: torch is not installed: the CPU attention kernel is skipped")
         return 0
-    say("kvviz warm: compiling the CPU decode-attention kernel ...")
+    say("kvviz warm: the CPU decode-attention kernel: loading or compiling it ...")
     t0 = time.perf_counter()
     warm_kernel()
     say(f"kvviz warm: the CPU decode-attention kernel is ready ({time.perf_counter() - t0:.1f} s)")
