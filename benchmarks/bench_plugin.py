@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +60,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
+    import kvviz.plugin.sampler as sampler_mod
     from kvviz.plugin import vllm_entry
     from kvviz.plugin.sampler import PoolSampler
     from kvviz.reference import vllm_scheduler as ref
@@ -80,6 +82,11 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     freeze_gc_heap()  # as EngineCore does once it is built (vllm/v1/engine/core.py)
     enable_envs_cache()
     k = scheds["on"]._kvviz
+    # the "on" sampler's 4 Hz on its own clock: time spent running the "off" scheduler does
+    # not count (else the first step of every "on" round would sample: ~5-6 Hz of its time)
+    off_time = [0.0]
+    sampler_mod.time = types.SimpleNamespace(time=time.time,
+                                             monotonic=lambda: time.monotonic() - off_time[0])
     spent: list[float] = []
     sample, after = k.sample, PoolSampler.after_schedule
     per_step = [0.0]
@@ -111,6 +118,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
                 max_tokens=prompt, ignore_eos=True), None, block_hasher=hasher))
 
     def step(s, name: str) -> None:
+        t0 = time.monotonic()
         top_up(name, s)
         out = s.schedule()
         ids = list(out.num_scheduled_tokens)
@@ -119,6 +127,8 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
         s.update_from_output(out, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={q: j for j, q in enumerate(ids)},
             sampled_token_ids=sampled))
+        if name == "off":
+            off_time[0] += time.monotonic() - t0
 
     fill = -(-SEQS * prompt // case["max_num_batched_tokens"]) + 2
     for name, s in scheds.items():
@@ -167,7 +177,8 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "pair_cost_pct_quartiles": [q1, q2, q3],
            "gc_us_per_step": {n: 1e6 * v / (steps * rounds) for n, v in gc_s.items()},
            "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
-           "mirror": "watching" if k.mirror.watching else "scanning",
+           "mirror": getattr(k.mirror, "mode", None) or (
+               "watching" if k.mirror.watching else "scanning"),
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
     PoolSampler.after_schedule = after
@@ -179,17 +190,22 @@ def check(s, k, step, steps: int) -> dict:
     """`steps` more steps with a sample at each, every sample compared with vLLM's own state
     read when it was taken: the refcnt / hashed planes with every block's ref_cnt and hash,
     the tables with req_to_blocks, and the step's `partial` events and sampled-token count
-    with the requests' own num_computed_tokens. The pool mirror watches the pool's verbs here
-    whatever it chose in the timed rounds, and its refresh is forced through its full and
-    incremental paths in turn (kvviz/plugin/pool_mirror.py)."""
+    with the requests' own num_computed_tokens. The pool mirror keeps the way it chose in the
+    timed rounds for the first half (deriving, where vLLM's pool allows it: every third
+    refresh a full read instead), then watches the pool's verbs (the way of a pool it cannot
+    derive) for the second, its refresh forced through its full and incremental paths in turn
+    (kvviz/plugin/pool_mirror.py). (The same function checks a tree whose mirror has no
+    deriving way: there it watches throughout.)"""
     import numpy as np
 
     from kvviz.plugin.pool_mirror import PoolMirror
 
     pool, mirror, tables = k.pool, k.mirror, k.mirror.req_to_blocks
-    mirror.refresh()  # current: from here on it watches (a large pool watches already)
-    mirror.watch()
-    ways = [None, True, False]
+    derives = getattr(mirror, "deriving", False)
+    if not derives:
+        mirror.refresh()  # current: from here on it watches (a large pool watches already)
+        mirror.watch()
+    ways = [None, None, True] if derives else [None, True, False]
     mirror.refresh = lambda full=None: PoolMirror.refresh(mirror, ways[len(seen) % 3])
     k.settings.every_steps = 1
     seen, bad, expect = [], [], {}
@@ -204,9 +220,10 @@ def check(s, k, step, steps: int) -> dict:
         for e in msg["events"]:
             if e[1] == "partial":
                 partial.setdefault(e[0], set()).add(e[2])
+        extra = pool.cached_block_hashes_by_block
         ok = (msg["refcnt"].tolist() == [b.ref_cnt for b in pool.blocks]
               and msg["hashed"].astype(bool).tolist() == [
-                  b._block_hash is not None for b in pool.blocks]
+                  b._block_hash is not None or b.block_id in extra for b in pool.blocks]
               and [(q, ids.tolist()) for q, ids in got] == [(q, ids) for q, ids in direct]
               and all(partial.get(st, set()) == want for st, want in expect.items())
               and msg["generated"] == generated[0])
@@ -225,9 +242,18 @@ def check(s, k, step, steps: int) -> dict:
         return out
 
     k.pub.offer, s.schedule = offer, schedule
-    for _ in range(steps):
+    derived = 0
+    for i in range(steps):
+        if derives and i == steps // 2:  # the second half: the watching way
+            derived, fell_back = len(seen), not mirror.deriving
+            PoolMirror.refresh(mirror, True)
+            mirror.watch()
+            ways[:] = [None, True, False]
         step()
-    return {"checked_samples": len(seen), "mismatched_samples": len(bad)}
+    out = {"checked_samples": len(seen), "mismatched_samples": len(bad)}
+    if derives:
+        out.update(derived_samples=derived, mirror_fell_back=fell_back)
+    return out
 
 
 def main() -> None:
