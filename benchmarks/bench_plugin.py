@@ -15,20 +15,25 @@ disturbs less than the wall clock; steps/s are the steps over the sum of the rou
 Process CPU time is the measure because the publisher's thread encodes holding the GIL the
 engine's thread needs; the engine thread's own CPU time (`thread_cost_pct`), the quartiles
 of the per-pair cost and the GC time a step in each kind of round are reported beside it
-(docs/BENCHMARKS.md).
+(docs/BENCHMARKS.md). The "on" sampler's 4 Hz runs on its own clock: the time spent stepping
+the "off" scheduler is taken out of it (else the first step of every "on" round would
+sample, ~5-6 Hz of its own time, as this script did before 2026-12-06).
 Both are built as EngineCore leaves its scheduler: the start-up heap frozen for the GC and
 vLLM's environment cache on.
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
 and on, the throughput cost and the time it adds to a step (hooks and samples), the way the
-pool mirror chose to keep current (scanning or watching; kvviz/plugin/pool_mirror.py), the
-time of the sampler's after-schedule() bookkeeping a step, the median time of one sample, the share
-of the "on" rounds' time spent in samples, and 4 Hz x one sample: the sampling's share of
-any engine's time. Then a check, outside the figures: a few hundred more steps with a sample
-at each, every sample compared with vLLM's own state read at that moment (planes, tables,
-partial events; `mismatched_samples` must be 0). A loop without a model runs more steps a
+pool mirror keeps current (deriving, scanning or watching; kvviz/plugin/pool_mirror.py), the
+time of the sampler's after-schedule() bookkeeping a step, the median time of one sample, the
+share of the "on" rounds' time spent in samples, and 4 Hz x one sample: the sampling's share
+of any engine's time. Then a check, outside the figures: a few hundred more steps with a
+sample at each, every sample compared with vLLM's own state read at that moment (planes,
+tables, partial events; `mismatched_samples` must be 0), the first half in the mirror's own
+way (deriving here), the second half watching. A loop without a model runs more steps a
 second (~280 at 1,000 blocks here) than an engine with one, so the per-step hooks weigh
 more here than in a server: the throughput cost is an upper bound; 4 Hz x one sample is
-what sampling costs whatever the step time.
+what sampling costs whatever the step time. Last, outside the figures and before the check,
+kvviz's own time: the time spent in the sampler's entry points a step, and `own_pct`, that
+against the step time plus 4 Hz x one sample (`own_time`).
 """
 from __future__ import annotations
 
@@ -182,8 +187,71 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
     PoolSampler.after_schedule = after
+    out.update(own_time(k, lambda: step(scheds["on"], "on"), 2 * steps, out))
     return {**out, **check(scheds["on"], k, lambda: step(scheds["on"], "on"),
                            max(50, steps // 2))}
+
+
+ENTRIES = ("arrived_request", "preempted", "finished", "waiting_reached", "before_schedule",
+           "after_schedule")
+
+
+def own_time(k, step, steps: int, out: dict) -> dict:
+    """`steps` more steps of the "on" scheduler alone, outside the figures above, with the time
+    spent in each of the sampler's entry points (what the scheduler subclass calls) summed
+    (perf_counter around each call; the sample inside before_schedule apart): kvviz's own code
+    a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrapper's
+    (one per admission tried; a refused admission asks vLLM's allocate_slots once more:
+    `refusals_per_step`). `own_pct` puts it against the "off" scheduler's step time and adds
+    4 Hz x one sample: the plugin's share of this model-less engine's time."""
+    from kvviz.plugin.sampler import PoolSampler
+
+    acc = dict.fromkeys(ENTRIES, 0.0)
+    spent, asked = [], [0]
+    originals = {name: getattr(PoolSampler, name) for name in ENTRIES}
+    sample, hook = k.sample, k.admission_hook
+
+    def timed(name, fn):
+        def run(self, *a):
+            t0 = time.perf_counter()
+            try:
+                return fn(self, *a)
+            finally:
+                acc[name] += time.perf_counter() - t0
+        return run
+
+    def timed_sample():
+        t0 = time.perf_counter()
+        sample()
+        spent.append(time.perf_counter() - t0)
+
+    refused = [0]
+
+    def counted(request, *a, **kw):
+        asked[0] += 1
+        r = hook(request, *a, **kw)
+        refused[0] += r is None and request.status in k.waiting_status
+        return r
+
+    for name, fn in originals.items():
+        setattr(PoolSampler, name, timed(name, fn))
+    k.sample, k.admission_hook = timed_sample, counted
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        for name, fn in originals.items():
+            setattr(PoolSampler, name, fn)
+        k.sample, k.admission_hook = sample, hook
+    acc["before_schedule"] -= sum(spent)
+    own = 1e6 * sum(acc.values()) / steps
+    sample_ms = 1e3 * statistics.median(spent) if spent else out["sample_ms"]
+    step_us = 1e6 / out["steps_per_s_off"]
+    return {"own_us_per_step": own,
+            "own_us_by_entry": {n: 1e6 * v / steps for n, v in acc.items()},
+            "admissions_tried_per_step": asked[0] / steps,
+            "refusals_per_step": refused[0] / steps,
+            "own_pct": 100 * own / step_us + 0.4 * sample_ms}
 
 
 def check(s, k, step, steps: int) -> dict:
@@ -290,6 +358,8 @@ def main() -> None:
                      f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "
                      f"{r['sample_share_pct']:.2f}% of the loop's time (4 Hz x "
                      f"{r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%); "
+                     f"kvviz's own code {r['own_us_per_step']:.1f} us a step + 4 Hz x one "
+                     f"sample = {r['own_pct']:.2f}% of the off step; "
                      f"{r['checked_samples']} samples checked against vLLM's state, "
                      f"{r['mismatched_samples']} differ")
 

@@ -36,6 +36,7 @@ SHORT = 32  # blocks: a table this short is read whole at each sample, a longer 
 FULL_SHARE = 3  # watching: a full re-read once the ids noted pass num_blocks / FULL_SHARE
 SCAN_SHARE = 0.002  # scanning: a scan past this share of the time between refreshes: watch
 FREED_MAX = 1 << 16  # deriving: freed tables held past this: re-read every free block's hash
+INCR_MIN = 16384  # deriving: a pool this large derives from the tables' changes, not whole
 VERBS = ("get_new_blocks", "free_blocks", "touch", "unpin_blocks", "_insert_block_hash",
          "_remove_cached_block_hashes")
 
@@ -66,6 +67,8 @@ class PoolMirror:
         self._ids = np.empty(0, np.int32)  # the last tables(): all ids, and the uncached tails
         self._tails: list[int] = []
         self._read_at = -1  # self.reads when _ids was read
+        self._delta: tuple = ([], [], [])  # the last tables(): what changed (_derive)
+        self.synced = False  # refcnt / hashed in step with the tables' counted ids
         reset = pool.reset_prefix_cache
 
         def reset_prefix_cache():
@@ -198,6 +201,7 @@ class PoolMirror:
         self.hashed[ids] = [b._block_hash is not None or b.block_id in extra for b in got]
 
     def _read_all(self) -> None:
+        self.synced = False  # the next derivation recounts whole
         pool = self.pool
         blocks = pool.blocks
         self.refcnt[:] = [b.ref_cnt for b in blocks]
@@ -206,7 +210,13 @@ class PoolMirror:
             self.hashed[list(pool.cached_block_hashes_by_block)] = 1
 
     def _derive(self) -> None:
-        """The planes from the tables the last tables() read (the module's docstring)."""
+        """The planes from the tables the last tables() read (the module's docstring): on a
+        pool of INCR_MIN blocks or more, once in step with the tables, from what changed in
+        them since the previous refresh (O(changes) numpy); else recounted whole (O(blocks)
+        numpy)."""
+        if self.synced and self.refcnt.size >= INCR_MIN:
+            self._derive_changes()
+            return
         pool, ids = self.pool, self._ids
         null = pool.null_block
         ref = np.bincount(ids, minlength=self.refcnt.size)
@@ -243,6 +253,51 @@ class PoolMirror:
         ref[null.block_id] = null.ref_cnt
         hashed[null.block_id] = null._block_hash is not None
         self.refcnt[:] = ref
+        self.synced = True
+
+    def _derive_changes(self) -> None:
+        """refcnt += the ids tables gained, -= the ids of tables gone; hashed set for the held
+        positions that may have changed (each table's ids from min(counted, cached) at its
+        last read on: new blocks, and tail blocks cached since); free blocks re-read where a
+        table gone or freed held them."""
+        pool, ref, hashed, ids = self.pool, self.refcnt, self.hashed, self._ids
+        plus, on, minus = self._delta
+        null = pool.null_block.block_id
+        ref[null] = 0
+        gained, lost = ids[plus], _cat(minus)
+        if gained.size:
+            np.add.at(ref, gained, 1)
+        if lost.size:
+            np.add.at(ref, lost, -1)
+        used = int(np.count_nonzero(ref))
+        want = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+        if used != want or pool.cached_block_hashes_by_block or (lost.size and ref.min() < 0):
+            log.warning("kvviz blocks plugin: the pool's references are not its block tables' "
+                        "(%d blocks in tables, %d in use%s); reading the pool itself from now "
+                        "on", used, want, ", extra prefix hashes"
+                        if pool.cached_block_hashes_by_block else "")
+            self._stop_deriving()
+            self._read_all()
+            return
+        freed = self.freed
+        if self.stale:  # tables freed were forgotten: every free block's hash is read
+            again = np.flatnonzero(ref == 0)
+        else:
+            if freed:
+                lost = np.concatenate([lost, np.fromiter(
+                    (b.block_id for lst in freed for b in lst), np.int64)])
+            again = lost[ref[lost] == 0] if lost.size else lost
+        freed.clear()
+        self.stale = False
+        if again.size:
+            blocks = pool.blocks
+            hashed[again] = [blocks[b]._block_hash is not None for b in again.tolist()]
+        if on:
+            hashed[ids[on]] = 1
+        if self._tails:
+            hashed[ids[self._tails]] = 0
+        ref[null] = pool.null_block.ref_cnt
+        hashed[null] = pool.null_block._block_hash is not None
 
     def tables(self, requests, seq_of: dict, max_model_len: int) -> tuple:
         """(seqs, computed, final, lens, blocks): per request holding blocks, in vLLM's order,
@@ -250,10 +305,12 @@ class PoolMirror:
         first read), its num_computed_tokens (0 once vLLM has let go of it), its table's
         length, and all tables' block ids back to back. O(requests + blocks of short tables +
         blocks appended to long ones) Python, then one concatenation. Deriving, it also notes
-        the positions of each table's uncached tail (from num_cached_block)."""
+        the positions of each table's uncached tail (from num_cached_block) and, per table,
+        what changed since its last read (see _derive)."""
         self.reads += 1
         read, known, cached = self.reads, self.known, self.num_cached
         seqs, computed, final, lens, parts, run, tails = [], [], [], [], [], [], []
+        plus, on, minus = [], [], []  # positions counted in / held and hashed; ids out
         at = 0  # position of this table's first id in the concatenation
         for rid, lst in self.req_to_blocks.items():
             n = len(lst)
@@ -262,6 +319,8 @@ class PoolMirror:
             t = known.get(rid)
             req = requests.get(rid)
             if t is None or t.lst is not lst:
+                if t is not None and t.counted:
+                    minus.append(t.counted_ids())
                 t = known[rid] = _Table(lst, seq_of.get(rid, -1), req, max_model_len)
             t.read = read
             seqs.append(t.seq)
@@ -269,47 +328,83 @@ class PoolMirror:
             final.append(t.final)
             lens.append(n)
             c = cached.get(rid, 0)
+            a0, at = at, at + n
             if c < n:
-                tails.extend(range(at + c, at + n))
-            at += n
-            if n <= SHORT:
-                run += [b.block_id for b in lst]
+                tails.extend(range(a0 + c, at))
+            if n <= SHORT:  # read whole, and counted anew
+                ids = [b.block_id for b in lst]
+                run += ids
+                if t.counted:
+                    minus.append(t.counted_ids())
+                plus.extend(range(a0, at))
+                on.extend(range(a0, a0 + c))
+                t.sids, t.ids, t.counted, t.cached = ids, None, n, c
                 continue
             if run:
                 parts.append(np.array(run, np.int32))
                 run = []
-            parts.append(t.grown(n))
+            arr, old = t.grown(n)
+            parts.append(arr)
+            if old is not None:  # read anew: what was counted goes out
+                minus.append(old)
+                t.counted = t.cached = 0
+            lo = min(t.counted, t.cached)  # positions before: counted, and cached then
+            if t.counted < n:
+                plus.extend(range(a0 + t.counted, at))
+            if lo < c:
+                on.extend(range(a0 + lo, a0 + c))
+            t.sids, t.counted, t.cached = None, n, c
         if run:
             parts.append(np.array(run, np.int32))
         if len(known) != len(lens):  # requests that hold no blocks now: forgotten
             for rid in [r for r, t in known.items() if t.read != read]:
-                del known[rid]
+                t = known.pop(rid)
+                if t.counted:
+                    minus.append(t.counted_ids())
         blocks = np.concatenate(parts) if parts else np.empty(0, np.int32)
         self._ids, self._tails, self._read_at = blocks, tails, read
+        self._delta = (plus, on, minus)
         return (np.array(seqs, np.int64), np.array(computed, np.int64),
                 np.array(final, np.int64), np.array(lens, np.int32), blocks)
 
 
+def _cat(parts: list) -> np.ndarray:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return np.empty(0, np.int64)
+    return np.concatenate([np.asarray(p, np.int64) for p in parts])
+
+
 class _Table:
     """One request's block table as last read: its sequence number and final length from the
-    first read, and, once longer than SHORT, its block ids so far (`ids[:done]`). It holds no
-    Request: a finished request is freed where vLLM lets go of it, not in a sample."""
+    first read, and, once longer than SHORT, its block ids so far (`ids[:done]`; a short one's:
+    `sids`); how many of its ids the deriving mirror has counted, and its cached count then.
+    It holds no Request: a finished request is freed where vLLM lets go of it, not in a
+    sample."""
 
-    __slots__ = ("lst", "seq", "final", "read", "ids", "done", "last")
+    __slots__ = ("lst", "seq", "final", "read", "ids", "done", "last", "sids", "counted",
+                 "cached")
 
     def __init__(self, lst: list, seq: int, req, max_model_len: int) -> None:
         self.lst, self.seq, self.read = lst, seq, 0
         self.final = 0 if req is None else min(max_model_len,
                                                req.num_prompt_tokens + req.max_tokens)
         self.ids: np.ndarray | None = None
-        self.done = self.last = 0
+        self.sids: list | None = None
+        self.done = self.last = self.counted = self.cached = 0
 
-    def grown(self, n: int) -> np.ndarray:
+    def counted_ids(self):
+        return self.sids[:self.counted] if self.sids is not None else self.ids[:self.counted]
+
+    def grown(self, n: int) -> tuple[np.ndarray, np.ndarray | list | None]:
         """The table's n block ids, read on from where the last read stopped (a table only
         grows while its request holds it; a shorter one, or one whose last block read has
-        changed, is read anew)."""
+        changed, is read anew: then also the ids counted before, if any)."""
         lst, k = self.lst, self.done
+        old = None
         if self.ids is None or k > n or lst[k - 1].block_id != self.last:
+            if self.counted:
+                old = self.counted_ids()
             self.ids = np.empty(max(64, 2 * n), np.int32)
             self.ids[:n] = [b.block_id for b in lst]
         elif k < n:
@@ -317,4 +412,4 @@ class _Table:
                 self.ids = np.concatenate([self.ids[:k], np.empty(2 * n - k, np.int32)])
             self.ids[k:n] = [b.block_id for b in lst[k:n]]
         self.done, self.last = n, lst[n - 1].block_id
-        return self.ids[:n]
+        return self.ids[:n], old

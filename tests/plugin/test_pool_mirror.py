@@ -301,10 +301,15 @@ def manage(rng: random.Random, mgr: Manager, steps: int) -> None:
             assert mgr.pool.reset_prefix_cache()
 
 
+@pytest.mark.parametrize("changes", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed):
+def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, monkeypatch):
     """Refcounts from the tables, hashes of held blocks from num_cached_block, free blocks
-    re-read only where they were held at the last refresh or in a table freed since."""
+    re-read only where they were held at the last refresh or in a table freed since; recounted
+    whole at each refresh, or (a large pool's way) from what the tables gained and lost."""
+    if changes:
+        monkeypatch.setattr(pool_mirror, "INCR_MIN", 0)
+        monkeypatch.setattr(pool_mirror, "SHORT", 3)  # long tables too: read on as they grow
     rng, pool = random.Random(seed), Pool(64)
     mirror: list[PoolMirror] = []
     mgr = Manager(pool, lambda: mirror[0])
@@ -319,6 +324,7 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed):
         m.refresh()
         assert m.mode == "deriving"
         assert mirrored(m) == full_read(pool)
+        assert m.synced
     assert not reads and resets  # no block read whole, and the resets were seen
     assert not vars(pool).keys() & set(pool_mirror.VERBS)  # no verb wrapped
 
