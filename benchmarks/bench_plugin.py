@@ -187,7 +187,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
     PoolSampler.after_schedule = after
-    out.update(own_time(k, lambda: step(scheds["on"], "on"), 2 * steps, out))
+    out.update(own_time(k, lambda: step(scheds["on"], "on"), 4 * steps, out))
     return {**out, **check(scheds["on"], k, lambda: step(scheds["on"], "on"),
                            max(50, steps // 2))}
 
@@ -197,35 +197,38 @@ ENTRIES = ("arrived_request", "preempted", "finished", "waiting_reached", "befor
 
 
 def own_time(k, step, steps: int, out: dict) -> dict:
-    """`steps` more steps of the "on" scheduler alone, outside the figures above, with the time
-    spent in each of the sampler's entry points (what the scheduler subclass calls) summed
-    (perf_counter around each call; the sample inside before_schedule apart): kvviz's own code
+    """`steps` more steps of the "on" scheduler alone, outside the figures above, timing each
+    call of the sampler's entry points (what the scheduler subclass calls): kvviz's own code
     a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrapper's
     (one per admission tried; a refused admission asks vLLM's allocate_slots once more:
-    `refusals_per_step`). `own_pct` puts it against the "off" scheduler's step time and adds
-    4 Hz x one sample: the plugin's share of this model-less engine's time."""
+    `refusals_per_step`). Per entry, the median call (perf_counter: a call that the machine's
+    other work preempted is an outlier, not a cost) times the calls a step; a sample, its
+    median in this thread's CPU time. `own_pct` puts the entries against the "off"
+    scheduler's step time and adds 4 Hz x one sample: the plugin's share of this model-less
+    engine's time (`own_us_mean_per_step`: the entries' plain mean, preemptions included)."""
     from kvviz.plugin.sampler import PoolSampler
 
-    acc = dict.fromkeys(ENTRIES, 0.0)
-    spent, asked = [], [0]
+    durs: dict = {name: [] for name in ENTRIES}
+    spent, cpu, asked, refused = [], [], [0], [0]
     originals = {name: getattr(PoolSampler, name) for name in ENTRIES}
     sample, hook = k.sample, k.admission_hook
 
     def timed(name, fn):
         def run(self, *a):
+            n = len(spent)
             t0 = time.perf_counter()
             try:
                 return fn(self, *a)
             finally:
-                acc[name] += time.perf_counter() - t0
+                if len(spent) == n:  # a before_schedule that sampled: the sample apart
+                    durs[name].append(time.perf_counter() - t0)
         return run
 
     def timed_sample():
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         sample()
         spent.append(time.perf_counter() - t0)
-
-    refused = [0]
+        cpu.append(time.thread_time() - c0)
 
     def counted(request, *a, **kw):
         asked[0] += 1
@@ -243,12 +246,13 @@ def own_time(k, step, steps: int, out: dict) -> dict:
         for name, fn in originals.items():
             setattr(PoolSampler, name, fn)
         k.sample, k.admission_hook = sample, hook
-    acc["before_schedule"] -= sum(spent)
-    own = 1e6 * sum(acc.values()) / steps
-    sample_ms = 1e3 * statistics.median(spent) if spent else out["sample_ms"]
+    by = {n: 1e6 * statistics.median(d) * len(d) / steps if d else 0.0 for n, d in durs.items()}
+    own = sum(by.values())
+    sample_ms = 1e3 * statistics.median(cpu) if cpu else out["sample_ms"]
     step_us = 1e6 / out["steps_per_s_off"]
-    return {"own_us_per_step": own,
-            "own_us_by_entry": {n: 1e6 * v / steps for n, v in acc.items()},
+    return {"own_us_per_step": own, "own_us_by_entry": by,
+            "own_us_mean_per_step": 1e6 * sum(map(sum, durs.values())) / steps,
+            "own_samples": len(cpu), "sample_cpu_ms": sample_ms,
             "admissions_tried_per_step": asked[0] / steps,
             "refusals_per_step": refused[0] / steps,
             "own_pct": 100 * own / step_us + 0.4 * sample_ms}
@@ -258,17 +262,20 @@ def check(s, k, step, steps: int) -> dict:
     """`steps` more steps with a sample at each, every sample compared with vLLM's own state
     read when it was taken: the refcnt / hashed planes with every block's ref_cnt and hash,
     the tables with req_to_blocks, and the step's `partial` events and sampled-token count
-    with the requests' own num_computed_tokens. The pool mirror keeps the way it chose in the
-    timed rounds for the first half (deriving, where vLLM's pool allows it: every third
-    refresh a full read instead), then watches the pool's verbs (the way of a pool it cannot
-    derive) for the second, its refresh forced through its full and incremental paths in turn
-    (kvviz/plugin/pool_mirror.py). (The same function checks a tree whose mirror has no
-    deriving way: there it watches throughout.)"""
+    with the requests' own num_computed_tokens. The pool mirror derives for the first half,
+    where vLLM's pool allows it, whatever it chose in the timed rounds (a small pool scans
+    there; every third refresh a full read instead), then watches the pool's verbs (the way
+    of a pool it cannot derive) for the second, its refresh forced through its full and
+    incremental paths in turn (kvviz/plugin/pool_mirror.py). (The same function checks a
+    tree whose mirror has no deriving way: there it watches throughout.)"""
     import numpy as np
 
     from kvviz.plugin.pool_mirror import PoolMirror
 
     pool, mirror, tables = k.pool, k.mirror, k.mirror.req_to_blocks
+    if getattr(mirror, "can_derive", False) and not mirror.deriving:  # a small pool scans:
+        PoolMirror.refresh(mirror, True)  # its deriving way is checked all the same
+        mirror.start_deriving()
     derives = getattr(mirror, "deriving", False)
     if not derives:
         mirror.refresh()  # current: from here on it watches (a large pool watches already)
@@ -358,8 +365,8 @@ def main() -> None:
                      f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "
                      f"{r['sample_share_pct']:.2f}% of the loop's time (4 Hz x "
                      f"{r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%); "
-                     f"kvviz's own code {r['own_us_per_step']:.1f} us a step + 4 Hz x one "
-                     f"sample = {r['own_pct']:.2f}% of the off step; "
+                     f"kvviz's own code {r['own_us_per_step']:.1f} us a step + 4 Hz x "
+                     f"{r['sample_cpu_ms']:.2f} ms = {r['own_pct']:.2f}% of the off step; "
                      f"{r['checked_samples']} samples checked against vLLM's state, "
                      f"{r['mismatched_samples']} differ")
 

@@ -10,19 +10,23 @@ Three ways to keep `refcnt` and `hashed` current:
   hash, and only prefix-hashed blocks are shared); a free block's hash changes only while it is
   held (`cache_full_blocks`) or when `get_new_blocks` hands it out again (then it is held), so
   the free blocks re-read are those held at the previous refresh and those of the tables vLLM
-  freed since (`note_freed`, from the scheduler's `_free_request_blocks`). No pool verb is
-  wrapped. Each refresh checks the derived planes against vLLM's own free-block count; a
-  difference (a reference held outside the tables) logs one line and the mirror reads the pool
-  itself from then on (scanning, then watching);
+  freed since (`note_freed`: the sampler's finish and preemption hooks, before vLLM frees
+  the table). No pool verb is wrapped. Once in step, the planes move by what the tables
+  gained and lost since the previous refresh (each _Table remembers what of it was counted);
+  the first derivation, and any after a full read, recounts whole. Each refresh checks the
+  derived planes against vLLM's own free-block count; a difference (a reference held outside
+  the tables) logs one line and the mirror reads the pool itself from then on (scanning, then
+  watching);
 - scanning: each refresh re-reads every block (O(blocks) Python, ~0.09 ms per 1,000 blocks);
 - watching: the pool's mutating verbs (get_new_blocks, free_blocks, touch, unpin_blocks, the
   hash insert / remove) are wrapped on the pool instance to note the ids of the blocks they
   touch, and a refresh re-reads those (a call layer on every verb).
-Where deriving does not apply, the mirror scans and turns to watching, for good, the first
-time a scan costs more CPU time than SCAN_SHARE of the time since the previous refresh (the
-first scan has none to compare with). While watching, a refresh that finds more ids noted than
-num_blocks / FULL_SHARE re-reads the whole pool instead. A prefix-cache reset is always
-watched (one call, rare): it is a sample's cue.
+The mirror starts scanning and, the first time a scan costs more CPU time than SCAN_SHARE of
+the time since the previous refresh (the first scan has none to compare with), turns for good
+to deriving where the pool allows it, else to watching: a small pool is scanned (cheaper than
+the tables' bookkeeping), a large one derived. While watching, a refresh that finds more ids
+noted than num_blocks / FULL_SHARE re-reads the whole pool instead. A prefix-cache reset is
+always watched (one call, rare): it is a sample's cue.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ SHORT = 32  # blocks: a table this short is read whole at each sample, a longer 
 FULL_SHARE = 3  # watching: a full re-read once the ids noted pass num_blocks / FULL_SHARE
 SCAN_SHARE = 0.002  # scanning: a scan past this share of the time between refreshes: watch
 FREED_MAX = 1 << 16  # deriving: freed tables held past this: re-read every free block's hash
-INCR_MIN = 16384  # deriving: a pool this large derives from the tables' changes, not whole
+INCR_MIN = 0  # deriving: a pool this large derives from the tables' changes, not whole
 VERBS = ("get_new_blocks", "free_blocks", "touch", "unpin_blocks", "_insert_block_hash",
          "_remove_cached_block_hashes")
 
@@ -59,8 +63,8 @@ class PoolMirror:
         self.cap = 4 * n + 4096  # ids noted past this: a full re-read is due (memory bound)
         self.stale = False
         self.watching = False
-        self.deriving = derive
-        self.freed: list | None = [] if derive else None  # tables vLLM freed since a refresh
+        self.can_derive, self.deriving = derive, False
+        self.freed: list | None = None  # deriving: tables vLLM freed since a refresh
         self.last_refresh: float | None = None  # none yet: the first scan cannot compare
         self.known: dict[str, _Table] = {}  # request id -> its table as last read
         self.reads = 0
@@ -86,7 +90,7 @@ class PoolMirror:
         return "deriving" if self.deriving else "watching" if self.watching else "scanning"
 
     def note_freed(self, request_id: str) -> None:
-        """vLLM is about to free this request's table (Scheduler._free_request_blocks)."""
+        """vLLM is about to free this request's table (a finish or a preemption)."""
         lst = self.req_to_blocks.get(request_id)
         if lst:
             self.freed.append(lst)
@@ -138,8 +142,13 @@ class PoolMirror:
         self.hooks.update(wrapped)
         self.watching = True
 
+    def start_deriving(self) -> None:
+        """Derive from the tables from now on; the mirror must be current when this is called
+        (after a full refresh, before the pool moves again)."""
+        self.deriving, self.freed, self.synced, self.stale = True, [], False, False
+
     def _stop_deriving(self) -> None:
-        self.deriving = False
+        self.deriving = self.can_derive = False
         self.freed = None
 
     def unhook(self) -> None:
@@ -178,7 +187,10 @@ class PoolMirror:
             cost = time.thread_time() - c0
             last = self.last_refresh
             if last is not None and cost > SCAN_SHARE * (t0 - last):
-                self.watch()
+                if self.can_derive:
+                    self.start_deriving()
+                else:
+                    self.watch()
             self.last_refresh = t0
             return
         dirty = self.dirty
@@ -309,6 +321,7 @@ class PoolMirror:
         what changed since its last read (see _derive)."""
         self.reads += 1
         read, known, cached = self.reads, self.known, self.num_cached
+        track = self.deriving  # else: no tails, no changes noted
         seqs, computed, final, lens, parts, run, tails = [], [], [], [], [], [], []
         plus, on, minus = [], [], []  # positions counted in / held and hashed; ids out
         at = 0  # position of this table's first id in the concatenation
@@ -327,6 +340,15 @@ class PoolMirror:
             computed.append(0 if req is None else req.num_computed_tokens)
             final.append(t.final)
             lens.append(n)
+            if not track:
+                if n <= SHORT:
+                    run += [b.block_id for b in lst]
+                    continue
+                if run:
+                    parts.append(np.array(run, np.int32))
+                    run = []
+                parts.append(t.grown(n)[0])
+                continue
             c = cached.get(rid, 0)
             a0, at = at, at + n
             if c < n:

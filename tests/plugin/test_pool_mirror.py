@@ -308,14 +308,16 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, mo
     re-read only where they were held at the last refresh or in a table freed since; recounted
     whole at each refresh, or (a large pool's way) from what the tables gained and lost."""
     if changes:
-        monkeypatch.setattr(pool_mirror, "INCR_MIN", 0)
         monkeypatch.setattr(pool_mirror, "SHORT", 3)  # long tables too: read on as they grow
+    else:
+        monkeypatch.setattr(pool_mirror, "INCR_MIN", 1 << 30)  # recounted whole every time
     rng, pool = random.Random(seed), Pool(64)
     mirror: list[PoolMirror] = []
     mgr = Manager(pool, lambda: mirror[0])
     resets = []
     m = PoolMirror(pool, mgr, lambda: resets.append(1), derive=True)
     mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
     reads = []
     m._read_all = lambda f=m._read_all: (reads.append(1), f())[1]  # counted
     for _ in range(150):
@@ -335,6 +337,7 @@ def test_a_reference_outside_the_tables_turns_the_mirror_to_reading_the_pool(cap
     mgr = Manager(pool, lambda: mirror[0])
     m = PoolMirror(pool, mgr, lambda: None, derive=True)
     mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
     manage(rng, mgr, 30)
     m.tables({}, {}, max_model_len=1000)
     m.refresh()
@@ -360,9 +363,34 @@ def test_a_deriving_refresh_without_tables_read_reads_the_pool():
     mgr = Manager(pool, lambda: mirror[0])
     m = PoolMirror(pool, mgr, lambda: None, derive=True)
     mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
     m.tables({}, {}, max_model_len=1000)
     m.refresh()
     for _ in range(5):
         manage(rng, mgr, 20)
         m.refresh()  # no tables read since the last refresh: the pool read whole
+        assert m.mode == "deriving" and mirrored(m) == full_read(pool)
+
+
+def test_a_derivable_mirror_scans_until_a_scan_costs_more_than_its_share_then_derives(
+        monkeypatch):
+    rng, pool = random.Random(4), Pool(48)
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    m = PoolMirror(pool, mgr, lambda: None, derive=True)
+    mirror.append(m)
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", float("inf"))
+    for _ in range(5):
+        manage(rng, mgr, 10)
+        m.tables({}, {}, max_model_len=1000)
+        m.refresh()
+        assert m.mode == "scanning" and m.freed is None and mirrored(m) == full_read(pool)
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", 0.0)
+    m.tables({}, {}, max_model_len=1000)
+    m.refresh()
+    assert m.mode == "deriving" and not vars(pool).keys() & set(pool_mirror.VERBS)
+    for _ in range(30):
+        manage(rng, mgr, rng.randint(0, 12))
+        m.tables({}, {}, max_model_len=1000)
+        m.refresh()
         assert m.mode == "deriving" and mirrored(m) == full_read(pool)
