@@ -15,20 +15,25 @@ disturbs less than the wall clock; steps/s are the steps over the sum of the rou
 Process CPU time is the measure because the publisher's thread encodes holding the GIL the
 engine's thread needs; the engine thread's own CPU time (`thread_cost_pct`), the quartiles
 of the per-pair cost and the GC time a step in each kind of round are reported beside it
-(docs/BENCHMARKS.md).
+(docs/BENCHMARKS.md). The "on" sampler's 4 Hz runs on its own clock: the time spent stepping
+the "off" scheduler is taken out of it (else the first step of every "on" round would
+sample, ~5-6 Hz of its own time, as this script did before 2026-12-06).
 Both are built as EngineCore leaves its scheduler: the start-up heap frozen for the GC and
 vLLM's environment cache on.
 Reported per pool size (1,000 and 200,000 blocks; --quick: 1,000 and 20,000): steps/s off
 and on, the throughput cost and the time it adds to a step (hooks and samples), the way the
-pool mirror chose to keep current (scanning or watching; kvviz/plugin/pool_mirror.py), the
-time of the sampler's after-schedule() bookkeeping a step, the median time of one sample, the share
-of the "on" rounds' time spent in samples, and 4 Hz x one sample: the sampling's share of
-any engine's time. Then a check, outside the figures: a few hundred more steps with a sample
-at each, every sample compared with vLLM's own state read at that moment (planes, tables,
-partial events; `mismatched_samples` must be 0). A loop without a model runs more steps a
+pool mirror keeps current (deriving, scanning or watching; kvviz/plugin/pool_mirror.py), the
+time of the sampler's after-schedule() bookkeeping a step, the median time of one sample, the
+share of the "on" rounds' time spent in samples, and 4 Hz x one sample: the sampling's share
+of any engine's time. Then a check, outside the figures: a few hundred more steps with a
+sample at each, every sample compared with vLLM's own state read at that moment (planes,
+tables, partial events; `mismatched_samples` must be 0), the first half in the mirror's own
+way (deriving here), the second half watching. A loop without a model runs more steps a
 second (~280 at 1,000 blocks here) than an engine with one, so the per-step hooks weigh
 more here than in a server: the throughput cost is an upper bound; 4 Hz x one sample is
-what sampling costs whatever the step time.
+what sampling costs whatever the step time. Last, outside the figures and before the check,
+kvviz's own time: the time spent in the sampler's entry points a step, and `own_pct`, that
+against the step time plus 4 Hz x one sample (`own_time`).
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +65,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
+    import kvviz.plugin.sampler as sampler_mod
     from kvviz.plugin import vllm_entry
     from kvviz.plugin.sampler import PoolSampler
     from kvviz.reference import vllm_scheduler as ref
@@ -80,6 +87,11 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
     freeze_gc_heap()  # as EngineCore does once it is built (vllm/v1/engine/core.py)
     enable_envs_cache()
     k = scheds["on"]._kvviz
+    # the "on" sampler's 4 Hz on its own clock: time spent running the "off" scheduler does
+    # not count (else the first step of every "on" round would sample: ~5-6 Hz of its time)
+    off_time = [0.0]
+    sampler_mod.time = types.SimpleNamespace(time=time.time,
+                                             monotonic=lambda: time.monotonic() - off_time[0])
     spent: list[float] = []
     sample, after = k.sample, PoolSampler.after_schedule
     per_step = [0.0]
@@ -111,6 +123,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
                 max_tokens=prompt, ignore_eos=True), None, block_hasher=hasher))
 
     def step(s, name: str) -> None:
+        t0 = time.monotonic()
         top_up(name, s)
         out = s.schedule()
         ids = list(out.num_scheduled_tokens)
@@ -119,6 +132,8 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
         s.update_from_output(out, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={q: j for j, q in enumerate(ids)},
             sampled_token_ids=sampled))
+        if name == "off":
+            off_time[0] += time.monotonic() - t0
 
     fill = -(-SEQS * prompt // case["max_num_batched_tokens"]) + 2
     for name, s in scheds.items():
@@ -167,29 +182,105 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "pair_cost_pct_quartiles": [q1, q2, q3],
            "gc_us_per_step": {n: 1e6 * v / (steps * rounds) for n, v in gc_s.items()},
            "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
-           "mirror": "watching" if k.mirror.watching else "scanning",
+           "mirror": getattr(k.mirror, "mode", None) or (
+               "watching" if k.mirror.watching else "scanning"),
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
     PoolSampler.after_schedule = after
+    out.update(own_time(k, lambda: step(scheds["on"], "on"), 4 * steps, out))
     return {**out, **check(scheds["on"], k, lambda: step(scheds["on"], "on"),
                            max(50, steps // 2))}
+
+
+ENTRIES = ("arrived_request", "preempted", "finished", "waiting_reached", "before_schedule",
+           "after_schedule")
+
+
+def own_time(k, step, steps: int, out: dict) -> dict:
+    """`steps` more steps of the "on" scheduler alone, outside the figures above, timing each
+    call of the sampler's entry points (what the scheduler subclass calls): kvviz's own code
+    a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrapper's
+    (one per admission tried; a refused admission asks vLLM's allocate_slots once more:
+    `refusals_per_step`). Per entry, the median call (perf_counter: a call that the machine's
+    other work preempted is an outlier, not a cost) times the calls a step; a sample, its
+    median in this thread's CPU time. `own_pct` puts the entries against the "off"
+    scheduler's step time and adds 4 Hz x one sample: the plugin's share of this model-less
+    engine's time (`own_us_mean_per_step`: the entries' plain mean, preemptions included)."""
+    from kvviz.plugin.sampler import PoolSampler
+
+    durs: dict = {name: [] for name in ENTRIES}
+    spent, cpu, asked, refused = [], [], [0], [0]
+    originals = {name: getattr(PoolSampler, name) for name in ENTRIES}
+    sample, hook = k.sample, k.admission_hook
+
+    def timed(name, fn):
+        def run(self, *a):
+            n = len(spent)
+            t0 = time.perf_counter()
+            try:
+                return fn(self, *a)
+            finally:
+                if len(spent) == n:  # a before_schedule that sampled: the sample apart
+                    durs[name].append(time.perf_counter() - t0)
+        return run
+
+    def timed_sample():
+        c0, t0 = time.thread_time(), time.perf_counter()
+        sample()
+        spent.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
+
+    def counted(request, *a, **kw):
+        asked[0] += 1
+        r = hook(request, *a, **kw)
+        refused[0] += r is None and request.status in k.waiting_status
+        return r
+
+    for name, fn in originals.items():
+        setattr(PoolSampler, name, timed(name, fn))
+    k.sample, k.admission_hook = timed_sample, counted
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        for name, fn in originals.items():
+            setattr(PoolSampler, name, fn)
+        k.sample, k.admission_hook = sample, hook
+    by = {n: 1e6 * statistics.median(d) * len(d) / steps if d else 0.0 for n, d in durs.items()}
+    own = sum(by.values())
+    sample_ms = 1e3 * statistics.median(cpu) if cpu else out["sample_ms"]
+    step_us = 1e6 / out["steps_per_s_off"]
+    return {"own_us_per_step": own, "own_us_by_entry": by,
+            "own_us_mean_per_step": 1e6 * sum(map(sum, durs.values())) / steps,
+            "own_samples": len(cpu), "sample_cpu_ms": sample_ms,
+            "admissions_tried_per_step": asked[0] / steps,
+            "refusals_per_step": refused[0] / steps,
+            "own_pct": 100 * own / step_us + 0.4 * sample_ms}
 
 
 def check(s, k, step, steps: int) -> dict:
     """`steps` more steps with a sample at each, every sample compared with vLLM's own state
     read when it was taken: the refcnt / hashed planes with every block's ref_cnt and hash,
     the tables with req_to_blocks, and the step's `partial` events and sampled-token count
-    with the requests' own num_computed_tokens. The pool mirror watches the pool's verbs here
-    whatever it chose in the timed rounds, and its refresh is forced through its full and
-    incremental paths in turn (kvviz/plugin/pool_mirror.py)."""
+    with the requests' own num_computed_tokens. The pool mirror derives for the first half,
+    where vLLM's pool allows it, whatever it chose in the timed rounds (a small pool scans
+    there; every third refresh a full read instead), then watches the pool's verbs (the way
+    of a pool it cannot derive) for the second, its refresh forced through its full and
+    incremental paths in turn (kvviz/plugin/pool_mirror.py). (The same function checks a
+    tree whose mirror has no deriving way: there it watches throughout.)"""
     import numpy as np
 
     from kvviz.plugin.pool_mirror import PoolMirror
 
     pool, mirror, tables = k.pool, k.mirror, k.mirror.req_to_blocks
-    mirror.refresh()  # current: from here on it watches (a large pool watches already)
-    mirror.watch()
-    ways = [None, True, False]
+    if getattr(mirror, "can_derive", False) and not mirror.deriving:  # a small pool scans:
+        PoolMirror.refresh(mirror, True)  # its deriving way is checked all the same
+        mirror.start_deriving()
+    derives = getattr(mirror, "deriving", False)
+    if not derives:
+        mirror.refresh()  # current: from here on it watches (a large pool watches already)
+        mirror.watch()
+    ways = [None, None, True] if derives else [None, True, False]
     mirror.refresh = lambda full=None: PoolMirror.refresh(mirror, ways[len(seen) % 3])
     k.settings.every_steps = 1
     seen, bad, expect = [], [], {}
@@ -204,9 +295,10 @@ def check(s, k, step, steps: int) -> dict:
         for e in msg["events"]:
             if e[1] == "partial":
                 partial.setdefault(e[0], set()).add(e[2])
+        extra = pool.cached_block_hashes_by_block
         ok = (msg["refcnt"].tolist() == [b.ref_cnt for b in pool.blocks]
               and msg["hashed"].astype(bool).tolist() == [
-                  b._block_hash is not None for b in pool.blocks]
+                  b._block_hash is not None or b.block_id in extra for b in pool.blocks]
               and [(q, ids.tolist()) for q, ids in got] == [(q, ids) for q, ids in direct]
               and all(partial.get(st, set()) == want for st, want in expect.items())
               and msg["generated"] == generated[0])
@@ -225,9 +317,18 @@ def check(s, k, step, steps: int) -> dict:
         return out
 
     k.pub.offer, s.schedule = offer, schedule
-    for _ in range(steps):
+    derived = 0
+    for i in range(steps):
+        if derives and i == steps // 2:  # the second half: the watching way
+            derived, fell_back = len(seen), not mirror.deriving
+            PoolMirror.refresh(mirror, True)
+            mirror.watch()
+            ways[:] = [None, True, False]
         step()
-    return {"checked_samples": len(seen), "mismatched_samples": len(bad)}
+    out = {"checked_samples": len(seen), "mismatched_samples": len(bad)}
+    if derives:
+        out.update(derived_samples=derived, mirror_fell_back=fell_back)
+    return out
 
 
 def main() -> None:
@@ -264,6 +365,8 @@ def main() -> None:
                      f"{r['samples']} samples, {r['sample_ms']:.2f} ms each, "
                      f"{r['sample_share_pct']:.2f}% of the loop's time (4 Hz x "
                      f"{r['sample_ms']:.2f} ms = {0.4 * r['sample_ms']:.2f}%); "
+                     f"kvviz's own code {r['own_us_per_step']:.1f} us a step + 4 Hz x "
+                     f"{r['sample_cpu_ms']:.2f} ms = {r['own_pct']:.2f}% of the off step; "
                      f"{r['checked_samples']} samples checked against vLLM's state, "
                      f"{r['mismatched_samples']} differ")
 

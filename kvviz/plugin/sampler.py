@@ -10,8 +10,10 @@ before the counter moves, and after the last update when the scheduler runs dry:
 labelled S reflects exactly the events labelled <= S, as docs/FORMAT.md asks.
 
 Cost. Every step: O(admissions + requests not scheduled or still in prefill) Python after
-schedule(), and a call layer on each allocate_slots. Every sample (4 Hz): the pool mirror's
-refresh and tables, and O(running + waiting) Python for the queues.
+schedule(), a call layer on each allocate_slots of an admission, and a few attribute reads per
+arrival, finish and preemption (an arrival's hash chain is kept as vLLM's bytes, joined, and
+converted for the wire at the sample). Every sample (4 Hz): the pool mirror's tables and
+refresh, and O(running + waiting) Python for the queues.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ class PoolSampler:
         self.events: list[tuple] = []  # rows as tuples: the GC stops tracking a tuple of
         # scalars, so rows held until the next sample are not traversed by every collection
         self.generated = 0  # tokens sampled so far: steps a live request sampled in
-        self.arrived: list[tuple] = []
+        self.arrived: list[tuple] = []  # as the wire has them (carried past a full queue)
+        self.raw_arrived: list[tuple] = []  # hash chains as vLLM's bytes, joined
         self.done: list[tuple] = []
         self.admits: dict[str, int] = {}  # this step's admissions -> free blocks after
         self.failed: tuple | None = None  # this step's refused head: (rid, need, free)
@@ -76,8 +79,8 @@ class PoolSampler:
         self.last_step = -1
         self.disabled = False
         self.waiting_status = host["waiting_status"]
-        self.mirror = PoolMirror(self.pool, coord.single_type_managers[0].req_to_blocks,
-                                 self._after_reset)
+        self.mirror = PoolMirror(self.pool, coord.single_type_managers[0], self._after_reset,
+                                 derive=host.get("derive", False))
         self._hook(kvm, coord)
 
     def _after_reset(self) -> None:
@@ -87,7 +90,10 @@ class PoolSampler:
     def _hook(self, kvm, coord) -> None:
         """Builds the allocate_slots wrapper that `waiting_reached` installs: schedule() calls
         allocate_slots once per running request first (left unwrapped: a call layer each),
-        then once per admission it tries."""
+        then once per admission it tries. A refused admission is asked again with
+        get_num_blocks_to_allocate wrapped, to learn what it needed: allocate_slots changes
+        nothing before it refuses (vLLM 0.32; at most one refusal a step, which ends the
+        admissions), so the second answer is the first one's."""
         pool = self.pool
         allocate, count = kvm.allocate_slots, coord.get_num_blocks_to_allocate
         last_count = [0]
@@ -98,29 +104,35 @@ class PoolSampler:
             return n
 
         def allocate_slots(request, *a, **kw):
-            if request.status not in waiting:  # a running request: vLLM's call, untouched
-                return allocate(request, *a, **kw)
-            # an admission: what it needed is what get_num_blocks_to_allocate answered last
-            coord.get_num_blocks_to_allocate = get_num_blocks_to_allocate
-            try:
-                out = allocate(request, *a, **kw)
-            finally:
-                del coord.get_num_blocks_to_allocate  # the class's method again
-            free_now = pool.get_num_free_blocks()
-            if out is None:
-                self.failed = (request.request_id, last_count[0], free_now)
-            else:
-                self.admits[request.request_id] = free_now
+            out = allocate(request, *a, **kw)
+            if request.status in waiting:  # an admission (not a running request's call)
+                free_now = pool.get_num_free_blocks()
+                if out is None and self.reask:
+                    coord.get_num_blocks_to_allocate = get_num_blocks_to_allocate
+                    try:
+                        out = allocate(request, *a, **kw)
+                    finally:
+                        del coord.get_num_blocks_to_allocate  # the class's method again
+                    if out is not None:  # cannot be (see above); vLLM's second answer
+                        self.reask = False  # stands, and it is not asked twice again
+                        log.warning("kvviz blocks plugin: vLLM admitted a request it had "
+                                    "refused when asked again; refusals' needs are "
+                                    "estimated from now on")
+                        free_now = pool.get_num_free_blocks()
+                if out is None:
+                    need = last_count[0] if self.reask else -(-request.num_tokens // self.B)
+                    self.failed = (request.request_id, need, free_now)
+                else:
+                    self.admits[request.request_id] = free_now
             return out
 
-        self.kvm, self.admission_hook, self.hooked = kvm, allocate_slots, False
+        self.kvm, self.admission_hook, self.hooked, self.reask = kvm, allocate_slots, False, True
 
     def waiting_reached(self) -> None:
         """schedule() has reached its waiting queue: its allocate_slots calls are admissions
-        from here to the end of the step (after_schedule takes the wrapper off)."""
-        if not self.hooked:
-            self.kvm.allocate_slots = self.admission_hook
-            self.hooked = True
+        from here to the end of the step (after_schedule takes the wrappers off)."""
+        self.kvm.allocate_slots = self.admission_hook
+        self.hooked = True
 
     def _unhook_admissions(self) -> None:
         """The class's allocate_slots again. Set and deleted as an attribute, never through
@@ -143,18 +155,25 @@ class PoolSampler:
             return  # a streaming session's next chunk: the same request
         seq = self.seq_of[rid] = self.next_seq
         self.next_seq += 1
-        hashes = self.host["hashes"](request.block_hashes)
-        self.arrived.append((seq, rid, self.sched.current_step + 1, request.num_prompt_tokens,
-                             request.max_tokens, hashes[0], hashes[1]))
+        hs = request.block_hashes  # vLLM's own bytes, joined; the wire's form at the sample
+        self.raw_arrived.append((seq, rid, self.sched.current_step + 1,
+                                 request.num_prompt_tokens, request.max_tokens, b"".join(hs),
+                                 len(hs[0]) if hs else 8))
 
     def preempted(self, request) -> None:
+        """Called before vLLM frees the victim's table (the mirror notes it)."""
+        if self.mirror.freed is not None:
+            self.mirror.note_freed(request.request_id)
         seq = self.seq_of.get(request.request_id, -1)
         self.live.discard(request.request_id)
         self.prefilling.discard(request.request_id)
         self.events.append((self.sched.current_step, "preempted", seq, None, 0, 0))
 
     def finished(self, request) -> None:
+        """Called before vLLM frees the request (and its table: the mirror notes it)."""
         rid = request.request_id
+        if self.mirror.freed is not None:
+            self.mirror.note_freed(rid)
         seq = self.seq_of.pop(rid, -1)
         step = self.sched.current_step
         if rid in self.live:
@@ -169,8 +188,9 @@ class PoolSampler:
         step = self.sched.current_step
         if step == self.last_step:
             return
-        if len(self.mirror.dirty) > self.mirror.cap:
-            self.mirror.overflow()
+        mirror = self.mirror
+        if mirror.watching and len(mirror.dirty) > mirror.cap:
+            mirror.overflow()
         if s.every_steps:
             due = step - max(self.last_step, 0) >= s.every_steps or self.last_step < 0
         else:
@@ -181,41 +201,49 @@ class PoolSampler:
     def after_schedule(self, out) -> None:
         sched = self.sched
         step = sched.current_step
-        self._unhook_admissions()
+        if self.hooked:
+            self._unhook_admissions()
         B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
-        for rid, free_after in self.admits.items():
-            req = sched.requests.get(rid)
-            if req is None or req.status is not self.host["running_status"]:
-                continue  # an async KV load: it waits on
-            live.add(rid)
-            prefilling.add(rid)
-            events.append((step, "admitted", self.seq_of.get(rid, -1), None,
-                           req.num_tokens, free_after * B))
-            self.last_fail = None
-        self.admits.clear()
+        if self.admits:
+            running = self.host["running_status"]
+            for rid, free_after in self.admits.items():
+                req = sched.requests.get(rid)
+                if req is None or req.status is not running:
+                    continue  # an async KV load: it waits on
+                live.add(rid)
+                prefilling.add(rid)
+                events.append((step, "admitted", self.seq_of.get(rid, -1), None,
+                               req.num_tokens, free_after * B))
+                self.last_fail = None
+            self.admits.clear()
         # vLLM's schedule() has advanced num_computed_tokens by what it scheduled: a live
         # request samples a token in this step unless the token budget gave it nothing or its
         # prefill is still short (a chunk). Those are `partial` events (docs/FORMAT.md).
         planned, requests, seq_of = out.num_scheduled_tokens, sched.requests, self.seq_of
-        idle = live.difference(planned)
+        # Every request schedule() planned is in vLLM's running list, and every request that
+        # enters it is admitted through the wrapper above (live) and leaves `live` only when
+        # it leaves the list (preempted, finished): planned is a subset of live, so when they
+        # are as many, no live request was left out (the common step: no set difference).
+        idle = live.difference(planned) if len(planned) != len(live) else ()
         self.generated += len(live) - len(idle)
         for rid in idle:
             req = requests.get(rid)
             if req is not None:
                 events.append((step, "partial", seq_of.get(rid, -1), None,
                                req.num_computed_tokens, 0))
-        past = []
-        for rid in live if self.rewinds else prefilling:
-            if rid not in planned:
-                continue
-            req = requests[rid]
-            if req.is_prefill_chunk:
-                self.generated -= 1
-                events.append((step, "partial", seq_of.get(rid, -1), None,
-                               req.num_computed_tokens, 0))
-            else:
-                past.append(rid)
-        prefilling.difference_update(past)
+        if prefilling or self.rewinds:
+            past = []
+            for rid in live if self.rewinds else prefilling:
+                if rid not in planned:
+                    continue
+                req = requests[rid]
+                if req.is_prefill_chunk:
+                    self.generated -= 1
+                    events.append((step, "partial", seq_of.get(rid, -1), None,
+                                   req.num_computed_tokens, 0))
+                else:
+                    past.append(rid)
+            prefilling.difference_update(past)
         failed, self.failed = self.failed, None
         queue = sched.kv_holding_waiting or sched.waiting
         if not queue:
@@ -252,9 +280,12 @@ class PoolSampler:
     # ---- a sample ---------------------------------------------------------------------------
     def sample(self) -> None:
         sched, pool, mirror = self.sched, self.pool, self.mirror
-        mirror.refresh()
         seqs, computed, final, lens, blocks = mirror.tables(sched.requests, self.seq_of,
                                                             sched.max_model_len)
+        mirror.refresh()  # deriving: from the tables just read
+        if self.raw_arrived:
+            self.arrived += self.host["hash_rows"](self.raw_arrived)
+            self.raw_arrived = []
         step = sched.current_step
         seq_of = self.seq_of
         msg = {"wire": wire.WIRE_VERSION, "pool": self.host["pool"], "step": step,

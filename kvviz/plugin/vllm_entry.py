@@ -71,15 +71,14 @@ def _with_sampler(base: type, version: str) -> type:
         return base
     settings = Settings(os.environ)
 
-    def hashes(block_hashes) -> tuple[bytes, int]:
-        """A prompt's block-hash chain as the KV-event stream carries it: 64-bit ints (vLLM's
-        default) as little-endian uint64, or the raw hash bytes back to back; the same bytes
-        as `maybe_convert_block_hash` per hash, read with one switch lookup a request."""
-        if not block_hashes:
-            return b"", 8
-        if not envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES:
-            return b"".join(block_hashes), len(block_hashes[0])
-        return int_hashes_le(block_hashes), 8
+    def hash_rows(rows: list[tuple]) -> list[tuple]:
+        """The arrivals' prompt hash chains (each row's vLLM hashes joined, and their width)
+        as the KV-event stream carries them: 64-bit ints (vLLM's default) as little-endian
+        uint64, or the raw hash bytes back to back (the rows as they are). The switch is read
+        when the sampler starts (EngineCore caches vLLM's environment once it is built)."""
+        return int_rows_le(rows) if int_hashes else rows
+
+    int_hashes = bool(envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
 
     def make_sampler(sched) -> PoolSampler:
         cfg = sched.vllm_config
@@ -102,10 +101,14 @@ def _with_sampler(base: type, version: str) -> type:
         pub.ready.wait(5.0)
         if pub.failed:
             raise RuntimeError(pub.failed)
-        host = {"pool": pool, "hashes": hashes, "running_status": RequestStatus.RUNNING,
-                "waiting_status": (RequestStatus.WAITING, RequestStatus.PREEMPTED)}
-        log.info("kvviz blocks plugin: publishing %s's block pool (%d blocks of %d) on %s",
-                 base.__name__, pool["num_blocks"], pool["block_size"], pub.endpoint)
+        derive, why_not = derivable(sched)
+        host = {"pool": pool, "hash_rows": hash_rows, "running_status": RequestStatus.RUNNING,
+                "waiting_status": (RequestStatus.WAITING, RequestStatus.PREEMPTED),
+                "derive": derive}
+        log.info("kvviz blocks plugin: publishing %s's block pool (%d blocks of %d) on %s; "
+                 "ref counts and hashes %s", base.__name__, pool["num_blocks"],
+                 pool["block_size"], pub.endpoint,
+                 "derived from the block tables" if derive else f"read from the pool ({why_not})")
         sampler = PoolSampler(sched, settings, pub, host)
         sampler.sample()  # step 0, the empty pool: a subscriber has a lane before any request
         return sampler
@@ -121,6 +124,56 @@ def int_hashes_le(block_hashes) -> bytes:
 
 
 _ZEROS = bytes(8)
+
+
+
+def int_rows_le(rows: list[tuple]) -> list[tuple]:
+    """Request-log rows (seq, id, step, prompt, max_tokens, hashes joined, width) with their
+    hashes as int_hashes_le makes them (width 8): for rows of one width >= 8, one numpy pass
+    over all of them (each hash's last 8 bytes reversed), else hash by hash."""
+    import numpy as np
+
+    widths = {r[6] for r in rows}
+    w = next(iter(widths)) if len(widths) == 1 else 0
+    if w < 8:
+        return [(*r[:5], int_hashes_le([r[5][i:i + r[6]] for i in range(0, len(r[5]), r[6])]),
+                 8) for r in rows]
+    le = np.frombuffer(b"".join([r[5] for r in rows]), np.uint8).reshape(-1, w)[:, :-9:-1]
+    le = le.tobytes()
+    out, at = [], 0
+    for r in rows:
+        k = len(r[5]) // w * 8
+        out.append((*r[:5], le[at:at + k], 8))
+        at += k
+    return out
+
+
+def derivable(sched) -> tuple[bool, str]:
+    """Whether every reference to a block of this scheduler's pool is an entry of a block
+    table in `req_to_blocks` and every hash is set by `cache_full_blocks` over a table's next
+    blocks (kvviz/plugin/pool_mirror.py derives the planes from the tables then), with the
+    reason when not. vLLM 0.32's paths that break it: a KV connector (deferred frees, offload
+    pins, `evict_blocks`), hash blocks smaller than the cache block (partial hits: copy-on-
+    write references, partial-tail hashes), HiSparse, and every manager but full attention
+    (sliding windows, Mamba, ... null blocks, freed ranges, moved hashes)."""
+    from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+
+    coord = sched.kv_cache_manager.coordinator
+    manager = coord.single_type_managers[0]
+    pool = coord.block_pool
+    if type(manager) is not FullAttentionManager:
+        return False, f"a {type(manager).__name__}"
+    if getattr(sched, "connector", None) is not None or getattr(
+            sched, "ec_connector", None) is not None:
+        return False, "a KV connector"
+    if getattr(pool, "hash_block_size", manager.block_size) != manager.block_size:
+        return False, "hash blocks smaller than the cache blocks"
+    attention = getattr(sched.vllm_config, "attention_config", None)
+    if getattr(attention, "hisparse_config", None) is not None:
+        return False, "HiSparse"
+    if pool.cached_block_hashes_by_block or not hasattr(manager, "num_cached_block"):
+        return False, "extra prefix hashes"
+    return True, ""
 
 
 def _bytes_per_token(sched) -> int:

@@ -1,10 +1,13 @@
 """The plugin's mirror of vLLM's block pool (kvviz/plugin/pool_mirror.py) on a stand-in pool
 that moves ref counts and prefix hashes through the verbs vLLM 0.32's BlockPool has, calling
-them through itself as vLLM does. Whatever way the mirror keeps current (a full read, the
-blocks its wrapped verbs noted), it must equal a full read of the pool at every refresh.
-(Against vLLM's own pool: benchmarks/bench_plugin.py's check, run by tests/real_vllm.)"""
+them through itself as vLLM does, and a stand-in full-attention manager that holds them in
+block tables as vLLM's does. Whatever way the mirror keeps current (derived from the tables,
+a full read, the blocks its wrapped verbs noted), it must equal a full read of the pool at
+every refresh. (Against vLLM's own pool: benchmarks/bench_plugin.py's check, run by
+tests/real_vllm.)"""
 from __future__ import annotations
 
+import logging
 import random
 import types
 
@@ -31,6 +34,10 @@ class Pool:
         self.num_gpu_blocks = n
         self.free = list(range(1, n))
         self.cached_block_hashes_by_block: dict[int, set] = {}
+        self.null_block = self.blocks[0]
+
+    def get_num_free_blocks(self) -> int:
+        return len(self.free)
 
     def get_new_blocks(self, num_blocks):
         got = [self.blocks[self.free.pop(0)] for _ in range(num_blocks)]
@@ -81,6 +88,11 @@ def full_read(pool: Pool) -> tuple[list, list]:
             [int(b._block_hash is not None or b.block_id in extra) for b in pool.blocks])
 
 
+def manager(tables: dict | None = None):
+    return types.SimpleNamespace(req_to_blocks={} if tables is None else tables,
+                                 num_cached_block={})
+
+
 def mirrored(m: PoolMirror) -> tuple[list, list]:
     return m.refcnt.tolist(), m.hashed.tolist()
 
@@ -120,7 +132,7 @@ def churn(rng: random.Random, pool: Pool, held: list[list], steps: int) -> None:
 def test_a_watching_mirror_equals_a_full_read_at_every_refresh(seed):
     rng, pool, held = random.Random(seed), Pool(48), []
     resets = []
-    m = PoolMirror(pool, {}, lambda: resets.append(1))
+    m = PoolMirror(pool, manager(), lambda: resets.append(1))
     churn(rng, pool, held, 30)
     m.refresh()
     m.watch()  # current now: from here on only the noted blocks are read again
@@ -137,7 +149,7 @@ def test_a_watching_mirror_equals_a_full_read_at_every_refresh(seed):
 
 def test_a_mirror_scans_until_a_scan_costs_more_than_its_share_then_watches(monkeypatch):
     rng, pool, held = random.Random(7), Pool(32), []
-    m = PoolMirror(pool, {}, lambda: None)
+    m = PoolMirror(pool, manager(), lambda: None)
     monkeypatch.setattr(pool_mirror, "SCAN_SHARE", float("inf"))  # a scan is never too dear
     for _ in range(5):
         churn(rng, pool, held, 10)
@@ -156,14 +168,14 @@ def test_a_mirror_scans_until_a_scan_costs_more_than_its_share_then_watches(monk
 def test_the_first_scan_does_not_decide():
     """The first refresh has no earlier one to measure its cost against (a sampler's first
     sample follows its construction at once)."""
-    m = PoolMirror(Pool(16), {}, lambda: None)
+    m = PoolMirror(Pool(16), manager(), lambda: None)
     m.refresh()
     assert not m.watching
 
 
 def test_after_an_overflow_the_next_refresh_reads_every_block():
     rng, pool, held = random.Random(3), Pool(40), []
-    m = PoolMirror(pool, {}, lambda: None)
+    m = PoolMirror(pool, manager(), lambda: None)
     m.refresh()
     m.watch()
     churn(rng, pool, held, 60)
@@ -175,7 +187,7 @@ def test_after_an_overflow_the_next_refresh_reads_every_block():
 
 def test_unhook_gives_the_pool_its_own_verbs_back():
     pool = Pool(8)
-    m = PoolMirror(pool, {}, lambda: None)
+    m = PoolMirror(pool, manager(), lambda: None)
     m.watch()
     m.unhook()
     assert vars(pool).keys() & {*pool_mirror.VERBS, "reset_prefix_cache"} == set()
@@ -192,7 +204,7 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
     tables: dict[str, list] = {}
     requests = {f"r{i}": req(10 * i, 5) for i in range(6)}
     seq_of = {f"r{i}": 100 + i for i in range(6)}
-    m = PoolMirror(pool, tables, lambda: None)
+    m = PoolMirror(pool, manager(tables), lambda: None)
     rng, longest = random.Random(11), 0
     for _ in range(60):
         rid = f"r{rng.randrange(6)}"
@@ -215,3 +227,170 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
         assert blocks.dtype == np.int32
         longest = max([longest] + lens.tolist())
     assert longest > pool_mirror.SHORT  # the grown path was taken
+
+
+class Manager:
+    """vLLM 0.32's FullAttentionManager, as far as the mirror's derivation rests on it: a new
+    request's table starts with the prefix-cache hits it touched (all cached:
+    num_cached_block = their count), grows by get_new_blocks, has its full blocks hashed from
+    num_cached_block on (cache_full_blocks), and is popped and freed in reverse order; the
+    scheduler tells the mirror before a table is freed (PoolSampler.finished / preempted)."""
+
+    def __init__(self, pool: Pool, mirror_of) -> None:
+        self.pool, self.mirror_of = pool, mirror_of
+        self.req_to_blocks: dict[str, list] = {}
+        self.num_cached_block: dict[str, int] = {}
+        self.next = 0
+
+    def admit(self, rng: random.Random) -> None:
+        pool = self.pool
+        cached = [b for b in pool.blocks[1:] if b._block_hash is not None]
+        hits = rng.sample(cached, min(len(cached), rng.randint(0, 3)))
+        new = rng.randint(1, 4)
+        if new + sum(b.ref_cnt == 0 for b in hits) > len(pool.free):
+            return
+        rid = f"r{self.next}"
+        self.next += 1
+        pool.touch(hits)
+        self.req_to_blocks[rid] = list(hits) + pool.get_new_blocks(new)
+        self.num_cached_block[rid] = len(hits)
+
+    def grow(self, rng: random.Random) -> None:
+        if self.req_to_blocks and pool_has(self.pool, 1):
+            rid = rng.choice(list(self.req_to_blocks))
+            self.req_to_blocks[rid] += self.pool.get_new_blocks(1)
+
+    def cache(self, rng: random.Random) -> None:
+        if not self.req_to_blocks:
+            return
+        rid = rng.choice(list(self.req_to_blocks))
+        lst, done = self.req_to_blocks[rid], self.num_cached_block[rid]
+        full = rng.randint(done, len(lst))  # the last block may stay partial
+        for b in lst[done:full]:
+            self.pool._insert_block_hash(("h", rng.randrange(10_000)), b, 16)
+        self.num_cached_block[rid] = full
+
+    def free(self, rng: random.Random) -> None:
+        if self.req_to_blocks:
+            rid = rng.choice(list(self.req_to_blocks))
+            mirror = self.mirror_of()
+            if mirror.freed is not None:
+                mirror.note_freed(rid)
+            self.num_cached_block.pop(rid)
+            self.pool.free_blocks(reversed(self.req_to_blocks.pop(rid)))
+
+
+def pool_has(pool: Pool, n: int) -> bool:
+    return len(pool.free) >= n
+
+
+def manage(rng: random.Random, mgr: Manager, steps: int) -> None:
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.3:
+            mgr.admit(rng)
+        elif r < 0.5:
+            mgr.grow(rng)
+        elif r < 0.75:
+            mgr.cache(rng)
+        elif r < 0.995:
+            mgr.free(rng)
+        else:  # everything let go, then the prefix cache reset
+            while mgr.req_to_blocks:
+                mgr.free(rng)
+            assert mgr.pool.reset_prefix_cache()
+
+
+@pytest.mark.parametrize("changes", [False, True])
+@pytest.mark.parametrize("seed", range(8))
+def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, monkeypatch):
+    """Refcounts from the tables, hashes of held blocks from num_cached_block, free blocks
+    re-read only where they were held at the last refresh or in a table freed since; recounted
+    whole at each refresh, or (a large pool's way) from what the tables gained and lost."""
+    if changes:
+        monkeypatch.setattr(pool_mirror, "SHORT", 3)  # long tables too: read on as they grow
+    else:
+        monkeypatch.setattr(pool_mirror, "INCR_MIN", 1 << 30)  # recounted whole every time
+    rng, pool = random.Random(seed), Pool(64)
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    resets = []
+    m = PoolMirror(pool, mgr, lambda: resets.append(1), derive=True)
+    mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
+    reads = []
+    m._read_all = lambda f=m._read_all: (reads.append(1), f())[1]  # counted
+    for _ in range(150):
+        manage(rng, mgr, rng.randint(0, 15))
+        m.tables({}, {}, max_model_len=1000)
+        m.refresh()
+        assert m.mode == "deriving"
+        assert mirrored(m) == full_read(pool)
+        assert m.synced
+    assert not reads and resets  # no block read whole, and the resets were seen
+    assert not vars(pool).keys() & set(pool_mirror.VERBS)  # no verb wrapped
+
+
+def test_a_reference_outside_the_tables_turns_the_mirror_to_reading_the_pool(caplog):
+    rng, pool = random.Random(5), Pool(40)
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    m = PoolMirror(pool, mgr, lambda: None, derive=True)
+    mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
+    manage(rng, mgr, 30)
+    m.tables({}, {}, max_model_len=1000)
+    m.refresh()
+    assert m.mode == "deriving" and mirrored(m) == full_read(pool)
+    pool.touch(pool.get_new_blocks(1))  # a reference no table holds (a KV connector's pin)
+    m.tables({}, {}, max_model_len=1000)
+    with caplog.at_level(logging.WARNING, logger="kvviz.plugin"):
+        m.refresh()
+    assert m.mode == "scanning" and m.freed is None
+    assert mirrored(m) == full_read(pool)
+    assert [r.getMessage() for r in caplog.records][0].startswith(
+        "kvviz blocks plugin: the pool's references are not its block tables'")
+    for _ in range(10):
+        manage(rng, mgr, 10)
+        m.refresh()
+        assert mirrored(m) == full_read(pool)
+
+
+def test_a_deriving_refresh_without_tables_read_reads_the_pool():
+    """refresh() derives from the tables of the same sample; without them it reads."""
+    rng, pool = random.Random(9), Pool(32)
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    m = PoolMirror(pool, mgr, lambda: None, derive=True)
+    mirror.append(m)
+    m.start_deriving()  # a fresh pool: the mirror is current
+    m.tables({}, {}, max_model_len=1000)
+    m.refresh()
+    for _ in range(5):
+        manage(rng, mgr, 20)
+        m.refresh()  # no tables read since the last refresh: the pool read whole
+        assert m.mode == "deriving" and mirrored(m) == full_read(pool)
+
+
+def test_a_derivable_mirror_scans_until_a_scan_costs_more_than_its_share_then_derives(
+        monkeypatch):
+    rng, pool = random.Random(4), Pool(48)
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    m = PoolMirror(pool, mgr, lambda: None, derive=True)
+    mirror.append(m)
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", float("inf"))
+    for _ in range(5):
+        manage(rng, mgr, 10)
+        m.tables({}, {}, max_model_len=1000)
+        m.refresh()
+        assert m.mode == "scanning" and m.freed is None and mirrored(m) == full_read(pool)
+    monkeypatch.setattr(pool_mirror, "SCAN_SHARE", 0.0)
+    m.tables({}, {}, max_model_len=1000)
+    m.refresh()
+    assert m.mode == "deriving" and not vars(pool).keys() & set(pool_mirror.VERBS)
+    for _ in range(30):
+        manage(rng, mgr, rng.randint(0, 12))
+        m.tables({}, {}, max_model_len=1000)
+        m.refresh()
+        assert m.mode == "deriving" and mirrored(m) == full_read(pool)

@@ -171,7 +171,7 @@ def test_the_overhead_benchmark_runs_in_quick_form():
 HASHES = r"""
 import random
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
-from kvviz.plugin.vllm_entry import int_hashes_le
+from kvviz.plugin.vllm_entry import int_hashes_le, int_rows_le
 rng = random.Random(39)
 bad = 0
 for n in range(400):
@@ -179,13 +179,22 @@ for n in range(400):
     hs = [rng.randbytes(width) for _ in range(rng.randrange(1, 50))]
     want = b"".join(maybe_convert_block_hash(h).to_bytes(8, "little") for h in hs)
     bad += int_hashes_le(hs) != want
+    # a sample's arrivals: rows of joined hashes (one width, or mixed), converted together
+    widths = [width] * 5 if n % 3 else [rng.choice([1, 8, 32]) for _ in range(5)]
+    chains = [[rng.randbytes(w) for _ in range(rng.randrange(0, 9))] for w in widths]
+    rows = [(i, f"r{i}", 1, 2, 3, b"".join(c), w) for i, (c, w) in enumerate(zip(chains, widths))]
+    got = int_rows_le(rows)
+    bad += [r[5] for r in got] != [b"".join(maybe_convert_block_hash(h).to_bytes(8, "little")
+                                            for h in c) for c in chains]
+    bad += any(g[:5] != r[:5] or g[6] != 8 for g, r in zip(got, rows))
 print("differ", bad)
 """
 
 
 def test_the_request_logs_hash_chain_is_what_vllms_own_conversion_gives():
     """The request log's hash chain (kvviz/plugin/vllm_entry.py's int_hashes_le, one join a
-    request) equals vLLM's maybe_convert_block_hash + 8 little-endian bytes, hash by hash."""
+    request, and int_rows_le, one numpy pass over a sample's arrivals) equals vLLM's
+    maybe_convert_block_hash + 8 little-endian bytes, hash by hash."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VLLM_NO_USAGE_STATS": "1",
            "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "1", "PYTHONPATH": str(ROOT)}
     p = subprocess.run([str(venv_python()), "-c", HASHES], capture_output=True, text=True,
