@@ -234,15 +234,7 @@ class PoolMirror:
         ref = np.bincount(ids, minlength=self.refcnt.size)
         ref[null.block_id] = 0
         held = ref > 0
-        used = int(np.count_nonzero(held))
-        want = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
-        if used != want or pool.cached_block_hashes_by_block:
-            log.warning("kvviz blocks plugin: the pool's references are not its block tables' "
-                        "(%d blocks in tables, %d in use%s); reading the pool itself from now "
-                        "on", used, want, ", extra prefix hashes"
-                        if pool.cached_block_hashes_by_block else "")
-            self._stop_deriving()
-            self._read_all()
+        if not self._tables_hold_the_pool(int(np.count_nonzero(held)), False):
             return
         freed = self.freed
         if self.stale:  # tables freed were forgotten: every free block's hash is read
@@ -267,6 +259,22 @@ class PoolMirror:
         self.refcnt[:] = ref
         self.synced = True
 
+    def _tables_hold_the_pool(self, used: int, negative: bool) -> bool:
+        """Whether the blocks the tables hold (`used`) are the blocks vLLM counts in use (and
+        no count went negative, no block holds extra hashes); if not, one log line, and the
+        pool is read itself from now on."""
+        pool = self.pool
+        want = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+        if used == want and not negative and not pool.cached_block_hashes_by_block:
+            return True
+        log.warning("kvviz blocks plugin: the pool's references are not its block tables' "
+                    "(%d blocks in tables, %d in use%s); reading the pool itself from now "
+                    "on", used, want, ", extra prefix hashes"
+                    if pool.cached_block_hashes_by_block else "")
+        self._stop_deriving()
+        self._read_all()
+        return False
+
     def _derive_changes(self) -> None:
         """refcnt += the ids tables gained, -= the ids of tables gone; hashed set for the held
         positions that may have changed (each table's ids from min(counted, cached) at its
@@ -281,15 +289,8 @@ class PoolMirror:
             np.add.at(ref, gained, 1)
         if lost.size:
             np.add.at(ref, lost, -1)
-        used = int(np.count_nonzero(ref))
-        want = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
-        if used != want or pool.cached_block_hashes_by_block or (lost.size and ref.min() < 0):
-            log.warning("kvviz blocks plugin: the pool's references are not its block tables' "
-                        "(%d blocks in tables, %d in use%s); reading the pool itself from now "
-                        "on", used, want, ", extra prefix hashes"
-                        if pool.cached_block_hashes_by_block else "")
-            self._stop_deriving()
-            self._read_all()
+        if not self._tables_hold_the_pool(int(np.count_nonzero(ref)),
+                                          bool(lost.size and ref.min() < 0)):
             return
         freed = self.freed
         if self.stale:  # tables freed were forgotten: every free block's hash is read
