@@ -159,3 +159,31 @@ def test_the_watcher_ends_with_the_guard():
     assert w is not None and w.poll() is None
     g.close()
     assert w.poll() is not None and g.watcher is None
+
+
+def test_kvviz_events_starts_under_the_interpreter_base_the_limits_count_on(tmp_path):
+    # The guard's limits assume a bare interpreter with kvviz's receiving libraries (BASE_MB);
+    # a command that started larger raises them by the excess, which once put the watcher's
+    # kill at 1,024 MB: `kvviz events` imported the compiled rule (numba, ~50 MB) through
+    # kvviz.engine's package import. It must not; and its RSS a moment after start is under
+    # BASE_MB.
+    import subprocess
+    import sys
+    import time
+    probe = ("import sys, kvviz.commands.events, kvviz.runs.lifecycle, "
+             "kvviz.node.kvevents.subscriber, kvviz.node.kvevents.ingest; "
+             "print(sorted(m for m in ('numba', 'llvmlite', 'torch', 'pandas') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    p = subprocess.Popen([sys.executable, "-m", "kvviz", "events", "tcp://127.0.0.1:9",
+                          "--quiet", "--out", str(tmp_path / "e.db"), "--duration", "4"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2.5)
+        with open(f"/proc/{p.pid}/statm") as f:
+            rss_mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+    finally:
+        p.wait(30)
+    assert rss_mb < BASE_MB, rss_mb
