@@ -301,6 +301,15 @@ def manage(rng: random.Random, mgr: Manager, steps: int) -> None:
             assert mgr.pool.reset_prefix_cache()
 
 
+def deriving_mirror(pool, on_reset=lambda: None) -> tuple:
+    """A manager over `pool` whose tables a mirror that may derive reads: (manager, mirror)."""
+    mirror: list[PoolMirror] = []
+    mgr = Manager(pool, lambda: mirror[0])
+    m = PoolMirror(pool, mgr, on_reset, derive=True)
+    mirror.append(m)
+    return mgr, m
+
+
 @pytest.mark.parametrize("changes", [False, True])
 @pytest.mark.parametrize("seed", range(8))
 def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, monkeypatch):
@@ -312,11 +321,8 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, mo
     else:
         monkeypatch.setattr(pool_mirror, "INCR_MIN", 1 << 30)  # recounted whole every time
     rng, pool = random.Random(seed), Pool(64)
-    mirror: list[PoolMirror] = []
-    mgr = Manager(pool, lambda: mirror[0])
     resets = []
-    m = PoolMirror(pool, mgr, lambda: resets.append(1), derive=True)
-    mirror.append(m)
+    mgr, m = deriving_mirror(pool, lambda: resets.append(1))
     m.start_deriving()  # a fresh pool: the mirror is current
     reads = []
     m._read_all = lambda f=m._read_all: (reads.append(1), f())[1]  # counted
@@ -333,10 +339,7 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, mo
 
 def test_a_reference_outside_the_tables_turns_the_mirror_to_reading_the_pool(caplog):
     rng, pool = random.Random(5), Pool(40)
-    mirror: list[PoolMirror] = []
-    mgr = Manager(pool, lambda: mirror[0])
-    m = PoolMirror(pool, mgr, lambda: None, derive=True)
-    mirror.append(m)
+    mgr, m = deriving_mirror(pool)
     m.start_deriving()  # a fresh pool: the mirror is current
     manage(rng, mgr, 30)
     m.tables({}, {}, max_model_len=1000)
@@ -359,10 +362,7 @@ def test_a_reference_outside_the_tables_turns_the_mirror_to_reading_the_pool(cap
 def test_a_deriving_refresh_without_tables_read_reads_the_pool():
     """refresh() derives from the tables of the same sample; without them it reads."""
     rng, pool = random.Random(9), Pool(32)
-    mirror: list[PoolMirror] = []
-    mgr = Manager(pool, lambda: mirror[0])
-    m = PoolMirror(pool, mgr, lambda: None, derive=True)
-    mirror.append(m)
+    mgr, m = deriving_mirror(pool)
     m.start_deriving()  # a fresh pool: the mirror is current
     m.tables({}, {}, max_model_len=1000)
     m.refresh()
@@ -375,10 +375,7 @@ def test_a_deriving_refresh_without_tables_read_reads_the_pool():
 def test_a_derivable_mirror_scans_until_a_scan_costs_more_than_its_share_then_derives(
         monkeypatch):
     rng, pool = random.Random(4), Pool(48)
-    mirror: list[PoolMirror] = []
-    mgr = Manager(pool, lambda: mirror[0])
-    m = PoolMirror(pool, mgr, lambda: None, derive=True)
-    mirror.append(m)
+    mgr, m = deriving_mirror(pool)
     monkeypatch.setattr(pool_mirror, "SCAN_SHARE", float("inf"))
     for _ in range(5):
         manage(rng, mgr, 10)
