@@ -7,8 +7,10 @@ and the older one are both read: kvviz.node.kvevents.replay), a seq below the la
 the same seq with another payload) is a publisher restart (its cache starts empty: the
 stream's forests are cleared), the same message twice is ignored. With a replay endpoint, a
 subscriber asks for everything from seq 0 as soon as it connects (`_join`: it joins with the
-node's true cache, even an idle node's), and again before its first live batch when that
-found nothing and the batch has seq > 0. Every message is recorded raw; what does not decode
+node's true cache, even an idle node's), in slices of JOIN_TIMEOUT_S so live messages wait
+little: a slice cut short is continued by the next poll (`join_rest`), or by the first live
+batch past it (the rest of a join, not a gap), and asked from seq 0 before the first live
+batch when the join found nothing and the batch has seq > 0. Every message is recorded raw; what does not decode
 is counted ("undecodable"), never raised.
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"): one message in hand decodes into at most
@@ -38,9 +40,10 @@ from kvviz.node.kvevents.stream import Stream, digest
 
 RAW_KEPT = 1 << 20  # bytes of an undecodable message kept in the recording
 REPLAY_BACKOFF_S = 5.0  # a replay socket that timed out or failed is left alone this long
-# The join replay (on connecting) holds up live messages while it waits: a short wait; a
-# join cut short leaves a gap that the first live batch fills from the replay socket.
+# The join replay (on connecting) holds up live messages while it waits: it is taken in
+# slices of this long, each poll the next one (a loaded node answers 450 batches slowly).
 JOIN_TIMEOUT_S = 0.5
+JOIN_IDLE_SLICES = 2  # join slices in a row that took nothing: polls leave the rest to live
 APPLY_SLICE = 20_000  # block hashes applied to the model between two looks at should_stop
 FLUSH_FIRST = 1 << 20  # a payload this large: the rows waiting are written before it decodes
 assert FLUSH_FIRST > GENERIC_MAX_BYTES  # so one that large decodes on the typed path only
@@ -71,6 +74,7 @@ class Ingest:
             if st.join_seqs.get(seq) == hash(payload):
                 return  # published while kvviz joined: the join replay gave it already
             st.join_seqs = None  # past the replayed ones (or a restart): live from here
+        join_rest, st.join_more = st.join_more, False  # this batch takes the join's rest
         last = st.last_seq
         if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
@@ -82,7 +86,7 @@ class Ingest:
                 self._gap(st, t, "restart", seq, last, False)
                 self.model.restart(st.sid)
             elif seq > last + 1:
-                self._fill(st, t, last + 1, seq - 1)
+                self._fill(st, t, last + 1, seq - 1, join_rest)
         self._ingest(st, seq, payload, topic, t, False)
         st.last_seq, st.last_digest = seq, digest(payload)
 
@@ -154,10 +158,15 @@ class Ingest:
         if self.writer is not None:
             self.writer.add_gap(st.sid, t, kind, first, last, filled)
 
-    def _fill(self, st: Stream, t: float, first: int, last: int) -> None:
-        st.gaps += 1
+    def _fill(self, st: Stream, t: float, first: int, last: int, join_rest: bool = False
+              ) -> None:
+        """Seqs first..last missing before a live batch: replayed when a replay socket is
+        given. The rest of a join cut short is no gap unless some of it is lost."""
         got = self._replay(st, first, last, t).got if st.replay and self._may_replay(st) else 0
         missing = last - first + 1 - got
+        if join_rest and missing == 0:
+            return
+        st.gaps += 1
         st.lost_batches += missing
         self._gap(st, t, "gap", first, last, missing == 0)
 
@@ -169,21 +178,36 @@ class Ingest:
         subscriber joining a busy (or idle) node starts with its true cache."""
         st.joined = True
         st.join_seqs = {}
-        res = self._replay(st, 0, 2**63 - 1, self.clock() - self.t0,
-                           min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
-        if res.timed_out:  # cut short by its own short wait, not a failure: no backoff, so
-            st.replay_after = time.monotonic()  # the first live batch asks for the rest
+        self.join_rest(st)
+
+    def join_rest(self, st: Stream) -> int:
+        """One slice of the join replay, from the seq after the last one taken (at most
+        JOIN_TIMEOUT_S): a slice cut short by that wait leaves `join_more` set, for the next
+        poll (until JOIN_IDLE_SLICES in a row took nothing) or the first live batch. Returns
+        the batches taken."""
+        first = 0 if st.last_seq is None else st.last_seq + 1
+        st.joining = True
+        try:
+            res = self._replay(st, first, 2**63 - 1, self.clock() - self.t0,
+                               min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
+        finally:
+            st.joining = False
+        st.join_more = res.timed_out  # the rest: the next poll's, or the first live batch's
+        st.join_idle = 0 if res.got else st.join_idle + 1  # polls stop asking a silent one
+        if res.timed_out:  # cut short by its own short wait, not a failure: no backoff
+            st.replay_after = time.monotonic()
         if st.join_seqs:
             st.last_seq = max(st.join_seqs)
-        else:
+        elif not st.join_more:
             st.join_seqs = None
+        return res.got
 
     def _replay(self, st: Stream, first: int, last: int, t: float,
                 timeout_s: float | None = None) -> replay_wire.Fetched:
         """Ask the replay socket for batches from `first`; ingest those up to `last`
         (kvviz.node.kvevents.replay.fetch: bounded in time and bytes); a failure backs off."""
         def take(ans: replay_wire.ReplayFrame) -> None:
-            if st.join_seqs is not None and st.last_seq is None:
+            if st.joining and st.join_seqs is not None:
                 st.join_seqs[ans.seq] = hash(ans.payload)
                 st.last_digest = digest(ans.payload)
             self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)

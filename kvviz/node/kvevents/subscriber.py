@@ -34,7 +34,7 @@ from kvviz.node.kvevents.endpoints import (  # SubscriberConfig is imported from
     queue_bounds,
 )
 from kvviz.node.kvevents.guard import MemoryGuard, MemoryLimit
-from kvviz.node.kvevents.ingest import Ingest
+from kvviz.node.kvevents.ingest import JOIN_IDLE_SLICES, Ingest
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.stream import Stream, problem, summary
 from kvviz.store.kv_writer import KvEventWriter
@@ -125,7 +125,11 @@ class Subscriber(Ingest):
         or when should_stop() says so."""
         n = 0
         self._check_guard()
-        ready = self.poller.poll(min(timeout_ms, SLICE_MS))
+        more = next((st for st in self.streams if st.join_more
+                     and st.join_idle < JOIN_IDLE_SLICES), None)
+        if more is not None and self._may_replay(more):  # a join cut short: its next slice
+            n += self.join_rest(more)  # (one stream's a poll: a poll stays short)
+        ready = self.poller.poll(0 if n else min(timeout_ms, SLICE_MS))
         self._check_guard()
         share = POLL_BUDGET_S / max(1, sum(s in self._by_sock for s, _ in ready))
         for sock, _ in ready:
