@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 
 import numpy as np
 
@@ -41,6 +42,7 @@ FULL_SHARE = 3  # watching: a full re-read once the ids noted pass num_blocks / 
 SCAN_SHARE = 0.002  # scanning: a scan past this share of the time between refreshes: watch
 FREED_MAX = 1 << 16  # deriving: freed tables held past this: re-read every free block's hash
 INCR_MIN = 0  # deriving: a pool this large derives from the tables' changes, not whole
+assert array("i").itemsize == 4  # the tables' ids, read as int32
 VERBS = ("get_new_blocks", "free_blocks", "touch", "unpin_blocks", "_insert_block_hash",
          "_remove_cached_block_hashes")
 
@@ -69,9 +71,9 @@ class PoolMirror:
         self.known: dict[str, _Table] = {}  # request id -> its table as last read
         self.reads = 0
         self._ids = np.empty(0, np.int32)  # the last tables(): all ids, and the uncached tails
-        self._tails: list[int] = []
+        self._tails = np.empty(0, np.int64)
         self._read_at = -1  # self.reads when _ids was read
-        self._delta: tuple = ([], [], [])  # the last tables(): what changed (_derive)
+        self._delta: tuple = (self._tails, self._tails, [])  # the last tables(): what changed
         self.synced = False  # refcnt / hashed in step with the tables' counted ids
         reset = pool.reset_prefix_cache
 
@@ -252,7 +254,7 @@ class PoolMirror:
             blocks = pool.blocks
             hashed[again] = [blocks[b]._block_hash is not None for b in again.tolist()]
         hashed[ids] = 1
-        if self._tails:
+        if self._tails.size:
             hashed[ids[self._tails]] = 0
         ref[null.block_id] = null.ref_cnt
         hashed[null.block_id] = null._block_hash is not None
@@ -305,9 +307,9 @@ class PoolMirror:
         if again.size:
             blocks = pool.blocks
             hashed[again] = [blocks[b]._block_hash is not None for b in again.tolist()]
-        if on:
+        if on.size:
             hashed[ids[on]] = 1
-        if self._tails:
+        if self._tails.size:
             hashed[ids[self._tails]] = 0
         ref[null] = pool.null_block.ref_cnt
         hashed[null] = pool.null_block._block_hash is not None
@@ -317,15 +319,18 @@ class PoolMirror:
         its sequence number and the most tokens it can reach (as they were when its table was
         first read), its num_computed_tokens (0 once vLLM has let go of it), its table's
         length, and all tables' block ids back to back. O(requests + blocks of short tables +
-        blocks appended to long ones) Python, then one concatenation. Deriving, it also notes
-        the positions of each table's uncached tail (from num_cached_block) and, per table,
-        what changed since its last read (see _derive)."""
+        blocks appended to long ones) Python, the ids copied into one buffer as they are read.
+        Deriving, it also notes the positions of each table's uncached tail (from
+        num_cached_block) and, per table, what changed since its last read (see _derive), as
+        spans of positions expanded at the end."""
         self.reads += 1
         read, known, cached = self.reads, self.known, self.num_cached
         track = self.deriving  # else: no tails, no changes noted
-        seqs, computed, final, lens, parts, run, tails = [], [], [], [], [], [], []
-        plus, on, minus = [], [], []  # positions counted in / held and hashed; ids out
-        at = 0  # position of this table's first id in the concatenation
+        ts, computed, lens, minus = [], [], [], []  # minus: ids out
+        # spans [lo, hi) of positions: uncached tails, counted in, held and hashed
+        tail_lo, tail_hi, plus_lo, plus_hi, on_lo, on_hi = [], [], [], [], [], []
+        out = array("i")  # every table's ids, back to back
+        at = 0  # position of this table's first id in `out`
         for rid, lst in self.req_to_blocks.items():
             n = len(lst)
             if not n:
@@ -337,58 +342,69 @@ class PoolMirror:
                     minus.append(t.counted_ids())
                 t = known[rid] = _Table(lst, seq_of.get(rid, -1), req, max_model_len)
             t.read = read
-            seqs.append(t.seq)
+            ts.append(t)
             computed.append(0 if req is None else req.num_computed_tokens)
-            final.append(t.final)
             lens.append(n)
-            if not track:
-                if n <= SHORT:
-                    run += [b.block_id for b in lst]
-                    continue
-                if run:
-                    parts.append(np.array(run, np.int32))
-                    run = []
-                parts.append(t.grown(n)[0])
-                continue
-            c = cached.get(rid, 0)
             a0, at = at, at + n
-            if c < n:
-                tails.extend(range(a0 + c, at))
-            if n <= SHORT:  # read whole, and counted anew
+            if n <= SHORT:  # read whole (and, deriving, counted anew)
                 ids = [b.block_id for b in lst]
-                run += ids
+                out.extend(ids)
+                if not track:
+                    continue
+                c = cached.get(rid, 0)
+                if c < n:
+                    tail_lo.append(a0 + c)
+                    tail_hi.append(at)
                 if t.counted:
                     minus.append(t.counted_ids())
-                plus.extend(range(a0, at))
-                on.extend(range(a0, a0 + c))
+                plus_lo.append(a0)
+                plus_hi.append(at)
+                if c:
+                    on_lo.append(a0)
+                    on_hi.append(a0 + c)
                 t.sids, t.ids, t.counted, t.cached = ids, None, n, c
                 continue
-            if run:
-                parts.append(np.array(run, np.int32))
-                run = []
-            arr, old = t.grown(n)
-            parts.append(arr)
+            old = t.grow(n)
+            out += t.ids
+            if not track:
+                continue
+            c = cached.get(rid, 0)
+            if c < n:
+                tail_lo.append(a0 + c)
+                tail_hi.append(at)
             if old is not None:  # read anew: what was counted goes out
                 minus.append(old)
                 t.counted = t.cached = 0
-            lo = min(t.counted, t.cached)  # positions before: counted, and cached then
-            if t.counted < n:
-                plus.extend(range(a0 + t.counted, at))
+            counted = t.counted
+            lo = counted if counted < t.cached else t.cached  # counted, and cached then
+            if counted < n:
+                plus_lo.append(a0 + counted)
+                plus_hi.append(at)
             if lo < c:
-                on.extend(range(a0 + lo, a0 + c))
+                on_lo.append(a0 + lo)
+                on_hi.append(a0 + c)
             t.sids, t.counted, t.cached = None, n, c
-        if run:
-            parts.append(np.array(run, np.int32))
-        if len(known) != len(lens):  # requests that hold no blocks now: forgotten
+        if len(known) != len(ts):  # requests that hold no blocks now: forgotten
             for rid in [r for r, t in known.items() if t.read != read]:
                 t = known.pop(rid)
                 if t.counted:
                     minus.append(t.counted_ids())
-        blocks = np.concatenate(parts) if parts else np.empty(0, np.int32)
-        self._ids, self._tails, self._read_at = blocks, tails, read
-        self._delta = (plus, on, minus)
-        return (np.array(seqs, np.int64), np.array(computed, np.int64),
-                np.array(final, np.int64), np.array(lens, np.int32), blocks)
+        blocks = np.frombuffer(out, np.int32) if at else np.empty(0, np.int32)
+        self._ids, self._read_at = blocks, read
+        self._tails = _spans(tail_lo, tail_hi)
+        self._delta = (_spans(plus_lo, plus_hi), _spans(on_lo, on_hi), minus)
+        return (np.array([t.seq for t in ts], np.int64), np.array(computed, np.int64),
+                np.array([t.final for t in ts], np.int64), np.array(lens, np.int32), blocks)
+
+
+def _spans(lo: list, hi: list) -> np.ndarray:
+    """The positions of the spans [lo[i], hi[i]), in order, as one array."""
+    if not lo:
+        return np.empty(0, np.int64)
+    lo_a, n = np.array(lo, np.int64), np.array(hi, np.int64)
+    n -= lo_a
+    ends = np.cumsum(n)
+    return np.arange(ends[-1]) + np.repeat(lo_a - ends + n, n)
 
 
 def _cat(parts: list) -> np.ndarray:
@@ -400,39 +416,36 @@ def _cat(parts: list) -> np.ndarray:
 
 class _Table:
     """One request's block table as last read: its sequence number and final length from the
-    first read, and, once longer than SHORT, its block ids so far (`ids[:done]`; a short one's:
-    `sids`); how many of its ids the deriving mirror has counted, and its cached count then.
-    It holds no Request: a finished request is freed where vLLM lets go of it, not in a
-    sample."""
+    first read, and, once longer than SHORT, its block ids so far (`ids`, an array that grows
+    as the table does; a short one's: `sids`); how many of its ids the deriving mirror has
+    counted, and its cached count then. It holds no Request: a finished request is freed
+    where vLLM lets go of it, not in a sample."""
 
-    __slots__ = ("lst", "seq", "final", "read", "ids", "done", "last", "sids", "counted",
-                 "cached")
+    __slots__ = ("lst", "seq", "final", "read", "ids", "last", "sids", "counted", "cached")
 
     def __init__(self, lst: list, seq: int, req, max_model_len: int) -> None:
         self.lst, self.seq, self.read = lst, seq, 0
         self.final = 0 if req is None else min(max_model_len,
                                                req.num_prompt_tokens + req.max_tokens)
-        self.ids: np.ndarray | None = None
+        self.ids: array | None = None
         self.sids: list | None = None
-        self.done = self.last = self.counted = self.cached = 0
+        self.last = self.counted = self.cached = 0
 
     def counted_ids(self):
         return self.sids[:self.counted] if self.sids is not None else self.ids[:self.counted]
 
-    def grown(self, n: int) -> tuple[np.ndarray, np.ndarray | list | None]:
-        """The table's n block ids, read on from where the last read stopped (a table only
-        grows while its request holds it; a shorter one, or one whose last block read has
-        changed, is read anew: then also the ids counted before, if any)."""
-        lst, k = self.lst, self.done
+    def grow(self, n: int) -> array | list | None:
+        """Bring `ids` to the table's n block ids, read on from where the last read stopped (a
+        table only grows while its request holds it; a shorter one, or one whose last block
+        read has changed, is read anew: then the ids counted before, if any, are returned)."""
+        lst, ids = self.lst, self.ids
         old = None
-        if self.ids is None or k > n or lst[k - 1].block_id != self.last:
+        k = 0 if ids is None else len(ids)
+        if not k or k > n or lst[k - 1].block_id != self.last:
             if self.counted:
                 old = self.counted_ids()
-            self.ids = np.empty(max(64, 2 * n), np.int32)
-            self.ids[:n] = [b.block_id for b in lst]
+            self.ids = array("i", [b.block_id for b in lst])
         elif k < n:
-            if self.ids.size < n:
-                self.ids = np.concatenate([self.ids[:k], np.empty(2 * n - k, np.int32)])
-            self.ids[k:n] = [b.block_id for b in lst[k:n]]
-        self.done, self.last = n, lst[n - 1].block_id
-        return self.ids[:n], old
+            ids.extend([b.block_id for b in lst[k:]])
+        self.last = lst[n - 1].block_id
+        return old
