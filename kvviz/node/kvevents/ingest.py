@@ -10,8 +10,8 @@ subscriber asks for everything from seq 0 as soon as it connects (`_join`: it jo
 node's true cache, even an idle node's), in slices of JOIN_TIMEOUT_S so live messages wait
 little: a slice cut short is continued by the next poll (`join_rest`), or by the first live
 batch past it (the rest of a join, not a gap), and asked from seq 0 before the first live
-batch when the join found nothing and the batch has seq > 0. Every message is recorded raw; what does not decode
-is counted ("undecodable"), never raised.
+batch when the join found nothing and the batch has seq > 0. Every message is recorded
+raw; what does not decode is counted ("undecodable"), never raised.
 
 Bounds (docs/RELIABILITY.md, "KV-event streams"): one message in hand decodes into at most
 decode.decoded_bound(its size) bytes, one decoded batch alive at a time (`_apply`), the rows
