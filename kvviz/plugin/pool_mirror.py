@@ -346,15 +346,20 @@ class PoolMirror:
             computed.append(0 if req is None else req.num_computed_tokens)
             lens.append(n)
             a0, at = at, at + n
-            if n <= SHORT:  # read whole (and, deriving, counted anew)
+            short = n <= SHORT  # read whole (and, deriving, counted anew)
+            if short:
                 ids = [b.block_id for b in lst]
                 out.extend(ids)
-                if not track:
-                    continue
-                c = cached.get(rid, 0)
-                if c < n:
-                    tail_lo.append(a0 + c)
-                    tail_hi.append(at)
+            else:
+                old = t.grow(n)
+                out += t.ids
+            if not track:
+                continue
+            c = cached.get(rid, 0)
+            if c < n:
+                tail_lo.append(a0 + c)
+                tail_hi.append(at)
+            if short:
                 if t.counted:
                     minus.append(t.counted_ids())
                 plus_lo.append(a0)
@@ -364,14 +369,6 @@ class PoolMirror:
                     on_hi.append(a0 + c)
                 t.sids, t.ids, t.counted, t.cached = ids, None, n, c
                 continue
-            old = t.grow(n)
-            out += t.ids
-            if not track:
-                continue
-            c = cached.get(rid, 0)
-            if c < n:
-                tail_lo.append(a0 + c)
-                tail_hi.append(at)
             if old is not None:  # read anew: what was counted goes out
                 minus.append(old)
                 t.counted = t.cached = 0

@@ -119,16 +119,21 @@ class SchemaPublisher:
             if not self.router.poll(50):
                 continue
             ident, _empty, start = self.router.recv_multipart()
-            first = int.from_bytes(start, "big", signed=True)
-            with self.lock:
-                todo = [x for x in self.sent if x[0] >= first]
+            todo, ends = self.answer(int.from_bytes(start, "big", signed=True))
             end = (-1).to_bytes(8, "big", signed=True)
             for s, p in todo:
                 seq = s.to_bytes(8, "big", signed=True)
                 self.router.send_multipart([ident, b"", self.topic, seq, p]
                                            if self.layout == "0.32" else [ident, b"", seq, p])
-            self.router.send_multipart([ident, b"", b"", end, b""] if self.layout == "0.32"
-                                       else [ident, b"", end, b""])
+            if ends:
+                self.router.send_multipart([ident, b"", b"", end, b""] if self.layout == "0.32"
+                                           else [ident, b"", end, b""])
+
+    def answer(self, first: int) -> tuple[list, bool]:
+        """What a replay request from seq `first` is answered with: the batches kept from
+        there, and whether the end marker follows (test doubles of a busy node override it)."""
+        with self.lock:
+            return [x for x in self.sent if x[0] >= first], True
 
     def close(self) -> None:
         self.stop.set()

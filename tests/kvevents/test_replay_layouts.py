@@ -3,6 +3,8 @@
 fills a gap and joins late."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from kvviz.node.kvevents.publisher import Publisher
@@ -142,20 +144,11 @@ class SlowFirstAnswer(SchemaPublisher):
 
     delay_s = 1.0
 
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            if not self.router.poll(50):
-                continue
-            ident, _empty, start = self.router.recv_multipart()
-            if self.delay_s:
-                self.stop.wait(self.delay_s)
-                self.delay_s = 0.0
-            first = int.from_bytes(start, "big", signed=True)
-            with self.lock:
-                todo = [x for x in self.sent if x[0] >= first]
-            for s, p in todo:
-                self.router.send_multipart([ident, b"", self.topic, s.to_bytes(8, "big"), p])
-            self.router.send_multipart([ident, b"", b"", END, b""])
+    def answer(self, first: int) -> tuple[list, bool]:
+        if self.delay_s:
+            self.stop.wait(self.delay_s)
+            self.delay_s = 0.0
+        return super().answer(first)
 
 
 def test_a_join_that_waited_out_its_slice_with_nothing_is_no_loss():
@@ -189,74 +182,56 @@ class CutFirstAnswer(SchemaPublisher):
     """Answers its first replay request with its first `give` batches and no end marker (a
     busy node whose join answer the subscriber's wait cut short); later ones in full."""
 
-    give = 2
+    give: int | None = 2
 
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            if not self.router.poll(50):
-                continue
-            ident, _empty, start = self.router.recv_multipart()
-            first = int.from_bytes(start, "big", signed=True)
-            with self.lock:
-                todo = [x for x in self.sent if x[0] >= first]
-            if self.give is not None:
-                todo, self.give = todo[:self.give], None
-                end = []
-            else:
-                end = [[ident, b"", b"", END, b""]]
-            for s, p in todo:
-                self.router.send_multipart([ident, b"", self.topic, s.to_bytes(8, "big"), p])
-            for fr in end:
-                self.router.send_multipart(fr)
+    def answer(self, first: int) -> tuple[list, bool]:
+        todo, _ = super().answer(first)
+        if self.give is None:
+            return todo, True
+        give, self.give = self.give, None
+        return todo[:give], False
 
 
-def _cut_join(port):
+@contextlib.contextmanager
+def _cut_join():
+    """A subscriber joining a node of 4 batches (seq 0..3) whose first join answer is cut
+    after 2: yields (publisher, subscriber, its stream)."""
+    port = free_base_port(2)
     pub = CutFirstAnswer(_ep(port), replay=_ep(port + 1), layout="0.32")
-    pub.send(payload([store([1, 2], None)]))  # seq 0..3: before anyone listens
-    pub.send(payload([store([3], 2)]))
-    pub.send(payload([store([4], 3)]))
-    pub.send(payload([store([5], 4)]))
-    return pub
+    try:
+        pub.send(payload([store([1, 2], None)]))  # seq 0..3: before anyone listens
+        pub.send(payload([store([3], 2)]))
+        pub.send(payload([store([4], 3)]))
+        pub.send(payload([store([5], 4)]))
+        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
+        try:
+            yield pub, sub, sub.streams[0]
+        finally:
+            sub.close()
+    finally:
+        pub.close()
 
 
 def test_a_join_cut_short_goes_on_at_the_next_poll_on_an_idle_node():
     """The join's first slice takes 2 of 4 batches and waits out JOIN_TIMEOUT_S: with no live
     batch to come (an idle node), the next polls ask for the rest, so the subscriber holds
     the node's whole cache, with no gap and nothing lost."""
-    port = free_base_port(2)
-    pub = _cut_join(port)
-    try:
-        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
-        try:
-            st_ = sub.streams[0]
-            _drain(sub, lambda: st_.batches == 4)
-            (s,) = sub.summary()
-            assert (s["replayed_batches"], s["gaps"], s["lost_batches"]) == (4, 0, 0), s
-            assert s["cached_blocks"] == 5 and not st_.join_more
-        finally:
-            sub.close()
-    finally:
-        pub.close()
+    with _cut_join() as (_pub, sub, st_):
+        _drain(sub, lambda: st_.batches == 4)
+        (s,) = sub.summary()
+        assert (s["replayed_batches"], s["gaps"], s["lost_batches"]) == (4, 0, 0), s
+        assert s["cached_blocks"] == 5 and not st_.join_more
 
 
 def test_the_rest_of_a_join_cut_short_is_no_gap_when_a_live_batch_takes_it():
     """A live batch that arrives before the polls took the join's rest fills it from the
     replay socket: the rest of a join, not a gap."""
-    port = free_base_port(2)
-    pub = _cut_join(port)
-    try:
-        sub = Subscriber(SubscriberConfig((_ep(port),), replay=(_ep(port + 1),)))
-        try:
-            st_ = sub.streams[0]
-            wait_connected(sub)  # the join's first slice: 2 batches, then its wait ran out
-            assert st_.joined and st_.replayed_batches == 2 and st_.join_more, sub.summary()
-            st_.join_idle = 99  # the polls leave the rest alone: the live batch takes it
-            pub.send(payload([store([6], 5)]))  # seq 4
-            _drain(sub, lambda: st_.batches == 5)
-            (s,) = sub.summary()
-            assert (s["replayed_batches"], s["gaps"], s["lost_batches"]) == (4, 0, 0), s
-            assert s["cached_blocks"] == 6 and not st_.join_more
-        finally:
-            sub.close()
-    finally:
-        pub.close()
+    with _cut_join() as (pub, sub, st_):
+        wait_connected(sub)  # the join's first slice: 2 batches, then its wait ran out
+        assert st_.joined and st_.replayed_batches == 2 and st_.join_more, sub.summary()
+        st_.join_idle = 99  # the polls leave the rest alone: the live batch takes it
+        pub.send(payload([store([6], 5)]))  # seq 4
+        _drain(sub, lambda: st_.batches == 5)
+        (s,) = sub.summary()
+        assert (s["replayed_batches"], s["gaps"], s["lost_batches"]) == (4, 0, 0), s
+        assert s["cached_blocks"] == 6 and not st_.join_more
