@@ -278,7 +278,10 @@ def engine_child(model: str, num_blocks: int, steps: int) -> dict:
     engine = LLMEngine.from_engine_args(EngineArgs(
         model=model, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
         block_size=bs, num_gpu_blocks_override=num_blocks, max_model_len=max_len,
-        max_num_seqs=SEQS, max_num_batched_tokens=8192, enable_prefix_caching=True, seed=0))
+        max_num_seqs=SEQS, max_num_batched_tokens=8192, enable_prefix_caching=True, seed=0,
+        # the CPU backend refuses to start unless this share of the machine's memory is free
+        # (0.92 by default: not with the tier's server running); the pool is sized above
+        gpu_memory_utilization=0.05))
     sched = engine.engine_core.engine_core.scheduler
     k = getattr(sched, "_kvviz", None)
     if k is None:
