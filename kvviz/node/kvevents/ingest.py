@@ -74,7 +74,7 @@ class Ingest:
             if st.join_seqs.get(seq) == hash(payload):
                 return  # published while kvviz joined: the join replay gave it already
             st.join_seqs = None  # past the replayed ones (or a restart): live from here
-        join_rest, st.join_more = st.join_more, False  # this batch takes the join's rest
+        rest_of_join, st.join_more = st.join_more, False  # this batch takes the join's rest
         last = st.last_seq
         if last is None and seq > 0 and st.replay and self._may_replay(st):  # joined late
             self._replay(st, 0, seq - 1, t)
@@ -86,7 +86,7 @@ class Ingest:
                 self._gap(st, t, "restart", seq, last, False)
                 self.model.restart(st.sid)
             elif seq > last + 1:
-                self._fill(st, t, last + 1, seq - 1, join_rest)
+                self._fill(st, t, last + 1, seq - 1, rest_of_join)
         self._ingest(st, seq, payload, topic, t, False)
         st.last_seq, st.last_digest = seq, digest(payload)
 
@@ -158,13 +158,13 @@ class Ingest:
         if self.writer is not None:
             self.writer.add_gap(st.sid, t, kind, first, last, filled)
 
-    def _fill(self, st: Stream, t: float, first: int, last: int, join_rest: bool = False
+    def _fill(self, st: Stream, t: float, first: int, last: int, rest_of_join: bool = False
               ) -> None:
         """Seqs first..last missing before a live batch: replayed when a replay socket is
         given. The rest of a join cut short is no gap unless some of it is lost."""
         got = self._replay(st, first, last, t).got if st.replay and self._may_replay(st) else 0
         missing = last - first + 1 - got
-        if join_rest and missing == 0:
+        if rest_of_join and missing == 0:
             return
         st.gaps += 1
         st.lost_batches += missing
@@ -186,12 +186,8 @@ class Ingest:
         poll (until JOIN_IDLE_SLICES in a row took nothing) or the first live batch. Returns
         the batches taken."""
         first = 0 if st.last_seq is None else st.last_seq + 1
-        st.joining = True
-        try:
-            res = self._replay(st, first, 2**63 - 1, self.clock() - self.t0,
-                               min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S))
-        finally:
-            st.joining = False
+        res = self._replay(st, first, 2**63 - 1, self.clock() - self.t0,
+                           min(self.cfg.replay_timeout_s, JOIN_TIMEOUT_S), join=True)
         st.join_more = res.timed_out  # the rest: the next poll's, or the first live batch's
         st.join_idle = 0 if res.got else st.join_idle + 1  # polls stop asking a silent one
         if res.timed_out:  # cut short by its own short wait, not a failure: no backoff
@@ -203,11 +199,12 @@ class Ingest:
         return res.got
 
     def _replay(self, st: Stream, first: int, last: int, t: float,
-                timeout_s: float | None = None) -> replay_wire.Fetched:
+                timeout_s: float | None = None, join: bool = False) -> replay_wire.Fetched:
         """Ask the replay socket for batches from `first`; ingest those up to `last`
-        (kvviz.node.kvevents.replay.fetch: bounded in time and bytes); a failure backs off."""
+        (kvviz.node.kvevents.replay.fetch: bounded in time and bytes); a failure backs off.
+        `join`: a slice of the join replay (its seqs are noted in join_seqs)."""
         def take(ans: replay_wire.ReplayFrame) -> None:
-            if st.joining and st.join_seqs is not None:
+            if join and st.join_seqs is not None:
                 st.join_seqs[ans.seq] = hash(ans.payload)
                 st.last_digest = digest(ans.payload)
             self._ingest(st, ans.seq, ans.payload, ans.topic, t, True)

@@ -48,7 +48,6 @@ class Stream:
     join_seqs: dict | None = None  # seq -> hash(payload) of the batches the join replay gave
     join_more: bool = False  # the join replay was cut short by its wait: the rest is asked next
     join_idle: int = 0  # join slices in a row that took nothing
-    joining: bool = False  # a join replay is being taken (its seqs go into join_seqs)
 
 
 def digest(payload: bytes) -> tuple[int, int]:
