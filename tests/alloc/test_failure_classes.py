@@ -17,8 +17,9 @@ from kvviz.core.config import LaneSpec
 from kvviz.engine.kvpool import KVPool
 from tests.alloc.brute import assert_refusal_is_exact, brute_class, need_units
 from tests.alloc.ops import CHURN, CONFIGS, OPS, Config, Runner
+from tests.examples import examples
 
-SETTINGS = settings(max_examples=25, deadline=None,
+SETTINGS = settings(max_examples=examples(25), deadline=None,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow])
 configs = pytest.mark.parametrize("cfg", CONFIGS, ids=str)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kvviz.core.config import LaneSpec
 from kvviz.engine.kvpool import KVPool
 from kvviz.engine.rule import pool as rule_pool
+from tests.examples import examples
 
 NB = 12  # blocks: a table of 32 slots
 HASHES = (1, 33, 65, 2, 34, 31, 63, 95)  # home slots 1, 1, 1, 2, 2, 31, 31, 31
@@ -24,7 +25,7 @@ def _chain(p, h: int) -> list[int]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, NB - 1), st.sampled_from(HASHES)),
                 max_size=60))
 def test_the_table_holds_each_hashs_blocks_in_the_order_cached(ops):

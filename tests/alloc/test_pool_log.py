@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kvviz.engine.kvpool import KVPool
 from kvviz.engine.rule.view import REMOVED
 from tests.alloc.ops import CHURN, CONFIGS, OPS, Runner
+from tests.examples import examples
 
 PREFIX = [c for c in CONFIGS if c.prefix]
 
@@ -27,7 +28,7 @@ def cached_blocks(pool: KVPool) -> Counter:
     return Counter(keys)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(cfg=st.sampled_from(PREFIX), warmup=OPS, ops=OPS | CHURN, drain_every=st.integers(1, 5))
 def test_the_log_replayed_over_its_start_is_the_cache(cfg, warmup, ops, drain_every):
     r = Runner(cfg)

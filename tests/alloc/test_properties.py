@@ -15,14 +15,15 @@ from kvviz.core.admission import Admission
 from tests.alloc import invariants as inv
 from tests.alloc.brute import need_units, placement
 from tests.alloc.ops import CHURN, CONFIGS, OPS, Config, Runner
+from tests.examples import examples
 
 # No shrinking: a failing run reports its (unshrunk) example at once instead of spending
 # minutes minimizing it; the unit tests next to this file carry the minimal repros.
-SETTINGS = settings(max_examples=60, deadline=None,
+SETTINGS = settings(max_examples=examples(60), deadline=None,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow])
 configs = pytest.mark.parametrize("cfg", CONFIGS, ids=str)
-FEWER = settings(SETTINGS, max_examples=30)  # the long (CHURN) sequences
+FEWER = settings(SETTINGS, max_examples=examples(30))  # the long (CHURN) sequences
 
 
 def _run(cfg: Config, ops, after, before: bool = False) -> Runner:

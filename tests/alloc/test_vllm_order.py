@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from tests.alloc import invariants as inv
 from tests.alloc.model import Model
 from tests.alloc.ops import CHURN, CONFIGS, OPS, PREFIX_LEN, Runner
+from tests.examples import examples
 
 PAGED = [c for c in CONFIGS if c.paged]
 
@@ -19,7 +20,8 @@ def _model(r: Runner) -> Model:
 
 
 @pytest.mark.parametrize("cfg", PAGED, ids=str)
-@settings(max_examples=50, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+@settings(max_examples=examples(50), deadline=None,
+          phases=(Phase.explicit, Phase.reuse, Phase.generate),
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS | CHURN)
 def test_the_compiled_pool_is_the_plain_model_block_for_block(cfg, ops):

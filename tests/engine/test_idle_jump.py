@@ -10,6 +10,7 @@ from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfi
 from kvviz.core.errors import KvvizError
 from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
+from tests.examples import examples
 
 LANES = [LaneSpec.parse(t) for t in (
     "paged:16", "paged:16:prefix", "contiguous:first-fit:max", "contiguous:buddy:exact")]
@@ -46,7 +47,7 @@ def test_jumping_gives_the_summaries_events_and_steps_of_stepping(rate):
     assert result(a, a.run()) == result(b, stepped(b))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(gaps=st.lists(st.floats(0.0, 5.0), min_size=1, max_size=8),
        max_steps=st.one_of(st.none(), st.integers(1, 900)), tokens=st.sampled_from([512, 8192]))
 def test_jumping_equals_stepping_for_any_gaps_and_step_limit(gaps, max_steps, tokens):

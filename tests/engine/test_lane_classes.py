@@ -15,6 +15,7 @@ from kvviz.core.config import CacheConfig, EngineConfig, LaneSpec, WorkloadConfi
 from kvviz.core.workload import Workload, generate
 from kvviz.engine import Simulation
 from tests.alloc.brute import brute_class, need_units
+from tests.examples import examples
 
 LANES = ["paged:16", "paged:16:prefix", "paged:1"] + [
     f"contiguous:{p}:{r}" for p in ("first-fit", "best-fit", "buddy")
@@ -75,7 +76,7 @@ def _capture_refusals(lane) -> list[tuple]:
 
 
 @pytest.mark.parametrize("lane_spec", LANES)
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rate=st.sampled_from([float("inf"), 40.0]),
        seqs=st.sampled_from([4, 256]))
 def test_every_lane_refusal_has_the_brute_force_class(lane_spec, seed, rate, seqs):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.engine.vllm_ref import VllmServer, assert_same, case, run_kvviz, streams, workload
+from tests.examples import examples
 
 pytestmark = pytest.mark.vllm
 
@@ -98,7 +99,7 @@ def test_watermark(vllm):
            watermark=0.1)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams())
 def test_any_stream_matches_vllm(vllm, stream):
     w, kw = stream

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-ROOT_FILES = {"__init__.py", "conftest.py", "procs.py"}  # procs: shared by two folders
+ROOT_FILES = {"__init__.py", "conftest.py", "procs.py",  # procs: shared by two folders
+              "examples.py"}  # every property test's example count
 
 
 def _folders() -> list[Path]:

@@ -15,6 +15,7 @@ from hypothesis import strategies as hs
 
 ROOT = Path(__file__).resolve().parents[2]
 from kvviz.commands.cli import main  # noqa: E402
+from tests.examples import examples  # noqa: E402
 from tests.kvevents.conftest import free_base_port  # noqa: E402
 from tests.kvevents.recordings import write_attach_recording, write_kv_recording  # noqa: E402
 from tests.pages.apptest_fixtures import use_collector  # noqa: E402
@@ -38,7 +39,7 @@ def clean(tmp_path_factory) -> dict[str, Path]:
     return {"node": d / "ev.db", "attach": d / "att.db", "live": d / "own.db"}
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=hs.sampled_from(["node", "attach", "live"]), table=hs.sampled_from(sorted(COLUMNS)),
        data=hs.data(), value=VALUES)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, UNKNOWN, Undecodable, decode
+from tests.examples import examples
 from tests.kvevents.schema_pub import clear, payload, remove, store
 
 
@@ -48,7 +49,7 @@ _obj = st.recursive(_leaf, lambda c: st.lists(c, max_size=5) | st.dictionaries(
     max_leaves=20)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.one_of(st.binary(max_size=64), _obj.map(msgspec.msgpack.encode)))
 def test_any_payload_gives_a_batch_or_undecodable(data):
     try:

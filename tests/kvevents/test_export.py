@@ -13,6 +13,7 @@ from kvviz.commands.cli import main
 from kvviz.node.kvevents.decode import decode
 from kvviz.node.kvevents.rebuild import load_model, rebuild
 from kvviz.store import kv_reader
+from tests.examples import examples
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.recordings import write_kv_recording
 
@@ -75,7 +76,7 @@ VALUES = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(), st.te
                    st.binary(max_size=8))
 
 
-@settings(max_examples=30, deadline=None,
+@settings(max_examples=examples(30), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(table=st.sampled_from(sorted(COLUMNS)), data=st.data(), value=VALUES,
        fmt=st.sampled_from(["--parquet", "--csv"]))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kvviz.store import kv_reader
 from kvviz.store.kv_writer import KvEventWriter
+from tests.examples import examples
 
 batch = st.tuples(st.integers(1, 3), st.floats(0, 50), st.integers(0, 9), st.integers(0, 9),
                   st.integers(0, 2), st.booleans(), st.sampled_from(["ok", "undecodable"]))
@@ -64,7 +65,7 @@ def per_second(batches) -> list[tuple]:
     return [(s, sec, a, b) for (s, sec), (a, b) in sorted(line.items())]
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(batch, max_size=40), gaps=st.lists(gap, max_size=8))
 def test_within_the_window_counts_and_timeline_are_a_recount(tmp_path_factory, batches, gaps):
@@ -74,7 +75,7 @@ def test_within_the_window_counts_and_timeline_are_a_recount(tmp_path_factory, b
     assert not kv_reader.timeline_is_partial(conn)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(batch, min_size=2, max_size=40), data=st.data())
 def test_past_the_window_only_the_newest_batches_count(tmp_path_factory, batches, data):

@@ -11,6 +11,7 @@ from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
 from kvviz.node.kvevents.model import CacheModel
 from kvviz.node.kvevents.rebuild import rebuild
 from kvviz.node.kvevents.replay import fetch
+from tests.examples import examples
 from tests.kvevents.conftest import free_base_port
 from tests.kvevents.schema_pub import SchemaPublisher, payload, remove, store
 
@@ -26,7 +27,7 @@ def _counted(m: CacheModel) -> set:
     return {h for _, f in m.of_stream(1) for h in f.parent}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.tuples(st.lists(_ev, max_size=4), st.booleans()), max_size=14),
        st.integers(0, 5))
 def test_a_model_that_lost_batches_counts_only_blocks_the_node_holds(batches, start):

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from kvviz.node.kvevents.decode import CLEARED, REMOVED, STORED, Event
 from kvviz.node.kvevents.model import CacheModel, Forest
 from kvviz.node.kvevents.rebuild import rebuild
+from tests.examples import examples
 
 _h = st.integers(0, 12)
 _ev = st.one_of(
@@ -25,7 +26,7 @@ def _consistent(f: Forest) -> None:
     assert set(f.stored_t) == set(f.parent) == set(f.ntok)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(_ev, max_size=5), max_size=12))
 def test_incremental_forest_equals_one_rebuilt_from_scratch(batches):
     m = CacheModel()

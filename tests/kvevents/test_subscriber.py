@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvviz.node.kvevents.subscriber import Subscriber, SubscriberConfig
+from tests.examples import examples
 from tests.kvevents.conftest import drain, free_base_port, wait_connected
 from tests.kvevents.schema_pub import SchemaPublisher, clear, payload, remove, store
 
@@ -184,7 +185,7 @@ def test_a_host_that_does_not_resolve_is_named():
         sub.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.text(max_size=30) | st.sampled_from(["tcp://127.0.0.1:1", "ipc:///tmp/x",
                                                           "tcp://[::1]:9", "tcp://*:1"]),
                 min_size=1, max_size=3), st.integers(-2, 70))
@@ -200,7 +201,7 @@ _frames = st.lists(st.binary(max_size=24) | st.sampled_from(
      payload([remove([1]), clear()], envelope="map"), b"\x92\xcb"]), max_size=4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(_frames, max_size=8))
 def test_any_message_is_counted_never_raised(messages):
     port = free_base_port(1)

@@ -9,6 +9,7 @@ from kvviz.node.kvevents import diagnose
 from kvviz.node.kvevents.decode import REMOVED, STORED, Event
 from kvviz.node.kvevents.diagnose import Gauges, gauges_from_scrapes, usage_and_waiting
 from kvviz.node.kvevents.model import CacheModel
+from tests.examples import examples
 
 
 def _model(cached: int, churn: int = 0) -> CacheModel:
@@ -75,7 +76,7 @@ def test_scrapes_without_an_ok_one_give_no_gauges():
     assert diagnose.gauges_from_scrapes([]) is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(rows=hst.lists(hst.fixed_dictionaries(
     {"status": hst.sampled_from(["ok", "unreachable"])},
     optional={k: hst.one_of(hst.none(), hst.floats(), hst.integers(-2**70, 2**70),
