@@ -69,6 +69,7 @@ class PoolMirror:
         self.freed: list | None = None  # deriving: tables vLLM freed since a refresh
         self.last_refresh: float | None = None  # none yet: the first scan cannot compare
         self.known: dict[str, _Table] = {}  # request id -> its table as last read
+        self.meta: dict[str, tuple] = {}  # not deriving: short tables' (list, seq, final)
         self.reads = 0
         self._ids = np.empty(0, np.int32)  # the last tables(): all ids, and the uncached tails
         self._tails = np.empty(0, np.int64)
@@ -326,27 +327,50 @@ class PoolMirror:
         self.reads += 1
         read, known, cached = self.reads, self.known, self.num_cached
         track = self.deriving  # else: no tails, no changes noted
-        ts, computed, lens, minus = [], [], [], []  # minus: ids out
+        # not deriving, a short table needs only its seq and final: (list, seq, final) a
+        # request, kept from one read to the next (no _Table)
+        meta, self.meta = self.meta, {}
+        kept_meta = self.meta
+        seqs, finals, computed, lens, minus = [], [], [], [], []  # minus: ids out
         # spans [lo, hi) of positions: uncached tails, counted in, held and hashed
         tail_lo, tail_hi, plus_lo, plus_hi, on_lo, on_hi = [], [], [], [], [], []
         out = array("i")  # every table's ids, back to back
         at = 0  # position of this table's first id in `out`
+        in_known = 0  # tables of `known` read now
+        pending: list = []  # short tables not yet copied into `out` (not deriving)
         for rid, lst in self.req_to_blocks.items():
             n = len(lst)
             if not n:
                 continue
-            t = known.get(rid)
             req = requests.get(rid)
-            if t is None or t.lst is not lst:
-                if t is not None and t.counted:
-                    minus.append(t.counted_ids())
-                t = known[rid] = _Table(lst, seq_of.get(rid, -1), req, max_model_len)
-            t.read = read
-            ts.append(t)
             computed.append(0 if req is None else req.num_computed_tokens)
             lens.append(n)
             a0, at = at, at + n
             short = n <= SHORT  # read whole (and, deriving, counted anew)
+            if short and not track:
+                m = meta.get(rid)
+                if m is None or m[0] is not lst:
+                    m = (lst, seq_of.get(rid, -1), _final(req, max_model_len))
+                kept_meta[rid] = m
+                seqs.append(m[1])
+                finals.append(m[2])
+                pending.append(lst)  # read with the next ones, in one comprehension
+                continue
+            if pending:
+                out.extend([b.block_id for p in pending for b in p])
+                pending.clear()
+            t = known.get(rid)
+            if t is None or t.lst is not lst:
+                if t is not None and t.counted:
+                    minus.append(t.counted_ids())
+                m = meta.get(rid)  # a table grown past SHORT keeps what its first read saw
+                t = known[rid] = (_Table(lst, m[1], m[2]) if m is not None and m[0] is lst
+                                  else _Table(lst, seq_of.get(rid, -1),
+                                              _final(req, max_model_len)))
+            t.read = read
+            in_known += 1
+            seqs.append(t.seq)
+            finals.append(t.final)
             if short:
                 ids = [b.block_id for b in lst]
                 out.extend(ids)
@@ -381,7 +405,9 @@ class PoolMirror:
                 on_lo.append(a0 + lo)
                 on_hi.append(a0 + c)
             t.sids, t.counted, t.cached = None, n, c
-        if len(known) != len(ts):  # requests that hold no blocks now: forgotten
+        if pending:
+            out.extend([b.block_id for p in pending for b in p])
+        if len(known) != in_known:  # requests that hold no blocks now: forgotten
             for rid in [r for r, t in known.items() if t.read != read]:
                 t = known.pop(rid)
                 if t.counted:
@@ -390,8 +416,8 @@ class PoolMirror:
         self._ids, self._read_at = blocks, read
         self._tails = _spans(tail_lo, tail_hi)
         self._delta = (_spans(plus_lo, plus_hi), _spans(on_lo, on_hi), minus)
-        return (np.array([t.seq for t in ts], np.int64), np.array(computed, np.int64),
-                np.array([t.final for t in ts], np.int64), np.array(lens, np.int32), blocks)
+        return (np.array(seqs, np.int64), np.array(computed, np.int64),
+                np.array(finals, np.int64), np.array(lens, np.int32), blocks)
 
 
 def _spans(lo: list, hi: list) -> np.ndarray:
@@ -411,6 +437,11 @@ def _cat(parts: list) -> np.ndarray:
     return np.concatenate([np.asarray(p, np.int64) for p in parts])
 
 
+def _final(req, max_model_len: int) -> int:
+    """The most tokens a request can reach (0 for one vLLM has let go of)."""
+    return 0 if req is None else min(max_model_len, req.num_prompt_tokens + req.max_tokens)
+
+
 class _Table:
     """One request's block table as last read: its sequence number and final length from the
     first read, and, once longer than SHORT, its block ids so far (`ids`, an array that grows
@@ -420,10 +451,8 @@ class _Table:
 
     __slots__ = ("lst", "seq", "final", "read", "ids", "last", "sids", "counted", "cached")
 
-    def __init__(self, lst: list, seq: int, req, max_model_len: int) -> None:
-        self.lst, self.seq, self.read = lst, seq, 0
-        self.final = 0 if req is None else min(max_model_len,
-                                               req.num_prompt_tokens + req.max_tokens)
+    def __init__(self, lst: list, seq: int, final: int) -> None:
+        self.lst, self.seq, self.final, self.read = lst, seq, final, 0
         self.ids: array | None = None
         self.sids: list | None = None
         self.last = self.counted = self.cached = 0

@@ -11,8 +11,8 @@ labelled S reflects exactly the events labelled <= S, as docs/FORMAT.md asks.
 
 Cost. Every step: O(admissions + requests not scheduled or still in prefill) Python after
 schedule(), a call layer on each allocate_slots of an admission, and a few attribute reads per
-arrival, finish and preemption (an arrival's hash chain is kept as vLLM's bytes, joined, and
-converted for the wire at the sample). Every sample (4 Hz): the pool mirror's tables and
+arrival, finish and preemption (an arrival's hash chain is kept as vLLM's bytes, joined: the
+receiver converts it, kvviz/plugin/wire.py). Every sample (4 Hz): the pool mirror's tables and
 refresh, and O(running + waiting) Python for the queues.
 """
 from __future__ import annotations
@@ -68,8 +68,8 @@ class PoolSampler:
         self.events: list[tuple] = []  # rows as tuples: the GC stops tracking a tuple of
         # scalars, so rows held until the next sample are not traversed by every collection
         self.generated = 0  # tokens sampled so far: steps a live request sampled in
-        self.arrived: list[tuple] = []  # as the wire has them (carried past a full queue)
-        self.raw_arrived: list[tuple] = []  # hash chains as vLLM's bytes, joined
+        self.arrived: list[tuple] = []  # hash chains as vLLM's bytes, joined (the wire's
+        # receiver converts them); carried past a full queue
         self.done: list[tuple] = []
         self.admits: dict[str, int] = {}  # this step's admissions -> free blocks after
         self.failed: tuple | None = None  # this step's refused head: (rid, need, free)
@@ -79,6 +79,7 @@ class PoolSampler:
         self.last_step = -1
         self.disabled = False
         self.waiting_status = host["waiting_status"]
+        self.status_names: dict = {}  # a finished request's status -> its name
         self.mirror = PoolMirror(self.pool, coord.single_type_managers[0], self._after_reset,
                                  derive=host.get("derive", False))
         self._hook(kvm, coord)
@@ -155,8 +156,8 @@ class PoolSampler:
             return  # a streaming session's next chunk: the same request
         seq = self.seq_of[rid] = self.next_seq
         self.next_seq += 1
-        hs = request.block_hashes  # vLLM's own bytes, joined; the wire's form at the sample
-        self.raw_arrived.append((seq, rid, self.sched.current_step + 1,
+        hs = request.block_hashes  # vLLM's own bytes, joined (see wire.int_rows_le)
+        self.arrived.append((seq, rid, self.sched.current_step + 1,
                                  request.num_prompt_tokens, request.max_tokens, b"".join(hs),
                                  len(hs[0]) if hs else 8))
 
@@ -177,11 +178,13 @@ class PoolSampler:
         seq = self.seq_of.pop(rid, -1)
         step = self.sched.current_step
         if rid in self.live:
-            self.live.discard(rid)
+            self.live.remove(rid)
             self.prefilling.discard(rid)
             self.events.append((step, "finished", seq, None, 0, 0))
-        self.done.append((seq, step, request.num_output_tokens, request.status.name,
-                          request.num_preemptions))
+        status = request.status  # vLLM's IntEnum: hashed as an int, its name looked up once
+        name = self.status_names.get(status) or self.status_names.setdefault(status,
+                                                                               status.name)
+        self.done.append((seq, step, request.num_output_tokens, name, request.num_preemptions))
 
     def before_schedule(self) -> None:
         s = self.settings
@@ -205,14 +208,16 @@ class PoolSampler:
             self._unhook_admissions()
         B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
         if self.admits:
-            running = self.host["running_status"]
+            running, requests, seq_of = self.host["running_status"], sched.requests, self.seq_of
+            rewinds = self.rewinds
             for rid, free_after in self.admits.items():
-                req = sched.requests.get(rid)
+                req = requests.get(rid)
                 if req is None or req.status is not running:
                     continue  # an async KV load: it waits on
                 live.add(rid)
-                prefilling.add(rid)
-                events.append((step, "admitted", self.seq_of.get(rid, -1), None,
+                if rewinds or req.is_prefill_chunk:  # else its prefill ends in this step
+                    prefilling.add(rid)
+                events.append((step, "admitted", seq_of.get(rid, -1), None,
                                req.num_tokens, free_after * B))
                 self.last_fail = None
             self.admits.clear()
@@ -283,9 +288,6 @@ class PoolSampler:
         seqs, computed, final, lens, blocks = mirror.tables(sched.requests, self.seq_of,
                                                             sched.max_model_len)
         mirror.refresh()  # deriving: from the tables just read
-        if self.raw_arrived:
-            self.arrived += self.host["hash_rows"](self.raw_arrived)
-            self.raw_arrived = []
         step = sched.current_step
         seq_of = self.seq_of
         msg = {"wire": wire.WIRE_VERSION, "pool": self.host["pool"], "step": step,

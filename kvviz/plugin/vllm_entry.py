@@ -71,15 +71,6 @@ def _with_sampler(base: type, version: str) -> type:
         return base
     settings = Settings(os.environ)
 
-    def hash_rows(rows: list[tuple]) -> list[tuple]:
-        """The arrivals' prompt hash chains (each row's vLLM hashes joined, and their width)
-        as the KV-event stream carries them: 64-bit ints (vLLM's default) as little-endian
-        uint64, or the raw hash bytes back to back (the rows as they are). The switch is read
-        when the sampler starts (EngineCore caches vLLM's environment once it is built)."""
-        return int_rows_le(rows) if int_hashes else rows
-
-    int_hashes = bool(envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
-
     def make_sampler(sched) -> PoolSampler:
         cfg = sched.vllm_config
         pc = cfg.parallel_config
@@ -93,6 +84,11 @@ def _with_sampler(base: type, version: str) -> type:
                 "max_num_batched_tokens": int(sched.max_num_scheduled_tokens),
                 "max_model_len": int(sched.max_model_len),
                 "watermark": float(sched.scheduler_config.watermark),
+                # the request log's hashes travel as vLLM's bytes; the receiver turns them
+                # into the KV-event stream's form, 64-bit ints where vLLM sends ints (its
+                # default; the switch is read when the sampler starts: EngineCore caches
+                # vLLM's environment once it is built)
+                "int_hashes": bool(envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES),
                 "bytes_per_token": _bytes_per_token(sched)}
         # ZeroMQ's send queue: about 64 MiB of samples (a sample is ~9 bytes a block)
         hwm = max(8, min(1024, 2**26 // (9 * pool["num_blocks"] + 1024)))
@@ -102,7 +98,7 @@ def _with_sampler(base: type, version: str) -> type:
         if pub.failed:
             raise RuntimeError(pub.failed)
         derive, why_not = derivable(sched)
-        host = {"pool": pool, "hash_rows": hash_rows, "running_status": RequestStatus.RUNNING,
+        host = {"pool": pool, "running_status": RequestStatus.RUNNING,
                 "waiting_status": (RequestStatus.WAITING, RequestStatus.PREEMPTED),
                 "derive": derive}
         log.info("kvviz blocks plugin: publishing %s's block pool (%d blocks of %d) on %s; "
@@ -114,38 +110,6 @@ def _with_sampler(base: type, version: str) -> type:
         return sampler
 
     return mixin_class(base, make_sampler)
-
-
-def int_hashes_le(block_hashes) -> bytes:
-    """Each hash as vLLM's maybe_convert_block_hash makes it an int (its bytes read big-endian,
-    the low 64 bits kept), written as 8 little-endian bytes: its last 8 bytes reversed (a
-    shorter hash zero-padded), without an int or a call per hash."""
-    return b"".join([(_ZEROS + h)[:-9:-1] for h in block_hashes])
-
-
-_ZEROS = bytes(8)
-
-
-
-def int_rows_le(rows: list[tuple]) -> list[tuple]:
-    """Request-log rows (seq, id, step, prompt, max_tokens, hashes joined, width) with their
-    hashes as int_hashes_le makes them (width 8): for rows of one width >= 8, one numpy pass
-    over all of them (each hash's last 8 bytes reversed), else hash by hash."""
-    import numpy as np
-
-    widths = {r[6] for r in rows}
-    w = next(iter(widths)) if len(widths) == 1 else 0
-    if w < 8:
-        return [(*r[:5], int_hashes_le([r[5][i:i + r[6]] for i in range(0, len(r[5]), r[6])]),
-                 8) for r in rows]
-    le = np.frombuffer(b"".join([r[5] for r in rows]), np.uint8).reshape(-1, w)[:, :-9:-1]
-    le = le.tobytes()
-    out, at = [], 0
-    for r in rows:
-        k = len(r[5]) // w * 8
-        out.append((*r[:5], le[at:at + k], 8))
-        at += k
-    return out
 
 
 def derivable(sched) -> tuple[bool, str]:

@@ -8,7 +8,10 @@ vLLM's own free-block count, the per-block `refcnt` (int32) and `hashed` (uint8:
 prefix hash) planes indexed by vLLM block id, the block tables of the requests holding
 blocks (`seqs`, `computed`, `final`, `lens` and `blocks`, int64/int32), the running and
 waiting queues with the head's reason, and every event and request-log entry since the
-previous message."""
+previous message. The request log's hash chains travel as vLLM's bytes (each request's joined,
+with their width); where the pool says `int_hashes` (vLLM's KV events send 64-bit ints, its
+default), decode() turns them into the KV-event stream's form, 8 little-endian bytes a hash
+(int_rows_le), so the engine's thread never converts them."""
 from __future__ import annotations
 
 import msgspec
@@ -127,12 +130,15 @@ def _check(msg: dict) -> None:
     for row in msg["arrived"]:
         if not 1 <= row[6] <= 64 or len(row[5]) % row[6]:
             raise WireError("arrived: hashes not a whole number of hash_width bytes")
+    if clean.get("int_hashes") and msg["arrived"]:  # converted here, not in the engine
+        msg["arrived"] = [list(r) for r in int_rows_le(msg["arrived"])]
 
 
 POOL_FIELDS = {"engine": str, "version": str, "scheduler": str, "dp_rank": int,
                "chunked_prefill": bool, "prefix_caching": bool, "max_num_seqs": int,
                "max_num_batched_tokens": int, "max_model_len": int, "watermark": float,
-               "bytes_per_token": int}  # the geometry kept (other keys are left out)
+               "bytes_per_token": int,
+               "int_hashes": bool}  # the geometry kept (other keys are left out)
 MAX_ROWS = 1 << 20
 BIG = 2**62  # every integer a row carries fits SQLite's int64 with room
 _N = (int, type(None))
@@ -145,3 +151,32 @@ def _fits(row, shape) -> bool:
     return (isinstance(row, list) and len(row) == len(shape)
             and all(isinstance(v, t) and not isinstance(v, bool)
                     and (not isinstance(v, int) or abs(v) < BIG) for v, t in zip(row, shape)))
+
+
+def int_hashes_le(block_hashes) -> bytes:
+    """Each hash as vLLM's maybe_convert_block_hash makes it an int (its bytes read big-endian,
+    the low 64 bits kept), written as 8 little-endian bytes: its last 8 bytes reversed (a
+    shorter hash zero-padded), without an int or a call per hash."""
+    return b"".join([(_ZEROS + h)[:-9:-1] for h in block_hashes])
+
+
+_ZEROS = bytes(8)
+
+
+def int_rows_le(rows: list) -> list:
+    """Request-log rows (seq, id, step, prompt, max_tokens, hashes joined, width) with their
+    hashes as int_hashes_le makes them (width 8): for rows of one width >= 8, one numpy pass
+    over all of them (each hash's last 8 bytes reversed), else hash by hash."""
+    widths = {r[6] for r in rows}
+    w = next(iter(widths)) if len(widths) == 1 else 0
+    if w < 8:
+        return [(*r[:5], int_hashes_le([r[5][i:i + r[6]] for i in range(0, len(r[5]), r[6])]),
+                 8) for r in rows]
+    le = np.frombuffer(b"".join([r[5] for r in rows]), np.uint8).reshape(-1, w)[:, :-9:-1]
+    le = le.tobytes()
+    out, at = [], 0
+    for r in rows:
+        k = len(r[5]) // w * 8
+        out.append((*r[:5], le[at:at + k], 8))
+        at += k
+    return out

@@ -9,7 +9,7 @@ from kvviz.node.blocks_lane import BlockLane, blockmap
 from kvviz.plugin import wire
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
-from tests.plugin.stream import frames, message
+from tests.plugin.stream import POOL, frames, message
 
 
 def test_the_map_puts_block_id_minus_one_at_each_address_with_the_planes_of_format_md():
@@ -55,6 +55,19 @@ def test_messages_become_samples_events_a_request_log_and_gaps(tmp_path):
         assert gaps[["kind", "first_seq", "last_seq"]].values.tolist() == [["gap", 3, 4]]
     finally:
         r.close()
+
+
+def test_the_request_logs_vllm_hash_bytes_arrive_as_the_kv_event_streams_ints():
+    """The plugin sends vLLM's hash bytes as they are; where the pool says `int_hashes`,
+    decode() gives each hash as vLLM's maybe_convert_block_hash makes it (the bytes read
+    big-endian, the low 64 bits kept), 8 little-endian bytes; without it, the bytes as sent."""
+    hashes = [bytes(range(i, i + 32)) for i in (0, 40)]  # sha256-wide, as vLLM's
+    row = [2, "req-2", 3, 20, 4, b"".join(hashes), 32]
+    want = b"".join((int.from_bytes(h, "big") % 2**64).to_bytes(8, "little") for h in hashes)
+    _, msg = wire.decode(frames(arrived=[row], pool={**POOL, "int_hashes": True}))
+    assert msg["arrived"] == [[2, "req-2", 3, 20, 4, want, 8]]
+    _, msg = wire.decode(frames(arrived=[row], pool={**POOL, "int_hashes": False}))
+    assert msg["arrived"] == [row]
 
 
 @pytest.mark.parametrize("bad", [dict(null_block=3), dict(blocks=np.array([0, 2, 1, 3]))])

@@ -223,7 +223,10 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
         assert blocks.tolist() == [b.block_id for _, lst in held for b in lst]
         assert computed.tolist() == [requests[r].num_computed_tokens for r, _ in held]
         assert final.tolist() == [min(60, requests[r].num_prompt_tokens + 5) for r, _ in held]
-        assert set(m.known) == {r for r, _ in held}
+        # every table read is remembered once (a short one, not deriving, as its seq and
+        # final only), and a table gone is forgotten
+        assert set(m.known) | set(m.meta) == {r for r, _ in held}
+        assert not set(m.known) & set(m.meta)
         assert blocks.dtype == np.int32
         longest = max([longest] + lens.tolist())
     assert longest > pool_mirror.SHORT  # the grown path was taken

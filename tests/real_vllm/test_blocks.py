@@ -177,7 +177,7 @@ def test_the_overhead_benchmark_runs_in_quick_form():
 HASHES = r"""
 import random
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
-from kvviz.plugin.vllm_entry import int_hashes_le, int_rows_le
+from kvviz.plugin.wire import int_hashes_le, int_rows_le
 rng = random.Random(39)
 bad = 0
 for n in range(400):
@@ -198,7 +198,7 @@ print("differ", bad)
 
 
 def test_the_request_logs_hash_chain_is_what_vllms_own_conversion_gives():
-    """The request log's hash chain (kvviz/plugin/vllm_entry.py's int_hashes_le, one join a
+    """The request log's hash chain (kvviz/plugin/wire.py's int_hashes_le, one join a
     request, and int_rows_le, one numpy pass over a sample's arrivals) equals vLLM's
     maybe_convert_block_hash + 8 little-endian bytes, hash by hash."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "VLLM_NO_USAGE_STATS": "1",
