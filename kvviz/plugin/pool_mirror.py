@@ -66,7 +66,8 @@ class PoolMirror:
         self.stale = False
         self.watching = False
         self.can_derive, self.deriving = derive, False
-        self.freed: list | None = None  # deriving: tables vLLM freed since a refresh
+        self.freed: list | None = None  # deriving: the ids of the tables vLLM freed since
+        # a refresh (lists or arrays of ids)
         self.last_refresh: float | None = None  # none yet: the first scan cannot compare
         self.known: dict[str, _Table] = {}  # request id -> its table as last read
         self.meta: dict[str, tuple] = {}  # not deriving: short tables' (list, seq, final)
@@ -96,8 +97,17 @@ class PoolMirror:
         """vLLM is about to free this request's table (a finish or a preemption)."""
         lst = self.req_to_blocks.get(request_id)
         if lst:
-            self.freed.append(lst)
-            if len(self.freed) > FREED_MAX:  # no refresh for long: read every hash instead
+            freed = self.freed
+            t = self.known.get(request_id)
+            ids = t.ids if t is not None and t.lst is lst else None
+            k = 0 if ids is None else len(ids)
+            if k and k <= len(lst) and lst[k - 1].block_id == t.last:  # read up to k: the
+                freed.append(ids)  # ids as read (the table is gone: they stay as they are)
+                if k < len(lst):
+                    freed.append([b.block_id for b in lst[k:]])
+            else:
+                freed.append([b.block_id for b in lst])
+            if len(freed) > FREED_MAX:  # no refresh for long: read every hash instead
                 self.stale = True
                 self.freed.clear()
 
@@ -245,7 +255,7 @@ class PoolMirror:
         else:
             left = (self.refcnt > 0) & ~held  # held at the last refresh, free now
             if freed:
-                ids_freed = np.fromiter((b.block_id for lst in freed for b in lst), np.int64)
+                ids_freed = _cat(freed)
                 left[ids_freed[~held[ids_freed]]] = True
             again = np.flatnonzero(left)
         freed.clear()
@@ -300,8 +310,7 @@ class PoolMirror:
             again = np.flatnonzero(ref == 0)
         else:
             if freed:
-                lost = np.concatenate([lost, np.fromiter(
-                    (b.block_id for lst in freed for b in lst), np.int64)])
+                lost = np.concatenate([lost, _cat(freed)])
             again = lost[ref[lost] == 0] if lost.size else lost
         freed.clear()
         self.stale = False
@@ -332,10 +341,11 @@ class PoolMirror:
         meta, self.meta = self.meta, {}
         kept_meta = self.meta
         seqs, finals, computed, lens, minus = [], [], [], [], []  # minus: ids out
-        # spans [lo, hi) of positions: uncached tails, counted in, held and hashed
-        tail_lo, tail_hi, plus_lo, plus_hi, on_lo, on_hi = [], [], [], [], [], []
+        # deriving, per table: its cached count now, and from where in it ids are counted in
+        # and held blocks may have been hashed since its last read (spans made at the end)
+        cs, plus_from, on_from = [], [], []
         out = array("i")  # every table's ids, back to back
-        at = 0  # position of this table's first id in `out`
+        at = 0  # ids in `out` so far
         in_known = 0  # tables of `known` read now
         pending: list = []  # short tables not yet copied into `out` (not deriving)
         for rid, lst in self.req_to_blocks.items():
@@ -345,7 +355,7 @@ class PoolMirror:
             req = requests.get(rid)
             computed.append(0 if req is None else req.num_computed_tokens)
             lens.append(n)
-            a0, at = at, at + n
+            at += n
             short = n <= SHORT  # read whole (and, deriving, counted anew)
             if short and not track:
                 m = meta.get(rid)
@@ -375,35 +385,33 @@ class PoolMirror:
                 ids = [b.block_id for b in lst]
                 out.extend(ids)
             else:
-                old = t.grow(n)
+                got = t.ids
+                k = 0 if got is None else len(got)
+                if k and k <= n and lst[k - 1].block_id == t.last:  # the common case: grown
+                    old = None  # by the blocks past k (t.grow's first branch, inline)
+                    if k < n:
+                        got.extend([b.block_id for b in lst[k:]])
+                        t.last = lst[n - 1].block_id
+                else:
+                    old = t.grow(n)
                 out += t.ids
             if not track:
                 continue
             c = cached.get(rid, 0)
-            if c < n:
-                tail_lo.append(a0 + c)
-                tail_hi.append(at)
-            if short:
+            cs.append(c)
+            if short:  # counted anew, whole
                 if t.counted:
                     minus.append(t.counted_ids())
-                plus_lo.append(a0)
-                plus_hi.append(at)
-                if c:
-                    on_lo.append(a0)
-                    on_hi.append(a0 + c)
+                plus_from.append(0)
+                on_from.append(0)
                 t.sids, t.ids, t.counted, t.cached = ids, None, n, c
                 continue
             if old is not None:  # read anew: what was counted goes out
                 minus.append(old)
                 t.counted = t.cached = 0
             counted = t.counted
-            lo = counted if counted < t.cached else t.cached  # counted, and cached then
-            if counted < n:
-                plus_lo.append(a0 + counted)
-                plus_hi.append(at)
-            if lo < c:
-                on_lo.append(a0 + lo)
-                on_hi.append(a0 + c)
+            plus_from.append(counted)
+            on_from.append(counted if counted < t.cached else t.cached)  # and cached then
             t.sids, t.counted, t.cached = None, n, c
         if pending:
             out.extend([b.block_id for p in pending for b in p])
@@ -414,20 +422,34 @@ class PoolMirror:
                     minus.append(t.counted_ids())
         blocks = np.frombuffer(out, np.int32) if at else np.empty(0, np.int32)
         self._ids, self._read_at = blocks, read
-        self._tails = _spans(tail_lo, tail_hi)
-        self._delta = (_spans(plus_lo, plus_hi), _spans(on_lo, on_hi), minus)
+        if track and cs:  # positions: the uncached tails [c, n), counted in [plus_from, n),
+            # held and hashed [on_from, c), each table's from its first id's position
+            n_ = np.array(lens, np.int64)
+            a0_ = np.cumsum(n_) - n_
+            c_ = np.array(cs, np.int64) + a0_
+            end = n_ + a0_
+            self._tails = _spans(c_, end)
+            self._delta = (_spans(np.array(plus_from, np.int64) + a0_, end),
+                           _spans(np.array(on_from, np.int64) + a0_, c_), minus)
+        else:
+            self._tails = _NONE
+            self._delta = (_NONE, _NONE, minus)
         return (np.array(seqs, np.int64), np.array(computed, np.int64),
                 np.array(finals, np.int64), np.array(lens, np.int32), blocks)
 
 
-def _spans(lo: list, hi: list) -> np.ndarray:
-    """The positions of the spans [lo[i], hi[i]), in order, as one array."""
-    if not lo:
-        return np.empty(0, np.int64)
-    lo_a, n = np.array(lo, np.int64), np.array(hi, np.int64)
-    n -= lo_a
+_NONE = np.empty(0, np.int64)
+_NONE.flags.writeable = False
+
+
+def _spans(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The positions of the spans [lo[i], hi[i]) (none where hi <= lo), in order, as one
+    array (int64 arrays of one length in)."""
+    n = np.maximum(hi - lo, 0)
     ends = np.cumsum(n)
-    return np.arange(ends[-1]) + np.repeat(lo_a - ends + n, n)
+    if not ends.size or not ends[-1]:
+        return _NONE
+    return np.arange(ends[-1]) + np.repeat(lo - ends + n, n)
 
 
 def _cat(parts: list) -> np.ndarray:
