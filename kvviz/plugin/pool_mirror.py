@@ -12,7 +12,8 @@ Three ways to keep `refcnt` and `hashed` current:
   the free blocks re-read are those held at the previous refresh and those of the tables vLLM
   freed since (`note_freed`: the sampler's finish and preemption hooks, before vLLM frees
   the table). No pool verb is wrapped. Once in step, the planes move by what the tables
-  gained and lost since the previous refresh (each _Table remembers what of it was counted);
+  gained and lost since the previous refresh (kvviz/plugin/tables.py's reader remembers what
+  of each table was counted);
   the first derivation, and any after a full read, recounts whole. Each refresh checks the
   derived planes against vLLM's own free-block count; a difference (a reference held outside
   the tables) logs one line and the mirror reads the pool itself from then on (scanning, then
@@ -32,17 +33,16 @@ from __future__ import annotations
 
 import logging
 import time
-from array import array
 
 import numpy as np
 
+from kvviz.plugin.tables import TableReader
+
 log = logging.getLogger("kvviz.plugin")
-SHORT = 32  # blocks: a table this short is read whole at each sample, a longer one grows
 FULL_SHARE = 3  # watching: a full re-read once the ids noted pass num_blocks / FULL_SHARE
 SCAN_SHARE = 0.002  # scanning: a scan past this share of the time between refreshes: watch
 FREED_MAX = 1 << 16  # deriving: freed tables held past this: re-read every free block's hash
 INCR_MIN = 0  # deriving: a pool this large derives from the tables' changes, not whole
-assert array("i").itemsize == 4  # the tables' ids, read as int32
 VERBS = ("get_new_blocks", "free_blocks", "touch", "unpin_blocks", "_insert_block_hash",
          "_remove_cached_block_hashes")
 
@@ -69,13 +69,8 @@ class PoolMirror:
         self.freed: list | None = None  # deriving: the ids of the tables vLLM freed since
         # a refresh (lists or arrays of ids)
         self.last_refresh: float | None = None  # none yet: the first scan cannot compare
-        self.known: dict[str, _Table] = {}  # request id -> its table as last read
-        self.meta: dict[str, tuple] = {}  # not deriving: short tables' (list, seq, final)
-        self.reads = 0
-        self._ids = np.empty(0, np.int32)  # the last tables(): all ids, and the uncached tails
-        self._tails = np.empty(0, np.int64)
-        self._read_at = -1  # self.reads when _ids was read
-        self._delta: tuple = (self._tails, self._tails, [])  # the last tables(): what changed
+        self.reader = TableReader(self.req_to_blocks, self.num_cached)
+        self._read_at = -1  # reader.reads when tables() last read, for this refresh
         self.synced = False  # refcnt / hashed in step with the tables' counted ids
         reset = pool.reset_prefix_cache
 
@@ -98,15 +93,7 @@ class PoolMirror:
         lst = self.req_to_blocks.get(request_id)
         if lst:
             freed = self.freed
-            t = self.known.get(request_id)
-            ids = t.ids if t is not None and t.lst is lst else None
-            k = 0 if ids is None else len(ids)
-            if k and k <= len(lst) and lst[k - 1].block_id == t.last:  # read up to k: the
-                freed.append(ids)  # ids as read (the table is gone: they stay as they are)
-                if k < len(lst):
-                    freed.append([b.block_id for b in lst[k:]])
-            else:
-                freed.append([b.block_id for b in lst])
+            freed += self.reader.ids_of(request_id, lst)
             if len(freed) > FREED_MAX:  # no refresh for long: read every hash instead
                 self.stale = True
                 self.freed.clear()
@@ -185,7 +172,7 @@ class PoolMirror:
         the other (after `overflow()`, a full re-read whatever it says)."""
         t0 = time.perf_counter()
         if self.deriving:
-            if full or self._read_at != self.reads:  # no tables read for this refresh
+            if full or self._read_at != self.reader.reads:  # no tables read for this refresh
                 self._read_all()
                 self.freed.clear()
                 self.stale = False
@@ -242,7 +229,7 @@ class PoolMirror:
         if self.synced and self.refcnt.size >= INCR_MIN:
             self._derive_changes()
             return
-        pool, ids = self.pool, self._ids
+        pool, ids, tails = self.pool, self.reader.ids, self.reader.tails
         null = pool.null_block
         ref = np.bincount(ids, minlength=self.refcnt.size)
         ref[null.block_id] = 0
@@ -265,8 +252,8 @@ class PoolMirror:
             blocks = pool.blocks
             hashed[again] = [blocks[b]._block_hash is not None for b in again.tolist()]
         hashed[ids] = 1
-        if self._tails.size:
-            hashed[ids[self._tails]] = 0
+        if tails.size:
+            hashed[ids[tails]] = 0
         ref[null.block_id] = null.ref_cnt
         hashed[null.block_id] = null._block_hash is not None
         self.refcnt[:] = ref
@@ -293,8 +280,9 @@ class PoolMirror:
         positions that may have changed (each table's ids from min(counted, cached) at its
         last read on: new blocks, and tail blocks cached since); free blocks re-read where a
         table gone or freed held them."""
-        pool, ref, hashed, ids = self.pool, self.refcnt, self.hashed, self._ids
-        plus, on, minus = self._delta
+        reader = self.reader
+        pool, ref, hashed, ids = self.pool, self.refcnt, self.hashed, reader.ids
+        plus, on, minus, tails = reader.plus, reader.on, reader.minus, reader.tails
         null = pool.null_block.block_id
         ref[null] = 0
         gained, lost = ids[plus], _cat(minus)
@@ -319,137 +307,17 @@ class PoolMirror:
             hashed[again] = [blocks[b]._block_hash is not None for b in again.tolist()]
         if on.size:
             hashed[ids[on]] = 1
-        if self._tails.size:
-            hashed[ids[self._tails]] = 0
+        if tails.size:
+            hashed[ids[tails]] = 0
         ref[null] = pool.null_block.ref_cnt
         hashed[null] = pool.null_block._block_hash is not None
 
     def tables(self, requests, seq_of: dict, max_model_len: int) -> tuple:
-        """(seqs, computed, final, lens, blocks): per request holding blocks, in vLLM's order,
-        its sequence number and the most tokens it can reach (as they were when its table was
-        first read), its num_computed_tokens (0 once vLLM has let go of it), its table's
-        length, and all tables' block ids back to back. O(requests + blocks of short tables +
-        blocks appended to long ones) Python, the ids copied into one buffer as they are read.
-        Deriving, it also notes the positions of each table's uncached tail (from
-        num_cached_block) and, per table, what changed since its last read (see _derive), as
-        spans of positions expanded at the end."""
-        self.reads += 1
-        read, known, cached = self.reads, self.known, self.num_cached
-        track = self.deriving  # else: no tails, no changes noted
-        # not deriving, a short table needs only its seq and final: (list, seq, final) a
-        # request, kept from one read to the next (no _Table)
-        meta, self.meta = self.meta, {}
-        kept_meta = self.meta
-        seqs, finals, computed, lens, minus = [], [], [], [], []  # minus: ids out
-        # deriving, per table: its cached count now, and from where in it ids are counted in
-        # and held blocks may have been hashed since its last read (spans made at the end)
-        cs, plus_from, on_from = [], [], []
-        out = array("i")  # every table's ids, back to back
-        at = 0  # ids in `out` so far
-        in_known = 0  # tables of `known` read now
-        pending: list = []  # short tables not yet copied into `out` (not deriving)
-        for rid, lst in self.req_to_blocks.items():
-            n = len(lst)
-            if not n:
-                continue
-            req = requests.get(rid)
-            computed.append(0 if req is None else req.num_computed_tokens)
-            lens.append(n)
-            at += n
-            short = n <= SHORT  # read whole (and, deriving, counted anew)
-            if short and not track:
-                m = meta.get(rid)
-                if m is None or m[0] is not lst:
-                    m = (lst, seq_of.get(rid, -1), _final(req, max_model_len))
-                kept_meta[rid] = m
-                seqs.append(m[1])
-                finals.append(m[2])
-                pending.append(lst)  # read with the next ones, in one comprehension
-                continue
-            if pending:
-                out.extend([b.block_id for p in pending for b in p])
-                pending.clear()
-            t = known.get(rid)
-            if t is None or t.lst is not lst:
-                if t is not None and t.counted:
-                    minus.append(t.counted_ids())
-                m = meta.get(rid)  # a table grown past SHORT keeps what its first read saw
-                t = known[rid] = (_Table(lst, m[1], m[2]) if m is not None and m[0] is lst
-                                  else _Table(lst, seq_of.get(rid, -1),
-                                              _final(req, max_model_len)))
-            t.read = read
-            in_known += 1
-            seqs.append(t.seq)
-            finals.append(t.final)
-            if short:
-                ids = [b.block_id for b in lst]
-                out.extend(ids)
-            else:
-                got = t.ids
-                k = 0 if got is None else len(got)
-                if k and k <= n and lst[k - 1].block_id == t.last:  # the common case: grown
-                    old = None  # by the blocks past k (t.grow's first branch, inline)
-                    if k < n:
-                        got.extend([b.block_id for b in lst[k:]])
-                        t.last = lst[n - 1].block_id
-                else:
-                    old = t.grow(n)
-                out += t.ids
-            if not track:
-                continue
-            c = cached.get(rid, 0)
-            cs.append(c)
-            if short:  # counted anew, whole
-                if t.counted:
-                    minus.append(t.counted_ids())
-                plus_from.append(0)
-                on_from.append(0)
-                t.sids, t.ids, t.counted, t.cached = ids, None, n, c
-                continue
-            if old is not None:  # read anew: what was counted goes out
-                minus.append(old)
-                t.counted = t.cached = 0
-            counted = t.counted
-            plus_from.append(counted)
-            on_from.append(counted if counted < t.cached else t.cached)  # and cached then
-            t.sids, t.counted, t.cached = None, n, c
-        if pending:
-            out.extend([b.block_id for p in pending for b in p])
-        if len(known) != in_known:  # requests that hold no blocks now: forgotten
-            for rid in [r for r, t in known.items() if t.read != read]:
-                t = known.pop(rid)
-                if t.counted:
-                    minus.append(t.counted_ids())
-        blocks = np.frombuffer(out, np.int32) if at else np.empty(0, np.int32)
-        self._ids, self._read_at = blocks, read
-        if track and cs:  # positions: the uncached tails [c, n), counted in [plus_from, n),
-            # held and hashed [on_from, c), each table's from its first id's position
-            n_ = np.array(lens, np.int64)
-            a0_ = np.cumsum(n_) - n_
-            c_ = np.array(cs, np.int64) + a0_
-            end = n_ + a0_
-            self._tails = _spans(c_, end)
-            self._delta = (_spans(np.array(plus_from, np.int64) + a0_, end),
-                           _spans(np.array(on_from, np.int64) + a0_, c_), minus)
-        else:
-            self._tails = _NONE
-            self._delta = (_NONE, _NONE, minus)
-        return (np.array(seqs, np.int64), np.array(computed, np.int64),
-                np.array(finals, np.int64), np.array(lens, np.int32), blocks)
-
-
-_NONE = np.empty(0, np.int64)
-_NONE.flags.writeable = False
-
-
-def _spans(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The positions of the spans [lo[i], hi[i]) (none where hi <= lo), in order, as one
-    array (int64 arrays of one length in)."""
-    n = np.maximum(hi - lo, 0)
-    ends = np.cumsum(n)
-    if not ends.size or not ends[-1]:
-        return _NONE
-    return np.arange(ends[-1]) + np.repeat(lo - ends + n, n)
+        """(seqs, computed, final, lens, blocks): the block tables now (TableReader.read), read
+        tracking what changed where the mirror derives; the next refresh derives from them."""
+        out = self.reader.read(requests, seq_of, max_model_len, self.deriving)
+        self._read_at = self.reader.reads
+        return out
 
 
 def _cat(parts: list) -> np.ndarray:
@@ -457,43 +325,3 @@ def _cat(parts: list) -> np.ndarray:
     if not parts:
         return np.empty(0, np.int64)
     return np.concatenate([np.asarray(p, np.int64) for p in parts])
-
-
-def _final(req, max_model_len: int) -> int:
-    """The most tokens a request can reach (0 for one vLLM has let go of)."""
-    return 0 if req is None else min(max_model_len, req.num_prompt_tokens + req.max_tokens)
-
-
-class _Table:
-    """One request's block table as last read: its sequence number and final length from the
-    first read, and, once longer than SHORT, its block ids so far (`ids`, an array that grows
-    as the table does; a short one's: `sids`); how many of its ids the deriving mirror has
-    counted, and its cached count then. It holds no Request: a finished request is freed
-    where vLLM lets go of it, not in a sample."""
-
-    __slots__ = ("lst", "seq", "final", "read", "ids", "last", "sids", "counted", "cached")
-
-    def __init__(self, lst: list, seq: int, final: int) -> None:
-        self.lst, self.seq, self.final, self.read = lst, seq, final, 0
-        self.ids: array | None = None
-        self.sids: list | None = None
-        self.last = self.counted = self.cached = 0
-
-    def counted_ids(self):
-        return self.sids[:self.counted] if self.sids is not None else self.ids[:self.counted]
-
-    def grow(self, n: int) -> array | list | None:
-        """Bring `ids` to the table's n block ids, read on from where the last read stopped (a
-        table only grows while its request holds it; a shorter one, or one whose last block
-        read has changed, is read anew: then the ids counted before, if any, are returned)."""
-        lst, ids = self.lst, self.ids
-        old = None
-        k = 0 if ids is None else len(ids)
-        if not k or k > n or lst[k - 1].block_id != self.last:
-            if self.counted:
-                old = self.counted_ids()
-            self.ids = array("i", [b.block_id for b in lst])
-        elif k < n:
-            ids.extend([b.block_id for b in lst[k:]])
-        self.last = lst[n - 1].block_id
-        return old

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kvviz.plugin import pool_mirror
+from kvviz.plugin import tables as tables_mod
 from kvviz.plugin.pool_mirror import PoolMirror
 
 
@@ -225,11 +226,11 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
         assert final.tolist() == [min(60, requests[r].num_prompt_tokens + 5) for r, _ in held]
         # every table read is remembered once (a short one, not deriving, as its seq and
         # final only), and a table gone is forgotten
-        assert set(m.known) | set(m.meta) == {r for r, _ in held}
-        assert not set(m.known) & set(m.meta)
+        assert set(m.reader.known) | set(m.reader.meta) == {r for r, _ in held}
+        assert not set(m.reader.known) & set(m.reader.meta)
         assert blocks.dtype == np.int32
         longest = max([longest] + lens.tolist())
-    assert longest > pool_mirror.SHORT  # the grown path was taken
+    assert longest > tables_mod.SHORT  # the grown path was taken
 
 
 class Manager:
@@ -320,7 +321,7 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, mo
     re-read only where they were held at the last refresh or in a table freed since; recounted
     whole at each refresh, or (a large pool's way) from what the tables gained and lost."""
     if changes:
-        monkeypatch.setattr(pool_mirror, "SHORT", 3)  # long tables too: read on as they grow
+        monkeypatch.setattr(tables_mod, "SHORT", 3)  # long tables too: read on as they grow
     else:
         monkeypatch.setattr(pool_mirror, "INCR_MIN", 1 << 30)  # recounted whole every time
     rng, pool = random.Random(seed), Pool(64)
