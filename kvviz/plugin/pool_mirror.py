@@ -72,6 +72,7 @@ class PoolMirror:
         self.reader = TableReader(self.req_to_blocks, self.num_cached)
         self._read_at = -1  # reader.reads when tables() last read, for this refresh
         self.synced = False  # refcnt / hashed in step with the tables' counted ids
+        self.used = 0  # synced: blocks the tables hold (refcnt > 0, the null block aside)
         reset = pool.reset_prefix_cache
 
         def reset_prefix_cache():
@@ -234,7 +235,8 @@ class PoolMirror:
         ref = np.bincount(ids, minlength=self.refcnt.size)
         ref[null.block_id] = 0
         held = ref > 0
-        if not self._tables_hold_the_pool(int(np.count_nonzero(held)), False):
+        self.used = int(np.count_nonzero(held))
+        if not self._tables_hold_the_pool(self.used, False):
             return
         freed = self.freed
         if self.stale:  # tables freed were forgotten: every free block's hash is read
@@ -286,12 +288,19 @@ class PoolMirror:
         null = pool.null_block.block_id
         ref[null] = 0
         gained, lost = ids[plus], _cat(minus)
-        if gained.size:
-            np.add.at(ref, gained, 1)
+        used, negative = self.used, False  # held blocks (the null block aside), kept as the
+        if gained.size:  # counts cross zero: no pass over the whole plane
+            u, c = np.unique(gained, return_counts=True)
+            used += int(np.count_nonzero(ref[u] == 0))
+            ref[u] += c.astype(ref.dtype)
         if lost.size:
-            np.add.at(ref, lost, -1)
-        if not self._tables_hold_the_pool(int(np.count_nonzero(ref)),
-                                          bool(lost.size and ref.min() < 0)):
+            u, c = np.unique(lost, return_counts=True)
+            ref[u] -= c.astype(ref.dtype)
+            after = ref[u]
+            used -= int(np.count_nonzero(after == 0))
+            negative = bool((after < 0).any())
+        self.used = used
+        if not self._tables_hold_the_pool(used, negative):
             return
         freed = self.freed
         if self.stale:  # tables freed were forgotten: every free block's hash is read
