@@ -177,13 +177,19 @@ def test_kvviz_events_starts_under_the_interpreter_base_the_limits_count_on(tmp_
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    out = tmp_path / "e.db"
     p = subprocess.Popen([sys.executable, "-m", "kvviz", "events", "tcp://127.0.0.1:9",
-                          "--quiet", "--out", str(tmp_path / "e.db"), "--duration", "4"],
+                          "--quiet", "--out", str(out), "--duration", "30"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(2.5)
+    try:  # its recording exists once it is set up; a second later it is receiving
+        end = time.monotonic() + 30
+        while not out.exists() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert p.poll() is None, "kvviz events ended early"
         with open(f"/proc/{p.pid}/statm") as f:
             rss_mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
     finally:
+        p.terminate()  # SIGTERM: it closes the recording and exits
         p.wait(30)
     assert rss_mb < BASE_MB, rss_mb
