@@ -187,6 +187,7 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
     PoolSampler.after_schedule = after
+    sampler_mod.time = time  # the "on" scheduler alone from here: its own clock is the clock
     out.update(own_time(k, lambda: step(scheds["on"], "on"), 4 * steps, out))
     return {**out, **check(scheds["on"], k, lambda: step(scheds["on"], "on"),
                            max(50, steps // 2))}
@@ -202,8 +203,9 @@ def own_time(k, step, steps: int, out: dict) -> dict:
     a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrapper's
     (one per admission tried; a refused admission asks vLLM's allocate_slots once more:
     `refusals_per_step`). Per entry, the median call (perf_counter: a call that the machine's
-    other work preempted is an outlier, not a cost) times the calls a step; a sample, its
-    median in this thread's CPU time. `own_pct` puts the entries against the "off"
+    other work preempted is an outlier, not a cost) less the timing's own median cost a call
+    (an empty entry timed the same way: `timer_overhead_us_per_call`) times the calls a step;
+    a sample, its median in this thread's CPU time. `own_pct` puts the entries against the "off"
     scheduler's step time and adds 4 Hz x one sample: the plugin's share of this model-less
     engine's time (`own_us_mean_per_step`: the entries' plain mean, preemptions included)."""
     from kvviz.plugin.sampler import PoolSampler
@@ -236,6 +238,13 @@ def own_time(k, step, steps: int, out: dict) -> dict:
         refused[0] += r is None and request.status in k.waiting_status
         return r
 
+    # the timing's own cost a call (two perf_counter reads and the wrapper's call into the
+    # entry), from an empty entry timed the same way, is taken off each entry's median
+    durs["empty"] = []
+    probe = timed("empty", lambda self, *a: None)
+    for _ in range(2000):
+        probe(k)
+    overhead = statistics.median(durs.pop("empty"))
     for name, fn in originals.items():
         setattr(PoolSampler, name, timed(name, fn))
     k.sample, k.admission_hook = timed_sample, counted
@@ -246,13 +255,15 @@ def own_time(k, step, steps: int, out: dict) -> dict:
         for name, fn in originals.items():
             setattr(PoolSampler, name, fn)
         k.sample, k.admission_hook = sample, hook
-    by = {n: 1e6 * statistics.median(d) * len(d) / steps if d else 0.0 for n, d in durs.items()}
+    by = {n: 1e6 * max(0.0, statistics.median(d) - overhead) * len(d) / steps if d else 0.0
+          for n, d in durs.items()}
     own = sum(by.values())
     sample_ms = 1e3 * statistics.median(cpu) if cpu else out["sample_ms"]
     step_us = 1e6 / out["steps_per_s_off"]
     return {"own_us_per_step": own, "own_us_by_entry": by,
             "own_us_mean_per_step": 1e6 * sum(map(sum, durs.values())) / steps,
             "own_samples": len(cpu), "sample_cpu_ms": sample_ms,
+            "timer_overhead_us_per_call": 1e6 * overhead,
             "admissions_tried_per_step": asked[0] / steps,
             "refusals_per_step": refused[0] / steps,
             "own_pct": 100 * own / step_us + 0.4 * sample_ms}
