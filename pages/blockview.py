@@ -6,6 +6,8 @@ import math
 
 import streamlit as st
 
+from kvviz.core.config import lane_caption
+from kvviz.node.trust import plain_markdown as md
 from kvviz.viz import blockcanvas, theme
 from kvviz.viz import timeseries as vt
 
@@ -14,6 +16,16 @@ from kvviz.viz import timeseries as vt
 # canvas; its CSS classes are all prefixed kvmap-.
 _BLOCKMAP = st.components.v2.component("kvviz_blockmap", js=blockcanvas.JS,
                                        css=blockcanvas.CSS, isolate_styles=False)
+
+
+def lane_head(lane: str) -> None:
+    """A lane's name and what it is. The name comes from a recording: shown as text, never
+    Markdown (links, images); a narrow column breaks it after a colon (U+200B there) and
+    never after a hyphen (U+2060), so `contiguous:first-fit:pow2` wraps at its parts rather
+    than inside one."""
+    # md doubles every backslash of the name, so each "\:" / "\-" is an escaped : / -
+    st.markdown("#### " + md(lane).replace("\\:", "\\:\u200b").replace("\\-", "\\-\u2060"))
+    st.caption(md(lane_caption(lane)))
 
 
 def headline_metrics(row) -> None:

@@ -6,7 +6,6 @@ from functools import partial
 
 import streamlit as st
 
-from kvviz.core.config import lane_caption
 from kvviz.viz import blockcanvas as vc
 from pages import blockview, kvevents_live
 
@@ -21,8 +20,7 @@ def lanes(r, ready: dict, t_now: float, zoom: tuple[float, float]) -> None:
     names = list(ready)
     for col, lane in zip(st.columns(len(names)), names):
         with col:
-            st.markdown(f"#### {lane}")
-            st.caption(lane_caption(lane))
+            blockview.lane_head(lane)
     for i, (col, lane) in enumerate(zip(st.columns(len(names)), names)):
         with col:
             lane_map(ready[lane][0], lane, zoom, i)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kvviz.core.config import lane_caption
-from kvviz.node.trust import plain_markdown as md
 from kvviz.runs import directory
 from kvviz.viz import failmark as fm
 from kvviz.viz import heatmap as vh
@@ -66,12 +64,6 @@ def shown_table(table):
     return out.rename(columns=TABLE_HEADERS)
 
 
-def lane_head(lane: str) -> None:
-    # lane names come from the recording: shown as text, never Markdown (links, images)
-    st.markdown(f"#### {md(lane)}")
-    st.caption(md(lane_caption(lane)))
-
-
 def lane_map(lane: str, got, t: float, zoom: tuple[float, float], i: int,
              failure: fm.Failure | None) -> str | None:
     """The lane's map at or before t; returns the failure's mark text (drawn under the maps,
@@ -102,7 +94,7 @@ def lanes_at(r, lanes: list[str], t: float, zoom: tuple[float, float], failures:
     maps = [r.blockmap_at(lane, t) for lane in lanes]
     for col, lane in zip(st.columns(len(lanes)), lanes):
         with col:
-            lane_head(lane)
+            blockview.lane_head(lane)
     marks = []
     for i, (col, lane) in enumerate(zip(st.columns(len(lanes)), lanes)):
         with col:

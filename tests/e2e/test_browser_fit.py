@@ -103,7 +103,8 @@ def test_every_lane_drawn_and_no_tile_over_another(browser, app, run, width):
     settle(page, f"{TILES}[aria-label^='Tokens/s']")
     SHOTS.mkdir(parents=True, exist_ok=True)  # before the checks: a failure is seen too
     page.screenshot(path=str(SHOTS / f"live-{len(lanes)}lanes-{width}.png"), full_page=True)
-    heads = page.eval_on_selector_all("h4", "els => els.map(e => e.innerText)")
+    heads = page.eval_on_selector_all(  # a lane name: U+200B after colons, U+2060 after -
+        "h4", "els => els.map(e => e.innerText.replace(/[\\u200b\\u2060]/g, ''))")
     assert [h for h in heads if h in lanes] == lanes
     assert page.evaluate(FIT) == []
     if "paged:16:prefix" in lanes:  # the lane's KV-event tiles: whole numbers, never "1…"

@@ -70,7 +70,8 @@ def _seen(page, runs: Path) -> str:
     the newest recording's header and prefix counters."""
     labels = page.eval_on_selector_all('[aria-label^="Prefix hit rate"]',
                                        "els => els.map(e => e.getAttribute('aria-label'))")
-    heads = page.eval_on_selector_all("h4", "els => els.map(e => e.innerText)")
+    heads = page.eval_on_selector_all(  # a lane name: U+200B after colons, U+2060 after -
+        "h4", "els => els.map(e => e.innerText.replace(/[\\u200b\\u2060]/g, ''))")
     boxes = page.locator(ERRORS).all_inner_texts()
     running = re.search(r"Started .*|Running: .*", page.inner_text("body"))
     shown = (f"page: {_status(page)!r}; {running and running.group(0)!r}; lanes {heads}; "
