@@ -92,7 +92,10 @@ def job_status_box(title: str, job, key: str, restart=None,
     elif s.last_message:  # why it stopped: code, not an expander (the box may sit in one)
         st.code(s.last_message, language=None, wrap_lines=True)  # the whole line, no scroll
     stop, again = st.columns(2)
-    if stop.button("Stop", key=f"{key}_stop", icon=":material/stop:",
+    # named for what it stops: Streamlit's header shows a "Stop" of its own (the script run)
+    # while a rerun runs long
+    what = title if title[1:2].isupper() else title[:1].lower() + title[1:]
+    if stop.button(f"Stop {what}", key=f"{key}_stop", icon=":material/stop:",
                    disabled=s.state != RUNNING):
         job.stop()
         st.rerun()

@@ -239,11 +239,9 @@ def test_live_walk_as_a_new_user(tmp_path):
         settle(page, "text=/[1-9][0-9,]* prompts' first blocks cached/", 30_000)
         _no_error(page)
         page.screenshot(path=str(SHOTS / "live-kvevents.png"), full_page=True)
-        # Stop: the last write grows older at each refresh
-        # the page's own Stop (Streamlit's header shows a "Stop" of its own while a rerun
-        # runs long, e.g. under load)
-        page.get_by_test_id("stMainBlockContainer").get_by_role(
-            "button", name="Stop", exact=True).click()
+        # Stop: the last write grows older at each refresh (the page's button is named for
+        # the collector; Streamlit's header shows a "Stop" of its own while a rerun runs long)
+        page.get_by_role("button", name="Stop collector", exact=True).click()
         page.wait_for_selector("text=Collector stopped", timeout=20_000)
         deadline = time.monotonic() + 20
         while not ((age := re.search(r"last written (\d+) s ago", _status(page)))
