@@ -244,6 +244,24 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
     return True
 
 
+@njit(cache=True, inline="always")  # a decode crossing into a new block
+def take_plain_block(p, row):
+    """allocate_new_blocks for one block while a plain free block is left (get_new_block's
+    common case, no eviction): the row's next block. False (none taken) when only cached
+    free blocks are left."""
+    c = p.c
+    if c[NUM_FREE_STACK] == 0:
+        return False
+    c[NUM_FREE_STACK] -= 1
+    b = p.free_stack[c[NUM_FREE_STACK]]
+    p.ref_cnt[b] = 1
+    c[NUM_HELD] += 1
+    held = p.row_num_blocks[row]
+    p.block_table[row, held] = b
+    p.row_num_blocks[row] = held + 1
+    return True
+
+
 @njit(cache=True)
 def allocate_new_blocks(p, cfg, row, num_tokens):
     """The blocks the row lacks for `num_tokens`, from the free queue; False (none taken)
