@@ -155,7 +155,8 @@ class Simulation:
                 for f in running:
                     f.result()
                 report()
-        parts = [lane.drain(code, lanes) for code, lane in enumerate(self.lanes)]
+        parts = [lane.drain(code, lanes, copy=False)  # the log copies them below
+                 for code, lane in enumerate(self.lanes)]
         self.step_no = max([self.step_no] + [lane.step_no for lane in self.lanes])
         if len(parts) == 1 and _in_step_order(parts[0]["step"]):
             self.events.extend(parts[0])  # one lane's log is already in step order

@@ -12,7 +12,8 @@ from kvviz.engine.rule import state as S
 EVENTS0 = 4096  # initial event columns (grown on demand)
 # and room from the start for about three events per request (an admission, a finish, a
 # refusal or preemption), so that a run rarely stops to grow them: their pages are only
-# written (and mapped) as events come
+# written (and mapped) as events come; at most EVENTS_AHEAD (a longer run grows them)
+EVENTS_AHEAD = 1 << 20
 
 
 def next_pow2(n: np.ndarray) -> np.ndarray:
@@ -171,7 +172,8 @@ def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> 
         hole_start=hole_start, hole_size=hole_size, buddy_list=buddy_list,
         buddy_off=buddy_off, buddy_count=buddy_count,
         buddy_region=np.array(regions or [(0, 0)], np.int64).reshape(-1, 2),
-        **events(max(EVENTS0, 3 * n + 2 * rows)), **kv_events(0), **held_log(0))
+        **events(min(max(EVENTS0, 3 * n + 2 * rows), EVENTS_AHEAD)), **kv_events(0),
+        **held_log(0))
 
 
 def kept(cols: dict, p: S.Pool, n: int) -> dict:

@@ -292,9 +292,10 @@ def update(p, cfg, req, time_s):
     sampled = 0
     for k in range(c[NUM_SCHED]):
         r = p.sched_ids[k]
-        if req.num_computed_tokens[r] != req.num_tokens[r]:
-            continue  # a prefill chunk: nothing sampled
-        req.num_tokens[r] += 1
+        total = req.num_tokens[r]
+        if p.sched_starts[k] + p.sched_counts[k] != total:  # its num_computed_tokens, from
+            continue  # the plan's columns: a prefill chunk, nothing sampled
+        req.num_tokens[r] = total + 1
         out = req.num_output_tokens[r] + 1
         req.num_output_tokens[r] = out
         sampled += 1
