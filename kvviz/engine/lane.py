@@ -244,7 +244,7 @@ class Lane:
 
     @property
     def generated(self) -> np.ndarray:
-        return self.req.num_output_tokens
+        return self.req.num_tokens - self.req.prompt  # the tokens sampled
 
     def scheduled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The last step's plan: (requests, tokens computed before, tokens computed now), in

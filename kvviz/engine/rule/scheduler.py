@@ -296,10 +296,8 @@ def update(p, cfg, req, time_s):
         if p.sched_starts[k] + p.sched_counts[k] != total:  # its num_computed_tokens, from
             continue  # the plan's columns: a prefill chunk, nothing sampled
         req.num_tokens[r] = total + 1
-        out = req.num_output_tokens[r] + 1
-        req.num_output_tokens[r] = out
         sampled += 1
-        if out >= req.max_tokens[r]:
+        if total + 1 >= req.final_tokens[r]:  # its max_tokens sampled
             p.finished[finished] = r
             finished += 1
     c[TOKENS_GENERATED] += sampled
