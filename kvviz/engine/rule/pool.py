@@ -169,23 +169,29 @@ def free_blocks(p, cfg, row):
     nb = p.row_num_blocks[row]
     length = p.row_len[row]
     nplain = 0
+    held = 0  # blocks that nobody holds any more, and their slots (counters kept in
+    used = 0  # locals: a counter in p.c would be re-read after every store into an array)
     for j in range(nb - 1, -1, -1):
         b = p.block_table[row, j]
         p.ref_cnt[b] -= 1
         fill = min(max(length - j * bs, 0), bs)
         if p.ref_cnt[b] > 0:
             continue
-        p.c[NUM_HELD] -= 1
-        p.c[NUM_USED] -= fill
+        held += 1
+        used += fill
         if p.block_hash[b] != EMPTY:
             _lru_append(p, b)
             p.content[b] = fill
         else:
             p.scratch[nplain] = b
             nplain += 1
+    p.c[NUM_HELD] -= held
+    p.c[NUM_USED] -= used
+    top = p.c[NUM_FREE_STACK]
     for k in range(nplain - 1, -1, -1):
-        p.free_stack[p.c[NUM_FREE_STACK]] = p.scratch[k]
-        p.c[NUM_FREE_STACK] += 1
+        p.free_stack[top] = p.scratch[k]
+        top += 1
+    p.c[NUM_FREE_STACK] = top
     p.row_num_blocks[row] = 0
     p.row_len[row] = 0
     p.row_num_cached[row] = 0
