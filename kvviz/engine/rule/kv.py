@@ -109,18 +109,15 @@ def grow_within(p, cfg, req, r, num_tokens):
     fills up that prefix caching would register. Writes them and returns how many are new,
     for the caller to add to c[NUM_USED]; -1, nothing changed, where grow must run."""
     row = req.row[r]
-    held = p.row_num_blocks[row]
-    if num_tokens > held * cfg.block_size:
-        if not cfg.paged or num_tokens > (held + 1) * cfg.block_size:
-            return -1
-        if cfg.prefix_caching and num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size:
-            return -1
-        if not pool.take_plain_block(p, row):
-            return -1
-        held_changed(p, cfg, req, r, held, held + 1)
     if cfg.paged and cfg.prefix_caching and (
             num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size):
-        return -1
+        return -1  # a block fills up: cache_blocks registers it
+    held = p.row_num_blocks[row]
+    if num_tokens > held * cfg.block_size:
+        if (not cfg.paged or num_tokens > (held + 1) * cfg.block_size
+                or not pool.take_plain_block(p, row)):
+            return -1
+        held_changed(p, cfg, req, r, held, held + 1)
     extra = num_tokens - p.row_len[row]
     if extra <= 0:
         return 0
