@@ -146,16 +146,19 @@ class Lane:
         p, k = self.pool, int(self.pool.c[S.NUM_HELD_LOG])
         return p.held_step[:k].copy(), p.held_blocks[:k].copy()
 
-    def drain(self, lane_code: int, lanes: tuple[str, ...] = ()) -> EventColumns:
+    def drain(self, lane_code: int, lanes: tuple[str, ...] = (),
+              copy: bool = True) -> EventColumns:
         """The events logged since the last drain, as this lane's columns (lane_code in a
-        log whose lanes are `lanes`)."""
+        log whose lanes are `lanes`). copy=False: views of the lane's own columns, valid
+        until the lane steps again (for a caller that copies them at once)."""
         p, n = self.pool, int(self.pool.c[S.NUM_EVENTS])
-        cols = {"time_s": p.ev_time[:n].copy(), "step": p.ev_step[:n].copy(),
-                "lane": np.full(n, lane_code, DTYPES["lane"]), "kind": p.ev_kind[:n].copy(),
-                "seq_id": p.ev_seq[:n].copy(), "reason": p.ev_reason[:n].copy(),
-                "need_tokens": p.ev_need[:n].copy(), "free_tokens": p.ev_free[:n].copy(),
-                "largest_hole_tokens": p.ev_largest[:n].copy(),
-                "count": p.ev_count[:n].copy()}
+        cols = {"time_s": p.ev_time[:n], "step": p.ev_step[:n],
+                "lane": np.full(n, lane_code, DTYPES["lane"]), "kind": p.ev_kind[:n],
+                "seq_id": p.ev_seq[:n], "reason": p.ev_reason[:n],
+                "need_tokens": p.ev_need[:n], "free_tokens": p.ev_free[:n],
+                "largest_hole_tokens": p.ev_largest[:n], "count": p.ev_count[:n]}
+        if copy:
+            cols = {f: a.copy() if f != "lane" else a for f, a in cols.items()}
         p.c[S.NUM_EVENTS] = 0
         return EventColumns(cols, lanes)
 
@@ -241,7 +244,7 @@ class Lane:
 
     @property
     def generated(self) -> np.ndarray:
-        return self.req.num_output_tokens
+        return self.req.num_tokens - self.req.prompt  # the tokens sampled
 
     def scheduled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The last step's plan: (requests, tokens computed before, tokens computed now), in

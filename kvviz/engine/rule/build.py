@@ -10,6 +10,10 @@ from kvviz.engine.eventlog import MAX_STEP
 from kvviz.engine.rule import state as S
 
 EVENTS0 = 4096  # initial event columns (grown on demand)
+# and room from the start for about three events per request (an admission, a finish, a
+# refusal or preemption), so that a run rarely stops to grow them (their pages are mapped
+# as events are written); at most EVENTS_AHEAD (a longer run grows them)
+EVENTS_AHEAD = 1 << 20
 
 
 def next_pow2(n: np.ndarray) -> np.ndarray:
@@ -101,7 +105,7 @@ def build(spec: LaneSpec, w: Workload, engine: EngineConfig, capacity_tokens: in
     req = S.Requests(
         arrival_step=np.asarray(steps, np.int64), prompt=prompt, max_tokens=output,
         kv_final=kv_final, too_big=too_big, reserve=reserve, num_tokens=prompt.copy(),
-        num_computed_tokens=np.zeros(n, np.int64), num_output_tokens=np.zeros(n, np.int64),
+        num_computed_tokens=np.zeros(n, np.int64), final_tokens=prompt + output,
         row=np.full(n, -1, np.int64), chain_ptr=ptr, chain_ids=np.asarray(ids, np.int64),
         chain_cover=cover.astype(np.int64))
     rows = max(1, min(cfg.max_num_seqs, n))
@@ -168,7 +172,8 @@ def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> 
         hole_start=hole_start, hole_size=hole_size, buddy_list=buddy_list,
         buddy_off=buddy_off, buddy_count=buddy_count,
         buddy_region=np.array(regions or [(0, 0)], np.int64).reshape(-1, 2),
-        **events(EVENTS0), **kv_events(0), **held_log(0))
+        **events(min(max(EVENTS0, 3 * n + 2 * rows), EVENTS_AHEAD)), **kv_events(0),
+        **held_log(0))
 
 
 def kept(cols: dict, p: S.Pool, n: int) -> dict:
@@ -190,9 +195,10 @@ def held_log(k: int) -> dict:
 
 
 def events(k: int) -> dict:
-    """Empty event columns for k events."""
-    return {"ev_time": np.zeros(k, np.float64), "ev_step": np.zeros(k, np.int64),
-            "ev_kind": np.zeros(k, np.int8), "ev_seq": np.zeros(k, np.int64),
-            "ev_reason": np.zeros(k, np.int8), "ev_need": np.zeros(k, np.int64),
-            "ev_free": np.zeros(k, np.int64), "ev_largest": np.zeros(k, np.int64),
-            "ev_count": np.zeros(k, np.int64)}
+    """Event columns for k events, not initialised: the rule writes an entry before anyone
+    reads it (readers take [:c[NUM_EVENTS]]), and a page is only mapped when written."""
+    return {"ev_time": np.empty(k, np.float64), "ev_step": np.empty(k, np.int64),
+            "ev_kind": np.empty(k, np.int8), "ev_seq": np.empty(k, np.int64),
+            "ev_reason": np.empty(k, np.int8), "ev_need": np.empty(k, np.int64),
+            "ev_free": np.empty(k, np.int64), "ev_largest": np.empty(k, np.int64),
+            "ev_count": np.empty(k, np.int64)}

@@ -103,6 +103,29 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
 
 
 @njit(cache=True, inline="always")  # per running request per step
+def grow_within(p, cfg, req, r, num_tokens):
+    """grow's common case, a decode: the slots up to `num_tokens` lie in the blocks (cells)
+    the row holds, or (paged) in one more block off the plain free blocks; and no block
+    fills up that prefix caching would register. Writes them and returns how many are new,
+    for the caller to add to c[NUM_USED]; -1, nothing changed, where grow must run."""
+    row = req.row[r]
+    if cfg.paged and cfg.prefix_caching and (
+            num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size):
+        return -1  # a block fills up: cache_blocks registers it
+    held = p.row_num_blocks[row]
+    if num_tokens > held * cfg.block_size:
+        if (not cfg.paged or num_tokens > (held + 1) * cfg.block_size
+                or not pool.take_plain_block(p, row)):
+            return -1
+        held_changed(p, cfg, req, r, held, held + 1)
+    extra = num_tokens - p.row_len[row]
+    if extra <= 0:
+        return 0
+    p.row_len[row] = num_tokens
+    return extra
+
+
+@njit(cache=True, inline="always")
 def grow(p, cfg, req, r, num_tokens):
     """Slots up to `num_tokens` for running request r; False (nothing changed) if memory
     does not suffice (vLLM's allocate_slots returning None)."""

@@ -169,23 +169,29 @@ def free_blocks(p, cfg, row):
     nb = p.row_num_blocks[row]
     length = p.row_len[row]
     nplain = 0
+    held = 0  # blocks that nobody holds any more, and their slots (counters kept in
+    used = 0  # locals: a counter in p.c would be re-read after every store into an array)
     for j in range(nb - 1, -1, -1):
         b = p.block_table[row, j]
         p.ref_cnt[b] -= 1
         fill = min(max(length - j * bs, 0), bs)
         if p.ref_cnt[b] > 0:
             continue
-        p.c[NUM_HELD] -= 1
-        p.c[NUM_USED] -= fill
+        held += 1
+        used += fill
         if p.block_hash[b] != EMPTY:
             _lru_append(p, b)
             p.content[b] = fill
         else:
             p.scratch[nplain] = b
             nplain += 1
+    p.c[NUM_HELD] -= held
+    p.c[NUM_USED] -= used
+    top = p.c[NUM_FREE_STACK]
     for k in range(nplain - 1, -1, -1):
-        p.free_stack[p.c[NUM_FREE_STACK]] = p.scratch[k]
-        p.c[NUM_FREE_STACK] += 1
+        p.free_stack[top] = p.scratch[k]
+        top += 1
+    p.c[NUM_FREE_STACK] = top
     p.row_num_blocks[row] = 0
     p.row_len[row] = 0
     p.row_num_cached[row] = 0
@@ -241,6 +247,24 @@ def allocate_slots(p, cfg, req, row, r, num_tokens):
         p.row_len[row] = num_tokens
     if cfg.prefix_caching and num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size:
         cache_blocks(p, cfg, req, row, r, num_tokens)  # a block filled up
+    return True
+
+
+@njit(cache=True, inline="always")  # a decode crossing into a new block
+def take_plain_block(p, row):
+    """allocate_new_blocks for one block while a plain free block is left (get_new_block's
+    common case, no eviction): the row's next block. False (none taken) when only cached
+    free blocks are left."""
+    c = p.c
+    if c[NUM_FREE_STACK] == 0:
+        return False
+    c[NUM_FREE_STACK] -= 1
+    b = p.free_stack[c[NUM_FREE_STACK]]
+    p.ref_cnt[b] = 1
+    c[NUM_HELD] += 1
+    held = p.row_num_blocks[row]
+    p.block_table[row, held] = b
+    p.row_num_blocks[row] = held + 1
     return True
 
 

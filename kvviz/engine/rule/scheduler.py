@@ -51,6 +51,7 @@ from kvviz.engine.rule.state import (
     NUM_PREEMPTED,
     NUM_RUNNING,
     NUM_SCHED,
+    NUM_USED,
     PREEMPTIONS,
     PRESSURE,
     QUERY_TOKENS,
@@ -115,6 +116,51 @@ def _preempt(p, cfg, req, time_s):
     return victim
 
 
+@njit(cache=True, inline="always")
+def _plan(p, req, k, r, start, n):
+    """Running request r computes tokens [start, start + n), k-th in the step's plan."""
+    p.sched_ids[k] = r
+    p.sched_starts[k] = start
+    p.sched_counts[k] = n
+    req.num_computed_tokens[r] = start + n
+
+
+@njit(cache=True)
+def _schedule_in_place(p, cfg, req, i, num_running, budget):
+    """_decide's pass over the running requests from i on, while each one's tokens fit the
+    blocks (cells) it holds (kv.grow_within): each is scheduled, in order. A loop that
+    calls nothing, so the compiler keeps its state in registers (a counter in p.c would
+    be re-read after every store into an array). Returns where it stopped, the budget
+    left, the slots written (for c[NUM_USED]) and whether a request was left short of its
+    known tokens (a prefill chunk)."""
+    used = 0
+    partial = False
+    while i < num_running and budget > 0:
+        r = p.running[i]
+        start = req.num_computed_tokens[r]
+        total = req.num_tokens[r]
+        n = min(total - start, budget)
+        extra = kv.grow_within(p, cfg, req, r, start + n)
+        if extra < 0:
+            break
+        used += extra
+        _plan(p, req, i, r, start, n)
+        partial |= start + n < total
+        budget -= n
+        i += 1
+    return i, budget, used, partial
+
+
+@njit(cache=True)
+def _allocate(p, cfg, req, r, num_tokens, time_s):
+    """Slots up to `num_tokens` for running request r, preempting the lowest priority (the
+    last running request) while they cannot be allocated. False if r itself was preempted."""
+    while not kv.grow(p, cfg, req, r, num_tokens):
+        if _preempt(p, cfg, req, time_s) == r:
+            return False
+    return True
+
+
 @njit(cache=True)
 def log_partial(p, req, time_s):
     """A `partial` event (docs/FORMAT.md) for each running request the plan leaves short of
@@ -146,34 +192,33 @@ def _decide(p, cfg, req, time_s):
     budget = cfg.max_num_batched_tokens
     c[NUM_PREEMPTED] = 0
     c[REFUSED_SEQ] = -1
-    # First, schedule the RUNNING requests. (The loop keeps the plan's length in a local: a
-    # counter in p.c would be re-read after every store into an array.)
+    # First, schedule the RUNNING requests: in their common case (their tokens fit the
+    # blocks they hold) a loop of its own, _schedule_in_place; the others here. The plan's
+    # index is the running index: each request is scheduled, or the pass ends.
     partial = False  # a request left short of its known tokens: log_partial has work
-    k = 0
+    num_running = c[NUM_RUNNING]
     i = 0
-    while i < c[NUM_RUNNING] and budget > 0:
-        r = p.running[i]
+    while True:
+        i, budget, used, short = _schedule_in_place(p, cfg, req, i, num_running, budget)
+        c[NUM_USED] += used
+        partial |= short
+        if i == num_running or budget <= 0:
+            break
+        r = p.running[i]  # it needs blocks, or fills one that prefix caching registers
         start = req.num_computed_tokens[r]
         total = req.num_tokens[r]
         n = min(total - start, budget)
-        scheduled = True
-        while not kv.grow(p, cfg, req, r, start + n):  # vLLM: preempt the lowest priority
-            if _preempt(p, cfg, req, time_s) == r:
-                scheduled = False
-                break
+        scheduled = _allocate(p, cfg, req, r, start + n, time_s)
+        num_running = c[NUM_RUNNING]
         if not scheduled:
             break
-        p.sched_ids[k] = r
-        p.sched_starts[k] = start
-        p.sched_counts[k] = n
-        k += 1
-        req.num_computed_tokens[r] = start + n
+        _plan(p, req, i, r, start, n)
         partial |= start + n < total
         budget -= n
         i += 1
-    c[NUM_SCHED] = k
-    c[FIRST_ADMITTED] = k
-    partial |= i < c[NUM_RUNNING]  # the budget ran out before them
+    c[NUM_SCHED] = i
+    c[FIRST_ADMITTED] = i
+    partial |= i < num_running  # the budget ran out before them
     if c[NUM_PREEMPTED]:
         return True, partial
     # Next, schedule the WAITING requests (only if no preemptions happened).
@@ -247,13 +292,12 @@ def update(p, cfg, req, time_s):
     sampled = 0
     for k in range(c[NUM_SCHED]):
         r = p.sched_ids[k]
-        if req.num_computed_tokens[r] != req.num_tokens[r]:
-            continue  # a prefill chunk: nothing sampled
-        req.num_tokens[r] += 1
-        out = req.num_output_tokens[r] + 1
-        req.num_output_tokens[r] = out
+        total = req.num_tokens[r]
+        if p.sched_starts[k] + p.sched_counts[k] != total:  # its num_computed_tokens, from
+            continue  # the plan's columns: a prefill chunk, nothing sampled
+        req.num_tokens[r] = total + 1
         sampled += 1
-        if out >= req.max_tokens[r]:
+        if total + 1 >= req.final_tokens[r]:  # its max_tokens sampled
             p.finished[finished] = r
             finished += 1
     c[TOKENS_GENERATED] += sampled

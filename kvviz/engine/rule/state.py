@@ -64,7 +64,7 @@ class Requests(NamedTuple):
     reserve: np.ndarray  # int64: contiguous reservation (0 for paged lanes)
     num_tokens: np.ndarray  # int64: prompt + output tokens sampled so far
     num_computed_tokens: np.ndarray  # int64: tokens whose KV is written
-    num_output_tokens: np.ndarray  # int64: tokens sampled
+    final_tokens: np.ndarray  # int64: prompt + max_tokens, its num_tokens once finished
     row: np.ndarray  # int64: the running request's row in the block tables (-1: none)
     chain_ptr: np.ndarray  # int64 [n + 1]: the prompt's hash chain, chain_ids[ptr[r]:...]
     chain_ids: np.ndarray  # int64
