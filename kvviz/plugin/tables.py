@@ -61,8 +61,12 @@ class TableReader:
         # deriving, per table: its cached count now, and from where in it ids are counted in
         # and held blocks may have been hashed since its last read (spans made at the end)
         cs, plus_from, on_from = [], [], []
-        out = array("i")  # every table's ids, back to back
-        at = 0  # ids in `out` so far
+        # every table's ids, back to back: short tables' into `out`, a long table's array
+        # as it is; joined once at the end (one allocation and one copy each, where growing
+        # one buffer table by table re-allocated and copied it again and again)
+        out = array("i")
+        parts: list = []
+        at = 0  # ids read so far
         in_known = 0  # tables of `known` read now
         pending: list = []  # short tables not yet copied into `out` (not deriving)
         for rid, lst in self.req_to_blocks.items():
@@ -111,7 +115,10 @@ class TableReader:
                         t.last = lst[n - 1].block_id
                 else:
                     old = t.grow(n)
-                out += t.ids
+                if out:
+                    parts.append(out)
+                    out = array("i")
+                parts.append(t.ids)
             if not track:
                 continue
             c = cached.get(rid, 0)
@@ -137,7 +144,9 @@ class TableReader:
                 t = known.pop(rid)
                 if t.counted:
                     minus.append(t.counted_ids())
-        blocks = np.frombuffer(out, np.int32) if at else np.empty(0, np.int32)
+        parts.append(out)
+        blocks = (np.frombuffer(b"".join(parts), np.int32) if at
+                  else np.empty(0, np.int32))
         self.ids = blocks
         if track and cs:  # positions: the uncached tails [c, n), counted in [plus_from, n),
             # held and hashed [on_from, c), each table's from its first id's position
