@@ -157,9 +157,8 @@ class PoolSampler:
         seq = self.seq_of[rid] = self.next_seq
         self.next_seq += 1
         hs = request.block_hashes  # vLLM's own bytes, joined (see wire.int_rows_le)
-        self.arrived.append((seq, rid, self.sched.current_step + 1,
-                                 request.num_prompt_tokens, request.max_tokens, b"".join(hs),
-                                 len(hs[0]) if hs else 8))
+        self.arrived.append((seq, rid, self.sched.current_step + 1, request.num_prompt_tokens,
+                             request.max_tokens, b"".join(hs), len(hs[0]) if hs else 8))
 
     def preempted(self, request) -> None:
         """Called before vLLM frees the victim's table (the mirror notes it)."""
