@@ -97,7 +97,7 @@ class PoolMirror:
             freed += self.reader.ids_of(request_id, lst)
             if len(freed) > FREED_MAX:  # no refresh for long: read every hash instead
                 self.stale = True
-                self.freed.clear()
+                freed.clear()
 
     def watch(self) -> None:
         """Wrap the pool's mutating verbs to note the blocks they touch; the mirror must be

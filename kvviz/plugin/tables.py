@@ -34,11 +34,9 @@ class TableReader:
         """The ids of a table about to be freed, as parts (arrays or lists of ids): the ids
         the last read kept, and the blocks appended since."""
         t = self.known.get(request_id)
-        ids = t.ids if t is not None and t.lst is lst else None
-        k = 0 if ids is None else len(ids)
-        if k and k <= len(lst) and lst[k - 1].block_id == t.last:  # read up to k: the ids as
-            # read (the table is gone: they stay as they are)
-            return [ids, [b.block_id for b in lst[k:]]] if k < len(lst) else [ids]
+        k = t.kept(len(lst)) if t is not None and t.lst is lst else 0
+        if k:  # the ids as read (the table is gone: they stay as they are)
+            return [t.ids, [b.block_id for b in lst[k:]]] if k < len(lst) else [t.ids]
         return [[b.block_id for b in lst]]
 
     def read(self, requests, seq_of: dict, max_model_len: int, track: bool) -> tuple:
@@ -46,7 +44,7 @@ class TableReader:
         its sequence number and the most tokens it can reach (as they were when its table was
         first read), its num_computed_tokens (0 once vLLM has let go of it), its table's
         length, and all tables' block ids back to back. O(requests + blocks of short tables +
-        blocks appended to long ones) Python, the ids copied into one buffer as they are read.
+        blocks appended to long ones) Python, every table's ids joined into one buffer once.
         With `track` (the mirror derives), it also notes the positions of each table's
         uncached tail (from num_cached_block) and, per table, what changed since its last read
         (kvviz/plugin/pool_mirror.py's _derive_changes), as spans of positions expanded at the
@@ -106,15 +104,7 @@ class TableReader:
                 ids = [b.block_id for b in lst]
                 out.extend(ids)
             else:
-                got = t.ids
-                k = 0 if got is None else len(got)
-                if k and k <= n and lst[k - 1].block_id == t.last:  # the common case: grown
-                    old = None  # by the blocks past k (t.grow's first branch, inline)
-                    if k < n:
-                        got.extend([b.block_id for b in lst[k:]])
-                        t.last = lst[n - 1].block_id
-                else:
-                    old = t.grow(n)
+                old = t.grow(n)
                 if out:
                     parts.append(out)
                     out = array("i")
@@ -201,18 +191,24 @@ class _Table:
     def counted_ids(self):
         return self.sids[:self.counted] if self.sids is not None else self.ids[:self.counted]
 
+    def kept(self, n: int) -> int:
+        """How many of `ids` are still the first of the table, now n blocks long: all of them
+        (a table only grows while its request holds it), or 0 where none were read, or the
+        table is shorter, or the last block read has changed (read it anew)."""
+        k = 0 if self.ids is None else len(self.ids)
+        return k if k and k <= n and self.lst[k - 1].block_id == self.last else 0
+
     def grow(self, n: int) -> array | list | None:
-        """Bring `ids` to the table's n block ids, read on from where the last read stopped (a
-        table only grows while its request holds it; a shorter one, or one whose last block
-        read has changed, is read anew: then the ids counted before, if any, are returned)."""
-        lst, ids = self.lst, self.ids
+        """Bring `ids` to the table's n block ids, read on from where the last read stopped;
+        a table read anew returns the ids counted before, if any."""
+        lst = self.lst
         old = None
-        k = 0 if ids is None else len(ids)
-        if not k or k > n or lst[k - 1].block_id != self.last:
+        k = self.kept(n)
+        if not k:
             if self.counted:
                 old = self.counted_ids()
             self.ids = array("i", [b.block_id for b in lst])
         elif k < n:
-            ids.extend([b.block_id for b in lst[k:]])
+            self.ids.extend([b.block_id for b in lst[k:]])
         self.last = lst[n - 1].block_id
         return old
