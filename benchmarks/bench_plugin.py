@@ -338,9 +338,11 @@ def check(s, k, step, steps: int) -> dict:
     tree whose mirror has no deriving way: there it watches throughout.)"""
     import numpy as np
 
+    from kvviz.plugin import wire
     from kvviz.plugin.pool_mirror import PoolMirror
 
     pool, mirror, tables = k.pool, k.mirror, k.mirror.req_to_blocks
+    whole = wire.Tables()
     if getattr(mirror, "can_derive", False) and not mirror.deriving:  # a small pool scans:
         PoolMirror.refresh(mirror, True)  # its deriving way is checked all the same
         mirror.start_deriving()
@@ -351,14 +353,23 @@ def check(s, k, step, steps: int) -> dict:
     ways = [None, None, True] if derives else [None, True, False]
     mirror.refresh = lambda full=None: PoolMirror.refresh(mirror, ways[len(seen) % 3])
     k.settings.every_steps = 1
-    seen, bad, expect = [], [], {}
+    k.key_in = 0  # the check's subscriber starts with whole tables
+    seen, bad, expect, keys = [], [], {}, [0]
     generated = [k.generated]
 
     def offer(msg: dict) -> bool:
         direct = [(k.seq_of.get(r, -1), [b.block_id for b in lst])
                   for r, lst in tables.items() if lst]
+        # as a subscriber gets it: through the wire, its tables made whole again
+        n = len(seen) + 1
+        _, msg = wire.decode(wire.frames(n, wire.encode(msg)))
+        if not whole.whole(n, msg):  # (a mismatch: never the case after a key message)
+            seen.append(msg["step"])
+            bad.append(msg["step"])
+            return True
         lens = msg["lens"].tolist()
         got = list(zip(msg["seqs"].tolist(), np.split(msg["blocks"], np.cumsum(lens)[:-1])))
+        keys[0] += msg["key"]
         partial: dict = {}
         for e in msg["events"]:
             if e[1] == "partial":
@@ -393,7 +404,8 @@ def check(s, k, step, steps: int) -> dict:
             mirror.watch()
             ways[:] = [None, True, False]
         step()
-    out = {"checked_samples": len(seen), "mismatched_samples": len(bad)}
+    out = {"checked_samples": len(seen), "mismatched_samples": len(bad),
+           "key_samples_checked": keys[0], "sampler_on_after_check": not k.disabled}
     if derives:
         out.update(derived_samples=derived, mirror_fell_back=fell_back)
     return out

@@ -40,6 +40,9 @@ def blockmap(msg: dict) -> tuple[BlockMap, dict]:
     if msg.get("null_block", 0) != 0:
         raise wire.WireError(f"null block {msg.get('null_block')!r}, expected block 0")
     n = N - 1
+    if msg["base"].any():
+        raise wire.WireError("block tables not whole (wire.Tables makes them so, given the "
+                             "message before)")
     keep = msg["seqs"] >= 0
     lens = msg["lens"]
     seqs, computed, final = msg["seqs"], msg["computed"], msg["final"]
@@ -85,6 +88,8 @@ class BlockLane:
         self.lane: str | None = None
         self.last_seq: int | None = None
         self.samples = self.gaps = self.bad = 0
+        self.undrawn = 0  # messages recorded without their map (waiting for a key message)
+        self._tables = wire.Tables()
         self.problem: str | None = None
         self.counts = {"preemptions": 0, "CAPACITY": 0, "POLICY": 0, "tokens_generated": 0}
         self.last_t = 0.0
@@ -163,7 +168,10 @@ class BlockLane:
             return  # the plugin's repeat of its last sample while the engine is idle
         t = max(self.last_t, time.time() - self.t0)
         self.last_t = t
-        bm, checks = blockmap(msg)
+        # whole tables (wire.Tables): after a hole, messages that carry only the tables' new
+        # ids are recorded without their map until the next key message
+        drawn = self._tables.whole(seq, msg)
+        bm, checks = blockmap(msg) if drawn else (None, None)
         conn = self.writer.conn
         if self.lane is None:
             self._register(msg)
@@ -192,6 +200,9 @@ class BlockLane:
         # tokens sampled so far, counted by the plugin step by step (the token timeline's
         # definition: each step a live request sampled in, docs/FORMAT.md)
         self.counts["tokens_generated"] = msg["generated"]
+        if not drawn:
+            self.undrawn += 1
+            return
         waiting = msg["waiting"]
         reasons: dict[str, int] = {}
         for _, why in waiting:
@@ -227,7 +238,8 @@ class BlockLane:
 
     def summary(self) -> dict:
         return {"endpoint": self.endpoint, "lane": self.lane, "samples": self.samples,
-                "gaps": self.gaps, "bad_messages": self.bad, "last_seq": self.last_seq,
+                "gaps": self.gaps, "undrawn": self.undrawn, "bad_messages": self.bad,
+                "last_seq": self.last_seq,
                 "overflow": self.overflow}
 
     def close(self) -> None:

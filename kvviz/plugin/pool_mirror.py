@@ -227,8 +227,11 @@ class PoolMirror:
         pool of INCR_MIN blocks or more, once in step with the tables, from what changed in
         them since the previous refresh (O(changes) numpy); else recounted whole (O(blocks)
         numpy)."""
-        if self.synced and self.refcnt.size >= INCR_MIN:
+        if self._incremental():
             self._derive_changes()
+            return
+        if not self.reader.key:  # windows, not whole tables (tables() reads whole here)
+            self._read_all()
             return
         pool, ids, tails = self.pool, self.reader.ids, self.reader.tails
         null = pool.null_block
@@ -260,6 +263,11 @@ class PoolMirror:
         hashed[null.block_id] = null._block_hash is not None
         self.refcnt[:] = ref
         self.synced = True
+
+    def _incremental(self) -> bool:
+        """Whether the next derivation moves the planes by the tables' changes (else it
+        recounts whole, from whole tables)."""
+        return self.synced and self.refcnt.size >= INCR_MIN
 
     def _tables_hold_the_pool(self, used: int, negative: bool) -> bool:
         """Whether the blocks the tables hold (`used`) are the blocks vLLM counts in use (and
@@ -305,10 +313,9 @@ class PoolMirror:
         freed = self.freed
         if self.stale:  # tables freed were forgotten: every free block's hash is read
             again = np.flatnonzero(ref == 0)
-        else:
-            if freed:
-                lost = np.concatenate([lost, _cat(freed)])
-            again = lost[ref[lost] == 0] if lost.size else lost
+        else:  # ids out that may have a hash changed, and tables freed since, now free
+            maybe = _cat(reader.reread + freed)
+            again = maybe[ref[maybe] == 0] if maybe.size else maybe
         freed.clear()
         self.stale = False
         if again.size:
@@ -321,10 +328,12 @@ class PoolMirror:
         ref[null] = pool.null_block.ref_cnt
         hashed[null] = pool.null_block._block_hash is not None
 
-    def tables(self, requests, seq_of: dict, max_model_len: int) -> tuple:
-        """(seqs, computed, final, lens, blocks): the block tables now (TableReader.read), read
+    def tables(self, requests, seq_of: dict, max_model_len: int, key: bool = True) -> tuple:
+        """(seqs, computed, final, lens, base, blocks): the block tables now
+        (TableReader.read), whole with `key` or where the next refresh recounts whole, read
         tracking what changed where the mirror derives; the next refresh derives from them."""
-        out = self.reader.read(requests, seq_of, max_model_len, self.deriving)
+        key = key or (self.deriving and not self._incremental())
+        out = self.reader.read(requests, seq_of, max_model_len, self.deriving, key)
         self._read_at = self.reader.reads
         return out
 

@@ -31,16 +31,20 @@ CARRY_MAX = 1 << 20  # events + finishes held for the next sample while the queu
 class Settings:
     """From the server's environment: KVVIZ_BLOCKS_ENDPOINT (required), KVVIZ_BLOCKS_HZ
     (samples a second, default 4), KVVIZ_BLOCKS_EVERY_STEPS (a sample every N engine steps
-    instead; 1 = every step), KVVIZ_BLOCKS_QUEUE (messages held for a slow publisher, 8)."""
+    instead; 1 = every step), KVVIZ_BLOCKS_QUEUE (messages held for a slow publisher, 8),
+    KVVIZ_BLOCKS_KEY_EVERY (whole block tables every N messages, 8; the others carry each
+    long table's new ids; 1 = every message whole)."""
 
     def __init__(self, env: dict) -> None:
         self.endpoint = env["KVVIZ_BLOCKS_ENDPOINT"]
         self.hz = float(env.get("KVVIZ_BLOCKS_HZ", "4"))
         self.every_steps = int(env.get("KVVIZ_BLOCKS_EVERY_STEPS", "0"))
         self.max_queue = int(env.get("KVVIZ_BLOCKS_QUEUE", "8"))
-        if not (0 < self.hz <= 1000) or self.every_steps < 0 or not 1 <= self.max_queue <= 4096:
+        self.key_every = int(env.get("KVVIZ_BLOCKS_KEY_EVERY", "8"))
+        if not (0 < self.hz <= 1000) or self.every_steps < 0 or not (
+                1 <= self.max_queue <= 4096 and 1 <= self.key_every <= 4096):
             raise ValueError("KVVIZ_BLOCKS_HZ must be in (0, 1000], KVVIZ_BLOCKS_EVERY_STEPS "
-                             ">= 0, KVVIZ_BLOCKS_QUEUE in 1..4096")
+                             ">= 0, KVVIZ_BLOCKS_QUEUE and KVVIZ_BLOCKS_KEY_EVERY in 1..4096")
 
 
 class PoolSampler:
@@ -75,8 +79,10 @@ class PoolSampler:
         self.failed: tuple | None = None  # this step's refused head: (rid, need, free)
         self.last_fail: tuple | None = None  # (seq, reason) of the last admit_failed event
         self.head: list | None = None
-        self.last_t = 0.0
+        self.due_t = 0.0  # when the next timed sample is due (time.monotonic())
         self.last_step = -1
+        self.key_in = 0  # messages until the next key (whole tables) is due
+        self.dropped_seen = 0  # the publisher's drops as of the last message it took
         self.disabled = False
         self.waiting_status = host["waiting_status"]
         self.status_names: dict = {}  # a finished request's status -> its name
@@ -84,20 +90,21 @@ class PoolSampler:
                                  derive=host.get("derive", False))
         self._hook(kvm, coord)
 
-    def _after_reset(self) -> None:
-        self.last_step, self.last_t = -1, 0.0  # the next schedule() samples the emptied cache
+    def _after_reset(self) -> None:  # the next schedule() samples the emptied cache
+        self.last_step, self.due_t = -1, 0.0
 
     # ---- the admission hook on the manager (an instance attribute shadows the method) ------
     def _hook(self, kvm, coord) -> None:
-        """Builds the allocate_slots wrapper that `waiting_reached` installs: schedule() calls
-        allocate_slots once per running request first (left unwrapped: a call layer each),
-        then once per admission it tries. A refused admission is asked again with
-        get_num_blocks_to_allocate wrapped, to learn what it needed: allocate_slots changes
-        nothing before it refuses (vLLM 0.32; at most one refusal a step, which ends the
-        admissions), so the second answer is the first one's."""
-        pool = self.pool
-        allocate, count = kvm.allocate_slots, coord.get_num_blocks_to_allocate
-        last_count = [0]
+        """Builds the wrappers that `waiting_reached` installs: schedule() calls allocate_slots
+        once per running request first (left unwrapped: a call layer each), then once per
+        admission it tries. From there to the end of the step, allocate_slots notes each
+        admission's outcome and the coordinator's get_num_blocks_to_allocate its count: a
+        refused admission needed the last count it asked for (vLLM 0.32 refuses right after
+        counting), so what it needed is known without asking vLLM again."""
+        pool, B = self.pool, self.B
+        allocate = kvm.allocate_slots
+        count = coord.get_num_blocks_to_allocate
+        last_count = [-1]
         waiting = self.waiting_status
 
         def get_num_blocks_to_allocate(*a, **kw):
@@ -105,44 +112,36 @@ class PoolSampler:
             return n
 
         def allocate_slots(request, *a, **kw):
+            last_count[0] = -1
             out = allocate(request, *a, **kw)
             if request.status in waiting:  # an admission (not a running request's call)
                 free_now = pool.get_num_free_blocks()
-                if out is None and self.reask:
-                    coord.get_num_blocks_to_allocate = get_num_blocks_to_allocate
-                    try:
-                        out = allocate(request, *a, **kw)
-                    finally:
-                        del coord.get_num_blocks_to_allocate  # the class's method again
-                    if out is not None:  # cannot be (see above); vLLM's second answer
-                        self.reask = False  # stands, and it is not asked twice again
-                        log.warning("kvviz blocks plugin: vLLM admitted a request it had "
-                                    "refused when asked again; refusals' needs are "
-                                    "estimated from now on")
-                        free_now = pool.get_num_free_blocks()
-                if out is None:
-                    need = last_count[0] if self.reask else -(-request.num_tokens // self.B)
+                if out is None:  # (no count asked: estimated from its tokens)
+                    need = last_count[0] if last_count[0] >= 0 else -(-request.num_tokens // B)
                     self.failed = (request.request_id, need, free_now)
                 else:
                     self.admits[request.request_id] = free_now
             return out
 
-        self.kvm, self.admission_hook, self.hooked, self.reask = kvm, allocate_slots, False, True
+        self.kvm, self.coord, self.hooked = kvm, coord, False
+        self.admission_hook, self.count_hook = allocate_slots, get_num_blocks_to_allocate
 
     def waiting_reached(self) -> None:
         """schedule() has reached its waiting queue: its allocate_slots calls are admissions
         from here to the end of the step (after_schedule takes the wrappers off)."""
         self.kvm.allocate_slots = self.admission_hook
+        self.coord.get_num_blocks_to_allocate = self.count_hook
         self.hooked = True
 
     def _unhook_admissions(self) -> None:
-        """The class's allocate_slots again. Set and deleted as an attribute, never through
-        the manager's `__dict__`: reading that makes CPython 3.11 build the instance's dict,
-        after which no method call on the manager is specialized again (~20 ns more per call,
+        """The class's methods again. Set and deleted as attributes, never through the
+        instances' `__dict__`: reading that makes CPython 3.11 build the instance's dict,
+        after which no method call on it is specialized again (~20 ns more per call,
         docs/BENCHMARKS.md)."""
         if self.hooked:
             self.hooked = False
             del self.kvm.allocate_slots
+            del self.coord.get_num_blocks_to_allocate
 
     def unhook(self) -> None:
         self.disabled = True
@@ -186,25 +185,25 @@ class PoolSampler:
         self.done.append((seq, step, request.num_output_tokens, name, request.num_preemptions))
 
     def before_schedule(self) -> None:
-        s = self.settings
-        step = self.sched.current_step
-        if step == self.last_step:
-            return
         mirror = self.mirror
         if mirror.watching and len(mirror.dirty) > mirror.cap:
             mirror.overflow()
-        if s.every_steps:
-            due = step - max(self.last_step, 0) >= s.every_steps or self.last_step < 0
-        else:
-            due = time.monotonic() - self.last_t >= 1.0 / s.hz
-        if due:
+        every = self.settings.every_steps
+        if every:
+            last = self.last_step
+            due = self.sched.current_step - max(last, 0) >= every or last < 0
+        else:  # the common step: one clock read and one comparison
+            due = time.monotonic() >= self.due_t
+        if due and self.sched.current_step != self.last_step:  # (not twice in one step)
             self.sample()
 
     def after_schedule(self, out) -> None:
         sched = self.sched
         step = sched.current_step
-        if self.hooked:
-            self._unhook_admissions()
+        if self.hooked:  # (_unhook_admissions, inline)
+            self.hooked = False
+            del self.kvm.allocate_slots
+            del self.coord.get_num_blocks_to_allocate
         B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
         if self.admits:
             running, requests, seq_of = self.host["running_status"], sched.requests, self.seq_of
@@ -254,24 +253,28 @@ class PoolSampler:
             self.head = None
             return
         req = queue.peek_request()
-        reason, need, free = self._why(req, out, failed)
-        seq = self.seq_of.get(req.request_id, -1)
+        rid = req.request_id
+        if failed is not None and failed[0] == rid and not out.preempted_req_ids:
+            _, need, free = failed  # the common refusal: allocate_slots said why
+            reason = "no free blocks" if need > free else "watermark"
+        else:
+            reason, need, free = self._why(req, out)
+        seq = self.seq_of.get(rid, -1)
         self.head = [seq, reason, need * B, free * B]
         cls = wire.REASONS[reason]
         if reason != "preempting" and self.last_fail != (seq, cls):
             self.last_fail = (seq, cls)
             self.events.append((step, "admit_failed", seq, cls, need * B, free * B))
 
-    def _why(self, req, out, failed) -> tuple[str, int, int]:
-        """Why schedule() left `req` at the head of the queue: the branch its loop took."""
+    def _why(self, req, out) -> tuple[str, int, int]:
+        """Why schedule() left `req` at the head of the queue, when allocate_slots did not
+        refuse it in this step (after_schedule reads that case itself): the branch its loop
+        took."""
         sched = self.sched
         free = self.pool.get_num_free_blocks()
         need = -(-req.num_tokens // self.B)
         if out.preempted_req_ids:
             return "preempting", need, free
-        if failed is not None and failed[0] == req.request_id:
-            _, need, free = failed
-            return ("no free blocks" if need > free else "watermark"), need, free
         if len(sched.running) >= sched.max_num_running_reqs:
             return "max_num_seqs", need, free
         if out.total_num_scheduled_tokens >= sched.max_num_scheduled_tokens or (
@@ -284,8 +287,13 @@ class PoolSampler:
     # ---- a sample ---------------------------------------------------------------------------
     def sample(self) -> None:
         sched, pool, mirror = self.sched, self.pool, self.mirror
-        seqs, computed, final, lens, blocks = mirror.tables(sched.requests, self.seq_of,
-                                                            sched.max_model_len)
+        # whole tables every key_every messages and after a message was dropped (here or in
+        # the publisher's socket), else each long table's new ids (wire.Tables rebuilds them)
+        dropped = self.pub.dropped
+        key = self.key_in <= 0 or dropped != self.dropped_seen
+        seqs, computed, final, lens, base, blocks = mirror.tables(
+            sched.requests, self.seq_of, sched.max_model_len, key)
+        key = mirror.reader.key  # the mirror may read whole where it recounts
         mirror.refresh()  # deriving: from the tables just read
         step = sched.current_step
         seq_of = self.seq_of
@@ -294,16 +302,19 @@ class PoolSampler:
                "null_block": pool.null_block.block_id,
                "refcnt": mirror.refcnt.copy(), "hashed": mirror.hashed.copy(),
                "seqs": seqs, "computed": computed, "final": final, "lens": lens,
-               "blocks": blocks,
+               "key": key, "base": base, "blocks": blocks,
                "running": [seq_of.get(r.request_id, -1) for r in sched.running],
                "waiting": self._waiting(), "head": self.head,
                "events": self.events, "arrived": self.arrived, "done": self.done,
                "generated": self.generated}
         self.events, self.arrived, self.done = [], [], []
-        self.last_t, self.last_step = time.monotonic(), step
-        if not self.pub.offer(msg) and len(msg["events"]) + len(msg["done"]) < CARRY_MAX:
-            # the queue was full: the map is lost (a gap), the events and the request log
-            # travel with the next sample
+        self.last_step, self.due_t = step, time.monotonic() + 1.0 / self.settings.hz
+        self.key_in = self.settings.key_every - 1 if key else self.key_in - 1
+        if self.pub.offer(msg):
+            self.dropped_seen = dropped
+        elif len(msg["events"]) + len(msg["done"]) < CARRY_MAX:
+            # the queue was full: the map is lost (a gap; the next message is key), the
+            # events and the request log travel with the next sample
             self.events = msg["events"] + self.events
             self.arrived = msg["arrived"] + self.arrived
             self.done = msg["done"] + self.done

@@ -5,6 +5,13 @@ A table only grows while its request holds it (vLLM appends blocks; a preemption
 drops the list, a re-admission starts a new one), so a long table's ids are kept from one read
 to the next and only the blocks appended since are read; a short one is read whole. Deriving,
 the reader also says what changed since its last read, for the pool mirror's planes.
+
+What a read returns of the ids is a window of each table (`base`: the ids left out at its
+front): a "key" read returns every table whole; otherwise a long table's window starts where
+the previous read's ended (the receiver has the ids before it: kvviz/plugin/wire.py's
+Tables), or earlier where the deriving mirror needs positions before that. A message built
+from a read that does not reach the receiver must be followed by a key read (the sampler's
+job: a dropped message makes the next one key).
 """
 from __future__ import annotations
 
@@ -26,36 +33,50 @@ class TableReader:
         self.known: dict[str, _Table] = {}  # request id -> its table as last read
         self.meta: dict[str, tuple] = {}  # not tracking: short tables' (list, seq, final)
         self.reads = 0
-        self.ids = np.empty(0, np.int32)  # the last read: all ids back to back
+        self.ids = np.empty(0, np.int32)  # the last read: every table's window back to back
+        self.key = True  # the last read was a key read (every window whole)
         self.tails = self.plus = self.on = _NONE  # and, tracking, positions in them
         self.minus: list = []
+        self.reread: list = []
 
     def ids_of(self, request_id: str, lst: list) -> list:
         """The ids of a table about to be freed, as parts (arrays or lists of ids): the ids
         the last read kept, and the blocks appended since."""
         t = self.known.get(request_id)
         k = t.kept(len(lst)) if t is not None and t.lst is lst else 0
-        if k:  # the ids as read (the table is gone: they stay as they are)
-            return [t.ids, [b.block_id for b in lst[k:]]] if k < len(lst) else [t.ids]
+        if k:  # the ids as read, past its cached count then (see read(): `reread`), and
+            # those appended since
+            old = t.ids[min(t.cached, k):] if t.counted == k else t.ids
+            return [old, [b.block_id for b in lst[k:]]] if k < len(lst) else [old]
         return [[b.block_id for b in lst]]
 
-    def read(self, requests, seq_of: dict, max_model_len: int, track: bool) -> tuple:
-        """(seqs, computed, final, lens, blocks): per request holding blocks, in vLLM's order,
-        its sequence number and the most tokens it can reach (as they were when its table was
-        first read), its num_computed_tokens (0 once vLLM has let go of it), its table's
-        length, and all tables' block ids back to back. O(requests + blocks of short tables +
-        blocks appended to long ones) Python, every table's ids joined into one buffer once.
+    def read(self, requests, seq_of: dict, max_model_len: int, track: bool,
+             key: bool = True) -> tuple:
+        """(seqs, computed, final, lens, base, blocks): per request holding blocks, in vLLM's
+        order, its sequence number and the most tokens it can reach (as they were when its
+        table was first read), its num_computed_tokens (0 once vLLM has let go of it), its
+        table's length, how many of its first ids are left out (0 for all with `key`; else,
+        for a long table, those the previous read returned, less any the mirror needs), and
+        the tables' windows of block ids back to back. O(requests + blocks of short tables +
+        blocks appended to long ones) Python, the windows joined into one buffer once.
         With `track` (the mirror derives), it also notes the positions of each table's
         uncached tail (from num_cached_block) and, per table, what changed since its last read
-        (kvviz/plugin/pool_mirror.py's _derive_changes), as spans of positions expanded at the
-        end: `tails`, `plus` (ids counted in), `on` (held and hashed), `minus` (ids out)."""
+        (kvviz/plugin/pool_mirror.py's _derive_changes), as spans of positions in `blocks`
+        expanded at the end: `tails`, `plus` (ids counted in), `on` (held and hashed), `minus`
+        (ids out) and `reread` (ids out whose hash may have changed since: a table vLLM freed
+        whole gives only those past its cached count at its last read, the others had their
+        hash then and lose it only to an eviction, which hands the block to a table read or
+        freed since). A whole recount (the mirror's first derivation) needs a key read."""
         self.reads += 1
+        self.key = key
         read, known, cached = self.reads, self.known, self.num_cached
         # not deriving, a short table needs only its seq and final: (list, seq, final) a
         # request, kept from one read to the next (no _Table)
         meta, self.meta = self.meta, {}
         kept_meta = self.meta
         seqs, finals, computed, lens, minus = [], [], [], [], []  # minus: ids out
+        reread: list = []
+        base: list = []  # per table: its ids left out (only long tables leave any out)
         # deriving, per table: its cached count now, and from where in it ids are counted in
         # and held blocks may have been hashed since its last read (spans made at the end)
         cs, plus_from, on_from = [], [], []
@@ -74,8 +95,10 @@ class TableReader:
             req = requests.get(rid)
             computed.append(0 if req is None else req.num_computed_tokens)
             lens.append(n)
-            at += n
             short = n <= SHORT  # read whole (and, deriving, counted anew)
+            if short or key:
+                at += n
+                base.append(0)
             if short and not track:
                 m = meta.get(rid)
                 if m is None or m[0] is not lst:
@@ -90,8 +113,9 @@ class TableReader:
                 pending.clear()
             t = known.get(rid)
             if t is None or t.lst is not lst:
-                if t is not None and t.counted:
+                if t is not None and t.counted:  # freed whole, and a new table since
                     minus.append(t.counted_ids())
+                    reread.append(t.uncached_ids())
                 m = meta.get(rid)  # a table grown past SHORT keeps what its first read saw
                 t = known[rid] = (_Table(lst, m[1], m[2]) if m is not None and m[0] is lst
                                   else _Table(lst, seq_of.get(rid, -1),
@@ -108,40 +132,54 @@ class TableReader:
                 if out:
                     parts.append(out)
                     out = array("i")
+            if track:
+                c = cached.get(rid, 0)
+                cs.append(c)
+                if short:  # counted anew, whole
+                    if t.counted:
+                        minus.append(t.counted_ids())
+                        reread.append(minus[-1])
+                    plus_from.append(0)
+                    on_from.append(0)
+                    t.sids, t.ids, t.counted, t.cached = ids, None, n, c
+                    continue
+                if old is not None:  # read anew: what was counted goes out
+                    minus.append(old)
+                    reread.append(old)
+                    t.counted = t.cached = 0
+                counted = t.counted
+                on = counted if counted < t.cached else t.cached  # and cached then
+                plus_from.append(counted)
+                on_from.append(on)
+                t.sids, t.counted, t.cached = None, n, c
+            if key:
                 parts.append(t.ids)
-            if not track:
-                continue
-            c = cached.get(rid, 0)
-            cs.append(c)
-            if short:  # counted anew, whole
-                if t.counted:
-                    minus.append(t.counted_ids())
-                plus_from.append(0)
-                on_from.append(0)
-                t.sids, t.ids, t.counted, t.cached = ids, None, n, c
-                continue
-            if old is not None:  # read anew: what was counted goes out
-                minus.append(old)
-                t.counted = t.cached = 0
-            counted = t.counted
-            plus_from.append(counted)
-            on_from.append(counted if counted < t.cached else t.cached)  # and cached then
-            t.sids, t.counted, t.cached = None, n, c
+            else:  # the window: from the end of the last one, or where the mirror looks
+                w = t.sent if t.seq >= 0 else 0  # (a receiver finds a table by its seq)
+                if track:
+                    w = min(w, on, c)  # on <= counted
+                base.append(w)
+                at += n - w
+                parts.append(t.ids[w:] if w else t.ids)
+            t.sent = n
         if pending:
             out.extend([b.block_id for p in pending for b in p])
         if len(known) != in_known:  # requests that hold no blocks now: forgotten
             for rid in [r for r, t in known.items() if t.read != read]:
                 t = known.pop(rid)
-                if t.counted:
+                if t.counted:  # freed whole
                     minus.append(t.counted_ids())
+                    reread.append(t.uncached_ids())
         parts.append(out)
         blocks = (np.frombuffer(b"".join(parts), np.int32) if at
                   else np.empty(0, np.int32))
         self.ids = blocks
+        base_ = np.array(base, np.int32)
         if track and cs:  # positions: the uncached tails [c, n), counted in [plus_from, n),
-            # held and hashed [on_from, c), each table's from its first id's position
+            # held and hashed [on_from, c), each table's from its window's first position
             n_ = np.array(lens, np.int64)
-            a0_ = np.cumsum(n_) - n_
+            wn = n_ - base_
+            a0_ = np.cumsum(wn) - wn - base_  # where a table's position 0 would be
             c_ = np.array(cs, np.int64) + a0_
             end = n_ + a0_
             self.tails = _spans(c_, end)
@@ -149,9 +187,9 @@ class TableReader:
             self.on = _spans(np.array(on_from, np.int64) + a0_, c_)
         else:
             self.tails = self.plus = self.on = _NONE
-        self.minus = minus
+        self.minus, self.reread = minus, reread
         return (np.array(seqs, np.int64), np.array(computed, np.int64),
-                np.array(finals, np.int64), np.array(lens, np.int32), blocks)
+                np.array(finals, np.int64), np.array(lens, np.int32), base_, blocks)
 
 
 _NONE = np.empty(0, np.int64)
@@ -180,16 +218,23 @@ class _Table:
     counted, and its cached count then. It holds no Request: a finished request is freed
     where vLLM lets go of it, not in a sample."""
 
-    __slots__ = ("lst", "seq", "final", "read", "ids", "last", "sids", "counted", "cached")
+    __slots__ = ("lst", "seq", "final", "read", "ids", "last", "sids", "counted", "cached",
+                 "sent")
 
     def __init__(self, lst: list, seq: int, final: int) -> None:
         self.lst, self.seq, self.final, self.read = lst, seq, final, 0
         self.ids: array | None = None
         self.sids: list | None = None
         self.last = self.counted = self.cached = 0
+        self.sent = 0  # its first ids the last read returned (a key read: all of them)
 
     def counted_ids(self):
         return self.sids[:self.counted] if self.sids is not None else self.ids[:self.counted]
+
+    def uncached_ids(self):
+        """The counted ids past the cached count at the last read (not hashed then)."""
+        ids = self.sids if self.sids is not None else self.ids
+        return ids[min(self.cached, self.counted):self.counted]
 
     def kept(self, n: int) -> int:
         """How many of `ids` are still the first of the table, now n blocks long: all of them
@@ -208,6 +253,7 @@ class _Table:
             if self.counted:
                 old = self.counted_ids()
             self.ids = array("i", [b.block_id for b in lst])
+            self.sent = 0
         elif k < n:
             self.ids.extend([b.block_id for b in lst[k:]])
         self.last = lst[n - 1].block_id

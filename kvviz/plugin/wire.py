@@ -6,22 +6,31 @@ msgpack map. Arrays travel as little-endian bytes named by their dtype below.
 A payload is a "sample": the pool's geometry (`pool`), the engine step it was taken after,
 vLLM's own free-block count, the per-block `refcnt` (int32) and `hashed` (uint8: holds a
 prefix hash) planes indexed by vLLM block id, the block tables of the requests holding
-blocks (`seqs`, `computed`, `final`, `lens` and `blocks`, int64/int32), the running and
+blocks (`seqs`, `computed`, `final`, `lens`, `base` and `blocks`, int64/int32: `blocks` holds
+each table's ids from its `base`-th on, back to back), the running and
 waiting queues with the head's reason, and every event and request-log entry since the
 previous message. The request log's hash chains travel as vLLM's bytes (each request's joined,
 with their width); where the pool says `int_hashes` (vLLM's KV events send 64-bit ints, its
 default), decode() turns them into the KV-event stream's form, 8 little-endian bytes a hash
-(int_rows_le), so the engine's thread never converts them."""
+(int_rows_le), so the engine's thread never converts them.
+
+Tables. A "key" message (`key` true) carries every table whole (every `base` 0); the others
+leave out the first `base` ids of a table whose earlier ids the previous message carried, so a
+table that grew by k blocks costs k ids, not its length. `Tables` rebuilds whole tables on the
+receiving side; it needs the message before (seq - 1): after a hole it waits for the next key
+(the plugin sends one every KVVIZ_BLOCKS_KEY_EVERY messages, 8, and after it dropped one).
+Wire version 1 (no `key`, no `base`: every table whole) is still read."""
 from __future__ import annotations
 
 import msgspec
 import numpy as np
 
 TOPIC = b"kvviz-blocks"
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+READ_VERSIONS = (1, 2)  # version 1: every table whole, no `key` or `base`
 MAX_PAYLOAD = 256 * 2**20  # a 16M-block pool's planes fit; anything larger is refused
 ARRAYS = {"refcnt": np.int32, "hashed": np.uint8, "seqs": np.int64, "computed": np.int64,
-          "final": np.int64, "lens": np.int32, "blocks": np.int32}
+          "final": np.int64, "lens": np.int32, "base": np.int32, "blocks": np.int32}
 # the head of the waiting queue: why the scheduler did not admit it in that step, and the
 # failure class kvviz records it as (a paged pool refuses with CAPACITY or POLICY only)
 REASONS = {"no free blocks": "CAPACITY", "preempting": "CAPACITY", "watermark": "POLICY",
@@ -60,14 +69,19 @@ def decode(frames_: list[bytes]) -> tuple[int, dict]:
         msg = _dec.decode(frames_[2])
     except msgspec.DecodeError as exc:
         raise WireError(f"undecodable payload ({exc})") from None
-    if not isinstance(msg, dict) or msg.get("wire") != WIRE_VERSION:
-        raise WireError(f"wire version {msg.get('wire') if isinstance(msg, dict) else None!r}"
-                        f", expected {WIRE_VERSION}")
+    version = msg.get("wire") if isinstance(msg, dict) else None
+    if type(version) is not int or version not in READ_VERSIONS:
+        raise WireError(f"wire version {version!r}, expected one of {READ_VERSIONS} (the "
+                        "plugin's kvviz and this kvviz differ: install one version in both)")
+    if version == 1:  # every table whole
+        msg["key"], msg["base"] = True, b""
     for name, dtype in ARRAYS.items():
         raw = msg.get(name, b"")
         if not isinstance(raw, bytes) or len(raw) % np.dtype(dtype).itemsize:
             raise WireError(f"array {name}: not a whole number of {np.dtype(dtype)} values")
         msg[name] = np.frombuffer(raw, np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    if version == 1:
+        msg["base"] = np.zeros(msg["lens"].size, np.int32)
     _check(msg)
     return int.from_bytes(frames_[1], "big", signed=True), msg
 
@@ -94,8 +108,15 @@ def _check(msg: dict) -> None:
     m = msg["seqs"].size
     if not (msg["computed"].size == msg["final"].size == msg["lens"].size == m):
         raise WireError("block tables: seqs, computed, final and lens differ in length")
-    if int(msg["lens"].sum()) != msg["blocks"].size or (msg["lens"] < 0).any():
-        raise WireError("block tables: lens do not add up to the blocks given")
+    key, base, lens = msg.get("key"), msg["base"], msg["lens"]
+    if not isinstance(key, bool):
+        raise WireError("key: not a boolean")
+    if base.size != m or (lens < 0).any() or (base < 0).any() or (base > lens).any() or (
+            key and base.any()):
+        raise WireError("block tables: base not one count per table, in 0 .. lens (0 in a "
+                        "key message)")
+    if int(lens.sum()) - int(base.sum()) != msg["blocks"].size:
+        raise WireError("block tables: lens less base do not add up to the blocks given")
     if msg["blocks"].size and (msg["blocks"].min() < 0 or msg["blocks"].max() >= n):
         raise WireError("block tables: a block id outside the pool")
     for key in ("step", "num_free"):
@@ -180,3 +201,42 @@ def int_rows_le(rows: list) -> list:
         out.append((*r[:5], le[at:at + k], 8))
         at += k
     return out
+
+
+class Tables:
+    """The receiving side's copy of the last message's whole tables (request seq -> where its
+    ids are), to rebuild the whole tables of a message that left their first ids out."""
+
+    def __init__(self) -> None:
+        self.seq: int | None = None  # the message the copy is of (None: none usable)
+        self.ids = np.empty(0, np.int32)
+        self.where: dict[int, tuple[int, int]] = {}  # request seq -> (start, length)
+
+    def whole(self, seq: int, msg: dict) -> bool:
+        """Make msg["blocks"] every table whole (msg["base"] all 0) and keep them; False,
+        leaving msg as it is and forgetting the copy, when a table left out ids this side
+        does not have (a message was lost since, or its table is not here): wait for a key."""
+        base, lens, blocks = msg["base"], msg["lens"], msg["blocks"]
+        seqs = msg["seqs"]
+        if base.any():
+            where = self.where if self.seq is not None and seq == self.seq + 1 else None
+            if where is None:
+                self.seq = None
+                return False
+            parts, at, prev = [], 0, self.ids
+            for s, n, b in zip(seqs.tolist(), lens.tolist(), base.tolist()):
+                if b:
+                    got = where.get(s) if s >= 0 else None
+                    if got is None or got[1] < b:
+                        self.seq = None
+                        return False
+                    parts.append(prev[got[0]:got[0] + b])
+                parts.append(blocks[at:at + n - b])
+                at += n - b
+            blocks = np.concatenate(parts) if parts else blocks
+            msg["blocks"], msg["base"] = blocks, np.zeros_like(base)
+        starts = np.cumsum(lens, dtype=np.int64) - lens
+        self.where = {s: (a, n) for s, a, n in zip(seqs.tolist(), starts.tolist(),
+                                                    lens.tolist()) if s >= 0}
+        self.seq, self.ids = seq, blocks
+        return True

@@ -54,7 +54,8 @@ def test_a_valid_sample_with_one_field_replaced_is_a_sample_or_one_wire_error(ke
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(["refcnt", "hashed", "seqs", "computed", "final", "lens", "blocks"]),
+@given(st.sampled_from(["refcnt", "hashed", "seqs", "computed", "final", "lens", "base",
+                        "blocks"]),
        st.lists(st.integers(-2**31, 2**31 - 1), max_size=12))
 def test_arrays_of_any_values_are_a_sample_or_one_wire_error(key, values):
     msg = message()
@@ -87,3 +88,31 @@ def test_a_pool_with_one_field_replaced_is_a_sample_or_one_wire_error(key, value
     raw = msgspec.msgpack.decode(wire.encode(message()))
     raw["pool"][key] = value
     _drawn(wire.frames(1, msgspec.msgpack.encode(raw)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(1, 6), st.booleans(),
+                          st.lists(st.integers(0, 3), min_size=2, max_size=2)),
+                min_size=1, max_size=6))
+def test_any_run_of_key_and_window_messages_is_recorded_or_waits_for_a_key(run):
+    """Messages in any order, key or not, leaving any ids out: each is recorded with its map,
+    recorded without it (waiting for a key), or refused with one WireError."""
+    with tempfile.TemporaryDirectory() as d:
+        w = RunWriter(Path(d) / "r.db", {"mode": "node", "lanes": []})
+        lane = BlockLane(f"ipc://{d}/b.ipc", w, 0.0)
+        try:
+            for seq, key, base in run:
+                base = np.minimum(np.array(base, np.int32), 2)
+                left = np.repeat(base, 1).tolist()
+                blocks = [1, 2, 1, 3]
+                kept = blocks[left[0]:2] + blocks[2 + left[1]:]
+                try:
+                    lane.handle(*wire.decode(wire.frames(seq, wire.encode(message(
+                        step=seq, key=key, base=base, blocks=np.array(kept, np.int32))))))
+                except wire.WireError as exc:
+                    assert str(exc)
+            w.commit()
+            assert lane.samples + lane.undrawn <= len(run)
+        finally:
+            lane.close()
+            w.close()

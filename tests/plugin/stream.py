@@ -23,6 +23,7 @@ def message(step: int = 3, **over) -> dict:
            "num_free": 5, "null_block": 0, "refcnt": refcnt, "hashed": hashed,
            "seqs": np.array([0, 1]), "computed": np.array([6, 5]),
            "final": np.array([10, 12]), "lens": np.array([2, 2], np.int32),
+           "key": True, "base": np.array([0, 0], np.int32),
            "blocks": np.array([1, 2, 1, 3], np.int32), "running": [0, 1],
            "waiting": [[2, "no free blocks"]], "head": [2, "no free blocks", 24, 20],
            "events": [[step, "admitted", 1, None, 5, 20],

@@ -57,6 +57,72 @@ def test_messages_become_samples_events_a_request_log_and_gaps(tmp_path):
         r.close()
 
 
+def test_tables_sent_as_their_new_ids_are_made_whole_and_wait_for_a_key_after_a_hole(
+        tmp_path):
+    """Wire 2: between key messages a table carries only the ids after its `base`; the lane
+    rebuilds it from the message before. After a hole it cannot: those messages keep their
+    events and request log, without a map, until the next key message."""
+    def grown(seq: int, step: int, key: bool, more: list[int]) -> list[bytes]:
+        # seq 0's table 1, 2 grows by `more`; seq 1's 1, 3 is as it was
+        base = [0, 0] if key else [2, 2]
+        ids = ([1, 2] + more + [1, 3]) if key else more
+        return frames(seq, step=step, key=key, base=np.array(base, np.int32),
+                      lens=np.array([2 + len(more), 2], np.int32),
+                      blocks=np.array(ids, np.int32))
+
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
+    try:
+        lane.handle(*wire.decode(grown(1, 3, True, [])))
+        lane.handle(*wire.decode(grown(2, 4, False, [4])))  # seq 0 now 1, 2, 4
+        lane.handle(*wire.decode(grown(4, 6, False, [4, 5])))  # 3 lost: cannot be rebuilt
+        lane.handle(*wire.decode(grown(5, 7, False, [4, 5, 6])))  # nor this one
+        lane.handle(*wire.decode(grown(6, 8, True, [4, 5, 6, 7])))  # a key: whole again
+        lane.handle(*wire.decode(grown(7, 9, False, [4, 5, 6, 7, 8])))
+        w.commit()
+        assert (lane.samples, lane.undrawn) == (4, 2)
+    finally:
+        lane.close()
+        w.close()
+    r = RunReader(tmp_path / "r.db")
+    try:
+        s = r.samples("vllm")
+        assert s["step"].tolist() == [3, 4, 8, 9]
+        owners = [r.blockmap(int(i)).owner.tolist() for i in s["sample_id"]]
+        # address = block id - 1; seq 1 holds blocks 1 (shared: drawn as seq 0's) and 3
+        assert owners == [[0, 0, 1, -1, -1, -1, -1, -1], [0, 0, 1, 0, -1, -1, -1, -1],
+                          [0, 0, 1, 0, 0, 0, 0, -1], [0, 0, 1, 0, 0, 0, 0, 0]]
+        ev = r.events("vllm")  # every message's events, drawn or not
+        assert ev["step"].tolist().count(6) == 2 and ev["step"].tolist().count(7) == 2
+        gaps = r.table("block_gaps")
+        assert gaps[["kind", "first_seq", "last_seq"]].values.tolist() == [["gap", 3, 3]]
+    finally:
+        r.close()
+
+
+def test_a_table_left_out_that_the_lane_never_saw_waits_for_a_key():
+    t = wire.Tables()
+    _, first = wire.decode(frames(1))
+    assert t.whole(1, first)
+    # seq 5's table leaves out 2 ids, but the message before held no table of seq 5
+    _, msg = wire.decode(frames(2, key=False, seqs=np.array([0, 5]),
+                                base=np.array([0, 2], np.int32),
+                                blocks=np.array([1, 2], np.int32)))
+    assert not t.whole(2, msg) and t.seq is None
+    assert msg["base"].tolist() == [0, 2]  # left as it was
+
+
+def test_wire_version_1_messages_every_table_whole_are_still_read():
+    raw = message()
+    del raw["key"], raw["base"]
+    _, msg = wire.decode(wire.frames(1, wire.encode({**raw, "wire": 1})))
+    assert msg["key"] is True and msg["base"].tolist() == [0, 0]
+    bm, _ = blockmap(msg)
+    assert bm.table_blocks.tolist() == [0, 1, 0, 2]
+    with pytest.raises(wire.WireError, match="wire version 3"):
+        wire.decode(wire.frames(1, wire.encode({**raw, "wire": 3})))
+
+
 def test_the_request_logs_vllm_hash_bytes_arrive_as_the_kv_event_streams_ints():
     """The plugin sends vLLM's hash bytes as they are; where the pool says `int_hashes`,
     decode() gives each hash as vLLM's maybe_convert_block_hash makes it (the bytes read

@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 
-from kvviz.plugin import pool_mirror
+from kvviz.plugin import pool_mirror, wire
 from kvviz.plugin import tables as tables_mod
 from kvviz.plugin.pool_mirror import PoolMirror
 
@@ -207,6 +207,7 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
     seq_of = {f"r{i}": 100 + i for i in range(6)}
     m = PoolMirror(pool, manager(tables), lambda: None)
     rng, longest = random.Random(11), 0
+    whole, windows, windows_seen, keys = wire.Tables(), 0, [], random.Random(3)
     for _ in range(60):
         rid = f"r{rng.randrange(6)}"
         lst = tables.setdefault(rid, [])
@@ -217,7 +218,13 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
             pool.free_blocks(tables.pop(rid))  # preempted or done: vLLM drops the list
         elif lst:
             tables[rid] = lst[: len(lst) // 2] + pool.get_new_blocks(1)  # a new list
-        seqs, computed, final, lens, blocks = m.tables(requests, seq_of, max_model_len=60)
+        key = keys.random() < 0.25  # else each long table's new ids, rebuilt by wire.Tables
+        seqs, computed, final, lens, base, blocks = m.tables(requests, seq_of, 60, key)
+        windows += int(base.any())
+        assert not (key and base.any())
+        blocks = rebuilt(whole, len(windows_seen) + 1, m, seqs, computed, final, lens, base,
+                         blocks, key)
+        windows_seen.append(key)
         held = [(r, lst) for r, lst in tables.items() if lst]
         assert seqs.tolist() == [seq_of[r] for r, _ in held]
         assert lens.tolist() == [len(lst) for _, lst in held]
@@ -231,6 +238,21 @@ def test_tables_equal_the_block_lists_as_they_grow_change_and_go():
         assert blocks.dtype == np.int32
         longest = max([longest] + lens.tolist())
     assert longest > tables_mod.SHORT  # the grown path was taken
+    assert windows  # and long tables were sent as their new ids
+
+
+def rebuilt(whole, seq, m, seqs, computed, final, lens, base, blocks, key) -> np.ndarray:
+    """The tables of one read as a subscriber gets them: through the wire (a message with
+    only the tables' fields that matter here), made whole again by wire.Tables."""
+    n = m.refcnt.size
+    msg = {"wire": wire.WIRE_VERSION, "pool": {"num_blocks": n, "block_size": 16},
+           "step": seq, "num_free": 0, "refcnt": np.zeros(n, np.int32),
+           "hashed": np.zeros(n, np.uint8), "seqs": seqs, "computed": computed,
+           "final": final, "lens": lens, "key": key, "base": base, "blocks": blocks,
+           "events": [], "arrived": [], "done": []}
+    _, got = wire.decode(wire.frames(seq, wire.encode(msg)))
+    assert whole.whole(seq, got) and not got["base"].any()
+    return got["blocks"]
 
 
 class Manager:
@@ -330,14 +352,23 @@ def test_a_deriving_mirror_equals_a_full_read_at_every_refresh(seed, changes, mo
     m.start_deriving()  # a fresh pool: the mirror is current
     reads = []
     m._read_all = lambda f=m._read_all: (reads.append(1), f())[1]  # counted
-    for _ in range(150):
+    whole, windows, keys = wire.Tables(), 0, random.Random(seed + 100)
+    for i in range(150):
         manage(rng, mgr, rng.randint(0, 15))
-        m.tables({}, {}, max_model_len=1000)
+        # mostly windows (each long table's new ids and what the mirror looks at), as a
+        # sampler reads between its key messages
+        key = keys.random() < 0.25
+        seq_of = {r: int(r[1:]) for r in mgr.req_to_blocks}
+        seqs, computed, final, lens, base, blocks = m.tables({}, seq_of, 1000, key)
+        windows += int(base.any())
         m.refresh()
         assert m.mode == "deriving"
         assert mirrored(m) == full_read(pool)
         assert m.synced
+        got = rebuilt(whole, i + 1, m, seqs, computed, final, lens, base, blocks, key)
+        assert got.tolist() == [b.block_id for lst in mgr.req_to_blocks.values() for b in lst]
     assert not reads and resets  # no block read whole, and the resets were seen
+    assert windows > 10 or not changes  # (recounted whole: every read is whole)
     assert not vars(pool).keys() & set(pool_mirror.VERBS)  # no verb wrapped
 
 

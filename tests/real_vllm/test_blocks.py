@@ -171,6 +171,8 @@ def test_the_overhead_benchmark_runs_in_quick_form():
         # every sample of the check equals vLLM's own state (the mirror's incremental and
         # full refreshes both): the plugin's maps against the pool they mirror
         assert r["checked_samples"] >= 50 and r["mismatched_samples"] == 0
+        # through the wire as a subscriber gets it: key messages and those between them
+        assert r["sampler_on_after_check"] and 0 < r["key_samples_checked"] < 50
         assert r["requests"] == r["requests_off"]  # both schedulers got the same load
 
 
