@@ -10,15 +10,17 @@ from kvviz.plugin.vllm_entry import rank_endpoint
 
 def test_defaults_and_overrides():
     s = Settings({"KVVIZ_BLOCKS_ENDPOINT": "ipc:///tmp/b.ipc"})
-    assert (s.hz, s.every_steps, s.max_queue) == (4.0, 0, 8)
+    assert (s.hz, s.every_steps, s.max_queue, s.key_every) == (4.0, 0, 8, 8)
     s = Settings({"KVVIZ_BLOCKS_ENDPOINT": "x", "KVVIZ_BLOCKS_EVERY_STEPS": "1",
-                  "KVVIZ_BLOCKS_QUEUE": "64"})
-    assert (s.every_steps, s.max_queue) == (1, 64)
+                  "KVVIZ_BLOCKS_QUEUE": "64", "KVVIZ_BLOCKS_KEY_EVERY": "1"})
+    assert (s.every_steps, s.max_queue, s.key_every) == (1, 64, 1)
 
 
 @pytest.mark.parametrize("env", [{"KVVIZ_BLOCKS_HZ": "0"}, {"KVVIZ_BLOCKS_HZ": "nan"},
                                  {"KVVIZ_BLOCKS_EVERY_STEPS": "-1"},
-                                 {"KVVIZ_BLOCKS_QUEUE": "0"}, {"KVVIZ_BLOCKS_HZ": "fast"}])
+                                 {"KVVIZ_BLOCKS_QUEUE": "0"}, {"KVVIZ_BLOCKS_HZ": "fast"},
+                                 {"KVVIZ_BLOCKS_KEY_EVERY": "0"},
+                                 {"KVVIZ_BLOCKS_KEY_EVERY": "5000"}])
 def test_a_bad_setting_is_a_value_error(env):
     with pytest.raises(ValueError):
         Settings({"KVVIZ_BLOCKS_ENDPOINT": "x", **env})
