@@ -159,9 +159,17 @@ def _schedule_in_place(p, cfg, req, i, num_running, budget):
     """_decide's pass over the running requests from i on, while each one's tokens fit the
     blocks (cells) it holds (kv.grow_within): each is scheduled, in order. A loop that
     calls nothing, so the compiler keeps its state in registers (a counter in p.c would
-    be re-read after every store into an array). Returns where it stopped, the budget
-    left, the slots written (for c[NUM_USED]) and whether a request was left short of its
-    known tokens (a prefill chunk)."""
+    be re-read after every store into an array); one copy of it for lanes that cache
+    blocks, one for the others. Returns where it stopped, the budget left, the slots
+    written (for c[NUM_USED]) and whether a request was left short of its known tokens (a
+    prefill chunk)."""
+    if cfg.paged and cfg.prefix_caching:
+        return _in_place(p, cfg, req, i, num_running, budget, True)
+    return _in_place(p, cfg, req, i, num_running, budget, False)
+
+
+@njit(cache=True, inline="always")
+def _in_place(p, cfg, req, i, num_running, budget, caching):
     used = 0
     partial = False
     while i < num_running and budget > 0:
@@ -169,7 +177,7 @@ def _schedule_in_place(p, cfg, req, i, num_running, budget):
         start = p.run_num_computed_tokens[i]
         total = p.run_num_tokens[i]
         n = min(total - start, budget)
-        extra = kv.grow_within(p, cfg, req, r, p.run_row[i], start + n)
+        extra = kv.grow_within(p, cfg, req, r, p.run_row[i], start + n, caching)
         if extra < 0:
             break
         used += extra
