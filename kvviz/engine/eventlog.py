@@ -163,10 +163,15 @@ class EventLog:
         a["seq_id"][s], a["reason"][s], a["need_tokens"][s] = seq_ids, 0, need_tokens
         a["free_tokens"][s], a["largest_hole_tokens"][s], a["count"][s] = free_tokens, 0, count
 
-    def extend(self, cols: EventColumns) -> None:
-        """Append a run of events whose lane codes are this log's (one slice per field)."""
+    def extend(self, cols: EventColumns, owned: bool = False) -> None:
+        """Append a run of events whose lane codes are this log's (one slice per field).
+        owned: the caller hands the columns over (nobody else reads or writes them after);
+        an empty log keeps them as its own instead of copying them."""
         k = len(cols)
-        if k:
+        if k and owned and self._n == 0:
+            self._a = {f: cols[f] for f in FIELDS}
+            self._n = k
+        elif k:
             i = self._room(k)
             for f, a in self._a.items():
                 a[i:i + k] = cols[f]

@@ -162,6 +162,11 @@ class Lane:
         p.c[S.NUM_EVENTS] = 0
         return EventColumns(cols, lanes)
 
+    def hand_over_events(self) -> None:
+        """The lane's event columns go to whoever took the last drain's views (which stay
+        valid for good); the lane logs into fresh ones from now on."""
+        self.pool = self.pool._replace(**build.events(self.pool.ev_step.size))
+
     # ---- counters -------------------------------------------------------------------------
     def _c(self, i: int) -> int:
         return int(self.pool.c[i])

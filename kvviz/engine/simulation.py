@@ -159,7 +159,9 @@ class Simulation:
                  for code, lane in enumerate(self.lanes)]
         self.step_no = max([self.step_no] + [lane.step_no for lane in self.lanes])
         if len(parts) == 1 and _in_step_order(parts[0]["step"]):
-            self.events.extend(parts[0])  # one lane's log is already in step order
+            # one lane's log is already in step order: the log takes its columns
+            self.lanes[0].hand_over_events()
+            self.events.extend(parts[0], owned=True)
         elif sum(len(c) for c in parts):
             step = np.concatenate([c["step"] for c in parts])
             lane_of = np.concatenate([c["lane"] for c in parts]).astype(np.int64)

@@ -1,7 +1,8 @@
 """The step loop: a lane advances on its own clock (arrivals by step) or by one step at a
 time the caller times (a live collector), stopping before the event columns could overflow.
 Each function here is an entry point Python calls with the Pool and Requests tuples; it
-hands the rule their records (records.py).
+hands the rule their records (records.py) and, last, publishes the running requests' token
+counts into Requests (scheduler.publish).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from numba import njit
 
 from kvviz.engine.rule.events import log_held, room
 from kvviz.engine.rule.records import records
-from kvviz.engine.rule.scheduler import num_waiting, schedule, step, update
+from kvviz.engine.rule.scheduler import num_waiting, publish, schedule, step, update
 from kvviz.engine.rule.shares import account
 from kvviz.engine.rule.state import (
     ARRIVED,
@@ -36,7 +37,9 @@ def advance(p, cfg, req, until_step):
     runs or waits, the idle steps up to the next arrival are added at once (no event, equal
     shares). Returns FULL when the event log needs room first."""
     pool, conf, reqs = records(p, cfg, req)
-    return _advance(pool, conf, reqs, until_step)
+    answer = _advance(pool, conf, reqs, until_step)
+    publish(pool, reqs)
+    return answer
 
 
 @njit(cache=True)
@@ -69,6 +72,7 @@ def step_at(p, cfg, req, arrived, time_s):
         return FULL
     pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
     step(pool, conf, reqs, time_s)
+    publish(pool, reqs)
     return DONE_OR_UNTIL
 
 
@@ -82,6 +86,7 @@ def schedule_at(p, cfg, req, arrived, time_s):
     pool.c[ARRIVED] = max(pool.c[ARRIVED], arrived)
     pool.c[STEP] += 1
     pool.c[PRESSURE] = schedule(pool, conf, reqs, time_s)
+    publish(pool, reqs)
     return DONE_OR_UNTIL
 
 
@@ -91,6 +96,7 @@ def finish_step(p, cfg, req, time_s):
     pool, conf, reqs = records(p, cfg, req)
     update(pool, conf, reqs, time_s)
     account(pool, conf, reqs, pool.c[PRESSURE] != 0, 1, time_s)
+    publish(pool, reqs)
 
 
 @njit(cache=True)

@@ -149,10 +149,13 @@ def pool(cfg: S.Config, rows: int, width: int, n: int = 0, too_big: int = 0) -> 
             c[S.NUM_HOLES] = 1
     return S.Pool(
         c=c, shares=np.zeros((2, 6), np.int64), efi=np.zeros(2, np.float64),
-        running=np.zeros(rows, np.int64), front=np.zeros(max(n, 1), np.int64),
+        running=np.zeros(rows, np.int64), run_num_tokens=np.zeros(rows, np.int64),
+        run_num_computed_tokens=np.zeros(rows, np.int64),
+        run_final_tokens=np.zeros(rows, np.int64), run_row=np.zeros(rows, np.int64),
+        front=np.zeros(max(n, 1), np.int64),
         sched_ids=np.zeros(rows, np.int64), sched_starts=np.zeros(rows, np.int64),
         sched_counts=np.zeros(rows, np.int64), preempted=np.zeros(rows, np.int64),
-        finished=np.zeros(rows, np.int64),
+        finished=np.zeros(rows, np.int64), finished_at=np.zeros(rows, np.int64),
         ref_cnt=np.zeros(nb, np.int32),
         block_hash=np.zeros(nb, np.uint64), dup_next=np.full(nb, -1, np.int32),
         block_end=np.zeros(nb, np.int64), block_parent=np.zeros(nb, np.uint64),

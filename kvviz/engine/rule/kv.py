@@ -103,14 +103,13 @@ def admit(p, cfg, req, r, num_hits, num_tokens):
 
 
 @njit(cache=True, inline="always")  # per running request per step
-def grow_within(p, cfg, req, r, num_tokens):
+def grow_within(p, cfg, req, r, row, num_tokens, caching):
     """grow's common case, a decode: the slots up to `num_tokens` lie in the blocks (cells)
-    the row holds, or (paged) in one more block off the plain free blocks; and no block
-    fills up that prefix caching would register. Writes them and returns how many are new,
-    for the caller to add to c[NUM_USED]; -1, nothing changed, where grow must run."""
-    row = req.row[r]
-    if cfg.paged and cfg.prefix_caching and (
-            num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size):
+    the row holds (`row`: r's), or (paged) in one more block off the plain free blocks; and
+    no block fills up that prefix caching would register (`caching`: cfg.paged and
+    cfg.prefix_caching). Writes them and returns how many are new, for the caller to add
+    to c[NUM_USED]; -1, nothing changed, where grow must run."""
+    if caching and num_tokens >= (p.row_num_cached[row] + 1) * cfg.block_size:
         return -1  # a block fills up: cache_blocks registers it
     held = p.row_num_blocks[row]
     if num_tokens > held * cfg.block_size:

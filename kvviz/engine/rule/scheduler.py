@@ -18,6 +18,11 @@ whose KV is written). One engine step is
               that completes a prefill samples the first); one that reached max_tokens
               finishes and frees its blocks: its last token never gets a KV slot.
 
+A running request's num_tokens and num_computed_tokens live beside it in the running list
+(Pool.run_*, by running index), so that the running pass and update read them in order
+rather than by request id; `publish` writes them back to Requests, where everything else
+reads them.
+
 kvviz's own additions: a request whose whole life cannot fit the empty cache is rejected at
 the head of the queue (vLLM would wait for it forever); workloads are cut to max_seq_len
 beforehand, so vLLM's max_model_len never binds. The step's plan stays readable after it:
@@ -99,12 +104,35 @@ def _schedule_one(p, r, start, count):
 
 
 @njit(cache=True)
+def publish(p, req):
+    """The running requests' num_tokens and num_computed_tokens into Requests (each entry
+    point's last act: Python reads them there)."""
+    for i in range(p.c[NUM_RUNNING]):
+        r = p.running[i]
+        req.num_tokens[r] = p.run_num_tokens[i]
+        req.num_computed_tokens[r] = p.run_num_computed_tokens[i]
+
+
+@njit(cache=True)
+def _start_running(p, req, r, num_computed):
+    """Waiting request r joins the end of the running list, `num_computed` tokens computed."""
+    i = p.c[NUM_RUNNING]
+    p.running[i] = r
+    p.run_num_tokens[i] = req.num_tokens[r]
+    p.run_num_computed_tokens[i] = num_computed
+    p.run_final_tokens[i] = req.final_tokens[r]
+    p.run_row[i] = req.row[r]
+    p.c[NUM_RUNNING] = i + 1
+
+
+@njit(cache=True)
 def _preempt(p, cfg, req, time_s):
     """vLLM's _preempt_request on the last running request: blocks freed, computed reset,
     back to the front of the waiting queue. Returns it."""
     c = p.c
     c[NUM_RUNNING] -= 1
     victim = p.running[c[NUM_RUNNING]]
+    req.num_tokens[victim] = p.run_num_tokens[c[NUM_RUNNING]]
     kv.free(p, cfg, req, victim)
     req.num_computed_tokens[victim] = 0
     p.front[c[NUM_FRONT]] = victim
@@ -117,12 +145,13 @@ def _preempt(p, cfg, req, time_s):
 
 
 @njit(cache=True, inline="always")
-def _plan(p, req, k, r, start, n):
-    """Running request r computes tokens [start, start + n), k-th in the step's plan."""
+def _plan(p, k, r, start, n):
+    """Running request r (running index k) computes tokens [start, start + n), k-th in the
+    step's plan."""
     p.sched_ids[k] = r
     p.sched_starts[k] = start
     p.sched_counts[k] = n
-    req.num_computed_tokens[r] = start + n
+    p.run_num_computed_tokens[k] = start + n
 
 
 @njit(cache=True)
@@ -130,21 +159,29 @@ def _schedule_in_place(p, cfg, req, i, num_running, budget):
     """_decide's pass over the running requests from i on, while each one's tokens fit the
     blocks (cells) it holds (kv.grow_within): each is scheduled, in order. A loop that
     calls nothing, so the compiler keeps its state in registers (a counter in p.c would
-    be re-read after every store into an array). Returns where it stopped, the budget
-    left, the slots written (for c[NUM_USED]) and whether a request was left short of its
-    known tokens (a prefill chunk)."""
+    be re-read after every store into an array); one copy of it for lanes that cache
+    blocks, one for the others. Returns where it stopped, the budget left, the slots
+    written (for c[NUM_USED]) and whether a request was left short of its known tokens (a
+    prefill chunk)."""
+    if cfg.paged and cfg.prefix_caching:
+        return _in_place(p, cfg, req, i, num_running, budget, True)
+    return _in_place(p, cfg, req, i, num_running, budget, False)
+
+
+@njit(cache=True, inline="always")
+def _in_place(p, cfg, req, i, num_running, budget, caching):
     used = 0
     partial = False
     while i < num_running and budget > 0:
         r = p.running[i]
-        start = req.num_computed_tokens[r]
-        total = req.num_tokens[r]
+        start = p.run_num_computed_tokens[i]
+        total = p.run_num_tokens[i]
         n = min(total - start, budget)
-        extra = kv.grow_within(p, cfg, req, r, start + n)
+        extra = kv.grow_within(p, cfg, req, r, p.run_row[i], start + n, caching)
         if extra < 0:
             break
         used += extra
-        _plan(p, req, i, r, start, n)
+        _plan(p, i, r, start, n)
         partial |= start + n < total
         budget -= n
         i += 1
@@ -169,10 +206,9 @@ def log_partial(p, req, time_s):
     written at the step's end, so a reader re-derives every length and tokens_generated."""
     c = p.c
     for i in range(c[NUM_RUNNING]):
-        r = p.running[i]
-        have = req.num_computed_tokens[r]
-        if have < req.num_tokens[r]:
-            emit(p, time_s, c[STEP], K_PARTIAL, r, R_NONE, have, 0, 0, 1)
+        have = p.run_num_computed_tokens[i]
+        if have < p.run_num_tokens[i]:
+            emit(p, time_s, c[STEP], K_PARTIAL, p.running[i], R_NONE, have, 0, 0, 1)
 
 
 @njit(cache=True)
@@ -205,14 +241,14 @@ def _decide(p, cfg, req, time_s):
         if i == num_running or budget <= 0:
             break
         r = p.running[i]  # it needs blocks, or fills one that prefix caching registers
-        start = req.num_computed_tokens[r]
-        total = req.num_tokens[r]
+        start = p.run_num_computed_tokens[i]
+        total = p.run_num_tokens[i]
         n = min(total - start, budget)
         scheduled = _allocate(p, cfg, req, r, start + n, time_s)
         num_running = c[NUM_RUNNING]
         if not scheduled:
             break
-        _plan(p, req, i, r, start, n)
+        _plan(p, i, r, start, n)
         partial |= start + n < total
         budget -= n
         i += 1
@@ -254,9 +290,7 @@ def _decide(p, cfg, req, time_s):
         n = min(n, budget)
         kv.admit(p, cfg, req, r, num_hits, hit + n)
         _pop_head(p)
-        p.running[c[NUM_RUNNING]] = r
-        c[NUM_RUNNING] += 1
-        req.num_computed_tokens[r] = hit + n
+        _start_running(p, req, r, hit + n)
         if cfg.prefix_caching:  # vLLM counts queries only where it looks the cache up
             c[QUERY_TOKENS] += total
             c[HIT_TOKENS] += hit
@@ -286,36 +320,56 @@ def _decide(p, cfg, req, time_s):
 @njit(cache=True)
 def update(p, cfg, req, time_s):
     """vLLM's update_from_output: every scheduled request whose KV caught up samples one
-    token; one that reached max_tokens finishes and frees its blocks (in step order)."""
+    token; one that reached max_tokens finishes and frees its blocks (in step order).
+
+    The plan's index is the running index (sched_ids[k] == running[k]: the running
+    requests are scheduled in order, and admissions, appended to both, follow only when
+    every running request was), so the k-th planned request's fields are run_*[k]."""
     c = p.c
     finished = 0
     sampled = 0
     for k in range(c[NUM_SCHED]):
-        r = p.sched_ids[k]
-        total = req.num_tokens[r]
+        total = p.run_num_tokens[k]
         if p.sched_starts[k] + p.sched_counts[k] != total:  # its num_computed_tokens, from
             continue  # the plan's columns: a prefill chunk, nothing sampled
-        req.num_tokens[r] = total + 1
+        p.run_num_tokens[k] = total + 1
         sampled += 1
-        if total + 1 >= req.final_tokens[r]:  # its max_tokens sampled
+        if total + 1 >= p.run_final_tokens[k]:  # its max_tokens sampled
+            r = p.sched_ids[k]
+            req.num_tokens[r] = total + 1  # it stops running
+            req.num_computed_tokens[r] = p.run_num_computed_tokens[k]
             p.finished[finished] = r
+            p.finished_at[finished] = k
             finished += 1
     c[TOKENS_GENERATED] += sampled
     c[NUM_FINISHED] = finished
     if not finished:
         return
-    for k in range(c[NUM_FINISHED]):
+    for k in range(finished):
         r = p.finished[k]
         kv.free(p, cfg, req, r)
         c[DONE] += 1
         emit(p, time_s, c[STEP], K_FINISHED, r, R_NONE, 0, 0, 0, 1)
-    keep = 0
-    for i in range(c[NUM_RUNNING]):  # the running list without them, in order
-        r = p.running[i]
-        if req.row[r] >= 0:
-            p.running[keep] = r
-            keep += 1
+    # the running list (and its fields) without them, in order: each stretch between two
+    # of them moves down
+    keep = p.finished_at[0]
+    for k in range(finished):
+        lo = p.finished_at[k] + 1
+        hi = p.finished_at[k + 1] if k + 1 < finished else c[NUM_RUNNING]
+        _move_down(p.running, keep, lo, hi)
+        _move_down(p.run_num_tokens, keep, lo, hi)
+        _move_down(p.run_num_computed_tokens, keep, lo, hi)
+        _move_down(p.run_final_tokens, keep, lo, hi)
+        _move_down(p.run_row, keep, lo, hi)
+        keep += hi - lo
     c[NUM_RUNNING] = keep
+
+
+@njit(cache=True, inline="always")
+def _move_down(a, to, lo, hi):
+    """a[lo:hi] to a[to:to + hi - lo], to <= lo (in order, so overlapping is fine)."""
+    for x in range(hi - lo):
+        a[to + x] = a[lo + x]
 
 
 @njit(cache=True)

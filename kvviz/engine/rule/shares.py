@@ -49,7 +49,7 @@ def fill(p, cfg, req):
         allocated = p.c[HELD_CELLS] * bs
         if bs > 1:  # the unwritten end of each range's last cell
             for i in range(p.c[NUM_RUNNING]):
-                tail += (-req.num_computed_tokens[p.running[i]]) % bs
+                tail += (-p.run_num_computed_tokens[i]) % bs
     free = cfg.capacity - allocated
     if not cfg.paged and free > 0:
         efi = 1.0 - placement.largest_hole(p, cfg) * bs / free

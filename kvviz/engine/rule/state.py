@@ -77,12 +77,21 @@ class Pool(NamedTuple):
     #                     reserved, internal, free, tail) in slot-steps
     efi: np.ndarray  # float64 [2]: the external fragmentation index summed per step
     running: np.ndarray  # int64: running requests in order ([:c[NUM_RUNNING]])
+    # the running requests' hot fields, by running index, beside `running` (moved with it):
+    # while a request runs these are its num_tokens and num_computed_tokens, and Requests'
+    # own are written back when it stops running and when a compiled call returns
+    # (scheduler.publish); its final_tokens and row, copied at admission
+    run_num_tokens: np.ndarray  # int64
+    run_num_computed_tokens: np.ndarray  # int64
+    run_final_tokens: np.ndarray  # int64
+    run_row: np.ndarray  # int64
     front: np.ndarray  # int64: preempted requests, a stack (the waiting queue's front)
     sched_ids: np.ndarray  # int64: this step's scheduled requests in vLLM's order
     sched_starts: np.ndarray  # int64: tokens each had computed before the step
     sched_counts: np.ndarray  # int64: tokens each computes in the step
     preempted: np.ndarray  # int64: this step's preempted requests, in order
     finished: np.ndarray  # int64: this step's finished requests, in order
+    finished_at: np.ndarray  # int64: their running indices (update's)
     # paged: vLLM's BlockPool (vllm/v1/core/block_pool.py) and per-row block tables
     ref_cnt: np.ndarray  # int32 per block
     block_hash: np.ndarray  # uint64 per block (0: none)

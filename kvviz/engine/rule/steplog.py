@@ -26,7 +26,7 @@ from numba import njit
 
 from kvviz.engine.rule.advance import DONE_OR_UNTIL, FULL, _advance
 from kvviz.engine.rule.records import records
-from kvviz.engine.rule.scheduler import num_waiting
+from kvviz.engine.rule.scheduler import num_waiting, publish
 from kvviz.engine.rule.state import (
     ARRIVED,
     DONE,
@@ -108,6 +108,13 @@ def advance_logged(p, cfg, req, log, table_steps, every_step, budget):
     `every_step`, while fewer than `budget` block ids are kept. Returns LOG_FULL or FULL
     when a log needs room first (nothing of the next step done), else DONE_OR_UNTIL."""
     pool, conf, reqs = records(p, cfg, req)
+    answer = _advance_logged(pool, conf, reqs, log, table_steps, every_step, budget)
+    publish(pool, reqs)
+    return answer
+
+
+@njit(cache=True)
+def _advance_logged(pool, conf, reqs, log, table_steps, every_step, budget):
     c = pool.c
     before = np.zeros(pool.running.size, np.int64)
     mark = np.zeros(conf.n, np.int8)
