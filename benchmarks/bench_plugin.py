@@ -1,6 +1,6 @@
 """The block-pool plugin's cost inside vLLM's engine (kvviz/plugin, docs/NODE.md section 8).
 
-    python benchmarks/bench_plugin.py [--quick] [--json] [--repeats N]
+    python benchmarks/bench_plugin.py [--quick] [--json] [--repeats N] [--calibrate]
 
 Runs in the vLLM venv (KVVIZ_VLLM_VENV, default ~/.cache/kvviz/vllm-0.32.0; the script
 re-executes itself there). Two vLLM 0.32 schedulers are built in-process with no model
@@ -31,7 +31,10 @@ tables, partial events; `mismatched_samples` must be 0), the first half in the m
 way (deriving here), the second half watching. A loop without a model runs more steps a
 second (~280 at 1,000 blocks here) than an engine with one, so the per-step hooks weigh
 more here than in a server: the throughput cost is an upper bound; 4 Hz x one sample is
-what sampling costs whatever the step time. Last, outside the figures and before the check,
+what sampling costs whatever the step time. `--calibrate` runs the same rounds with both
+schedulers plain (the second built as the plugin's is): the throughput "cost" it reports is
+the measure's own bias and noise between two schedulers in one process (docs/BENCHMARKS.md).
+Last, outside the figures and before the check,
 kvviz's own time: the time spent in the sampler's entry points a step, and `own_pct`, that
 against the step time plus 4 Hz x one sample (`own_time`).
 """
@@ -55,7 +58,10 @@ VENV = Path(os.environ.get("KVVIZ_VLLM_VENV") or Path.home() / ".cache/kvviz/vll
 B, SEQS = 16, 256
 
 
-def child(num_blocks: int, steps: int, rounds: int) -> dict:
+def child(num_blocks: int, steps: int, rounds: int, same: int = 0) -> dict:
+    """One pool size: the rounds, kvviz's own time and the check (module doc). `same`: the
+    calibration (--calibrate): both schedulers plain, the "on" one built second as the
+    plugin's is, so the "cost" it reports is the measure's own bias and noise."""
     import vllm.v1.core.sched.scheduler as sched_mod
     from vllm.envs import enable_envs_cache
     from vllm.sampling_params import SamplingParams
@@ -79,21 +85,22 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
             "enable_prefix_caching": True, "watermark": 0.0, "max_model_len": 1 << 16}
     plain = sched_mod.Scheduler
     scheds = {"off": ref.make_scheduler(case, d)}
-    sched_mod.Scheduler = vllm_entry._with_sampler(plain, "0.32.0")
+    if not same:
+        sched_mod.Scheduler = vllm_entry._with_sampler(plain, "0.32.0")
     try:
         scheds["on"] = ref.make_scheduler(case, d)
     finally:
         sched_mod.Scheduler = plain
     freeze_gc_heap()  # as EngineCore does once it is built (vllm/v1/engine/core.py)
     enable_envs_cache()
-    k = scheds["on"]._kvviz
+    k = getattr(scheds["on"], "_kvviz", None)
     # the "on" sampler's 4 Hz on its own clock: time spent running the "off" scheduler does
     # not count (else the first step of every "on" round would sample: ~5-6 Hz of its time)
     off_time = [0.0]
     sampler_mod.time = types.SimpleNamespace(time=time.time,
                                              monotonic=lambda: time.monotonic() - off_time[0])
     spent: list[float] = []
-    sample, after = k.sample, PoolSampler.after_schedule
+    sample, after = getattr(k, "sample", None), PoolSampler.after_schedule
     per_step = [0.0]
 
     def timed() -> None:
@@ -106,8 +113,9 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
         after(self, out)
         per_step[0] += time.perf_counter() - t0
 
-    k.sample = timed
-    PoolSampler.after_schedule = timed_after
+    if k is not None:
+        k.sample = timed
+        PoolSampler.after_schedule = timed_after
     hash_fn = get_hash_fn_by_name(scheds["off"].cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(B, hash_fn)
@@ -181,11 +189,13 @@ def child(num_blocks: int, steps: int, rounds: int) -> dict:
            "thread_cost_pct": 100 * (sum(thread["on"]) / sum(thread["off"]) - 1),
            "pair_cost_pct_quartiles": [q1, q2, q3],
            "gc_us_per_step": {n: 1e6 * v / (steps * rounds) for n, v in gc_s.items()},
-           "publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
-           "mirror": getattr(k.mirror, "mode", None) or (
-               "watching" if k.mirror.watching else "scanning"),
            "kind": type(scheds["on"]).__name__, "requests": made["on"],
            "requests_off": made["off"]}
+    if k is None:  # the calibration: nothing else to time
+        return out
+    out.update({"publisher_dropped": k.pub.dropped, "sampler_on": not k.disabled,
+                "mirror": getattr(k.mirror, "mode", None) or (
+                    "watching" if k.mirror.watching else "scanning")})
     PoolSampler.after_schedule = after
     sampler_mod.time = time  # the "on" scheduler alone from here: its own clock is the clock
     out.update(own_time(k, lambda: step(scheds["on"], "on"), 4 * steps, out))
@@ -200,11 +210,12 @@ ENTRIES = ("arrived_request", "preempted", "finished", "waiting_reached", "befor
 def own_time(k, step, steps: int, out: dict) -> dict:
     """`steps` more steps of the "on" scheduler alone, outside the figures above, timing each
     call of the sampler's entry points (what the scheduler subclass calls): kvviz's own code
-    a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrapper's
-    (one per admission tried; a refused admission asks vLLM's allocate_slots once more:
-    `refusals_per_step`). Per entry, the median call (perf_counter: a call that the machine's
-    other work preempted is an outlier, not a cost) less the timing's own median cost a call
-    (an empty entry timed the same way: `timer_overhead_us_per_call`) times the calls a step;
+    a step, without the subclass's call layers (~0.1-0.2 us each) or the admission wrappers'
+    (allocate_slots' once per admission tried, `admissions_tried_per_step`, and the count's
+    within it; `refusals_per_step`). Per entry, the median call (perf_counter: a call that
+    the machine's other work preempted is an outlier, not a cost) less the timing's own
+    median cost a call (an empty entry timed the same way: `timer_overhead_us_per_call`)
+    times the calls a step;
     a sample, its median in this thread's CPU time. `own_pct` puts the entries against the "off"
     scheduler's step time and adds 4 Hz x one sample: the plugin's share of this model-less
     engine's time (`own_us_mean_per_step`: the entries' plain mean, preemptions included)."""
@@ -413,7 +424,10 @@ def check(s, k, step, steps: int) -> dict:
 
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
-    ap.add_argument("--child", nargs=3, type=int, help=argparse_hidden())
+    ap.add_argument("--calibrate", action="store_true",
+                    help="the measure's own bias and noise: the same rounds with both "
+                    "schedulers plain (the throughput 'cost' of nothing)")
+    ap.add_argument("--child", nargs=4, type=int, help=argparse_hidden())
     ap.add_argument("--engine-child", nargs=3, help=argparse_hidden())
     a = ap.parse_args()
     if a.child:
@@ -430,13 +444,21 @@ def main() -> None:
     for n in sizes:  # rounds of 0.5-1.5 s, 10 pairs a repeat
         steps = (40 if a.quick else 400) // (1 if n <= 1000 else 4)
         p = subprocess.run([str(py), __file__, "--child", str(n), str(steps),
-                            str(10 * a.repeats)],
+                            str(10 * a.repeats), str(int(a.calibrate))],
                            capture_output=True, text=True, cwd=harness.ROOT,
                            env={**os.environ, "PYTHONPATH": str(harness.ROOT)})
         if p.returncode:
             raise SystemExit(f"the vLLM child failed: {p.stderr[-3000:]}")
         r = json.loads(p.stdout.strip().splitlines()[-1])
         cost = 100 * (r["steps_per_s_off"] / r["steps_per_s_on"] - 1)
+        if a.calibrate:
+            harness.emit(a, {"bench": "plugin_calibration", **r, "throughput_cost_pct": cost},
+                         f"{n:>7,} blocks, both schedulers plain: {r['steps_per_s_off']:,.0f} "
+                         f"steps/s 'off', {r['steps_per_s_on']:,.0f} 'on' ({cost:+.1f}%; "
+                         f"engine thread {r['thread_cost_pct']:+.1f}%; pairs' quartiles "
+                         + " / ".join(f"{q:+.1f}" for q in r["pair_cost_pct_quartiles"])
+                         + "%)")
+            continue
         harness.emit(a, {"bench": "plugin", "quick": a.quick, **r,
                          "throughput_cost_pct": cost},
                      f"{n:>7,} blocks ({r['used_blocks']:,} used): {r['steps_per_s_off']:,.0f} "
@@ -454,6 +476,8 @@ def main() -> None:
                      f"{r['sample_cpu_ms']:.2f} ms = {r['own_pct']:.2f}% of the off step; "
                      f"{r['checked_samples']} samples checked against vLLM's state, "
                      f"{r['mismatched_samples']} differ")
+    if a.calibrate:
+        return
     model = os.environ.get("KVVIZ_VLLM_MODEL") or subprocess.run(
         [str(py), str(harness.ROOT / "scripts" / "tiny_vllm_model.py")], capture_output=True,
         text=True, check=True).stdout.strip().splitlines()[-1]

@@ -174,6 +174,17 @@ def test_the_overhead_benchmark_runs_in_quick_form():
         # through the wire as a subscriber gets it: key messages and those between them
         assert r["sampler_on_after_check"] and 0 < r["key_samples_checked"] < 50
         assert r["requests"] == r["requests_off"]  # both schedulers got the same load
+    # the calibration: the same rounds with both schedulers plain (the measure's own noise)
+    venv = str(venv_python().parents[1])
+    p = subprocess.run([sys.executable, "benchmarks/bench_plugin.py", "--quick", "--json",
+                        "--repeats", "1", "--calibrate"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": "/root",
+                                                   "KVVIZ_VLLM_VENV": venv})
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert [(r["bench"], r["num_blocks"], r["kind"]) for r in rows] == [
+        ("plugin_calibration", 1000, "Scheduler"), ("plugin_calibration", 20000, "Scheduler")]
+    assert all(r["requests"] == r["requests_off"] for r in rows)
 
 
 HASHES = r"""
