@@ -67,8 +67,9 @@ def scrapes(r, run: str, df, live: bool) -> None:
         return
     last = df.iloc[-1]
     counts = ", ".join(f"{k} {v}" for k, v in vn.status_counts(df).items())
+    at = _at(last.get("t"))  # the block pool and KV events beside it name their own moments
     text = (f"Last scrape: **{md(last['status'])}** {md(last.get('message') or '')} "
-            f"({md(counts)})")
+            f"({md(counts)}{at})")
     (st.success if last["status"] == "ok" else st.warning)(text)
     latest = vn.latest_ok(df)
     metrics_rows(node_headlines(latest))
@@ -86,6 +87,15 @@ def scrapes(r, run: str, df, live: bool) -> None:
         st.plotly_chart(vg.device_memory_figure(mem), key="node_gpu")
     else:
         st.caption(f"Local GPU memory (NVML) not recorded: {reason}")
+
+
+def _at(t) -> str:
+    """", at t = 3.1 s" for a finite time, else nothing."""
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        return ""
+    return f", at t = {t:.1f} s" if math.isfinite(t) else ""
 
 
 def node_headlines(latest) -> list:
