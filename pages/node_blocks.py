@@ -12,6 +12,7 @@ import streamlit as st
 from kvviz.runs import directory
 from kvviz.store.reader import RunReader
 from kvviz.viz import blockcanvas as vc
+from kvviz.viz import theme
 from pages import blockview, recording
 
 EVERY_S = 1.0
@@ -46,6 +47,7 @@ def _pool(run: str, lanes: list[str]) -> None:
     with recording.guard(f"Reading {run}'s block pool"):
         r = RunReader(directory.resolve_run(directory.runs_dir(), run))
         try:
+            st.html(theme.legend_html())  # the colours, as on Live and Replay
             for col, lane in zip(st.columns(len(lanes)), lanes):
                 with col:
                     _lane(r, lane)
