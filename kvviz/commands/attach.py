@@ -203,6 +203,8 @@ def _status_line(elapsed: float, state: _State, sub, blocks=None) -> str:
                          "replayed")
     if blocks is not None:
         parts.append(f"| blocks: {blocks.samples} samples, {blocks.gaps} gaps")
+        if blocks.undrawn:  # (wire 2: after a hole, maps resume at the next key message)
+            parts[-1] += f", {blocks.undrawn} without a map (waiting for whole tables)"
     return " ".join(parts)
 
 

@@ -267,6 +267,10 @@ class BlockLanes:
     def gaps(self) -> int:
         return sum(ln.gaps for ln in self.lanes)
 
+    @property
+    def undrawn(self) -> int:
+        return sum(ln.undrawn for ln in self.lanes)
+
     def poll(self, timeout_ms: int = 0) -> int:
         got = sum(ln.poll(0) for ln in self.lanes)
         if not got and timeout_ms > 0 and self.lanes:

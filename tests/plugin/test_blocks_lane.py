@@ -219,3 +219,16 @@ def test_each_data_parallel_rank_is_its_own_lane(tmp_path):
         assert sorted(r.lanes()) == ["vllm", "vllm-dp1"]
     finally:
         r.close()
+
+
+def test_attachs_status_line_says_how_many_messages_wait_for_whole_tables():
+    import types
+
+    from kvviz.commands.attach import _status_line
+
+    none = types.SimpleNamespace(last=None)
+    b = types.SimpleNamespace(samples=5, gaps=1, undrawn=0)
+    assert _status_line(3.0, none, None, b).endswith("| blocks: 5 samples, 1 gaps")
+    b.undrawn = 2
+    assert _status_line(3.0, none, None, b).endswith(
+        "| blocks: 5 samples, 1 gaps, 2 without a map (waiting for whole tables)")
