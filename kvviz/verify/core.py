@@ -74,9 +74,13 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
         rep.contents.update(streams.kv_events(db, rep, have))
         if meta.get("mode") == "node":
             rep.contents.update(streams.node_samples(db, rep, have))
-            _say(rep, "a node recording ({node_samples_ok} of its scrapes ok): no lanes, "
-                 "block maps or engine events")
-            return rep
+            if not _has_lanes(db, have):
+                _say(rep, "a node recording ({node_samples_ok} of its scrapes ok): no lanes, "
+                     "block maps or engine events")
+                return rep
+            # `kvviz attach --blocks`: the plugin's lanes meet every lane rule (below)
+            _say(rep, "a node recording ({node_samples_ok} of its scrapes ok) with block "
+                 "lanes (kvviz attach --blocks)")
         if meta.get("mode") == "kv-events" or ("samples" not in have and rep.contents):
             _say(rep, "a KV-event recording: no lanes, block maps or engine events")
             return rep
@@ -97,6 +101,12 @@ def verify(path: str | Path, max_events: int = rows.MAX_EVENTS) -> Report:
     finally:
         db.close()
     return rep
+
+
+def _has_lanes(db: sqlite3.Connection, have: set[str]) -> bool:
+    """Whether a node recording holds lanes of its own (the vLLM plugin's block pool)."""
+    return "samples" in have and db.execute("SELECT 1 FROM samples LIMIT 1").fetchone() \
+        is not None
 
 
 def _engine(db: sqlite3.Connection, rep: Report, run: dict, meta: dict, have: set[str],

@@ -232,3 +232,23 @@ def test_attachs_status_line_says_how_many_messages_wait_for_whole_tables():
     b.undrawn = 2
     assert _status_line(3.0, none, None, b).endswith(
         "| blocks: 5 samples, 1 gaps, 2 without a map (waiting for whole tables)")
+
+
+def test_the_verifier_checks_a_node_recordings_block_lane(tmp_path):
+    """python -m kvviz.verify replays a node recording's block lane like any lane's: here a
+    hand-made stream whose events do not explain its tables (seq 0 holds blocks, yet no
+    event ever admitted it) is reported, not passed over as "a node recording"."""
+    from kvviz.verify.core import verify
+
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
+    try:
+        for seq, step in ((1, 3), (2, 4)):
+            lane.handle(*wire.decode(frames(seq, step=step)))
+        w.commit()
+    finally:
+        lane.close()
+        w.close()
+    rep = verify(tmp_path / "r.db")
+    assert "with block lanes" in rep.note and rep.lanes["vllm"]["samples"] == 2
+    assert any("live set" in m for m in rep.mismatches)

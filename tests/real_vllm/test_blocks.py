@@ -91,26 +91,27 @@ def test_info_export_and_verify_read_the_recording(blocks_run, tmp_path):
 
 
 def test_the_lane_passes_the_verifiers_lane_checks(blocks_run, tmp_path):
-    """python -m kvviz.verify checks the lanes of engine recordings (a node recording's scrapes
-    and streams only): on a copy whose meta says so, the plugin's lane meets every lane rule
-    of docs/FORMAT.md (planes, tables, metrics, events replayed against every sample)."""
-    import json
+    """python -m kvviz.verify checks a node recording's block lanes by every lane rule of
+    docs/FORMAT.md (planes, tables, metrics, events replayed against every sample), beside
+    its scrapes and streams; a copy with one stored number changed is caught."""
     import shutil
     import sqlite3
 
     from kvviz.verify.core import verify
 
-    copy = tmp_path / "lane.db"
+    rep = verify(blocks_run["path"])
+    assert rep.mismatch_count == 0, rep.mismatches[:10]
+    assert rep.lanes["vllm"]["samples"] > 20 and "with block lanes" in rep.note
+    SUMMARY["verifier checks on the plugin's lane (0 mismatches)"] = rep.checks
+    copy = tmp_path / "damaged.db"
     shutil.copy(blocks_run["path"], copy)
     db = sqlite3.connect(copy)
-    meta = json.loads(db.execute("SELECT meta FROM run").fetchone()[0])
-    db.execute("UPDATE run SET meta = ?", (json.dumps({**meta, "mode": "real"}),))
+    db.execute("UPDATE samples SET running = running + 1 WHERE sample_id = "
+               "(SELECT MAX(sample_id) FROM samples WHERE lane = 'vllm')")
     db.commit()
     db.close()
-    rep = verify(copy)
-    assert rep.mismatch_count == 0, rep.mismatches[:10]
-    assert rep.lanes["vllm"]["samples"] > 20
-    SUMMARY["verifier checks on the plugin's lane (0 mismatches)"] = rep.checks
+    bad = verify(copy)
+    assert bad.mismatch_count >= 1 and any("running" in m for m in bad.mismatches)
 
 
 PROBE = r"""
