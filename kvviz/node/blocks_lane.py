@@ -89,6 +89,7 @@ class BlockLane:
         self.last_seq: int | None = None
         self.samples = self.gaps = self.bad = 0
         self.undrawn = 0  # messages recorded without their map (waiting for a key message)
+        self.last_tok: tuple[float, int] | None = None  # (t, tokens) of the last sample
         self._tables = wire.Tables()
         self.problem: str | None = None
         self.counts = {"preemptions": 0, "CAPACITY": 0, "POLICY": 0, "tokens_generated": 0}
@@ -178,6 +179,8 @@ class BlockLane:
         lane = self.lane
         if self.last_seq is not None and seq != self.last_seq + 1:
             kind = "gap" if seq > self.last_seq else "restart"
+            if kind == "restart":
+                self.last_tok = None
             blocklane.add_gap(conn, lane, t, kind, self.last_seq + 1 if kind == "gap" else seq,
                               seq - 1 if kind == "gap" else self.last_seq, msg["dropped"])
             self.gaps += 1
@@ -203,6 +206,13 @@ class BlockLane:
         if not drawn:
             self.undrawn += 1
             return
+        # decode throughput between this lane's samples (docs/FORMAT.md, tokens_per_s); none
+        # for its first sample and the first after a restart: the plugin counts the tokens
+        # sampled since the server started, before attach joined
+        tok, prev = msg["generated"], self.last_tok
+        rate = (None if prev is None or tok < prev[1] else
+                (tok - prev[1]) / (t - prev[0]) if t > prev[0] else 0.0)
+        self.last_tok = (t, tok)
         waiting = msg["waiting"]
         reasons: dict[str, int] = {}
         for _, why in waiting:
@@ -213,7 +223,7 @@ class BlockLane:
                "admit_failures_capacity": self.counts["CAPACITY"],
                "admit_failures_fragmentation": 0,
                "admit_failures_policy": self.counts["POLICY"],
-               "tokens_generated": self.counts["tokens_generated"],
+               "tokens_generated": self.counts["tokens_generated"], "tokens_per_s": rate,
                "running": len(msg["running"]), "waiting": len(waiting),
                "vllm_free_blocks": msg["num_free"], "stream_dropped": msg["dropped"],
                "head_seq": head[0], "head_reason": head[1], "head_need_tokens": head[2],

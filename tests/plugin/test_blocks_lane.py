@@ -252,3 +252,32 @@ def test_the_verifier_checks_a_node_recordings_block_lane(tmp_path):
     rep = verify(tmp_path / "r.db")
     assert "with block lanes" in rep.note and rep.lanes["vllm"]["samples"] == 2
     assert any("live set" in m for m in rep.mismatches)
+
+
+def test_decode_throughput_between_a_lanes_samples_none_at_its_first(tmp_path):
+    """tokens_per_s as every lane's (docs/FORMAT.md) from the plugin's token count, except
+    the lane's first sample (the count began with the server, before attach joined) and
+    the first after the plugin restarted (its count began again)."""
+    import math
+    import time
+
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, time.time() - 100.0)
+    try:
+        for seq, generated in ((1, 5000), (2, 5100), (3, 5400), (1, 30)):  # 1: a restart
+            lane.handle(*wire.decode(frames(seq, step=seq, generated=generated)))
+            time.sleep(0.05)
+        w.commit()
+    finally:
+        lane.close()
+        w.close()
+    r = RunReader(tmp_path / "r.db")
+    try:
+        s = r.samples("vllm")
+        t, tok, rate = s["t"].tolist(), s["tokens_generated"].tolist(), s["tokens_per_s"]
+        assert tok == [5000, 5100, 5400, 30]
+        assert rate.isna().tolist() == [True, False, False, True]
+        for k in (1, 2):
+            assert math.isclose(rate[k], (tok[k] - tok[k - 1]) / (t[k] - t[k - 1]))
+    finally:
+        r.close()
