@@ -2,6 +2,8 @@
 becomes a lane of the recording (map, tables, events, request log, gaps)."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,19 @@ from kvviz.plugin import wire
 from kvviz.store.reader import RunReader
 from kvviz.store.writer import RunWriter
 from tests.plugin.stream import POOL, frames, message
+
+
+@contextlib.contextmanager
+def node_recording(tmp_path, t0: float = 0.0):
+    """A BlockLane writing tmp_path/r.db (a node recording); committed and closed after."""
+    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
+    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, t0)
+    try:
+        yield lane
+        w.commit()
+    finally:
+        lane.close()
+        w.close()
 
 
 def test_the_map_puts_block_id_minus_one_at_each_address_with_the_planes_of_format_md():
@@ -30,16 +45,10 @@ def test_a_ref_count_that_is_not_the_number_of_tables_is_counted():
 
 
 def test_messages_become_samples_events_a_request_log_and_gaps(tmp_path):
-    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
-    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
-    try:
+    with node_recording(tmp_path) as lane:
         for seq, step in ((1, 3), (2, 4), (5, 7)):  # 3 and 4 lost on the way
             lane.handle(*wire.decode(frames(seq, step=step)))
         lane.handle(*wire.decode(frames(5, step=7)))  # an idle repeat: nothing new
-        w.commit()
-    finally:
-        lane.close()
-        w.close()
     r = RunReader(tmp_path / "r.db")
     try:
         assert r.lanes() == ["vllm"]
@@ -70,20 +79,14 @@ def test_tables_sent_as_their_new_ids_are_made_whole_and_wait_for_a_key_after_a_
                       lens=np.array([2 + len(more), 2], np.int32),
                       blocks=np.array(ids, np.int32))
 
-    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
-    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
-    try:
+    with node_recording(tmp_path) as lane:
         lane.handle(*wire.decode(grown(1, 3, True, [])))
         lane.handle(*wire.decode(grown(2, 4, False, [4])))  # seq 0 now 1, 2, 4
         lane.handle(*wire.decode(grown(4, 6, False, [4, 5])))  # 3 lost: cannot be rebuilt
         lane.handle(*wire.decode(grown(5, 7, False, [4, 5, 6])))  # nor this one
         lane.handle(*wire.decode(grown(6, 8, True, [4, 5, 6, 7])))  # a key: whole again
         lane.handle(*wire.decode(grown(7, 9, False, [4, 5, 6, 7, 8])))
-        w.commit()
-        assert (lane.samples, lane.undrawn) == (4, 2)
-    finally:
-        lane.close()
-        w.close()
+    assert (lane.samples, lane.undrawn) == (4, 2)
     r = RunReader(tmp_path / "r.db")
     try:
         s = r.samples("vllm")
@@ -240,15 +243,9 @@ def test_the_verifier_checks_a_node_recordings_block_lane(tmp_path):
     event ever admitted it) is reported, not passed over as "a node recording"."""
     from kvviz.verify.core import verify
 
-    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
-    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, 0.0)
-    try:
+    with node_recording(tmp_path) as lane:
         for seq, step in ((1, 3), (2, 4)):
             lane.handle(*wire.decode(frames(seq, step=step)))
-        w.commit()
-    finally:
-        lane.close()
-        w.close()
     rep = verify(tmp_path / "r.db")
     assert "with block lanes" in rep.note and rep.lanes["vllm"]["samples"] == 2
     assert any("live set" in m for m in rep.mismatches)
@@ -261,16 +258,10 @@ def test_decode_throughput_between_a_lanes_samples_none_at_its_first(tmp_path):
     import math
     import time
 
-    w = RunWriter(tmp_path / "r.db", {"mode": "node", "lanes": []})
-    lane = BlockLane(f"ipc://{tmp_path}/b.ipc", w, time.time() - 100.0)
-    try:
+    with node_recording(tmp_path, time.time() - 100.0) as lane:
         for seq, generated in ((1, 5000), (2, 5100), (3, 5400), (1, 30)):  # 1: a restart
             lane.handle(*wire.decode(frames(seq, step=seq, generated=generated)))
             time.sleep(0.05)
-        w.commit()
-    finally:
-        lane.close()
-        w.close()
     r = RunReader(tmp_path / "r.db")
     try:
         s = r.samples("vllm")
