@@ -229,10 +229,7 @@ class PoolMirror:
         numpy)."""
         if self._incremental():
             self._derive_changes()
-            return
-        if not self.reader.key:  # windows, not whole tables (tables() reads whole here)
-            self._read_all()
-            return
+            return  # (else tables() read every table whole for this recount)
         pool, ids, tails = self.pool, self.reader.ids, self.reader.tails
         null = pool.null_block
         ref = np.bincount(ids, minlength=self.refcnt.size)

@@ -200,10 +200,7 @@ class PoolSampler:
     def after_schedule(self, out) -> None:
         sched = self.sched
         step = sched.current_step
-        if self.hooked:  # (_unhook_admissions, inline)
-            self.hooked = False
-            del self.kvm.allocate_slots
-            del self.coord.get_num_blocks_to_allocate
+        self._unhook_admissions()
         B, live, prefilling, events = self.B, self.live, self.prefilling, self.events
         if self.admits:
             running, requests, seq_of = self.host["running_status"], sched.requests, self.seq_of
